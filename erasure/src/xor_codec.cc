@@ -1,0 +1,121 @@
+#include "memento/erasure/xor_codec.h"
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "byte_ranges.h"
+#include "decode_plan.h"
+#include "xor_kernel.h"
+
+namespace memento::erasure {
+
+namespace {
+
+static_assert(XorCodec::kMaxK <= internal::kMaxXorSources, "XorRows takes k sources");
+
+Status CheckDataRow(int data_row, int k) {
+  if (data_row < 0 || data_row >= k) {
+    return Status::InvalidArgument("data row " + std::to_string(data_row) + " is outside 0.." +
+                                   std::to_string(k - 1));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+XorCodec::XorCodec(int k, CodecOptions options, std::vector<uint8_t> generator)
+    : k_(k), options_(options), generator_(std::move(generator)) {}
+
+Result<XorCodec> XorCodec::Create(int k, CodecOptions options) {
+  if (k < 1 || k > kMaxK) {
+    return Status::InvalidArgument("xor: k=" + std::to_string(k) + " is outside 1.." +
+                                   std::to_string(kMaxK));
+  }
+  if (Status s = internal::CheckOptions(options); !s.ok()) return s.WithContext("xor");
+  const size_t ku = static_cast<size_t>(k);
+  std::vector<uint8_t> generator((ku + 1) * ku, 0);
+  for (size_t i = 0; i < ku; ++i) generator[i * ku + i] = 1;
+  for (size_t j = 0; j < ku; ++j) generator[ku * ku + j] = 1;
+  return XorCodec(k, options, std::move(generator));
+}
+
+Status XorCodec::Encode(const uint8_t* const* data, uint8_t* const* parity, size_t len) const {
+  if (len == 0) return Status::Ok();
+  if (Status s = internal::CheckRowPointers(reinterpret_cast<const void* const*>(data), k_, "data");
+      !s.ok()) {
+    return s.WithContext("xor encode");
+  }
+  if (Status s =
+          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
+      !s.ok()) {
+    return s.WithContext("xor encode");
+  }
+  internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
+    std::array<const uint8_t*, kMaxK> in;
+    for (int i = 0; i < k_; ++i) in[i] = data[i] + offset;
+    internal::XorRows(in.data(), k_, parity[0] + offset, length);
+  });
+  return Status::Ok();
+}
+
+Status XorCodec::Decode(uint8_t* const* rows, const std::vector<int>& erased, size_t len) const {
+  if (erased.empty()) return Status::Ok();
+  auto survivors = internal::PlanSurvivors(rows, k_, 1, erased);
+  if (!survivors.ok()) return survivors.status().WithContext("xor decode");
+  if (len == 0) return Status::Ok();
+  // One erased row, and the k survivors are all the other rows: their XOR.
+  const std::vector<int>& from = survivors.value();
+  uint8_t* target = rows[erased[0]];
+  internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
+    std::array<const uint8_t*, kMaxK> in;
+    for (int i = 0; i < k_; ++i) in[i] = rows[from[i]] + offset;
+    internal::XorRows(in.data(), k_, target + offset, length);
+  });
+  return Status::Ok();
+}
+
+Status XorCodec::EncodeUpdate(int data_row, const uint8_t* data, uint8_t* const* parity,
+                              size_t len) const {
+  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("xor encode update");
+  if (len == 0) return Status::Ok();
+  if (data == nullptr) return Status::InvalidArgument("xor encode update: data is null");
+  if (Status s =
+          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
+      !s.ok()) {
+    return s.WithContext("xor encode update");
+  }
+  internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
+    internal::XorInto(data + offset, parity[0] + offset, length);
+  });
+  return Status::Ok();
+}
+
+Status XorCodec::DeltaUpdate(int data_row, const uint8_t* old_data, const uint8_t* new_data,
+                             uint8_t* const* parity, size_t len) const {
+  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("xor delta update");
+  if (len == 0) return Status::Ok();
+  if (old_data == nullptr || new_data == nullptr) {
+    return Status::InvalidArgument(std::string("xor delta update: ") +
+                                   (old_data == nullptr ? "old" : "new") + " data is null");
+  }
+  if (Status s =
+          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
+      !s.ok()) {
+    return s.WithContext("xor delta update");
+  }
+  if (old_data == new_data) return Status::Ok();
+  internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
+    internal::XorTwoInto(old_data + offset, new_data + offset, parity[0] + offset, length);
+  });
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> XorCodec::DecodeCoefficients(const std::vector<int>& erased,
+                                                          const std::vector<int>& survivors) const {
+  auto c = internal::SolveDecodeCoefficients(generator_, k_, 1, erased, survivors);
+  if (!c.ok()) return c.status().WithContext("xor decode coefficients");
+  return c;
+}
+
+}  // namespace memento::erasure

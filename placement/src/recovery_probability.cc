@@ -33,15 +33,21 @@ std::vector<Real> RingGroupProbabilities(int g, int copies, const std::vector<Re
   q[0] = 1;
   std::vector<Real> row(g + 1, 0);  // W(k, s) * exp(-scale), s = 0..g
   std::vector<Real> prefix(g + 2, 0);
+  std::vector<Real> suffix(g + 2, 0);
   Real scale = 0;
   row[0] = 1;  // W(0, 0) = 1
   for (int k = 1; k <= g; ++k) {
     prefix[0] = 0;
     for (int s = 0; s <= g; ++s) prefix[s + 1] = prefix[s] + row[s];
+    suffix[g + 1] = 0;
+    for (int s = g; s >= 0; --s) suffix[s] = suffix[s + 1] + row[s];
     Real max_v = 0;
     for (int s = 0; s <= g; ++s) {
+      // Window sum row[lo..s] as a difference of the smaller of the prefix or suffix sums, so
+      // that the tiny values in either tail keep their relative precision.
       const int lo = std::max(0, s - (copies - 1));
-      row[s] = prefix[s + 1] - prefix[lo];
+      row[s] =
+          prefix[s + 1] <= suffix[lo] ? prefix[s + 1] - prefix[lo] : suffix[lo] - suffix[s + 1];
       max_v = std::max(max_v, row[s]);
     }
     MEMENTO_CHECK(max_v > 0);

@@ -26,7 +26,8 @@
 //  (ties: lower group); this greedy (Gale-Ryser) finds rack-disjoint groups whenever they
 //  exist. A ring is ordered by dealing the racks round-robin (largest first). Whichever
 //  arrangement has fewer conflicts is used (ties: consecutive runs); rack_conflicts() says
-//  how many remain. Members of a group are in increasing node index order.
+//  how many remain. Members of a group are in increasing node index order, except a
+//  replica:M:ring whose order was rack-interleaved (members are then in ring order).
 //
 // Erasure stripes in a group of G = K'+M nodes (positions 0..G-1): every node's shard is
 // cut into K' pieces of P = ceil(max shard bytes in the group / K') bytes (piece i covers
@@ -89,7 +90,7 @@ class GroupLayout {
   int rack_conflicts() const { return rack_conflicts_; }
 
  private:
-  GroupLayout(Scheme scheme) : scheme_(scheme) {}
+  explicit GroupLayout(Scheme scheme) : scheme_(scheme) {}
   void Index();
 
   Scheme scheme_;

@@ -1,0 +1,93 @@
+#include "memento/placement/topology.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace memento::placement {
+
+Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {
+  if (nodes.empty()) return Status::InvalidArgument("topology: no nodes");
+  const bool racks = nodes[0].rack != kNoRack;
+  for (const NodeInfo& n : nodes) {
+    if (n.identity.empty()) return Status::InvalidArgument("topology: empty node identity");
+    if (n.ranks < 1) {
+      return Status::InvalidArgument("topology: node '" + n.identity + "' has " +
+                                     std::to_string(n.ranks) + " ranks (need >= 1)");
+    }
+    if (n.rack < kNoRack) {
+      return Status::InvalidArgument("topology: node '" + n.identity + "' has rack " +
+                                     std::to_string(n.rack) + " (need >= 0, or none)");
+    }
+    if ((n.rack != kNoRack) != racks) {
+      return Status::InvalidArgument("topology: node '" + n.identity +
+                                     "': either every node names a rack or none does");
+    }
+  }
+  std::sort(nodes.begin(), nodes.end(),
+            [](const NodeInfo& a, const NodeInfo& b) { return a.identity < b.identity; });
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    if (nodes[i].identity == nodes[i - 1].identity) {
+      return Status::InvalidArgument("topology: duplicate node identity '" + nodes[i].identity +
+                                     "'");
+    }
+  }
+  return Topology(std::move(nodes));
+}
+
+Result<Topology> Topology::Uniform(int num_nodes, int ranks_per_node) {
+  return UniformWithRacks(num_nodes, ranks_per_node, 0);
+}
+
+Result<Topology> Topology::UniformWithRacks(int num_nodes, int ranks_per_node, int num_racks) {
+  if (num_nodes < 1) {
+    return Status::InvalidArgument("topology: " + std::to_string(num_nodes) + " nodes (need >= 1)");
+  }
+  if (num_racks < 0 || num_racks > num_nodes) {
+    return Status::InvalidArgument("topology: " + std::to_string(num_racks) + " racks for " +
+                                   std::to_string(num_nodes) + " nodes (need 1..nodes)");
+  }
+  std::vector<NodeInfo> nodes(num_nodes);
+  const int per_rack = num_racks > 0 ? (num_nodes + num_racks - 1) / num_racks : 0;
+  for (int i = 0; i < num_nodes; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "node%05d", i);
+    nodes[i].identity = name;
+    nodes[i].ranks = ranks_per_node;
+    nodes[i].rack = num_racks > 0 ? i / per_rack : kNoRack;
+  }
+  return FromNodes(std::move(nodes));
+}
+
+std::vector<int> Topology::rack_ids() const {
+  std::set<int> ids;
+  for (const NodeInfo& n : nodes_) {
+    if (n.rack != kNoRack) ids.insert(n.rack);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int> Topology::NodesInRack(int rack_id) const {
+  std::vector<int> out;
+  for (int i = 0; i < num_nodes(); ++i) {
+    if (nodes_[i].rack == rack_id) out.push_back(i);
+  }
+  return out;
+}
+
+bool Topology::uniform_ranks() const {
+  for (const NodeInfo& n : nodes_) {
+    if (n.ranks != nodes_[0].ranks) return false;
+  }
+  return true;
+}
+
+std::optional<int> Topology::IndexOf(std::string_view identity) const {
+  auto it = std::lower_bound(
+      nodes_.begin(), nodes_.end(), identity,
+      [](const NodeInfo& n, std::string_view id) { return std::string_view(n.identity) < id; });
+  if (it == nodes_.end() || it->identity != identity) return std::nullopt;
+  return static_cast<int>(it - nodes_.begin());
+}
+
+}  // namespace memento::placement

@@ -1,0 +1,166 @@
+#include "memento/placement/recovery_probability.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "memento/placement/recoverability.h"
+
+namespace memento::placement {
+namespace {
+
+GroupLayout Layout(int n, const std::string& scheme) {
+  auto layout = GroupLayout::Build(*Topology::Uniform(n), *Scheme::Parse(scheme));
+  EXPECT_TRUE(layout.ok()) << scheme << " n=" << n;
+  return *layout;
+}
+
+const char* kSchemes[] = {"none",           "replica:2",      "replica:3", "replica:4",
+                          "replica:2:ring", "replica:3:ring", "xor:1",     "xor:2",
+                          "xor:3",          "rs:2+2",         "rs:3+2",    "rs:4+3"};
+
+double LogChoose(int n, int k) {
+  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
+}
+
+TEST(RecoveryProbabilityTest, KnownValues) {
+  // DESIGN §5 and Gemini: N=16, m=2.
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2"), 2), 14.0 / 15, 1e-12);
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2:ring"), 2), 13.0 / 15, 1e-12);
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2"), 3), 0.8, 1e-12);
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2"), 1), 1.0, 1e-15);
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "none"), 1), 0.0, 1e-15);
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "rs:4+4"), 4), 1.0, 1e-15);
+  EXPECT_FALSE(ExactRecoveryProbability(Layout(16, "none"), 17).ok());
+  EXPECT_FALSE(ExactRecoveryProbability(Layout(16, "none"), -1).ok());
+}
+
+// Exact against brute-force enumeration of every failure set, every scheme, N <= 12.
+TEST(RecoveryProbabilityTest, ExactMatchesEnumeration) {
+  for (const char* scheme : kSchemes) {
+    for (int n = 1; n <= 12; ++n) {
+      auto layout = GroupLayout::Build(*Topology::Uniform(n), *Scheme::Parse(scheme));
+      if (!layout.ok()) continue;
+      std::vector<double> ok(n + 1, 0), total(n + 1, 0);
+      std::vector<char> mask(n);
+      for (uint32_t bits = 0; bits < (1u << n); ++bits) {
+        for (int i = 0; i < n; ++i) mask[i] = (bits >> i) & 1;
+        const int f = __builtin_popcount(bits);
+        total[f] += 1;
+        ok[f] += IsRecoverable(*layout, mask) ? 1 : 0;
+      }
+      const std::vector<double> exact = ExactRecoveryProbabilities(*layout);
+      for (int f = 0; f <= n; ++f) {
+        EXPECT_NEAR(exact[f], ok[f] / total[f], 1e-12) << scheme << " n=" << n << " f=" << f;
+      }
+    }
+  }
+}
+
+// Closed forms at large N.
+TEST(RecoveryProbabilityTest, LargeNClosedForms) {
+  const int n = 1024;
+  // replica:2 group, f=2: only the N/2 pairs fail.
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "replica:2"), 2), 1 - 1.0 / (n - 1), 1e-12);
+  // Gemini: exact for k < 2m: 1 - N C(N-m, k-m) / (m C(N, k)).
+  for (int k = 2; k < 4; ++k) {
+    const double gemini =
+        1 - std::exp(std::log(n) + LogChoose(n - 2, k - 2) - std::log(2) - LogChoose(n, k));
+    EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "replica:2"), k), gemini, 1e-12);
+  }
+  // replica:2 ring: no two adjacent failures on a cycle: N/(N-f) C(N-f, f) / C(N, f).
+  for (int f : {2, 10, 100, 400, 512}) {
+    const double ring =
+        std::exp(std::log(n) - std::log(n - f) + LogChoose(n - f, f) - LogChoose(n, f));
+    EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "replica:2:ring"), f), ring,
+                1e-9 * ring + 1e-300)
+        << f;
+  }
+  EXPECT_EQ(*ExactRecoveryProbability(Layout(n, "replica:2:ring"), 513), 0.0);
+  // rs:6+2 on 128 groups of 8, f = 3: lost iff all three in one group.
+  const double rs = 1 - 128 * std::exp(LogChoose(8, 3) - LogChoose(n, 3));
+  EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "rs:6+2"), 3), rs, 1e-12);
+  // Probabilities stay in [0,1] and decrease with f, even where C(N, f) overflows a double.
+  const std::vector<double> p = ExactRecoveryProbabilities(Layout(4096, "rs:4+4"));
+  for (size_t f = 1; f < p.size(); ++f) {
+    EXPECT_LE(p[f], p[f - 1] + 1e-12);
+    EXPECT_GE(p[f], 0.0);
+  }
+  EXPECT_NEAR(p[4], 1.0, 1e-12);
+  EXPECT_EQ(p[5 * 4096 / 8], 0.0);  // some group loses 5 of its 8 nodes
+  // Ring with M copies, f = M: lost iff the failures are M consecutive nodes (N windows).
+  for (int m : {3, 5, 40}) {
+    const std::string scheme = "replica:" + std::to_string(m) + ":ring";
+    const double expected = 1 - std::exp(std::log(n) - LogChoose(n, m));
+    EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, scheme), m), expected, 1e-12) << m;
+    EXPECT_EQ(*ExactRecoveryProbability(Layout(n, scheme), m - 1), 1.0) << m;
+  }
+}
+
+TEST(RecoveryProbabilityTest, MonteCarloLandsWithinItsIntervalOfExact) {
+  struct Case {
+    int n;
+    const char* scheme;
+    int f;
+  } cases[] = {{16, "replica:2", 2}, {16, "replica:2:ring", 3},   {16, "xor:3", 2},
+               {16, "rs:6+2", 4},    {64, "replica:3", 6},        {100, "rs:4+2", 8},
+               {33, "replica:2", 5}, {1024, "replica:2:ring", 20}};
+  int covered95 = 0;
+  int runs = 0;
+  for (const Case& c : cases) {
+    const GroupLayout layout = Layout(c.n, c.scheme);
+    const double exact = *ExactRecoveryProbability(layout, c.f);
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      // 99.9 % interval must hold; 95 % intervals must cover in most runs.
+      auto wide = MonteCarloRecoveryProbability(layout, c.f, 20000, seed, 3.2905);
+      ASSERT_TRUE(wide.ok());
+      EXPECT_LE(wide->ci_low, exact) << c.scheme << " seed " << seed;
+      EXPECT_GE(wide->ci_high, exact) << c.scheme << " seed " << seed;
+      const MonteCarloEstimate e95 = WilsonInterval(wide->successes, wide->trials);
+      covered95 += (e95.ci_low <= exact && exact <= e95.ci_high) ? 1 : 0;
+      ++runs;
+    }
+  }
+  EXPECT_GE(covered95, runs * 85 / 100) << covered95 << " of " << runs;
+  // Same seed, same estimate.
+  const GroupLayout l = Layout(16, "replica:2");
+  EXPECT_EQ(MonteCarloRecoveryProbability(l, 3, 1000, 7)->successes,
+            MonteCarloRecoveryProbability(l, 3, 1000, 7)->successes);
+  EXPECT_FALSE(MonteCarloRecoveryProbability(l, 3, 0, 7).ok());
+}
+
+TEST(RecoveryProbabilityTest, WilsonInterval) {
+  const MonteCarloEstimate e = WilsonInterval(50, 100);
+  EXPECT_DOUBLE_EQ(e.estimate, 0.5);
+  EXPECT_NEAR(e.ci_low, 0.4038, 1e-4);
+  EXPECT_NEAR(e.ci_high, 0.5962, 1e-4);
+  const MonteCarloEstimate all = WilsonInterval(100, 100);
+  EXPECT_EQ(all.ci_high, 1.0);
+  EXPECT_LT(all.ci_low, 1.0);
+}
+
+TEST(RecoveryProbabilityTest, WholeRackLoss) {
+  auto topo = *Topology::UniformWithRacks(16, 1, 4);
+  // Rack-aware replica:2 pairs span two racks: any one rack lost is recoverable.
+  const GroupLayout rep = *GroupLayout::Build(topo, *Scheme::Parse("replica:2"));
+  EXPECT_EQ(*ExactRackLossProbability(rep, topo, 1), 1.0);
+  // Two racks lost: each pair fails iff both its racks are lost.
+  const double two = *ExactRackLossProbability(rep, topo, 2);
+  EXPECT_GT(two, 0.0);
+  EXPECT_LT(two, 1.0);
+  auto mc = MonteCarloRackLossProbability(rep, topo, 2, 20000, 3, 3.2905);
+  EXPECT_LE(mc->ci_low, two);
+  EXPECT_GE(mc->ci_high, two);
+  // xor:3 groups take one node per rack: one rack lost is fine, two are not.
+  const GroupLayout x = *GroupLayout::Build(topo, *Scheme::Parse("xor:3"));
+  EXPECT_EQ(*ExactRackLossProbability(x, topo, 1), 1.0);
+  EXPECT_EQ(*ExactRackLossProbability(x, topo, 2), 0.0);
+  // The same layout without rack awareness (consecutive pairs inside a rack) loses data.
+  const GroupLayout blind = Layout(16, "replica:2");
+  EXPECT_EQ(*ExactRackLossProbability(blind, topo, 1), 0.0);
+  EXPECT_FALSE(ExactRackLossProbability(rep, *Topology::Uniform(16), 1).ok());
+  EXPECT_FALSE(ExactRackLossProbability(rep, topo, 5).ok());
+}
+
+}  // namespace
+}  // namespace memento::placement

@@ -85,6 +85,53 @@ void ExpectVersion(const NodeStore& store, int slot, uint64_t v) {
   }
 }
 
+TEST(StoreLayout, ValidateNamesTheBadRegion) {
+  StoreLayout l = TestLayout();
+  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_EQ(l.Find("step"), 2);
+  EXPECT_EQ(l.Find("nope"), -1);
+  EXPECT_EQ(l.PayloadBytes(), 10007u + 0 + 8 + 4096);
+  StoreLayout dup = l;
+  dup.regions[2].name = "model.w";
+  Status s = dup.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("duplicate"), std::string::npos);
+  StoreLayout slice = l;
+  slice.regions[0].layout.offsets[0] = 80;  // 80 + 25 > 100
+  s = slice.Validate();
+  EXPECT_NE(s.message().find("model.w"), std::string::npos) << s.ToString();
+  StoreLayout ranks = l;
+  ranks.regions[0].layout.shape.pop_back();
+  EXPECT_FALSE(ranks.Validate().ok());
+  StoreLayout unnamed = l;
+  unnamed.regions[1].name.clear();
+  EXPECT_FALSE(unnamed.Validate().ok());
+  EXPECT_EQ(NodeStore::Create({"j", "n", 0}, unnamed, 2).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ShmSegment, CreateOpenListUnlink) {
+  const std::string name = "/memento.tshm-" + std::to_string(getpid()) + ".x";
+  auto seg = ShmSegment::Create(name, 5000);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ(seg->size(), 5000u);
+  seg->data()[4999] = 9;
+  auto ro = ShmSegment::Open(name, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->data()[4999], 9);
+  EXPECT_FALSE(ro->writable());
+  auto list = ShmSegment::List("memento.tshm-" + std::to_string(getpid()));
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(*list, std::vector<std::string>{name});
+  EXPECT_EQ(ShmSegment::Create("no-slash", 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create(name + "2", 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ShmSegment::Unlink(name).ok());
+  EXPECT_EQ(ShmSegment::Unlink(name).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ShmSegment::Open(name, ShmSegment::Access::kReadOnly).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ro->data()[4999], 9);  // mappings outlive the name
+}
+
 class NodeStoreTest : public ::testing::Test {
  protected:
   NodeStoreTest() : cleaner_(UniqueJob("ns")), id_{cleaner_.job(), "host/1", 0} {}

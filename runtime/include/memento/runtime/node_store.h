@@ -232,6 +232,7 @@ class NodeStore {
   friend class NodeStoreTestPeer;
   static Result<NodeStore> FromSegment(ShmSegment segment, const StoreId* expect);
   Status CheckWritable(const char* what) const;
+  uint8_t* SlotControl(int slot) const;  // the slot's control block in the mapping
 
   ShmSegment segment_;
   StoreId id_;

@@ -580,13 +580,16 @@ std::string CheckSeal(const f::RegionSeal& seal, int region, const RegionSpec& s
 }
 
 // Validates a sealed slot header; "" when ok.
-std::string CheckSlotHeader(const f::SlotHeader& h, int slot, int regions, uint64_t job_hash) {
+// `committed` is the flag word loaded (acquire) by the caller.
+std::string CheckSlotHeader(const f::SlotHeader& h, uint32_t committed, int slot, int regions,
+                            uint64_t job_hash) {
   if (h.magic != f::kSlotMagic) return "slot header: bad magic";
   if (h.format != kNodeStoreFormat) return "slot header: format mismatch";
   if (h.slot_index != static_cast<uint32_t>(slot)) return "slot header: slot index mismatch";
   if (h.region_count != static_cast<uint32_t>(regions)) return "slot header: region count mismatch";
   if (h.job_hash != job_hash) return "slot header: job mismatch";
   if (Crc32c(&h, f::kSlotHeaderCrcBytes) != h.header_crc) return "slot header: crc mismatch";
+  if (committed != 0 && committed != f::kCommitted) return "slot header: bad committed flag";
   return "";
 }
 
@@ -652,10 +655,7 @@ StoreInventory NodeStore::Inventory() const {
       st.problem = "slot header: unknown state";
     } else {
       st.sealed = true;
-      st.problem = CheckSlotHeader(h, s, region_count(), job_hash_);
-      if (committed != 0 && committed != f::kCommitted) {
-        if (st.problem.empty()) st.problem = "slot header: bad committed flag";
-      }
+      st.problem = CheckSlotHeader(h, committed, s, region_count(), job_hash_);
       st.committed = committed == f::kCommitted;
     }
     bool all_ok = st.sealed && st.problem.empty();
@@ -709,9 +709,10 @@ Result<RegionView> NodeStore::ReadRegion(int slot, int region) const {
   if (LoadAcquire(&p.header->state) != f::kStateSealed) {
     return Status::FailedPrecondition(where + ": not sealed");
   }
+  const uint32_t committed = LoadAcquire(&p.header->committed);
   f::SlotHeader h;
   std::memcpy(&h, p.header, sizeof(h));
-  std::string problem = CheckSlotHeader(h, slot, region_count(), job_hash_);
+  std::string problem = CheckSlotHeader(h, committed, slot, region_count(), job_hash_);
   if (!problem.empty()) return Status::Corruption(where + ": " + problem);
   f::RegionSeal seal;
   std::memcpy(&seal, &p.seals[region], sizeof(seal));

@@ -343,5 +343,64 @@ TEST_F(CheckpointerTest, CorruptLocalCopyFallsBackToOlderVersion) {
   }
 }
 
+TEST_F(CheckpointerTest, PersistThenRestoreFromRemoteAfterAllSegmentsUnlinked) {
+  Config c = MakeConfig();
+  c.persist_every = 2;
+  c.persist_keep = 2;
+  const int n = 3;
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 7; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  {
+    DirectoryRemoteStore remote(remote_dir_, c.job);
+    auto complete = remote.ListComplete();
+    ASSERT_TRUE(complete.ok()) << complete.status().ToString();
+    EXPECT_EQ(*complete, (std::vector<uint64_t>{4, 6}));  // every 2nd commit, keep 2
+  }
+  ranks_.clear();
+  auto removed = CleanJob(c.job);  // every node lost
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), static_cast<size_t>(n));
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 6u);
+    for (const auto& e : reports[r]->entries) EXPECT_EQ(e.source, RestoreSource::kRemote);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 6), -1);
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(6));
+  }
+  // The restored version was re-seeded in memory: a crash now restores from memory.
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok());
+    EXPECT_EQ(reports[r]->version, 6u);
+    EXPECT_EQ(reports[r]->entries[0].source, RestoreSource::kLocalMemory);
+  }
+}
+
+TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
+  // persist_every = 1 with 2 slots: Save(v+2) must wait for v's persist.
+  Config c = MakeConfig();
+  c.persist_every = 1;
+  const int n = 2;
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 6; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  DirectoryRemoteStore remote(remote_dir_, c.job);
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, (std::vector<uint64_t>{5, 6}));
+  std::vector<std::vector<uint8_t>> back(1);
+  back[0].resize(kEntryBytes[0] + 1);
+  ASSERT_TRUE(remote.ReadRankFile(5, 1, {{"e0", back[0].data(), back[0].size()}}).ok());
+  for (size_t i = 0; i < back[0].size(); ++i) ASSERT_EQ(back[0][i], Pattern(1, 5, 0, i));
+}
+
 }  // namespace
 }  // namespace memento::runtime

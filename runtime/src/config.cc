@@ -26,7 +26,10 @@ constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
 constexpr char kStale[] = "MEMENTO_STALE";
 
 // MEMENTO_* variables that belong to tooling, not to the runtime (no warning).
+// MEMENTO_* names owned by other tools: the build scripts and the fault-injection
+// harness of the tests (MEMENTO_TEST_*). Not warned about.
 constexpr const char* kForeignVariables[] = {"MEMENTO_BUILD_DIR"};
+constexpr const char* kForeignPrefix = "MEMENTO_TEST_";
 
 Status Bad(const std::string& var, const std::string& value, const std::string& accepted) {
   return Status::InvalidArgument(var + "='" + value + "' is invalid; accepted: " + accepted);
@@ -256,6 +259,7 @@ Result<Config> Config::FromEnv() {
     }
     bool foreign = false;
     for (const char* f : kForeignVariables) foreign = foreign || var == f;
+    foreign = foreign || var.rfind(kForeignPrefix, 0) == 0;
     if (!foreign) unknown.push_back(var);
   }
   MEMENTO_ASSIGN_OR_RETURN(Config c, FromMap(known));

@@ -1,0 +1,143 @@
+// Config: every knob of the runtime, read from MEMENTO_* environment variables.
+//
+// One struct, filled once at start-up by Config::FromEnv() (or FromMap() in
+// tests), then passed by value/const reference to whatever needs it. Nothing
+// else in memento reads the environment. Each field below documents its
+// variable, its meaning, its default and the trade-off it controls.
+//
+// Thread-safety: a Config is a plain value. FromEnv() reads the process
+// environment and must not race with setenv() in another thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/log.h"
+
+namespace memento::runtime {
+
+// What to do when a node store segment of this job already exists in
+// /dev/shm but cannot be attached (another format version, a different shard
+// layout or slot count, or a header that fails validation).
+enum class StalePolicy {
+  // Refuse: the open fails with FailedPrecondition naming the segment and the
+  // reason; `memento clean --job J` removes it. Safe: never destroys data that
+  // might be the last copy of a checkpoint.
+  kError,
+  // Unlink the stale segment (logged at warn) and create a fresh one. For jobs
+  // that change their model between launches under the same job id.
+  kReplace,
+};
+
+struct Config {
+  // MEMENTO_JOB. The job id: names the shared-memory segments
+  // ("/memento.<job>.<node>.<lane>") and the remote directory sub-folder, and
+  // is stored in every header so that two jobs never read each other's data.
+  // 1..48 characters from [A-Za-z0-9_-] (no '.' and no '/', which delimit
+  // segment names). Default "memento": fine for one job per machine; set a
+  // distinct id for concurrent jobs on shared nodes, and the same id again
+  // when relaunching a job that should restore.
+  std::string job = "memento";
+
+  // MEMENTO_NODE. This process's node identity (its failure domain). Empty
+  // (default) = the host name. Set it when one machine should pose as a named
+  // node, e.g. in containers whose host names change across restarts.
+  // At most 200 bytes, no NUL. See node_identity.h.
+  std::string node;
+
+  // MEMENTO_RANKS_PER_NODE. 0 (default) = ranks are grouped by real node
+  // identity and the local rank comes from the launcher or an allgather of
+  // identities. R > 0 = virtual nodes for tests on one machine: world rank r
+  // lives on node "<host>/<r / R>" with local rank r % R.
+  int ranks_per_node = 0;
+
+  // MEMENTO_SCHEME. How a group protects shards: "none", "replica:M",
+  // "replica:M:group", "replica:M:ring", "xor:K", "rs:K+M" (M, K >= 1;
+  // replica M >= 2). Checked here only for syntax and kept as a string; the
+  // placement module parses it. Default "none": node-local copy only (a
+  // process crash is survived, a node loss is not). More redundancy costs
+  // memory per node (replica: M x shard; xor/rs: shard x (1 + M/K)) and
+  // network traffic per checkpoint.
+  std::string scheme = "none";
+
+  // MEMENTO_SLOTS. Slots (versions) preallocated per node store, >= 2.
+  // Default 2: the newest committed version stays intact while the next one
+  // is written. More slots keep older versions in memory at the cost of one
+  // shard-sized (plus redundancy) allocation each.
+  int slots = 2;
+
+  // MEMENTO_REMOTE. Directory of the remote tier (a shared file system in
+  // production). Empty (default) = no remote tier: a loss that memory cannot
+  // serve is unrecoverable.
+  std::string remote_dir;
+
+  // MEMENTO_PERSIST_EVERY. Every P-th committed version (counted by Save
+  // calls that commit) is streamed to the remote tier in the background.
+  // Default 10; 0 = never. Smaller P bounds the work lost when memory cannot
+  // serve, at the cost of remote bandwidth (never training stall).
+  int persist_every = 10;
+
+  // MEMENTO_PERSIST_KEEP. Complete remote versions kept; older ones are
+  // pruned after each persist. Default 2, >= 1.
+  int persist_keep = 2;
+
+  // MEMENTO_LOG. Log threshold: error | warn | info | debug. Default warn.
+  // info logs the configuration and one line per checkpoint stage.
+  LogLevel log_level = LogLevel::kWarn;
+
+  // MEMENTO_CHUNK_BYTES. Snapshot / protect chunk size in bytes; accepts a
+  // K, M or G suffix (powers of 1024), e.g. "4M". Default 4 MiB, range
+  // 4 KiB..1 GiB. Smaller chunks pipeline snapshot and protect more finely;
+  // larger ones cut per-chunk overhead.
+  uint64_t chunk_bytes = 4ull << 20;
+
+  // MEMENTO_THREADS. Background threads copying chunks into the slot.
+  // Default 2, range 1..64. More threads raise snapshot bandwidth until memory
+  // bandwidth saturates, and take cores from training.
+  int threads = 2;
+
+  // MEMENTO_TIMEOUT_S. Seconds a collective or a peer transfer may take before
+  // the peer is declared gone (Status Timeout). Default 300, range
+  // (0, 86400]. Too small turns a slow peer into a failure; too large delays
+  // recovery from a dead one.
+  double timeout_s = 300.0;
+
+  // MEMENTO_STALE. error | replace: what to do with an existing segment of
+  // this job that cannot be attached; see StalePolicy. Default error.
+  StalePolicy stale_policy = StalePolicy::kError;
+
+  // Reads every MEMENTO_* variable of the process environment once, logs the
+  // ones that are set (info) and sets the process log threshold to
+  // log_level. A malformed value is InvalidArgument naming the variable, the
+  // value and the accepted forms. Unknown MEMENTO_* names are logged at warn
+  // and ignored (other tools share the prefix, e.g. MEMENTO_BUILD_DIR).
+  static Result<Config> FromEnv();
+
+  // As FromEnv() but from an explicit map {"MEMENTO_SLOTS": "3", ...}; keys
+  // that are not Config variables are InvalidArgument. No logging, no global
+  // side effects: for tests.
+  static Result<Config> FromMap(const std::map<std::string, std::string>& vars);
+
+  // Checks every field's range (what FromMap checks after parsing); for
+  // Configs built in code.
+  Status Validate() const;
+
+  // "MEMENTO_JOB=memento MEMENTO_SLOTS=2 ..." for logs and reports.
+  std::string ToString() const;
+
+  // Names of all variables, in documentation order.
+  static const std::vector<std::string>& VariableNames();
+};
+
+// Syntax checks shared with other modules; OK or InvalidArgument naming `what`.
+Status ValidateJobId(const std::string& job);
+Status ValidateSchemeSyntax(const std::string& scheme);
+
+// Parses "4096", "64K", "4M", "1G" (also "4MiB"/"4MB" read as powers of 1024).
+Result<uint64_t> ParseByteSize(const std::string& text);
+
+}  // namespace memento::runtime

@@ -1,0 +1,73 @@
+// DirectoryRemoteStore: RemoteStore over a directory (a local disk or a shared
+// file system such as NFS/Lustre in production).
+//
+// Layout under <root>/<job>/:
+//   v<version, 20 digits>/rank-<rank, 6 digits>.mck   one file per rank
+//   v<version, 20 digits>/MANIFEST                     written last
+//   *.tmp.<host>.<pid>.<n>                             files being written
+// Every file is written to a temporary name in the same folder, fsynced,
+// renamed over its final name, and the folder fsynced, so a crash leaves
+// either the old state or the new one, plus at worst a temporary file that
+// Prune() removes once its writer is dead (same host, pid gone) or it is
+// older than `stale_temp_seconds`.
+//
+// Rank file format (little-endian): a file header {magic "MCKRANK1", format,
+// job id, version, rank, entry count, header crc32c}, then per entry a record
+// {magic, name, EntryLayout, bytes, payload crc32c, record crc32c} followed by
+// the payload; a trailer {magic, crc32c of everything before it}. The
+// manifest is text ("memento-manifest 1", job, version, world size, one
+// "rank file bytes crc" line per rank, "crc <crc32c of the lines above>").
+//
+// Thread-safety: as RemoteStore; the object holds no mutable state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "memento/runtime/remote_store.h"
+
+namespace memento::runtime {
+
+class DirectoryRemoteStore : public RemoteStore {
+ public:
+  struct Options {
+    // Temporary files older than this are stale even if their writer cannot
+    // be checked (another host). Default one hour.
+    double stale_temp_seconds = 3600.0;
+    // fsync files and folders (off only in benchmarks measuring its cost).
+    bool fsync = true;
+  };
+
+  // Stores job `job`'s versions under `root`/`job` (created on first write).
+  DirectoryRemoteStore(std::string root, std::string job);
+  DirectoryRemoteStore(std::string root, std::string job, Options options);
+
+  // <root>/<job>
+  const std::string& job_dir() const { return job_dir_; }
+  // <root>/<job>/v<version> and the final path of a rank file / the manifest.
+  std::string VersionDir(uint64_t version) const;
+  std::string RankFilePath(uint64_t version, int rank) const;
+  std::string ManifestPath(uint64_t version) const;
+
+  std::string Describe() const override;
+  Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
+                                     const std::vector<RemoteEntrySource>& entries) override;
+  Status CheckRankFiles(uint64_t version, const std::vector<RankFileInfo>& ranks) override;
+  Status WriteManifest(uint64_t version, int world_size,
+                       const std::vector<RankFileInfo>& ranks) override;
+  Result<std::vector<uint64_t>> ListComplete() override;
+  Result<std::optional<uint64_t>> NewestComplete() override;
+  Result<RemoteManifest> ReadManifest(uint64_t version) override;
+  Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t version, int rank) override;
+  Status ReadRankFile(uint64_t version, int rank,
+                      const std::vector<RemoteEntryTarget>& targets) override;
+  Status Prune(int keep) override;
+
+ private:
+  std::string root_;
+  std::string job_;
+  std::string job_dir_;
+  Options options_;
+};
+
+}  // namespace memento::runtime

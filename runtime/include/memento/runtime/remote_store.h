@@ -1,0 +1,126 @@
+// RemoteStore: the tier below memory — persisted versions that survive the loss
+// of every node (DESIGN §3 stage 5).
+//
+// A persisted version is one file per rank plus a manifest. Each rank writes
+// its own file (WriteRankFile) from memory buffers — the engine points at the
+// sealed slot, never at live training buffers. When every rank's file is in
+// place, one rank writes the manifest (WriteManifest); a version is complete,
+// and only then visible, when its manifest validates and every rank file it
+// names exists with the recorded size. A writer killed at any moment leaves
+// no visible partial version. Implementations: DirectoryRemoteStore (a
+// directory, e.g. on a shared file system); object stores later.
+//
+// Thread-safety: implementations must allow concurrent calls for different
+// (version, rank) pairs; calls for the same file must not race.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/store_layout.h"
+
+namespace memento::runtime {
+
+// One entry to persist: `bytes` bytes at `data` (not owned; must stay
+// unchanged for the duration of the call).
+struct RemoteEntrySource {
+  std::string name;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  EntryLayout layout;
+};
+
+// Where ReadRankFile puts the entry called `name`: `data` holds `capacity`
+// bytes (not owned).
+struct RemoteEntryTarget {
+  std::string name;
+  void* data = nullptr;
+  uint64_t capacity = 0;
+};
+
+// An entry as recorded in a rank file (no payload).
+struct RemoteEntryInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  EntryLayout layout;
+};
+
+// A written rank file, as the manifest records it.
+struct RankFileInfo {
+  int rank = 0;
+  std::string file;    // name relative to the version's folder
+  uint64_t bytes = 0;  // file size
+  uint32_t crc = 0;    // crc32c of the whole file
+
+  bool operator==(const RankFileInfo& o) const {
+    return rank == o.rank && file == o.file && bytes == o.bytes && crc == o.crc;
+  }
+};
+
+struct RemoteManifest {
+  std::string job;
+  uint64_t version = 0;
+  int world_size = 0;
+  std::vector<RankFileInfo> ranks;  // indexed by rank
+};
+
+class RemoteStore {
+ public:
+  virtual ~RemoteStore() = default;
+
+  // "dir:/path/job" etc. for logs.
+  virtual std::string Describe() const = 0;
+
+  // Writes rank `rank`'s file of `version` from `entries` (in order) and
+  // makes it visible atomically (temp name, fsync, rename, directory fsync).
+  // Returns what the manifest needs. An existing file for (version, rank) is
+  // replaced atomically. IoError naming the path on failure; no partial
+  // file is ever visible under the final name.
+  virtual Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
+                                             const std::vector<RemoteEntrySource>& entries) = 0;
+
+  // OK when every rank file of `ranks` exists under its final name with the
+  // recorded size; else NotFound / Corruption naming the first bad one.
+  virtual Status CheckRankFiles(uint64_t version, const std::vector<RankFileInfo>& ranks) = 0;
+
+  // Writes the manifest of `version` last, atomically, after
+  // CheckRankFiles(version, ranks) succeeds. `ranks` must hold world_size
+  // entries with rank == index (InvalidArgument otherwise). Call on one rank.
+  virtual Status WriteManifest(uint64_t version, int world_size,
+                               const std::vector<RankFileInfo>& ranks) = 0;
+
+  // Complete versions, ascending (see the file comment; cost: one manifest
+  // read and one stat per rank file per version).
+  virtual Result<std::vector<uint64_t>> ListComplete() = 0;
+
+  // The newest complete version, or nullopt when there is none.
+  virtual Result<std::optional<uint64_t>> NewestComplete() = 0;
+
+  // The validated manifest of `version` (NotFound / Corruption).
+  virtual Result<RemoteManifest> ReadManifest(uint64_t version) = 0;
+
+  // The entries recorded in rank `rank`'s file of `version` (headers only,
+  // validated; no payload read).
+  virtual Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t version, int rank) = 0;
+
+  // Reads rank `rank`'s file of `version` into `targets` by entry name,
+  // verifying every header and payload crc32c. Every target must be found
+  // (NotFound naming it) and have capacity == the entry's bytes
+  // (InvalidArgument); entries without a target are skipped (but their crc is
+  // still checked). Corruption naming file and entry on a mismatch; target
+  // bytes are then unspecified.
+  virtual Status ReadRankFile(uint64_t version, int rank,
+                              const std::vector<RemoteEntryTarget>& targets) = 0;
+
+  // Keeps the newest `keep` (>= 1) complete versions and deletes older
+  // versions (complete or not) and stale temporary files of dead writers.
+  // Never touches a version newer than the newest complete one unless its
+  // temporary files are clearly stale (see the implementation).
+  virtual Status Prune(int keep) = 0;
+};
+
+}  // namespace memento::runtime

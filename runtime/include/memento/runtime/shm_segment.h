@@ -1,0 +1,78 @@
+// ShmSegment: one POSIX shared-memory object, mapped into this process.
+//
+// The thin OS layer under NodeStore: create (O_CREAT|O_EXCL, mode 0600,
+// /dev/shm free-space check, space reserved with posix_fallocate so that a full
+// /dev/shm is a ResourceExhausted error now rather than a SIGBUS later), open
+// an existing one (read-write or read-only), list by name prefix, unlink.
+// The object outlives the process until it is unlinked.
+//
+// Ownership: a ShmSegment owns its mapping (munmap in the destructor) but not
+// the object: destruction never unlinks. Move-only.
+// Thread-safety: the mapping may be read/written from any thread; the object
+// itself is not synchronized (do not move it while others use data()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memento/common/status.h"
+
+namespace memento::runtime {
+
+class ShmSegment {
+ public:
+  enum class Access { kReadOnly, kReadWrite };
+
+  ShmSegment() = default;
+  ~ShmSegment();
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Creates `name` ("/x", one '/' at the start, <= 255 bytes) of `bytes` bytes,
+  // zero-filled, mapped read-write. Errors: InvalidArgument (bad name, 0
+  // bytes), AlreadyExists (the name exists: O_EXCL), ResourceExhausted (the
+  // shm file system has fewer free bytes than needed; the message names both
+  // numbers and the directory), IoError (any other OS error, with errno text).
+  // Nothing is left behind on failure. Cost: the kernel zero-fills `bytes`.
+  static Result<ShmSegment> Create(const std::string& name, uint64_t bytes);
+
+  // Opens and maps an existing object whole. NotFound if it does not exist.
+  static Result<ShmSegment> Open(const std::string& name, Access access);
+
+  // Unlinks `name`; mappings that exist stay valid until unmapped.
+  // NotFound if it does not exist.
+  static Status Unlink(const std::string& name);
+
+  // Names ("/" + file name) of the objects in the shm directory whose name
+  // starts with `prefix` (given with or without the leading '/'), sorted.
+  static Result<std::vector<std::string>> List(const std::string& prefix);
+
+  // Directory backing POSIX shm on this system ("/dev/shm").
+  static const char* Directory();
+
+  // Free bytes of the shm file system (statvfs f_bavail * f_frsize).
+  static Result<uint64_t> FreeBytes();
+
+  bool valid() const { return data_ != nullptr; }
+  const std::string& name() const { return name_; }
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool writable() const { return access_ == Access::kReadWrite; }
+
+ private:
+  ShmSegment(std::string name, uint8_t* data, uint64_t size, Access access)
+      : name_(std::move(name)), data_(data), size_(size), access_(access) {}
+  void Reset();
+
+  std::string name_;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  Access access_ = Access::kReadOnly;
+};
+
+}  // namespace memento::runtime

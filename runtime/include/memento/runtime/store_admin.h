@@ -1,0 +1,46 @@
+// Administration of a job's node stores on this machine: what `memento
+// inspect` and `memento clean` do, as library calls so that they are testable.
+//
+// Thread-safety: functions are independent; inspecting while a job writes is
+// safe (read-only mappings; a slot being rewritten shows as unsealed/corrupt).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/node_store.h"
+
+namespace memento::runtime {
+
+struct SegmentReport {
+  std::string name;    // "/memento.<job>...."
+  uint64_t bytes = 0;  // size of the object
+  Status status;       // attaching/validating the header; not OK = unusable
+  std::string node;    // node identity from the header (when status ok)
+  uint32_t local_rank = 0;
+  int region_count = 0;
+  std::vector<std::string> region_names;  // layout order
+  uint64_t payload_bytes = 0;  // one slot's region capacities
+  StoreInventory inventory;    // when status ok
+  // With verify: per slot, per region, the result of VerifyRegion for sealed
+  // regions (OK otherwise). Same shape as inventory.
+  std::vector<std::vector<Status>> verified;
+};
+
+// Names of `job`'s segments in /dev/shm, sorted. InvalidArgument for a bad job id.
+Result<std::vector<std::string>> ListJobSegments(const std::string& job);
+
+// Attaches read-only to each of `job`'s segments and reports it; with
+// `verify` also recomputes every sealed region's crc32c (one pass over the
+// data). A bad segment is reported in its SegmentReport, not as an error.
+Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verify);
+
+// Unlinks every segment of `job`; returns the names removed.
+Result<std::vector<std::string>> CleanJob(const std::string& job);
+
+// Human-readable multi-line rendering of reports (what `memento inspect` prints).
+std::string FormatReports(const std::vector<SegmentReport>& reports);
+
+}  // namespace memento::runtime

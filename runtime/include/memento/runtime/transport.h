@@ -1,0 +1,84 @@
+// Transport: how the ranks of one job talk to each other.
+//
+// The engine needs a handful of collectives (commit is one all-true, restore
+// one allgather of inventories) and tagged point-to-point byte transfers (part
+// 2 streams snapshot chunks to replica and parity holders). Transport is the
+// polymorphic seam between the engine and the wire, in the style of gloo's
+// transport::Device / Pair: the engine is written once, and runs over
+//   - InProcessTransport (inprocess_transport.h): threads of one process act
+//     as ranks; used by the fast multi-rank tests, and able to simulate a dead
+//     rank (its peers get Unavailable instead of hanging);
+//   - MpiTransport (mpi_transport.h): a duplicated MPI communicator.
+//
+// Failure model. Every operation returns a Status: a peer that is gone is
+// Unavailable, an operation that did not finish within the transport's
+// timeout is Timeout. After a collective fails the transport may be left
+// unusable (a collective cannot be cancelled on every rank); implementations
+// then answer every later call with Unavailable. Nothing here throws for an
+// expected failure.
+//
+// Thread-safety contract (shared by every implementation):
+//   - Collectives (Barrier, AllTrue, AllReduce*, Allgather) must be entered by
+//     every rank in the same order, and by at most one thread of a rank at a
+//     time. The Checkpointer guarantees this by issuing all of its collectives
+//     from one thread at a time (see checkpointer.h).
+//   - Send and Recv may be called concurrently from any number of threads,
+//     also while a collective is running on another thread. Messages between
+//     one (source, destination, tag) triple arrive in the order sent.
+//
+// Cost: collectives move O(size * payload) bytes; Send/Recv move the payload
+// once (in-process: one copy into a mailbox and one out of it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "memento/common/status.h"
+
+namespace memento::runtime {
+
+// Tags of point-to-point messages: 0 .. kMaxTag (the smallest MPI_TAG_UB the
+// MPI standard allows is 32767).
+inline constexpr int kMaxTag = 32767;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // This rank's number in 0 .. size()-1 and the number of ranks. Constant for
+  // the lifetime of the transport; cheap.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Returns once every rank has entered Barrier.
+  virtual Status Barrier() = 0;
+
+  // Logical AND of `mine` over all ranks ("every rank reports success"). The
+  // commit decision of a version is one AllTrue. Every rank gets the same
+  // answer, or an error.
+  virtual Result<bool> AllTrue(bool mine) = 0;
+
+  // Maximum / minimum of `mine` over all ranks.
+  virtual Result<int64_t> AllReduceMax(int64_t mine) = 0;
+  virtual Result<int64_t> AllReduceMin(int64_t mine) = 0;
+
+  // Every rank contributes a byte string of any length (0 allowed, lengths
+  // may differ per rank); every rank gets all of them, indexed by rank.
+  // Used for the restore inventory. Allocates the result.
+  virtual Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) = 0;
+
+  // Sends `bytes` bytes to rank `peer` with `tag` (0..kMaxTag). Returns once
+  // `data` may be reused (the message may still be in flight). Sending to
+  // oneself is allowed.
+  virtual Status Send(int peer, int tag, const void* data, size_t bytes) = 0;
+
+  // Receives the next message from rank `peer` with `tag` into `data`
+  // (capacity `capacity` bytes). Returns the number of bytes received; a
+  // message larger than `capacity` is an InvalidArgument error (the message
+  // is consumed). Blocks until the message arrives, the peer is known to be
+  // gone (Unavailable) or the timeout passes (Timeout).
+  virtual Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) = 0;
+};
+
+}  // namespace memento::runtime

@@ -1,0 +1,104 @@
+// The inside of Checkpointer, shared by checkpointer.cc (registration, Save,
+// commit thread) and restore.cc (Restore). See checkpointer.h for the
+// contract and the threading model.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "entry_crc_stage.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_store.h"
+#include "persister.h"
+#include "snapshot_pipeline.h"
+
+namespace memento::runtime {
+
+struct RegisteredEntry {
+  std::string name;
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  EntryLayout layout;
+  bool device = false;
+};
+
+class Checkpointer::Impl {
+ public:
+  Impl(Config config, std::shared_ptr<Transport> transport, std::shared_ptr<RemoteStore> remote,
+       FaultHooks hooks);
+  ~Impl();
+
+  Status RegisterBuffer(const std::string& name, void* data, uint64_t bytes, EntryLayout layout);
+  Status AddChunkStage(ChunkStage* stage);
+  Status Prepare();
+  Status Save(uint64_t step);
+  Status WaitSnapshot();
+  Status Wait();
+  Status WaitPersist();
+  Result<RestoreReport> Restore();
+  std::optional<uint64_t> LatestCommitted() const;
+  double BlockedSeconds() const;
+  int rank() const { return transport_->rank(); }
+  const std::string& node() const { return node_; }
+
+ private:
+  // Starts the pipeline for `version` (the Save path minus its argument
+  // checks). `persistable`: whether this version counts for persist_every.
+  Status StartVersion(uint64_t version, bool persistable);
+  // Picks the slot for a new version: never the newest committed one, never
+  // one pinned by the persister; blocks (counted as stall) if none is free.
+  int ChooseSlot();
+  void CommitLoop();
+  Status CommitOne(uint64_t version, int slot, bool persistable);
+  Status RunHook(Stage stage, uint64_t version) const;
+
+  // restore.cc
+  Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs);
+  Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs);
+
+  Config config_;
+  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<RemoteStore> remote_;
+  FaultHooks hooks_;
+
+  // Fixed by Prepare().
+  std::vector<RegisteredEntry> entries_;
+  std::vector<ChunkStage*> extra_stages_;
+  bool prepared_ = false;
+  bool any_device_ = false;
+  std::string node_;
+  NodeStore store_;
+  EntryCrcStage crc_stage_;
+  std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
+  std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA
+  std::vector<void*> pinned_ptrs_;                // their addresses, unpinned at destruction
+  std::unique_ptr<SnapshotPipeline> pipeline_;
+  std::unique_ptr<Persister> persister_;
+
+  // State shared with the commit thread.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_flight_ = false;  // a version is between Save and its commit decision
+  bool job_ready_ = false;  // the commit thread has a version to finish
+  uint64_t job_version_ = 0;
+  int job_slot_ = -1;
+  bool job_persistable_ = false;
+  Status version_status_;  // outcome of the last finished version
+  std::optional<uint64_t> latest_committed_;
+  int committed_slot_ = -1;  // slot of latest_committed_, -1 if not in memory
+  uint64_t commits_ = 0;     // persistable commits, for persist_every
+  bool stop_ = false;
+  double blocked_seconds_ = 0;  // application thread only
+  std::thread commit_thread_;
+};
+
+}  // namespace memento::runtime

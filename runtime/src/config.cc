@@ -1,0 +1,282 @@
+#include "memento/runtime/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+extern char** environ;
+
+namespace memento::runtime {
+namespace {
+
+constexpr char kJob[] = "MEMENTO_JOB";
+constexpr char kNode[] = "MEMENTO_NODE";
+constexpr char kRanksPerNode[] = "MEMENTO_RANKS_PER_NODE";
+constexpr char kScheme[] = "MEMENTO_SCHEME";
+constexpr char kSlots[] = "MEMENTO_SLOTS";
+constexpr char kRemote[] = "MEMENTO_REMOTE";
+constexpr char kPersistEvery[] = "MEMENTO_PERSIST_EVERY";
+constexpr char kPersistKeep[] = "MEMENTO_PERSIST_KEEP";
+constexpr char kLog[] = "MEMENTO_LOG";
+constexpr char kChunkBytes[] = "MEMENTO_CHUNK_BYTES";
+constexpr char kThreads[] = "MEMENTO_THREADS";
+constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
+constexpr char kStale[] = "MEMENTO_STALE";
+
+// MEMENTO_* variables that belong to tooling, not to the runtime (no warning).
+constexpr const char* kForeignVariables[] = {"MEMENTO_BUILD_DIR"};
+
+Status Bad(const std::string& var, const std::string& value, const std::string& accepted) {
+  return Status::InvalidArgument(var + "='" + value + "' is invalid; accepted: " + accepted);
+}
+
+// Strict decimal integer in [lo, hi].
+Result<long long> ParseInt(const std::string& var, const std::string& value, long long lo,
+                           long long hi, const std::string& accepted) {
+  if (value.empty()) return Bad(var, value, accepted);
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(value.c_str(), &end, 10);
+  if (errno != 0 || end != value.c_str() + value.size() || v < lo || v > hi) {
+    return Bad(var, value, accepted);
+  }
+  return v;
+}
+
+bool IsPositiveInt(const std::string& s, long long* out) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  *out = std::stoll(s);
+  return *out >= 1;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+constexpr char kSchemeForms[] =
+    "none | replica:M | replica:M:group | replica:M:ring (M >= 2) | xor:K (K >= 1) | "
+    "rs:K+M (K, M >= 1)";
+
+}  // namespace
+
+Status ValidateJobId(const std::string& job) {
+  constexpr char kForms[] = "1..48 characters from [A-Za-z0-9_-]";
+  if (job.empty() || job.size() > 48) return Bad(kJob, job, kForms);
+  for (char c : job) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    if (!ok) return Bad(kJob, job, kForms);
+  }
+  return Status::Ok();
+}
+
+Status ValidateSchemeSyntax(const std::string& scheme) {
+  if (scheme == "none") return Status::Ok();
+  std::vector<std::string> parts = Split(scheme, ':');
+  long long a = 0;
+  long long b = 0;
+  if (parts[0] == "replica" && (parts.size() == 2 || parts.size() == 3)) {
+    bool placement_ok = parts.size() == 2 || parts[2] == "group" || parts[2] == "ring";
+    if (IsPositiveInt(parts[1], &a) && a >= 2 && placement_ok) return Status::Ok();
+  } else if (parts[0] == "xor" && parts.size() == 2) {
+    if (IsPositiveInt(parts[1], &a)) return Status::Ok();
+  } else if (parts[0] == "rs" && parts.size() == 2) {
+    std::vector<std::string> km = Split(parts[1], '+');
+    if (km.size() == 2 && IsPositiveInt(km[0], &a) && IsPositiveInt(km[1], &b)) {
+      return Status::Ok();
+    }
+  }
+  return Bad(kScheme, scheme, kSchemeForms);
+}
+
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  std::string digits;
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') digits += text[i++];
+  std::string suffix = text.substr(i);
+  if (digits.empty() || digits.size() > 19) {
+    return Status::InvalidArgument("byte size '" + text + "' is not a number with K/M/G suffix");
+  }
+  uint64_t shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KiB" || suffix == "k") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MiB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GiB") {
+    shift = 30;
+  } else {
+    return Status::InvalidArgument("byte size '" + text + "' has unknown suffix '" + suffix +
+                                   "' (accepted: none, K, M, G)");
+  }
+  unsigned long long v = std::strtoull(digits.c_str(), nullptr, 10);
+  if (v > (~0ull >> shift)) {
+    return Status::InvalidArgument("byte size '" + text + "' overflows 64 bits");
+  }
+  return static_cast<uint64_t>(v) << shift;
+}
+
+const std::vector<std::string>& Config::VariableNames() {
+  static const std::vector<std::string> names = {
+      kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
+      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale};
+  return names;
+}
+
+Status Config::Validate() const {
+  MEMENTO_RETURN_IF_ERROR(ValidateJobId(job));
+  if (node.size() > 200 || node.find('\0') != std::string::npos) {
+    return Bad(kNode, node, "empty (host name) or 1..200 bytes");
+  }
+  if (ranks_per_node < 0 || ranks_per_node > 1000000) {
+    return Bad(kRanksPerNode, std::to_string(ranks_per_node), "0 (off) or 1..1000000");
+  }
+  MEMENTO_RETURN_IF_ERROR(ValidateSchemeSyntax(scheme));
+  if (slots < 2 || slots > 64) return Bad(kSlots, std::to_string(slots), "2..64");
+  if (persist_every < 0) {
+    return Bad(kPersistEvery, std::to_string(persist_every), "0 (never) or a positive integer");
+  }
+  if (persist_keep < 1) return Bad(kPersistKeep, std::to_string(persist_keep), "1 or more");
+  if (chunk_bytes < (4u << 10) || chunk_bytes > (1ull << 30)) {
+    return Bad(kChunkBytes, std::to_string(chunk_bytes), "4K..1G (bytes, K/M/G suffix)");
+  }
+  if (threads < 1 || threads > 64) return Bad(kThreads, std::to_string(threads), "1..64");
+  if (!(timeout_s > 0 && timeout_s <= 86400)) {
+    return Bad(kTimeout, std::to_string(timeout_s), "seconds in (0, 86400]");
+  }
+  return Status::Ok();
+}
+
+Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
+  Config c;
+  for (const auto& [var, value] : vars) {
+    if (var == kJob) {
+      MEMENTO_RETURN_IF_ERROR(ValidateJobId(value));
+      c.job = value;
+    } else if (var == kNode) {
+      c.node = value;
+    } else if (var == kRanksPerNode) {
+      MEMENTO_ASSIGN_OR_RETURN(long long v,
+                               ParseInt(var, value, 0, 1000000, "0 (off) or 1..1000000"));
+      c.ranks_per_node = static_cast<int>(v);
+    } else if (var == kScheme) {
+      c.scheme = value;
+    } else if (var == kSlots) {
+      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 2, 64, "an integer 2..64"));
+      c.slots = static_cast<int>(v);
+    } else if (var == kRemote) {
+      c.remote_dir = value;
+    } else if (var == kPersistEvery) {
+      MEMENTO_ASSIGN_OR_RETURN(
+          long long v, ParseInt(var, value, 0, 1ll << 40, "0 (never) or a positive integer"));
+      c.persist_every = static_cast<int>(std::min<long long>(v, 1 << 30));
+    } else if (var == kPersistKeep) {
+      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 1, 1 << 20, "an integer >= 1"));
+      c.persist_keep = static_cast<int>(v);
+    } else if (var == kLog) {
+      if (value == "error") {
+        c.log_level = LogLevel::kError;
+      } else if (value == "warn") {
+        c.log_level = LogLevel::kWarn;
+      } else if (value == "info") {
+        c.log_level = LogLevel::kInfo;
+      } else if (value == "debug") {
+        c.log_level = LogLevel::kDebug;
+      } else {
+        return Bad(var, value, "error | warn | info | debug");
+      }
+    } else if (var == kChunkBytes) {
+      Result<uint64_t> v = ParseByteSize(value);
+      if (!v.ok()) return Bad(var, value, "4K..1G: bytes with optional K, M or G suffix");
+      c.chunk_bytes = *v;
+    } else if (var == kThreads) {
+      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 1, 64, "an integer 1..64"));
+      c.threads = static_cast<int>(v);
+    } else if (var == kTimeout) {
+      errno = 0;
+      char* end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(v)) {
+        return Bad(var, value, "seconds in (0, 86400], e.g. 300 or 0.5");
+      }
+      c.timeout_s = v;
+    } else if (var == kStale) {
+      if (value == "error") {
+        c.stale_policy = StalePolicy::kError;
+      } else if (value == "replace") {
+        c.stale_policy = StalePolicy::kReplace;
+      } else {
+        return Bad(var, value, "error | replace");
+      }
+    } else {
+      return Status::InvalidArgument("unknown variable '" + var + "'; known: " + [] {
+        std::string all;
+        for (const auto& n : VariableNames()) {
+          all += (all.empty() ? "" : ", ") + n;
+        }
+        return all;
+      }());
+    }
+  }
+  MEMENTO_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+Result<Config> Config::FromEnv() {
+  std::map<std::string, std::string> known;
+  std::vector<std::string> unknown;
+  const auto& names = VariableNames();
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    std::string var(*e, static_cast<size_t>(eq - *e));
+    if (var.rfind("MEMENTO_", 0) != 0) continue;
+    bool is_known = false;
+    for (const auto& n : names) is_known = is_known || n == var;
+    if (is_known) {
+      known[var] = eq + 1;
+      continue;
+    }
+    bool foreign = false;
+    for (const char* f : kForeignVariables) foreign = foreign || var == f;
+    if (!foreign) unknown.push_back(var);
+  }
+  MEMENTO_ASSIGN_OR_RETURN(Config c, FromMap(known));
+  SetLogLevel(c.log_level);
+  for (const auto& var : unknown) {
+    Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored");
+  }
+  for (const auto& [var, value] : known) Log(LogLevel::kInfo, "config: " + var + "=" + value);
+  return c;
+}
+
+std::string Config::ToString() const {
+  std::ostringstream os;
+  os << kJob << "=" << job << " " << kNode << "=" << node << " " << kRanksPerNode << "="
+     << ranks_per_node << " " << kScheme << "=" << scheme << " " << kSlots << "=" << slots << " "
+     << kRemote << "=" << remote_dir << " " << kPersistEvery << "=" << persist_every << " "
+     << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level) << " "
+     << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
+     << "=" << timeout_s << " " << kStale << "="
+     << (stale_policy == StalePolicy::kError ? "error" : "replace");
+  return os.str();
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,198 @@
+#include "persister.h"
+
+#include <cstring>
+
+#include "memento/common/check.h"
+#include "memento/runtime/log.h"
+#include "message_tags.h"
+
+namespace memento::runtime {
+namespace {
+
+// The "done" record a rank sends to rank 0.
+constexpr size_t kMaxRecord = 4096;
+
+std::vector<uint8_t> EncodeRecord(uint64_t version, bool ok, const RankFileInfo& info) {
+  std::vector<uint8_t> out(8 + 1 + 8 + 4 + 4 + info.file.size());
+  uint8_t* p = out.data();
+  const uint32_t name_len = static_cast<uint32_t>(info.file.size());
+  const uint8_t ok_byte = ok ? 1 : 0;
+  std::memcpy(p, &version, 8);
+  std::memcpy(p + 8, &ok_byte, 1);
+  std::memcpy(p + 9, &info.bytes, 8);
+  std::memcpy(p + 17, &info.crc, 4);
+  std::memcpy(p + 21, &name_len, 4);
+  std::memcpy(p + 25, info.file.data(), info.file.size());
+  return out;
+}
+
+Status DecodeRecord(const uint8_t* p, size_t n, uint64_t* version, bool* ok, RankFileInfo* info) {
+  if (n < 25) return Status::Corruption("persist record of " + std::to_string(n) + " bytes");
+  uint32_t name_len = 0;
+  std::memcpy(version, p, 8);
+  *ok = p[8] != 0;
+  std::memcpy(&info->bytes, p + 9, 8);
+  std::memcpy(&info->crc, p + 17, 4);
+  std::memcpy(&name_len, p + 21, 4);
+  if (25 + static_cast<size_t>(name_len) != n) {
+    return Status::Corruption("persist record: name length " + std::to_string(name_len) +
+                              " does not match " + std::to_string(n) + " bytes");
+  }
+  info->file.assign(reinterpret_cast<const char*>(p + 25), name_len);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Persister::Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transport> transport,
+                     NodeStore* store, std::vector<std::string> names,
+                     std::vector<EntryLayout> layouts, int keep,
+                     std::function<Status(Stage, uint64_t)> hook)
+    : remote_(std::move(remote)),
+      transport_(std::move(transport)),
+      store_(store),
+      names_(std::move(names)),
+      layouts_(std::move(layouts)),
+      keep_(keep),
+      hook_(std::move(hook)),
+      pins_(store->slot_count(), 0) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Persister::~Persister() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Persister::Enqueue(uint64_t version, int slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({version, slot});
+    ++pins_[slot];
+  }
+  cv_.notify_all();
+}
+
+int Persister::ChooseUnpinned(int slots,
+                              const std::function<int(const std::vector<bool>&)>& choose) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<bool> pinned(slots);
+  while (true) {
+    for (int s = 0; s < slots; ++s) pinned[s] = pins_[s] > 0;
+    int chosen = choose(pinned);
+    if (chosen >= 0) return chosen;
+    cv_.wait(lock);
+  }
+}
+
+Status Persister::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  return last_;
+}
+
+void Persister::Loop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Queued work is finished before stopping: a persist that was promised
+      // is not dropped by a clean shutdown.
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    Status local;
+    Status s = PersistOne(job, &local);
+    if (!s.ok())
+      Log(LogLevel::kWarn, "persist of v" + std::to_string(job.version) + ": " + s.ToString());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_ = s;
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status Persister::PersistOne(const Job& job, Status* local) {
+  RankFileInfo info;
+  *local = WriteLocal(job, &info);
+  {
+    // The slot has been read: release it before the (possibly slow) exchange.
+    std::lock_guard<std::mutex> lock(mu_);
+    --pins_[job.slot];
+  }
+  cv_.notify_all();
+  return CollectAndPublish(job.version, info, *local);
+}
+
+Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
+  if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kPersist, job.version));
+  std::vector<RemoteEntrySource> sources;
+  sources.reserve(names_.size());
+  for (size_t i = 0; i < names_.size(); ++i) {
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(job.slot, static_cast<int>(i)));
+    if (view.version != job.version) {
+      return Status::FailedPrecondition("slot " + std::to_string(job.slot) + " holds v" +
+                                        std::to_string(view.version) + ", not v" +
+                                        std::to_string(job.version));
+    }
+    sources.push_back({names_[i], view.data, view.length, layouts_[i]});
+  }
+  MEMENTO_ASSIGN_OR_RETURN(*info, remote_->WriteRankFile(job.version, transport_->rank(), sources));
+  if (!store_->StillSealed(job.slot, job.version)) {
+    // Cannot happen while the slot is pinned; guard the remote tier anyway.
+    return Status::Internal("slot " + std::to_string(job.slot) + " was rewritten during persist");
+  }
+  return Status::Ok();
+}
+
+Status Persister::CollectAndPublish(uint64_t version, RankFileInfo own, const Status& own_status) {
+  const int rank = transport_->rank();
+  const int size = transport_->size();
+  own.rank = rank;
+  if (rank != 0) {
+    auto record = EncodeRecord(version, own_status.ok(), own);
+    MEMENTO_RETURN_IF_ERROR(transport_->Send(0, kTagPersistDone, record.data(), record.size()));
+    return own_status;
+  }
+  std::vector<RankFileInfo> ranks(size);
+  ranks[0] = own;
+  Status all = own_status.WithContext("rank 0");
+  std::vector<uint8_t> buf(kMaxRecord);
+  for (int r = 1; r < size; ++r) {
+    auto got = transport_->Recv(r, kTagPersistDone, buf.data(), buf.size());
+    if (!got.ok()) {
+      // A dead rank: its record never comes; later ones cannot be paired.
+      return got.status().WithContext("persist v" + std::to_string(version) +
+                                      ": waiting for rank " + std::to_string(r));
+    }
+    uint64_t their_version = 0;
+    bool ok = false;
+    MEMENTO_RETURN_IF_ERROR(DecodeRecord(buf.data(), *got, &their_version, &ok, &ranks[r]));
+    ranks[r].rank = r;
+    if (their_version != version) {  // versions are persisted in commit order on every rank
+      return Status::Internal("persist: rank " + std::to_string(r) + " reported v" +
+                              std::to_string(their_version) + " while rank 0 persists v" +
+                              std::to_string(version));
+    }
+    if (!ok && all.ok()) {
+      all = Status::Unavailable("rank " + std::to_string(r) + " failed to write its file");
+    }
+  }
+  if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
+  if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));
+  MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks));
+  Log(LogLevel::kInfo, "persisted v" + std::to_string(version) + " to " + remote_->Describe());
+  MEMENTO_RETURN_IF_ERROR(remote_->Prune(keep_));
+  return Status::Ok();
+}
+
+}  // namespace memento::runtime

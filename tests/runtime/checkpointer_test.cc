@@ -1,0 +1,406 @@
+// The engine over the in-process transport (label local): every rank is a
+// thread with its own Checkpointer and its own node store segment (virtual
+// nodes, MEMENTO_RANKS_PER_NODE=1).
+#include "memento/runtime/checkpointer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/inprocess_transport.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/store_admin.h"
+
+namespace memento::runtime {
+namespace {
+
+// Entry sizes: odd, bigger than a chunk, smaller than a chunk, empty.
+const std::vector<size_t> kEntryBytes = {100003, 4096 * 3, 77, 0};
+
+uint8_t Pattern(int rank, uint64_t step, size_t entry, size_t i) {
+  uint64_t x = (static_cast<uint64_t>(rank) << 48) ^ (step << 24) ^ (entry << 20) ^ i;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 29;
+  return static_cast<uint8_t>(x);
+}
+
+struct Rank {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::unique_ptr<Checkpointer> ck;
+
+  void Fill(int rank, uint64_t step) {
+    for (size_t e = 0; e < bufs.size(); ++e) {
+      for (size_t i = 0; i < bufs[e].size(); ++i) bufs[e][i] = Pattern(rank, step, e, i);
+    }
+  }
+  // First mismatching entry against the pattern of (rank, step), or -1.
+  int Mismatch(int rank, uint64_t step) const {
+    for (size_t e = 0; e < bufs.size(); ++e) {
+      for (size_t i = 0; i < bufs[e].size(); ++i) {
+        if (bufs[e][i] != Pattern(rank, step, e, i)) return static_cast<int>(e);
+      }
+    }
+    return -1;
+  }
+  void Scribble() {
+    for (auto& b : bufs) std::fill(b.begin(), b.end(), 0xEE);
+  }
+};
+
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_ = std::string("ckt-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+           "-" + std::to_string(getpid());
+    for (char& c : job_) {
+      if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
+    }
+    if (job_.size() > 48) job_ = job_.substr(job_.size() - 48);
+    remote_dir_ = std::filesystem::temp_directory_path() / ("memento-" + job_);
+  }
+  void TearDown() override {
+    ranks_.clear();
+    (void)CleanJob(job_);
+    std::filesystem::remove_all(remote_dir_);
+  }
+
+  Config MakeConfig() const {
+    Config c;
+    c.job = job_;
+    c.ranks_per_node = 1;
+    c.chunk_bytes = 4096;
+    c.threads = 2;
+    c.persist_every = 0;
+    c.timeout_s = 20;
+    return c;
+  }
+
+  // Fresh group, fresh Checkpointers for n ranks (a "launch"); node stores
+  // are re-attached when they exist.
+  void Launch(int n, const Config& config, FaultHooks hooks = FaultHooks(),
+              bool with_remote = false) {
+    ranks_.clear();
+    group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
+    ranks_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      std::shared_ptr<RemoteStore> remote;
+      if (with_remote) remote = std::make_shared<DirectoryRemoteStore>(remote_dir_, config.job);
+      auto ck = Checkpointer::Create(config, group_->transport(r), remote, hooks);
+      ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+      ranks_[r].ck = std::move(ck).value();
+      for (size_t e = 0; e < kEntryBytes.size(); ++e) {
+        ranks_[r].bufs.emplace_back(kEntryBytes[e] + r);  // sizes differ per rank too
+        EntryLayout layout{"uint8",
+                           {static_cast<int64_t>(kEntryBytes[e] + r)},
+                           {static_cast<int64_t>(kEntryBytes[e] + r)},
+                           {0}};
+        ASSERT_TRUE(ranks_[r]
+                        .ck
+                        ->RegisterBuffer("e" + std::to_string(e), ranks_[r].bufs[e].data(),
+                                         ranks_[r].bufs[e].size(), layout)
+                        .ok());
+      }
+    }
+  }
+
+  // fn(rank) on one thread per rank.
+  void Run(const std::function<void(int)>& fn) {
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < ranks_.size(); ++r) threads.emplace_back(fn, static_cast<int>(r));
+    for (auto& t : threads) t.join();
+  }
+
+  // Every rank: fill with `step`'s pattern, Save, Wait; returns Wait statuses.
+  std::vector<Status> SaveAll(uint64_t step) {
+    std::vector<Status> out(ranks_.size());
+    Run([&](int r) {
+      ranks_[r].Fill(r, step);
+      Status s = ranks_[r].ck->Save(step);
+      out[r] = s.ok() ? ranks_[r].ck->Wait() : s;
+    });
+    return out;
+  }
+
+  std::vector<Result<RestoreReport>> RestoreAll() {
+    std::vector<Result<RestoreReport>> out(ranks_.size(), Status::Internal("not run"));
+    Run([&](int r) {
+      ranks_[r].Scribble();
+      out[r] = ranks_[r].ck->Restore();
+    });
+    return out;
+  }
+
+  std::string job_;
+  std::filesystem::path remote_dir_;
+  std::shared_ptr<InProcessGroup> group_;
+  std::vector<Rank> ranks_;
+};
+
+class CheckpointerRanksTest : public CheckpointerTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(CheckpointerRanksTest, SaveRestoreBitExactAfterRelaunch) {
+  const int n = GetParam();
+  Launch(n, MakeConfig());
+  for (uint64_t step : {1, 2, 3}) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (auto& r : ranks_) EXPECT_EQ(r.ck->LatestCommitted(), std::optional<uint64_t>(3));
+  Launch(n, MakeConfig());  // "relaunch": new transports, stores re-attached
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 3u);
+    ASSERT_EQ(reports[r]->entries.size(), kEntryBytes.size());
+    for (const auto& e : reports[r]->entries) EXPECT_EQ(e.source, RestoreSource::kLocalMemory);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 3), -1) << "rank " << r;
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(3));
+  }
+  // Saving continues after a restore, into the other slot.
+  for (const Status& s : SaveAll(4)) ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CheckpointerRanksTest, ::testing::Values(1, 2, 4, 8));
+
+TEST_F(CheckpointerTest, WritesAfterWaitSnapshotDoNotChangeTheSavedVersion) {
+  Launch(2, MakeConfig());
+  std::vector<Status> waits(2);
+  Run([&](int r) {
+    ranks_[r].Fill(r, 1);
+    ASSERT_TRUE(ranks_[r].ck->Save(1).ok());
+    ASSERT_TRUE(ranks_[r].ck->WaitSnapshot().ok());
+    ranks_[r].Fill(r, 99);  // the "optimizer step" overwrites the buffers at once
+    waits[r] = ranks_[r].ck->Wait();
+  });
+  for (const Status& s : waits) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto reports = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 1u);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 1), -1);
+  }
+}
+
+TEST_F(CheckpointerTest, CommitIsAllOrNothing) {
+  // Rank 2 fails to seal version 2: no rank may commit it. Hooks are per
+  // Checkpointer; the failing one is installed for rank 2 only.
+  const int n = 4;
+  ranks_.clear();
+  group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
+  ranks_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    FaultHooks h;
+    if (r == 2) {
+      h.at_stage = [](Stage stage, uint64_t version) {
+        if (stage == Stage::kSeal && version == 2) return Status::IoError("injected seal failure");
+        return Status::Ok();
+      };
+    }
+    auto ck = Checkpointer::Create(MakeConfig(), group_->transport(r), nullptr, h);
+    ASSERT_TRUE(ck.ok());
+    ranks_[r].ck = std::move(ck).value();
+    ranks_[r].bufs.emplace_back(50000 + r);
+    ASSERT_TRUE(ranks_[r].ck->RegisterBuffer("w", ranks_[r].bufs[0].data(), 50000 + r).ok());
+  }
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto second = SaveAll(2);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(second[r].ok()) << "rank " << r << " committed v2";
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(1));
+  }
+  EXPECT_NE(second[2].message().find("injected seal failure"), std::string::npos)
+      << second[2].ToString();
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 1u);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 1), -1);
+  }
+  // And the failed version's slot is reusable: v3 commits.
+  for (const Status& s : SaveAll(3)) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
+  const int n = 3;
+  Launch(n, MakeConfig());
+  for (const Status& s : SaveAll(5)) ASSERT_TRUE(s.ok()) << s.ToString();
+  // v6: rank 1 "crashes" before its snapshot (it never saves).
+  std::vector<Status> waits(n);
+  Run([&](int r) {
+    if (r == 1) {
+      group_->Kill(1);
+      return;
+    }
+    ranks_[r].Fill(r, 6);
+    ASSERT_TRUE(ranks_[r].ck->Save(6).ok());
+    waits[r] = ranks_[r].ck->Wait();
+  });
+  EXPECT_EQ(waits[0].code(), StatusCode::kUnavailable) << waits[0].ToString();
+  EXPECT_EQ(waits[2].code(), StatusCode::kUnavailable) << waits[2].ToString();
+  EXPECT_EQ(ranks_[0].ck->LatestCommitted(), std::optional<uint64_t>(5));
+  Launch(n, MakeConfig());
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 5u) << reports[r]->ToString();
+    EXPECT_EQ(ranks_[r].Mismatch(r, 5), -1);
+  }
+}
+
+TEST_F(CheckpointerTest, SaveWhileInFlightWaitsForTheCommit) {
+  const int n = 2;
+  std::atomic<bool> v1_committed{false};
+  ranks_.clear();
+  group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
+  ranks_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    FaultHooks h;
+    h.at_stage = [&v1_committed](Stage stage, uint64_t version) {
+      if (stage == Stage::kCommit && version == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      if (stage == Stage::kCommitted && version == 1) v1_committed = true;
+      return Status::Ok();
+    };
+    auto ck = Checkpointer::Create(MakeConfig(), group_->transport(r), nullptr, h);
+    ASSERT_TRUE(ck.ok());
+    ranks_[r].ck = std::move(ck).value();
+    ranks_[r].bufs.emplace_back(30000);
+    ASSERT_TRUE(ranks_[r].ck->RegisterBuffer("w", ranks_[r].bufs[0].data(), 30000).ok());
+  }
+  std::vector<Status> waits(n);
+  Run([&](int r) {
+    ranks_[r].Fill(r, 1);
+    ASSERT_TRUE(ranks_[r].ck->Save(1).ok());
+    ASSERT_TRUE(ranks_[r].ck->WaitSnapshot().ok());
+    ranks_[r].Fill(r, 2);
+    ASSERT_TRUE(ranks_[r].ck->Save(2).ok());  // v1 still committing: waits for it
+    EXPECT_TRUE(v1_committed.load());
+    EXPECT_GE(ranks_[r].ck->LatestCommitted().value_or(0), 1u);
+    waits[r] = ranks_[r].ck->Wait();
+  });
+  for (const Status& s : waits) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (auto& r : ranks_) EXPECT_EQ(r.ck->LatestCommitted(), std::optional<uint64_t>(2));
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok());
+    EXPECT_EQ(reports[r]->version, 2u);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 2), -1);
+  }
+}
+
+TEST_F(CheckpointerTest, StepsMustIncreaseAndLayoutIsFixed) {
+  Launch(1, MakeConfig());
+  for (const Status& s : SaveAll(7)) ASSERT_TRUE(s.ok());
+  Status again = ranks_[0].ck->Save(7);
+  EXPECT_EQ(again.code(), StatusCode::kInvalidArgument) << again.ToString();
+  uint8_t extra[4];
+  EXPECT_EQ(ranks_[0].ck->RegisterBuffer("late", extra, 4).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointerTest, NothingToRestoreIsNotFound) {
+  Launch(3, MakeConfig());
+  auto reports = RestoreAll();
+  for (const auto& r : reports) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(r.status().message().find("nothing to restore"), std::string::npos);
+  }
+}
+
+TEST_F(CheckpointerTest, CorruptLocalCopyFallsBackToOlderVersion) {
+  Launch(2, MakeConfig());
+  for (uint64_t step : {1, 2}) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok());
+  }
+  ranks_.clear();
+  // Flip one payload byte of v2 on rank 1's node.
+  Config c = MakeConfig();
+  StoreId id{c.job, NodeIdentity(c, 1), 0};
+  {
+    auto store = NodeStore::Attach(id);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto slot = store->FindVersion(2);
+    ASSERT_TRUE(slot.has_value());
+    auto view = store->ReadRegion(*slot, 0);
+    ASSERT_TRUE(view.ok());
+    const_cast<uint8_t*>(view->data)[123] ^= 0x10;
+  }
+  Launch(2, MakeConfig());
+  auto reports = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 1u) << reports[r]->ToString();
+    EXPECT_EQ(ranks_[r].Mismatch(r, 1), -1);
+  }
+}
+
+TEST_F(CheckpointerTest, PersistThenRestoreFromRemoteAfterAllSegmentsUnlinked) {
+  Config c = MakeConfig();
+  c.persist_every = 2;
+  c.persist_keep = 2;
+  const int n = 3;
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 7; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  {
+    DirectoryRemoteStore remote(remote_dir_, c.job);
+    auto complete = remote.ListComplete();
+    ASSERT_TRUE(complete.ok()) << complete.status().ToString();
+    EXPECT_EQ(*complete, (std::vector<uint64_t>{4, 6}));  // every 2nd commit, keep 2
+  }
+  ranks_.clear();
+  auto removed = CleanJob(c.job);  // every node lost
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), static_cast<size_t>(n));
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 6u);
+    for (const auto& e : reports[r]->entries) EXPECT_EQ(e.source, RestoreSource::kRemote);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 6), -1);
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(6));
+  }
+  // The restored version was re-seeded in memory: a crash now restores from memory.
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok());
+    EXPECT_EQ(reports[r]->version, 6u);
+    EXPECT_EQ(reports[r]->entries[0].source, RestoreSource::kLocalMemory);
+  }
+}
+
+TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
+  // persist_every = 1 with 2 slots: Save(v+2) must wait for v's persist.
+  Config c = MakeConfig();
+  c.persist_every = 1;
+  const int n = 2;
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 6; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  DirectoryRemoteStore remote(remote_dir_, c.job);
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, (std::vector<uint64_t>{5, 6}));
+  std::vector<std::vector<uint8_t>> back(1);
+  back[0].resize(kEntryBytes[0] + 1);
+  ASSERT_TRUE(remote.ReadRankFile(5, 1, {{"e0", back[0].data(), back[0].size()}}).ok());
+  for (size_t i = 0; i < back[0].size(); ++i) ASSERT_EQ(back[0][i], Pattern(1, 5, 0, i));
+}
+
+}  // namespace
+}  // namespace memento::runtime

@@ -1,0 +1,169 @@
+#include "memento/runtime/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "memento/runtime/node_identity.h"
+
+namespace memento::runtime {
+namespace {
+
+TEST(Config, DefaultsAreValid) {
+  auto c = Config::FromMap({});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->job, "memento");
+  EXPECT_EQ(c->scheme, "none");
+  EXPECT_EQ(c->slots, 2);
+  EXPECT_EQ(c->persist_every, 10);
+  EXPECT_EQ(c->persist_keep, 2);
+  EXPECT_EQ(c->chunk_bytes, 4u << 20);
+  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->log_level, LogLevel::kWarn);
+  EXPECT_EQ(c->stale_policy, StalePolicy::kError);
+  EXPECT_TRUE(c->remote_dir.empty());
+  EXPECT_TRUE(Config().Validate().ok());
+}
+
+TEST(Config, ParsesEveryVariable) {
+  auto c = Config::FromMap({{"MEMENTO_JOB", "run-7_a"},
+                            {"MEMENTO_NODE", "nodeA"},
+                            {"MEMENTO_RANKS_PER_NODE", "4"},
+                            {"MEMENTO_SCHEME", "rs:4+2"},
+                            {"MEMENTO_SLOTS", "3"},
+                            {"MEMENTO_REMOTE", "/tmp/remote"},
+                            {"MEMENTO_PERSIST_EVERY", "0"},
+                            {"MEMENTO_PERSIST_KEEP", "5"},
+                            {"MEMENTO_LOG", "debug"},
+                            {"MEMENTO_CHUNK_BYTES", "8M"},
+                            {"MEMENTO_THREADS", "4"},
+                            {"MEMENTO_TIMEOUT_S", "2.5"},
+                            {"MEMENTO_STALE", "replace"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->job, "run-7_a");
+  EXPECT_EQ(c->node, "nodeA");
+  EXPECT_EQ(c->ranks_per_node, 4);
+  EXPECT_EQ(c->scheme, "rs:4+2");
+  EXPECT_EQ(c->slots, 3);
+  EXPECT_EQ(c->remote_dir, "/tmp/remote");
+  EXPECT_EQ(c->persist_every, 0);
+  EXPECT_EQ(c->persist_keep, 5);
+  EXPECT_EQ(c->log_level, LogLevel::kDebug);
+  EXPECT_EQ(c->chunk_bytes, 8u << 20);
+  EXPECT_EQ(c->threads, 4);
+  EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
+  EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
+  EXPECT_EQ(Config::VariableNames().size(), 13u);
+}
+
+// A bad value names the variable, the value and the accepted forms.
+TEST(Config, BadValuesNameTheVariable) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"MEMENTO_JOB", "a/b"},
+      {"MEMENTO_JOB", "a.b"},
+      {"MEMENTO_JOB", ""},
+      {"MEMENTO_JOB", std::string(49, 'x')},
+      {"MEMENTO_RANKS_PER_NODE", "-1"},
+      {"MEMENTO_RANKS_PER_NODE", "2x"},
+      {"MEMENTO_SCHEME", "raid5"},
+      {"MEMENTO_SCHEME", "replica:1"},
+      {"MEMENTO_SCHEME", "replica:2:star"},
+      {"MEMENTO_SCHEME", "xor:0"},
+      {"MEMENTO_SCHEME", "rs:4"},
+      {"MEMENTO_SCHEME", "rs:4+"},
+      {"MEMENTO_SLOTS", "1"},
+      {"MEMENTO_SLOTS", "two"},
+      {"MEMENTO_PERSIST_EVERY", "-3"},
+      {"MEMENTO_PERSIST_KEEP", "0"},
+      {"MEMENTO_LOG", "verbose"},
+      {"MEMENTO_CHUNK_BYTES", "4T"},
+      {"MEMENTO_CHUNK_BYTES", "100"},
+      {"MEMENTO_CHUNK_BYTES", "2G"},
+      {"MEMENTO_THREADS", "0"},
+      {"MEMENTO_TIMEOUT_S", "0"},
+      {"MEMENTO_TIMEOUT_S", "abc"},
+      {"MEMENTO_TIMEOUT_S", "inf"},
+      {"MEMENTO_STALE", "keep"},
+      {"MEMENTO_NODE", std::string(201, 'n')},
+  };
+  for (const auto& [var, value] : bad) {
+    auto c = Config::FromMap({{var, value}});
+    ASSERT_FALSE(c.ok()) << var << "=" << value;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(var), std::string::npos) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("accepted"), std::string::npos) << c.status().ToString();
+  }
+}
+
+TEST(Config, UnknownKeyInMapIsAnError) {
+  auto c = Config::FromMap({{"MEMENTO_SLOT", "3"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("MEMENTO_SLOT"), std::string::npos);
+}
+
+TEST(Config, SchemeSyntax) {
+  for (const char* ok : {"none", "replica:2", "replica:3:group", "replica:2:ring", "xor:1", "xor:7",
+                         "rs:4+2", "rs:1+1"}) {
+    EXPECT_TRUE(ValidateSchemeSyntax(ok).ok()) << ok;
+  }
+  for (const char* bad : {"", "None", "replica", "replica:", "replica:2:", "xor", "xor:-1", "rs:+2",
+                          "rs:4+2+1", "rs:a+b", "replica:2:ring:x"}) {
+    EXPECT_FALSE(ValidateSchemeSyntax(bad).ok()) << bad;
+  }
+}
+
+TEST(Config, ByteSizes) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("64K"), 64u << 10);
+  EXPECT_EQ(*ParseByteSize("4MiB"), 4u << 20);
+  EXPECT_EQ(*ParseByteSize("1G"), 1u << 30);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("M").ok());
+  EXPECT_FALSE(ParseByteSize("1.5M").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
+  EXPECT_FALSE(ParseByteSize("17179869184G").ok());  // overflows 64 bits
+}
+
+TEST(Config, FromEnvReadsTheEnvironment) {
+  ASSERT_EQ(setenv("MEMENTO_SLOTS", "5", 1), 0);
+  ASSERT_EQ(setenv("MEMENTO_JOB", "envjob", 1), 0);
+  ASSERT_EQ(setenv("MEMENTO_SOMETHING_UNKNOWN", "1", 1), 0);  // warned, ignored
+  auto c = Config::FromEnv();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->slots, 5);
+  EXPECT_EQ(c->job, "envjob");
+  ASSERT_EQ(setenv("MEMENTO_SLOTS", "0", 1), 0);
+  auto bad = Config::FromEnv();
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MEMENTO_SLOTS='0'"), std::string::npos);
+  unsetenv("MEMENTO_SLOTS");
+  unsetenv("MEMENTO_JOB");
+  unsetenv("MEMENTO_SOMETHING_UNKNOWN");
+  SetLogLevel(LogLevel::kWarn);
+}
+
+TEST(NodeIdentity, HostOrNodeAndVirtualNodes) {
+  Config c;
+  EXPECT_EQ(NodeIdentity(c, 5), HostName());
+  EXPECT_EQ(LocalRank(c, 5), -1);
+  c.node = "nodeA";
+  EXPECT_EQ(NodeIdentity(c, 5), "nodeA");
+  c.ranks_per_node = 2;
+  EXPECT_EQ(NodeIdentity(c, 0), "nodeA/0");
+  EXPECT_EQ(NodeIdentity(c, 1), "nodeA/0");
+  EXPECT_EQ(NodeIdentity(c, 5), "nodeA/2");
+  EXPECT_EQ(LocalRank(c, 5), 1);
+  c.node.clear();
+  EXPECT_EQ(NodeIdentity(c, 3), HostName() + "/1");
+}
+
+TEST(NodeIdentity, LocalRankAmongIdentities) {
+  std::vector<std::string> ids = {"a", "b", "a", "a", "b"};
+  EXPECT_EQ(LocalRankAmong(ids, 0), 0);
+  EXPECT_EQ(LocalRankAmong(ids, 1), 0);
+  EXPECT_EQ(LocalRankAmong(ids, 2), 1);
+  EXPECT_EQ(LocalRankAmong(ids, 3), 2);
+  EXPECT_EQ(LocalRankAmong(ids, 4), 1);
+}
+
+}  // namespace
+}  // namespace memento::runtime

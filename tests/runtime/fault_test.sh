@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Fault scenarios under real mpirun (ctest labels mpi;fault). Each runs a job,
+# lets fault_worker SIGKILL a rank at an injected point (or unlinks every
+# node's segments), relaunches, and requires a bit-exact restore of exactly the
+# right version. Usage: fault_test.sh WORKER SCENARIO
+#   WORKER   path of fault_worker
+#   SCENARIO basic | kill-snapshot | kill-seal | kill-commit | all-unlinked | kill-remote-write | kill-manifest
+# Environment: MPIRUN (the mpirun command line, ctest sets it), NP (ranks, 4).
+set -uo pipefail
+worker=$1
+scenario=$2
+np=${NP:-4}
+read -r -a mpirun <<<"${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
+
+export MEMENTO_JOB="ft-${scenario}-$$"
+export MEMENTO_RANKS_PER_NODE=${MEMENTO_RANKS_PER_NODE:-2}  # np/2 virtual nodes
+export MEMENTO_CHUNK_BYTES=256K
+export MEMENTO_TIMEOUT_S=60
+remote=$(mktemp -d "${TMPDIR:-/tmp}/memento-ft-XXXXXX")
+cleanup() {
+  "${mpirun[@]}" -np 1 "$worker" clean >/dev/null 2>&1
+  rm -rf "$remote"
+}
+trap cleanup EXIT
+
+run() {  # run EXPECT(ok|fail) ARGS...: one mpirun launch
+  local expect=$1
+  shift
+  echo "--- mpirun -np $np fault_worker $* (MEMENTO_TEST_KILL=${MEMENTO_TEST_KILL:-})"
+  "${mpirun[@]}" -np "$np" "$worker" "$@" 2>&1 | grep -v -e '^\s*$' -e '^----' | tail -n 12
+  local rc=${PIPESTATUS[0]}
+  if [[ $expect == ok && $rc -ne 0 ]]; then
+    echo "FAIL: launch '$*' exited $rc, expected success"
+    exit 1
+  fi
+  if [[ $expect == fail && $rc -eq 0 ]]; then
+    echo "FAIL: launch '$*' succeeded although a rank was to be killed"
+    exit 1
+  fi
+}
+
+manifests() { find "$remote" -name MANIFEST | sort; }
+
+case $scenario in
+  basic)  # no failure: train, relaunch, restore from memory
+    run ok train 3
+    run ok restore 3 3 memory
+    ;;
+  kill-snapshot)  # v3 committed; rank 1 killed during v4's snapshot -> exactly v3
+    MEMENTO_TEST_KILL=snapshot:4:1 run fail train 6
+    run ok restore 3 3 memory
+    ;;
+  kill-seal)  # rank 2 killed after v4's snapshot, before sealing it -> exactly v3
+    MEMENTO_TEST_KILL=seal:4:2 run fail train 6
+    run ok restore 3 3 memory
+    ;;
+  kill-commit)  # rank 2 killed after sealing v4, before the commit collective:
+    # v4 is restorable only if every rank sealed it before mpirun killed them
+    # (a version sealed on every rank is complete); either way one version.
+    MEMENTO_TEST_KILL=commit:4:2 run fail train 6
+    run ok restore 3 4 memory
+    ;;
+  all-unlinked)  # persist every 2nd version; every node lost -> newest persisted (v6)
+    export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=2 MEMENTO_PERSIST_KEEP=2
+    run ok train 7
+    run ok clean
+    run ok restore 6 6 remote
+    ;;
+  kill-remote-write)  # rank 1 killed while writing its v4 rank file
+    export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1 MEMENTO_PERSIST_KEEP=3
+    MEMENTO_TEST_KILL=remote-write:4:1 run fail train 6
+    manifests
+    if manifests | grep -q v0*4/MANIFEST; then echo "FAIL: partial v4 is visible"; exit 1; fi
+    run ok clean
+    # Memory is gone; the newest complete remote version is v3 (or v2 if rank 0
+    # had not yet published v3 when the job died) - never the partial v4.
+    run ok restore 2 3 remote
+    ;;
+  kill-manifest)  # rank 0 killed after every rank wrote v4, before the manifest
+    export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1 MEMENTO_PERSIST_KEEP=3
+    MEMENTO_TEST_KILL=manifest:4:0 run fail train 6
+    manifests
+    if manifests | grep -q v0*4/MANIFEST; then echo "FAIL: v4 manifest exists"; exit 1; fi
+    run ok clean
+    run ok restore 3 3 remote
+    ;;
+  *)
+    echo "unknown scenario $scenario"
+    exit 2
+    ;;
+esac
+echo "PASS: $scenario"

@@ -1,0 +1,161 @@
+// The in-process transport: collectives, point-to-point, dead ranks, timeouts.
+#include "memento/runtime/inprocess_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+namespace memento::runtime {
+namespace {
+
+// Runs fn(rank, transport) on one thread per rank and joins them.
+void RunRanks(const std::shared_ptr<InProcessGroup>& group,
+              const std::function<void(int, Transport&)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < group->size(); ++r) {
+    threads.emplace_back([&, r] { fn(r, *group->transport(r)); });
+  }
+  for (auto& t : threads) t.join();
+}
+
+class InProcessTransportTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(InProcessTransportTest, CollectivesAgree) {
+  const int n = GetParam();
+  auto group = InProcessGroup::Create(n);
+  std::atomic<int> failures{0};
+  RunRanks(group, [&](int rank, Transport& t) {
+    auto fail = [&] { failures++; };
+    if (t.rank() != rank || t.size() != n) fail();
+    for (int round = 0; round < 20; ++round) {
+      if (!t.Barrier().ok()) fail();
+      auto all = t.AllTrue(true);
+      if (!all.ok() || !*all) fail();
+      auto some = t.AllTrue(rank != round % n);
+      if (!some.ok() || *some) fail();  // rank round % n says false
+      auto mx = t.AllReduceMax(rank * 10 + round);
+      if (!mx.ok() || *mx != (n - 1) * 10 + round) fail();
+      auto mn = t.AllReduceMin(-rank);
+      if (!mn.ok() || *mn != -(n - 1)) fail();
+      std::vector<uint8_t> mine(rank + round % 3, static_cast<uint8_t>(rank));
+      auto gathered = t.Allgather(mine.data(), mine.size());
+      if (!gathered.ok() || gathered->size() != static_cast<size_t>(n)) {
+        fail();
+        continue;
+      }
+      for (int p = 0; p < n; ++p) {
+        if ((*gathered)[p] != std::vector<uint8_t>(p + round % 3, static_cast<uint8_t>(p))) fail();
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_P(InProcessTransportTest, RingSendRecvKeepsOrderPerTag) {
+  const int n = GetParam();
+  auto group = InProcessGroup::Create(n);
+  std::atomic<int> failures{0};
+  RunRanks(group, [&](int rank, Transport& t) {
+    const int right = (rank + 1) % n;
+    const int left = (rank + n - 1) % n;
+    for (int i = 0; i < 50; ++i) {
+      int64_t v = rank * 1000 + i;
+      if (!t.Send(right, 7, &v, sizeof(v)).ok()) failures++;
+      if (!t.Send(right, 8, &i, sizeof(i)).ok()) failures++;
+    }
+    for (int i = 0; i < 50; ++i) {
+      int tag8 = -1;
+      auto got8 = t.Recv(left, 8, &tag8, sizeof(tag8));
+      if (!got8.ok() || *got8 != sizeof(int) || tag8 != i) failures++;
+      int64_t v = -1;
+      auto got = t.Recv(left, 7, &v, sizeof(v));
+      if (!got.ok() || *got != sizeof(v) || v != left * 1000 + i) failures++;
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, InProcessTransportTest, ::testing::Values(1, 2, 3, 8));
+
+TEST(InProcessTransport, OversizedMessageIsAnError) {
+  auto group = InProcessGroup::Create(2);
+  std::vector<uint8_t> big(100, 1);
+  ASSERT_TRUE(group->transport(0)->Send(1, 0, big.data(), big.size()).ok());
+  uint8_t small[10];
+  auto r = group->transport(1)->Recv(0, 0, small, sizeof(small));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(InProcessTransport, BadPeerAndTagAreInvalidArgument) {
+  auto group = InProcessGroup::Create(2);
+  int x = 0;
+  EXPECT_EQ(group->transport(0)->Send(2, 0, &x, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(group->transport(0)->Send(1, -1, &x, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(group->transport(0)->Send(1, kMaxTag + 1, &x, 4).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(InProcessTransport, DeadRankMakesCollectiveUnavailableNotHang) {
+  auto group = InProcessGroup::Create(3, std::chrono::seconds(60));
+  std::vector<Status> results(3);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    group->Kill(2);
+  });
+  RunRanks(group, [&](int rank, Transport& t) {
+    if (rank == 2) return;  // never arrives: it "crashed"
+    results[rank] = t.AllTrue(true).status();
+  });
+  killer.join();
+  EXPECT_EQ(results[0].code(), StatusCode::kUnavailable) << results[0].ToString();
+  EXPECT_EQ(results[1].code(), StatusCode::kUnavailable) << results[1].ToString();
+  EXPECT_NE(results[0].message().find("rank 2"), std::string::npos);
+  // The dead rank itself cannot talk either.
+  EXPECT_EQ(group->transport(2)->Barrier().code(), StatusCode::kUnavailable);
+  int x = 0;
+  EXPECT_EQ(group->transport(2)->Send(0, 0, &x, 4).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(group->transport(0)->Send(2, 0, &x, 4).code(), StatusCode::kUnavailable);
+}
+
+TEST(InProcessTransport, RecvFromDeadRankIsUnavailableButEarlierMessagesArrive) {
+  auto group = InProcessGroup::Create(2, std::chrono::seconds(60));
+  int v = 42;
+  ASSERT_TRUE(group->transport(1)->Send(0, 3, &v, sizeof(v)).ok());
+  group->Kill(1);
+  int got = 0;
+  auto r = group->transport(0)->Recv(1, 3, &got, sizeof(got));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(got, 42);
+  r = group->transport(0)->Recv(1, 3, &got, sizeof(got));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(InProcessTransport, SilentPeerTimesOut) {
+  auto group = InProcessGroup::Create(2, std::chrono::milliseconds(100));
+  int got = 0;
+  auto r = group->transport(0)->Recv(1, 0, &got, sizeof(got));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_EQ(group->transport(0)->Barrier().code(), StatusCode::kTimeout);
+}
+
+TEST(InProcessTransport, TransportKeepsGroupAlive) {
+  std::shared_ptr<Transport> t;
+  {
+    auto group = InProcessGroup::Create(1);
+    t = group->transport(0);
+  }
+  EXPECT_TRUE(t->Barrier().ok());
+  auto all = t->AllTrue(true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(*all);
+}
+
+}  // namespace
+}  // namespace memento::runtime

@@ -1,0 +1,295 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/node_identity.h"
+
+namespace memento::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> Bytes(uint64_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Per-rank test data: entries "w" (odd size, with tensor metadata), "empty", "b".
+struct RankData {
+  std::vector<uint8_t> w, b;
+  std::vector<RemoteEntrySource> Sources() const {
+    return {{"w", w.data(), w.size(), {"float32", {8, 1000}, {2, 1000}, {2, 0}}},
+            {"empty", nullptr, 0, {}},
+            {"b", b.data(), b.size(), {"uint8", {}, {}, {}}}};
+  }
+};
+
+RankData MakeRank(uint64_t version, int rank) {
+  return {Bytes(8001, static_cast<uint32_t>(version * 10 + rank)),
+          Bytes(333, static_cast<uint32_t>(version * 10 + rank + 5))};
+}
+
+class DirectoryRemoteStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/memento-remote-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Writes every rank file and the manifest of `version`.
+  void Persist(DirectoryRemoteStore& store, uint64_t version, int world) {
+    std::vector<RankFileInfo> infos;
+    for (int r = 0; r < world; ++r) {
+      RankData d = MakeRank(version, r);
+      auto info = store.WriteRankFile(version, r, d.Sources());
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      infos.push_back(*info);
+    }
+    ASSERT_TRUE(store.WriteManifest(version, world, infos).ok());
+  }
+
+  std::string root_;
+};
+
+TEST_F(DirectoryRemoteStoreTest, RoundTrip) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 100, 3);
+  auto complete = store.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, std::vector<uint64_t>{100});
+  EXPECT_EQ(**store.NewestComplete(), 100u);
+  auto m = store.ReadManifest(100);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->world_size, 3);
+  EXPECT_EQ(m->job, "job1");
+
+  for (int r = 0; r < 3; ++r) {
+    RankData expect = MakeRank(100, r);
+    auto entries = store.ListEntries(100, r);
+    ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+    ASSERT_EQ(entries->size(), 3u);
+    EXPECT_EQ((*entries)[0].name, "w");
+    EXPECT_EQ((*entries)[0].bytes, 8001u);
+    EXPECT_EQ((*entries)[0].layout, (EntryLayout{"float32", {8, 1000}, {2, 1000}, {2, 0}}));
+    std::vector<uint8_t> w(8001), b(333);
+    ASSERT_TRUE(
+        store
+            .ReadRankFile(
+                100, r,
+                {{"w", w.data(), w.size()}, {"b", b.data(), b.size()}, {"empty", nullptr, 0}})
+            .ok());
+    EXPECT_EQ(w, expect.w);
+    EXPECT_EQ(b, expect.b);
+  }
+  // A subset of targets is fine; unknown names and wrong sizes are not.
+  std::vector<uint8_t> b(333);
+  EXPECT_TRUE(store.ReadRankFile(100, 1, {{"b", b.data(), b.size()}}).ok());
+  EXPECT_EQ(store.ReadRankFile(100, 1, {{"nope", b.data(), b.size()}}).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(store.ReadRankFile(100, 1, {{"b", b.data(), 332}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ReadRankFile(100, 3, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ReadRankFile(99, 0, {}).code(), StatusCode::kNotFound);
+}
+
+TEST_F(DirectoryRemoteStoreTest, NothingVisibleUntilTheManifest) {
+  DirectoryRemoteStore store(root_, "job1");
+  RankData d0 = MakeRank(7, 0);
+  auto r0 = store.WriteRankFile(7, 0, d0.Sources());
+  ASSERT_TRUE(r0.ok());
+  EXPECT_TRUE(store.ListComplete()->empty());
+  EXPECT_FALSE(store.NewestComplete()->has_value());
+  // The manifest refuses to name a rank file that is not there.
+  RankFileInfo missing{1, "rank-000001.mck", 10, 0};
+  Status s = store.WriteManifest(7, 2, {*r0, missing});
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(store.ManifestPath(7)));
+  EXPECT_EQ(store.WriteManifest(7, 2, {*r0}).code(), StatusCode::kInvalidArgument);
+  // No temporary files are left behind by successful writes.
+  for (const auto& e : fs::directory_iterator(store.VersionDir(7))) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(DirectoryRemoteStoreTest, KilledWriterLeavesNoPartialVersion) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 1, 1);
+  std::vector<uint8_t> big(48 << 20, 0x5A);
+  for (int round = 0; round < 3; ++round) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (uint64_t v = 2;; ++v) {
+        auto info = store.WriteRankFile(v, 0, {{"big", big.data(), big.size(), {}}});
+        if (!info.ok() || !store.WriteManifest(v, 1, {*info}).ok()) _exit(1);
+      }
+    }
+    usleep(20000 + 30000 * round);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    // Every visible version reads back whole; temporaries are invisible.
+    auto complete = store.ListComplete();
+    ASSERT_TRUE(complete.ok());
+    ASSERT_FALSE(complete->empty());
+    for (uint64_t v : *complete) {
+      auto entries = store.ListEntries(v, 0);
+      ASSERT_TRUE(entries.ok()) << "version " << v << ": " << entries.status().ToString();
+      if (v == 1) continue;
+      std::vector<uint8_t> back(big.size());
+      ASSERT_TRUE(store.ReadRankFile(v, 0, {{"big", back.data(), back.size()}}).ok());
+      EXPECT_EQ(back, big);
+    }
+    // The dead writer's temporary file goes away with Prune; complete versions stay.
+    ASSERT_TRUE(store.Prune(100).ok());
+    for (const auto& dir : fs::directory_iterator(store.job_dir())) {
+      for (const auto& e : fs::directory_iterator(dir.path())) {
+        EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+      }
+    }
+    EXPECT_EQ(*store.ListComplete(), *complete);
+  }
+}
+
+TEST_F(DirectoryRemoteStoreTest, LiveWritersTemporaryIsKept) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 1, 1);
+  fs::create_directories(store.VersionDir(2));
+  const std::string mine =
+      store.RankFilePath(2, 0) + ".tmp." + HostName() + "." + std::to_string(getpid()) + ".77";
+  std::ofstream(mine) << "partial";
+  // A dead pid on this host: a child that has exited.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  const std::string dead =
+      store.RankFilePath(2, 1) + ".tmp." + HostName() + "." + std::to_string(child) + ".0";
+  std::ofstream(dead) << "partial";
+  const std::string remote_host = store.RankFilePath(2, 2) + ".tmp.other.host.example.1.0";
+  std::ofstream(remote_host) << "partial";
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(remote_host));  // cannot tell; not old yet
+  DirectoryRemoteStore::Options quick;
+  quick.stale_temp_seconds = -1;  // everything counts as old
+  DirectoryRemoteStore impatient(root_, "job1", quick);
+  ASSERT_TRUE(impatient.Prune(1).ok());
+  EXPECT_FALSE(fs::exists(remote_host));
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{1});
+}
+
+TEST_F(DirectoryRemoteStoreTest, EveryByteOfARankFileIsChecked) {
+  DirectoryRemoteStore store(root_, "job1");
+  std::vector<uint8_t> w = Bytes(40, 1);
+  auto info = store.WriteRankFile(5, 0, {{"w", w.data(), w.size(), {"float32", {10}, {10}, {0}}}});
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(store.WriteManifest(5, 1, {*info}).ok());
+  const std::string path = store.RankFilePath(5, 0);
+  const uint64_t size = fs::file_size(path);
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  for (uint64_t off = 0; off < size; ++off) {
+    uint8_t byte;
+    ASSERT_EQ(pread(fd, &byte, 1, off), 1);
+    uint8_t flipped = byte ^ 0x10;
+    ASSERT_EQ(pwrite(fd, &flipped, 1, off), 1);
+    std::vector<uint8_t> back(40);
+    Status s = store.ReadRankFile(5, 0, {{"w", back.data(), back.size()}});
+    EXPECT_FALSE(s.ok()) << "byte " << off << " of " << size;
+    ASSERT_EQ(pwrite(fd, &byte, 1, off), 1);
+  }
+  close(fd);
+  std::vector<uint8_t> back(40);
+  ASSERT_TRUE(store.ReadRankFile(5, 0, {{"w", back.data(), back.size()}}).ok());
+  EXPECT_EQ(back, w);
+}
+
+TEST_F(DirectoryRemoteStoreTest, CorruptPayloadIsNamedAndTruncationHidesTheVersion) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 3, 2);
+  const std::string path = store.RankFilePath(3, 1);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);  // inside the payload of "w"
+    char c;
+    f.seekg(200);
+    f.get(c);
+    f.seekp(200);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  std::vector<uint8_t> w(8001);
+  Status s = store.ReadRankFile(3, 1, {{"w", w.data(), w.size()}});
+  ASSERT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("entry 'w'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("rank-000001"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(store.ReadRankFile(3, 0, {{"w", w.data(), w.size()}}).ok());
+
+  fs::resize_file(path, fs::file_size(path) - 1);
+  EXPECT_TRUE(store.ListComplete()->empty());
+}
+
+TEST_F(DirectoryRemoteStoreTest, CorruptManifestHidesTheVersion) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 3, 1);
+  const std::string m = store.ManifestPath(3);
+  std::string text;
+  {
+    std::ifstream in(m);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    std::string bad = text;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    std::ofstream(m, std::ios::trunc) << bad;
+    EXPECT_TRUE(store.ListComplete()->empty()) << "manifest byte " << i;
+  }
+  std::ofstream(m, std::ios::trunc) << text;
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{3});
+}
+
+TEST_F(DirectoryRemoteStoreTest, PruneKeepsNewestN) {
+  DirectoryRemoteStore store(root_, "job1");
+  for (uint64_t v : {10, 20, 30, 40}) Persist(store, v, 2);
+  // 25: a dead writer's incomplete version; 50: a version still being written.
+  RankData d = MakeRank(25, 0);
+  ASSERT_TRUE(store.WriteRankFile(25, 0, d.Sources()).ok());
+  ASSERT_TRUE(store.WriteRankFile(50, 0, d.Sources()).ok());
+  ASSERT_TRUE(store.Prune(2).ok());
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{30, 40}));
+  EXPECT_FALSE(fs::exists(store.VersionDir(10)));
+  EXPECT_FALSE(fs::exists(store.VersionDir(20)));
+  EXPECT_FALSE(fs::exists(store.VersionDir(25)));
+  EXPECT_TRUE(fs::exists(store.RankFilePath(50, 0)));
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{40});
+  EXPECT_EQ(store.Prune(0).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(DirectoryRemoteStoreTest, TwoJobsShareARootApart) {
+  DirectoryRemoteStore a(root_, "jobA");
+  DirectoryRemoteStore b(root_, "jobB");
+  Persist(a, 1, 1);
+  Persist(b, 2, 1);
+  EXPECT_EQ(*a.ListComplete(), std::vector<uint64_t>{1});
+  EXPECT_EQ(*b.ListComplete(), std::vector<uint64_t>{2});
+  ASSERT_TRUE(a.Prune(1).ok());
+  EXPECT_EQ(*b.ListComplete(), std::vector<uint64_t>{2});
+}
+
+}  // namespace
+}  // namespace memento::runtime

@@ -50,6 +50,8 @@ const char* StageName(Stage stage) {
       return "persist";
     case Stage::kManifest:
       return "manifest";
+    case Stage::kRecover:
+      return "recover";
   }
   return "unknown";
 }

@@ -199,6 +199,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
   report.plan_json = plan.ToJson();
   report.plan_read_bytes_per_node = plan.read_bytes_per_node;
   const uint64_t version = plan.version;
+  MEMENTO_RETURN_IF_ERROR(RunHook(Stage::kRecover, version));
 
   // 3. Execute.
   t0 = Clock::now();

@@ -170,7 +170,8 @@ TEST_P(ProtectRecoveryTest, EveryFailureCombination) {
     }
     Launch(n);
     const bool expect = placement::IsRecoverable(layout, failed);
-    (expect ? recoverable : unrecoverable)++;
+    if (expect) ++recoverable;
+    if (!expect) ++unrecoverable;
     std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
     Run([&](int r) {
       for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);

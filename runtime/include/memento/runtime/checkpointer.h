@@ -136,9 +136,11 @@ enum class Stage {
   kCommitted,  // commit thread, after the version is committed
   kPersist,    // persist thread, before writing the rank file
   kManifest,   // rank 0's persist thread, after every rank reported, before the manifest
+  kRecover,    // application thread in Restore (protecting schemes), after planning,
+               // before any recovery transfer
 };
 
-// "snapshot", "seal", "commit", "committed", "persist", "manifest".
+// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover".
 const char* StageName(Stage stage);
 
 struct FaultHooks {

@@ -250,7 +250,7 @@ Status ReadEntryRecord(FileReader& in, int index, RemoteEntryInfo* out) {
   const char* p = var.data() + name_len + dtype_len;
   for (auto* v : {&info.layout.global_shape, &info.layout.shape, &info.layout.offsets}) {
     v->resize(ndim);
-    std::memcpy(v->data(), p, 8ull * ndim);
+    if (ndim > 0) std::memcpy(v->data(), p, 8ull * ndim);
     p += 8ull * ndim;
   }
   info.bytes = bytes;

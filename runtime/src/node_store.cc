@@ -33,7 +33,7 @@ void StoreSeqCst(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_
 // ---- region records (the layout area) ----
 
 void AppendBytes(std::string* out, const void* p, size_t n) {
-  out->append(static_cast<const char*>(p), n);
+  if (n > 0) out->append(static_cast<const char*>(p), n);
 }
 
 // Serializes region `index` of a layout whose data sits at `offset_in_slot`.
@@ -107,7 +107,7 @@ class ByteReader {
   ByteReader(const uint8_t* p, uint64_t n) : p_(p), n_(n) {}
   bool Read(void* out, uint64_t bytes) {
     if (bytes > n_ - pos_) return false;
-    std::memcpy(out, p_ + pos_, bytes);
+    if (bytes > 0) std::memcpy(out, p_ + pos_, bytes);  // out may be null when empty
     pos_ += bytes;
     return true;
   }

@@ -169,7 +169,10 @@ int Main(int argc, char** argv) {
     }
     return (*t)->Barrier().ok() ? rc : 1;
   }
-  auto transport = CreateMpiTransport();
+  MpiTransportOptions mpi_options;
+  mpi_options.timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config->timeout_s * 1000));  // MEMENTO_TIMEOUT_S
+  auto transport = CreateMpiTransport(mpi_options);
   if (!transport.ok()) {
     std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
     return 1;

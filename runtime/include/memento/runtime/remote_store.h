@@ -108,7 +108,9 @@ class RemoteStore {
   virtual Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t version, int rank) = 0;
 
   // Reads rank `rank`'s file of `version` into `targets` by entry name,
-  // verifying every header and payload crc32c. Every target must be found
+  // verifying every header and payload crc32c. The version must have a valid
+  // manifest (NotFound / Corruption otherwise), and the file's size and
+  // whole-file crc32c must match what the manifest records. Every target must be found
   // (NotFound naming it) and have capacity == the entry's bytes
   // (InvalidArgument); entries without a target are skipped (but their crc is
   // still checked). Corruption naming file and entry on a mismatch; target

@@ -22,8 +22,8 @@ struct SegmentReport {
   uint32_t local_rank = 0;
   int region_count = 0;
   std::vector<std::string> region_names;  // layout order
-  uint64_t payload_bytes = 0;  // one slot's region capacities
-  StoreInventory inventory;    // when status ok
+  uint64_t payload_bytes = 0;             // one slot's region capacities
+  StoreInventory inventory;               // when status ok
   // With verify: per slot, per region, the result of VerifyRegion for sealed
   // regions (OK otherwise). Same shape as inventory.
   std::vector<std::vector<Status>> verified;

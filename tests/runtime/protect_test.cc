@@ -196,7 +196,9 @@ TEST_P(ProtectRecoveryTest, EveryFailureCombination) {
     ASSERT_FALSE(HasFailure()) << what;
   }
   EXPECT_GT(recoverable, 0);
-  if (scheme.tolerance() < n) EXPECT_GT(unrecoverable, 0);
+  if (scheme.tolerance() < n) {
+    EXPECT_GT(unrecoverable, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ProtectRecoveryTest,

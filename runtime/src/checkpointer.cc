@@ -28,6 +28,10 @@ const char* RestoreSourceName(RestoreSource source) {
       return "local-memory";
     case RestoreSource::kRemote:
       return "remote";
+    case RestoreSource::kReplica:
+      return "replica";
+    case RestoreSource::kDecode:
+      return "decode";
   }
   return "unknown";
 }
@@ -46,6 +50,8 @@ const char* StageName(Stage stage) {
       return "persist";
     case Stage::kManifest:
       return "manifest";
+    case Stage::kRecover:
+      return "recover";
   }
   return "unknown";
 }
@@ -59,6 +65,29 @@ std::string RestoreReport::ToString() const {
   }
   os << ")";
   for (const auto& n : notes) os << "; " << n;
+  return os.str();
+}
+
+std::string RestoreReport::ToJson() const {
+  std::ostringstream os;
+  os << "{\"version\":" << version << ",\"entries\":[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i) os << ",";
+    os << "{\"name\":\"" << entries[i].name << "\",\"bytes\":" << entries[i].bytes
+       << ",\"crc\":" << entries[i].crc << ",\"source\":\"" << RestoreSourceName(entries[i].source)
+       << "\"}";
+  }
+  os << "],\"lost_nodes\":[";
+  for (size_t i = 0; i < lost_nodes.size(); ++i) os << (i ? "," : "") << lost_nodes[i];
+  os << "],\"source_detail\":\"" << source_detail << "\",\"bytes_sent\":" << bytes_sent
+     << ",\"bytes_received\":" << bytes_received << ",\"plan_read_bytes_per_node\":[";
+  for (size_t i = 0; i < plan_read_bytes_per_node.size(); ++i) {
+    os << (i ? "," : "") << plan_read_bytes_per_node[i];
+  }
+  os << "],\"seconds\":{\"inventory\":" << inventory_s << ",\"plan\":" << plan_s
+     << ",\"transfer\":" << transfer_s << ",\"reprotect\":" << reprotect_s << "}";
+  if (!plan_json.empty()) os << ",\"plan\":" << plan_json;
+  os << "}";
   return os.str();
 }
 
@@ -118,6 +147,7 @@ Checkpointer::Impl::~Impl() {
   commit_thread_.join();
   persister_.reset();  // finishes queued persists
   pipeline_.reset();
+  protect_stage_.reset();
   for (void* p : pinned_ptrs_) UnpinHostMemory(p);
 }
 
@@ -173,11 +203,40 @@ Status Checkpointer::Impl::Prepare() {
   for (const auto& g : gathered) identities.emplace_back(g.begin(), g.end());
   int lane = LocalRank(config_, rank);
   if (lane < 0) lane = LocalRankAmong(identities, rank);
-  std::vector<std::string> nodes = identities;
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  const uint32_t node_index =
-      static_cast<uint32_t>(std::lower_bound(nodes.begin(), nodes.end(), node_) - nodes.begin());
+
+  // What a surviving store of this rank says about the topology it was
+  // written for (node index, node count); see protection_layout.h.
+  RankRecord record;
+  record.identity = node_;
+  record.lane = lane;
+  for (const auto& e : entries_) record.shard_bytes += e.bytes;
+  {
+    StoreId old_id{config_.job, node_, static_cast<uint32_t>(lane)};
+    auto old = NodeStore::Attach(old_id, ShmSegment::Access::kReadOnly);
+    if (old.ok()) {
+      const auto& regions = old->layout().regions;
+      if (!regions.empty() && regions[0].kind == RegionKind::kShard) {
+        record.old_index = static_cast<int32_t>(regions[0].owner_node);
+      }
+      const int topo = old->layout().Find("topology");
+      if (topo >= 0 && regions[topo].kind == RegionKind::kParity) {
+        record.old_nodes = regions[topo].owner_node;
+      }
+    }
+  }
+  auto blob = EncodeRankRecord(record);
+  MEMENTO_ASSIGN_OR_RETURN(auto records_raw, transport_->Allgather(blob.data(), blob.size()));
+  std::vector<RankRecord> records;
+  for (const auto& raw : records_raw) {
+    MEMENTO_ASSIGN_OR_RETURN(RankRecord r, DecodeRankRecord(raw));
+    records.push_back(std::move(r));
+  }
+  std::vector<uint64_t> entry_bytes;
+  for (const auto& e : entries_) entry_bytes.push_back(e.bytes);
+  MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
+                           ProtectionLayout::Build(config_.scheme, records, rank, entry_bytes));
+  protection_.emplace(std::move(protection));
+  const uint32_t node_index = static_cast<uint32_t>(protection_->node());
 
   StoreLayout layout;
   for (const auto& e : entries_) {
@@ -190,6 +249,7 @@ Status Checkpointer::Impl::Prepare() {
     spec.layout = e.layout;
     layout.regions.push_back(std::move(spec));
   }
+  if (protection_->protects()) protection_->ExtendStoreLayout(&layout);
   StoreId id{config_.job, node_, static_cast<uint32_t>(lane)};
   bool attached = false;
   auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached);
@@ -224,6 +284,11 @@ Status Checkpointer::Impl::Prepare() {
   crc_stage_.Reset(static_cast<int>(entries_.size()), std::move(chunk_entry),
                    std::move(chunk_length));
   std::vector<ChunkStage*> stages{&crc_stage_};
+  if (protection_->protects()) {
+    protect_stage_ = std::make_unique<ProtectStage>(&*protection_, &store_, transport_.get(),
+                                                    config_.chunk_bytes);
+    stages.push_back(protect_stage_.get());
+  }
   stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());
   std::function<Status(Stage, uint64_t)> hook;
   if (hooks_.at_stage) hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
@@ -387,8 +452,12 @@ void Checkpointer::Impl::CommitLoop() {
 Status Checkpointer::Impl::CommitOne(uint64_t version, int slot, bool persistable) {
   // Seal locally; any failure becomes this rank's "false" vote.
   Status local = pipeline_->WaitCopied();
-  for (ChunkStage* stage : {static_cast<ChunkStage*>(&crc_stage_)}) {
-    Status s = stage->End(version, local);
+  {
+    Status s = crc_stage_.End(version, local);
+    if (local.ok()) local = s;
+  }
+  if (protect_stage_) {
+    Status s = protect_stage_->End(version, local);
     if (local.ok()) local = s;
   }
   for (ChunkStage* stage : extra_stages_) {

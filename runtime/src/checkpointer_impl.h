@@ -19,6 +19,8 @@
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_store.h"
 #include "persister.h"
+#include "protect_stage.h"
+#include "protection_layout.h"
 #include "snapshot_pipeline.h"
 
 namespace memento::runtime {
@@ -64,6 +66,14 @@ class Checkpointer::Impl {
   // restore.cc
   Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs);
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs);
+  // recovery_executor.cc: Restore under a protecting scheme (planner + executor).
+  Result<RestoreReport> RestoreProtected();
+  // Copies `shard` (this rank's whole shard, entries concatenated) into the
+  // registered buffers; per-entry crc32c into `crcs`.
+  Status ScatterShardToBuffers(const std::vector<uint8_t>& shard, std::vector<uint32_t>* crcs);
+  // Re-snapshots the restored buffers as `version` (re-protecting it) and
+  // waits for its commit.
+  Status Reseed(uint64_t version);
 
   Config config_;
   std::shared_ptr<Transport> transport_;
@@ -83,6 +93,8 @@ class Checkpointer::Impl {
   std::vector<void*> pinned_ptrs_;                // their addresses, unpinned at destruction
   std::unique_ptr<SnapshotPipeline> pipeline_;
   std::unique_ptr<Persister> persister_;
+  std::optional<ProtectionLayout> protection_;   // node indices, groups, held regions
+  std::unique_ptr<ProtectStage> protect_stage_;  // only when the scheme protects
 
   // State shared with the commit thread.
   mutable std::mutex mu_;

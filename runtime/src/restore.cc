@@ -127,6 +127,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
+  if (protection_->protects()) return RestoreProtected();
 
   RestoreReport report;
   // 1. Inventory: what this rank holds, what the remote tier holds.

@@ -5,6 +5,7 @@
 # right version. Usage: fault_test.sh WORKER SCENARIO
 #   WORKER   path of fault_worker
 #   SCENARIO basic | kill-snapshot | kill-seal | kill-commit | all-unlinked | kill-remote-write | kill-manifest
+#            | protect-* (peer protection, issue 5; see the case list)
 # Environment: MPIRUN (the mpirun command line, ctest sets it), NP (ranks, 4).
 set -uo pipefail
 worker=$1
@@ -83,6 +84,60 @@ case $scenario in
     if manifests | grep -q v0*4/MANIFEST; then echo "FAIL: v4 manifest exists"; exit 1; fi
     run ok clean
     run ok restore 3 3 remote
+    ;;
+  protect-replica-lose1)  # replica:2, 8 nodes x 1: node 3 lost -> v3 from its replica
+    export MEMENTO_SCHEME=replica:2
+    run ok train 3
+    run ok lose 3
+    run ok restore 3 3 memory
+    ;;
+  protect-xor-lose1)  # xor:3, 4 nodes x 2 ranks: node 1 lost -> v3 decoded
+    export MEMENTO_SCHEME=xor:3 MEMENTO_RANKS_PER_NODE=2
+    run ok train 3
+    run ok lose 1
+    run ok restore 3 3 memory
+    ;;
+  protect-rs-lose2)  # rs:4+2, 8 nodes x 1: two nodes of the group lost -> decoded
+    export MEMENTO_SCHEME=rs:4+2
+    run ok train 3
+    run ok lose 0,1
+    run ok restore 3 3 memory
+    ;;
+  protect-replica-group-lost)  # replica:2: both nodes of group {2,3} lost -> remote for them
+    export MEMENTO_SCHEME=replica:2 MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
+    run ok train 3
+    run ok lose 2,3
+    run ok restore 3 3 any
+    ;;
+  protect-flip-parity)  # rs:4+2: a flipped parity byte on node 1 is caught; node 0 still decoded
+    export MEMENTO_SCHEME=rs:4+2
+    run ok train 3
+    run ok flip 1
+    run ok lose 0
+    run ok restore 3 3 memory
+    ;;
+  protect-flip-replica)  # replica:2:ring: node 1's copy of node 0 flipped, node 0 lost
+    # -> unrecoverable from memory for node 0 (its only other copy is corrupt) -> remote
+    export MEMENTO_SCHEME=replica:2:ring MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
+    run ok train 3
+    run ok flip 1
+    run ok lose 0
+    run ok restore 3 3 any
+    ;;
+  protect-kill-protect)  # replica:2: rank 1 killed while v4 is streamed, its node lost
+    export MEMENTO_SCHEME=replica:2
+    MEMENTO_TEST_KILL=snapshot:4:1 run fail train 6
+    run ok lose 1
+    run ok restore 3 4 memory
+    ;;
+  protect-kill-recovery)  # replica:2: node 3 lost; rank 1 killed during recovery and its
+    # node lost too (second failure, other group) -> the next relaunch still recovers
+    export MEMENTO_SCHEME=replica:2
+    run ok train 3
+    run ok lose 3
+    MEMENTO_TEST_KILL=recover:3:1 run fail restore 3 3 memory
+    run ok lose 1
+    run ok restore 3 3 memory
     ;;
   *)
     echo "unknown scenario $scenario"

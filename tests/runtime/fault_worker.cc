@@ -7,6 +7,11 @@
 //                                     every entry from SRC (memory|remote|any)
 //                                     and bytes bit-exact for that version
 //   fault_worker clean                unlink this job's segments (node loss)
+//   fault_worker lose N[,N...]        the ranks of virtual nodes N (rank / R)
+//                                     unlink their own segments (node loss)
+//   fault_worker flip N               the ranks of virtual node N flip one byte
+//                                     in the first replica / parity region of
+//                                     their newest sealed slot (corruption)
 //
 // Configuration comes from MEMENTO_* (Config::FromEnv). Buffer contents are a
 // function of (rank, step, entry, index), so a restore can be checked without
@@ -31,6 +36,8 @@
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/mpi_transport.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
 
 namespace memento::runtime {
@@ -127,6 +134,41 @@ int Main(int argc, char** argv) {
     }
     return (*t)->Barrier().ok() ? 0 : 1;
   }
+  if (mode == "lose" || mode == "flip") {
+    auto t = CreateMpiTransport();
+    if (!t.ok() || argc < 3) return 1;
+    const int rank = (*t)->rank();
+    const int per_node = config->ranks_per_node > 0 ? config->ranks_per_node : 1;
+    const std::string list = std::string(",") + argv[2] + ",";
+    const bool mine = list.find("," + std::to_string(rank / per_node) + ",") != std::string::npos;
+    int rc = 0;
+    if (mine) {
+      StoreId id{config->job, NodeIdentity(*config, rank),
+                 static_cast<uint32_t>(LocalRank(*config, rank))};
+      if (mode == "lose") {
+        rc = NodeStore::Destroy(id).ok() ? 0 : 1;
+        std::printf("rank %d: node %d lost (segment unlinked)\n", rank, rank / per_node);
+      } else {
+        rc = 1;
+        auto store = NodeStore::Attach(id);
+        if (store.ok()) {
+          const int slot = store->Inventory().NewestSealed();
+          for (int r = 0; slot >= 0 && r < store->region_count(); ++r) {
+            const auto& spec = store->layout().regions[r];
+            if (spec.kind == RegionKind::kShard || spec.capacity == 0) continue;
+            auto view = store->ReadRegion(slot, r);
+            if (!view.ok() || view->length == 0) continue;
+            const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
+            std::printf("rank %d: flipped a byte of %s in slot %d\n", rank, spec.name.c_str(),
+                        slot);
+            rc = 0;
+            break;
+          }
+        }
+      }
+    }
+    return (*t)->Barrier().ok() ? rc : 1;
+  }
   MpiTransportOptions mpi_options;
   mpi_options.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config->timeout_s * 1000));  // MEMENTO_TIMEOUT_S
@@ -204,6 +246,10 @@ int Main(int argc, char** argv) {
       return 1;
     }
     if (rank == 0) std::printf("%s\n", report->ToString().c_str());
+    if (!report->source_detail.empty()) {
+      std::printf("rank %d: %s; recovery report %s\n", rank, report->source_detail.c_str(),
+                  report->ToJson().substr(0, 400).c_str());
+    }
     int bad = 0;
     if (report->version < min || report->version > max) {
       std::fprintf(stderr, "rank %d: restored v%llu outside [%llu, %llu]\n", rank,

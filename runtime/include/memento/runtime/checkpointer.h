@@ -85,13 +85,15 @@
 
 namespace memento::runtime {
 
-// Where a restored entry came from. Part 2 adds peer replicas and decodes.
+// Where a restored entry came from.
 enum class RestoreSource {
   kLocalMemory,  // this node's store
   kRemote,       // the remote tier
+  kReplica,      // a peer node's replica
+  kDecode,       // rebuilt by an erasure decode from the group's survivors
 };
 
-// "local-memory", "remote".
+// "local-memory", "remote", "replica", "decode".
 const char* RestoreSourceName(RestoreSource source);
 
 struct RestoredEntry {
@@ -107,8 +109,22 @@ struct RestoreReport {
   // Why newer candidates were passed over (e.g. "v12: rank 3 lacks it"), for logs.
   std::vector<std::string> notes;
 
+  // Recovery under a protecting scheme (empty / zero otherwise).
+  std::vector<int> lost_nodes;  // node indices whose memory was gone
+  std::string source_detail;    // e.g. "replica from node 2", "decode of 3 stripes"
+  uint64_t bytes_sent = 0;      // this rank, restore transfers (payload)
+  uint64_t bytes_received = 0;  // this rank, restore transfers (payload)
+  std::vector<uint64_t> plan_read_bytes_per_node;  // planner's bytes served per node
+  double inventory_s = 0;                          // phase times on this rank
+  double plan_s = 0;
+  double transfer_s = 0;  // fetch + decode + copy into buffers
+  double reprotect_s = 0;
+  std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
+
   // One line: "restored v12: 3 entries (w local-memory, ...)".
   std::string ToString() const;
+  // A JSON object with every field above (the recovery report record).
+  std::string ToJson() const;
 };
 
 // Stages at which FaultHooks are invoked (fault injection in tests; also a
@@ -120,9 +136,11 @@ enum class Stage {
   kCommitted,  // commit thread, after the version is committed
   kPersist,    // persist thread, before writing the rank file
   kManifest,   // rank 0's persist thread, after every rank reported, before the manifest
+  kRecover,    // application thread in Restore (protecting schemes), after planning,
+               // before any recovery transfer
 };
 
-// "snapshot", "seal", "commit", "committed", "persist", "manifest".
+// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover".
 const char* StageName(Stage stage);
 
 struct FaultHooks {

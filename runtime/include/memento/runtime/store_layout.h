@@ -61,7 +61,8 @@ struct RegionSpec {
   // smaller (never larger). 0 is allowed (an empty entry).
   uint64_t capacity = 0;
   // kShard: this node's index and lane. kReplica: the owner's node index and
-  // lane (local rank). kParity: the group's first node index; lane unused.
+  // lane (local rank). kParity: the group index; owner_lane = the
+  // parity row (see runtime/src/protection_layout.h).
   uint32_t owner_node = 0;
   uint32_t owner_lane = 0;
   // kParity: the stripe / parity piece index. 0 otherwise.

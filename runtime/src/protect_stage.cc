@@ -1,0 +1,238 @@
+#include "protect_stage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "memento/erasure/gf256.h"
+#include "memento/erasure/rs_codec.h"
+#include "memento/erasure/xor_codec.h"
+#include "message_tags.h"
+
+namespace memento::runtime {
+namespace {
+
+constexpr uint32_t kReplicaPart = 1;
+constexpr uint32_t kParityPart = 2;
+
+struct ProtectHeader {
+  uint64_t version = 0;
+  uint32_t kind = 0;
+  uint32_t stripe = 0;
+  uint32_t row = 0;
+  uint32_t data_row = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+static_assert(sizeof(ProtectHeader) == 40, "wire format");
+
+}  // namespace
+
+ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
+                           uint64_t chunk_bytes)
+    : layout_(layout),
+      store_(store),
+      transport_(transport),
+      chunk_bytes_(chunk_bytes),
+      send_mu_(transport->size()),
+      fold_mu_(store->region_count()) {
+  if (layout_->scheme().is_erasure()) {
+    const auto& g = layout_->groups().group(layout_->groups().group_of(layout_->node()));
+    data_rows_ = g.data;
+    if (layout_->scheme().kind() == placement::SchemeKind::kXor) {
+      // Identity rows, then a row of ones (XorCodec's generator).
+      generator_.assign(static_cast<size_t>(g.data + 1) * g.data, 0);
+      for (int r = 0; r < g.data; ++r) generator_[r * g.data + r] = 1;
+      for (int r = 0; r < g.data; ++r) generator_[g.data * g.data + r] = 1;
+    } else {
+      generator_ = erasure::RsCodec::Create(g.data, g.parity).value().generator();
+    }
+  }
+}
+
+ProtectStage::~ProtectStage() { JoinReceivers(); }
+
+uint8_t ProtectStage::Coefficient(int row, int data_row) const {
+  return generator_.at(static_cast<size_t>(data_rows_ + row) * data_rows_ + data_row);
+}
+
+void ProtectStage::JoinReceivers() {
+  for (auto& t : receivers_) t.join();
+  receivers_.clear();
+}
+
+Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
+  JoinReceivers();
+  version_ = version;
+  slot_ = slot;
+  receive_status_ = Status::Ok();
+  bytes_sent_ = 0;
+  bytes_received_ = 0;
+  const int lane = layout_->lane();
+  const auto& groups = layout_->groups();
+  const auto& map = layout_->map(lane);
+  // Bytes to expect from every source node.
+  std::map<int, uint64_t> expected;
+  for (const HeldRegion& h : layout_->held()) {
+    if (h.item.kind == placement::ItemKind::kReplica) {
+      expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
+    } else {
+      std::memset(store_->MutableRegion(slot, h.region), 0, h.capacity);
+      const int g = groups.group_of(layout_->node());
+      for (int r = 0; r < groups.group(g).data; ++r) {
+        const int owner = groups.DataRowNode(g, h.item.stripe, r);
+        expected[owner] += map.DataPieceBytes(owner, r);
+      }
+    }
+  }
+  for (const auto& [node, bytes] : expected) {
+    if (bytes == 0) continue;
+    const int source = layout_->rank_of(node, lane);
+    receivers_.emplace_back([this, source, bytes = bytes] {
+      Status s = ReceiveFrom(source, bytes);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (receive_status_.ok()) {
+          receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
+                                          ": receiving from rank " + std::to_string(source));
+        }
+      }
+    });
+  }
+  return Status::Ok();
+}
+
+Status ProtectStage::SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row,
+                              uint32_t data_row, uint64_t offset, const uint8_t* data,
+                              uint64_t length) {
+  ProtectHeader h;
+  h.version = version_;
+  h.kind = kind;
+  h.stripe = stripe;
+  h.row = row;
+  h.data_row = data_row;
+  h.offset = offset;
+  h.length = length;
+  std::lock_guard<std::mutex> lock(send_mu_[dest_rank]);
+  MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, &h, sizeof(h)));
+  MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, data, length));
+  bytes_sent_ += length;
+  return Status::Ok();
+}
+
+Status ProtectStage::OnChunk(const Chunk& chunk) {
+  if (chunk.length == 0) return Status::Ok();
+  const int node = layout_->node();
+  const int lane = layout_->lane();
+  const auto& groups = layout_->groups();
+  const uint64_t at = layout_->entry_base(chunk.entry) + chunk.offset;
+  if (layout_->scheme().is_replica()) {
+    for (int holder : groups.ReplicaHolders(node)) {
+      MEMENTO_RETURN_IF_ERROR(
+          SendPart(layout_->rank_of(holder, lane), kReplicaPart, 0, 0, 0, at, chunk.data,
+                   chunk.length)
+              .WithContext("protect: replica to node " + std::to_string(holder)));
+    }
+    return Status::Ok();
+  }
+  const int g = groups.group_of(node);
+  const uint64_t piece_bytes = layout_->map(lane).piece_bytes(g);
+  const int parity = groups.group(g).parity;
+  uint64_t pos = at;
+  const uint64_t end = at + chunk.length;
+  while (pos < end) {
+    const uint64_t piece = pos / piece_bytes;
+    const uint64_t part_end = std::min(end, (piece + 1) * piece_bytes);
+    const int stripe = groups.StripeOfPiece(node, static_cast<int>(piece));
+    for (int t = 0; t < parity; ++t) {
+      const int holder = groups.ParityHolder(g, stripe, t);
+      MEMENTO_RETURN_IF_ERROR(
+          SendPart(layout_->rank_of(holder, lane), kParityPart, static_cast<uint32_t>(stripe),
+                   static_cast<uint32_t>(t), static_cast<uint32_t>(piece),
+                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos)
+              .WithContext("protect: parity to node " + std::to_string(holder)));
+    }
+    pos = part_end;
+  }
+  return Status::Ok();
+}
+
+Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
+  std::vector<uint8_t> buf;
+  uint64_t got = 0;
+  while (got < expected) {
+    ProtectHeader h;
+    MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
+    if (n != sizeof(h))
+      return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
+    if (h.length > chunk_bytes_) {
+      return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
+    }
+    if (h.version != version_ || h.kind == kReplicaPart) {
+      int region = -1;
+      if (h.version == version_) {
+        // Replica parts land in place.
+        for (int node = 0; node < layout_->num_nodes(); ++node) {
+          if (layout_->rank_of(node, layout_->lane()) == source_rank) {
+            region = layout_->ReplicaRegion(node);
+          }
+        }
+        if (region < 0)
+          return Status::Corruption("replica part from a rank this node does not protect");
+        if (h.offset + h.length > store_->layout().regions[region].capacity) {
+          return Status::Corruption("replica part beyond the region");
+        }
+        uint8_t* dst = store_->MutableRegion(slot_, region) + h.offset;
+        MEMENTO_ASSIGN_OR_RETURN(size_t m,
+                                 transport_->Recv(source_rank, kTagProtect, dst, h.length));
+        if (m != h.length) return Status::Corruption("replica part length mismatch");
+        got += h.length;
+      } else {  // a part of an older, failed version: drain it
+        buf.resize(chunk_bytes_);
+        MEMENTO_RETURN_IF_ERROR(
+            transport_->Recv(source_rank, kTagProtect, buf.data(), buf.size()).status());
+      }
+      continue;
+    }
+    const int region = layout_->ParityRegion(static_cast<int>(h.stripe), static_cast<int>(h.row));
+    if (region < 0 || h.offset + h.length > store_->layout().regions[region].capacity) {
+      return Status::Corruption("parity part for stripe " + std::to_string(h.stripe) + " row " +
+                                std::to_string(h.row) + " that this node does not hold");
+    }
+    buf.resize(chunk_bytes_);
+    MEMENTO_ASSIGN_OR_RETURN(size_t m,
+                             transport_->Recv(source_rank, kTagProtect, buf.data(), h.length));
+    if (m != h.length) return Status::Corruption("parity part length mismatch");
+    const uint8_t coef = Coefficient(static_cast<int>(h.row), static_cast<int>(h.data_row));
+    {
+      std::lock_guard<std::mutex> lock(fold_mu_[region]);
+      erasure::GfMultiplyAdd(coef, buf.data(), store_->MutableRegion(slot_, region) + h.offset,
+                             h.length);
+    }
+    got += h.length;
+  }
+  bytes_received_ += got;
+  return Status::Ok();
+}
+
+Status ProtectStage::End(uint64_t version, const Status& snapshot) {
+  JoinReceivers();
+  MEMENTO_CHECK_EQ(version, version_);
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = receive_status_;
+  }
+  if (!snapshot.ok()) return snapshot;
+  MEMENTO_RETURN_IF_ERROR(s);
+  for (const HeldRegion& h : layout_->held()) {
+    const uint8_t* data = store_->MutableRegion(slot_, h.region);
+    MEMENTO_RETURN_IF_ERROR(
+        store_->SealRegion(slot_, h.region, h.capacity, erasure::Crc32c(data, h.capacity)));
+  }
+  return store_->SealRegion(slot_, layout_->topology_region(), 0, 0);
+}
+
+}  // namespace memento::runtime

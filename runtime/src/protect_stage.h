@@ -1,0 +1,92 @@
+// ProtectStage: the protect step of DESIGN §3, a ChunkStage.
+//
+// As each chunk of this rank's shard lands in the slot, OnChunk (on the
+// snapshot worker that copied it) streams it to its holders over the
+// Transport, with tag kTagProtect:
+//   - replica:M  — the whole chunk to every replica holder of this node (same
+//     lane), which writes it at its offset in "replica/n<owner>";
+//   - xor / rs   — the chunk is cut at piece boundaries (P bytes, see
+//     placement/group_layout.h); each part goes to the M parity holders of the
+//     piece's stripe, which fold it into "parity/s<j>/r<t>" with
+//     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
+// Each message is a 40-byte ProtectHeader followed by the payload; a sender
+// holds a per-destination mutex across the pair so pairs never interleave
+// (messages of one (source, destination, tag) triple arrive in order).
+//
+// Receive side: Begin starts one thread per source rank that this rank holds
+// data of; each knows how many bytes it must receive (the owner's shard for a
+// replica, the real bytes of the owner's pieces for parity) and stops there.
+// Parity regions are zeroed in Begin; folds into one parity region are
+// serialised by a mutex per region (sources fold in any order: XOR / GF adds
+// commute). End joins the receivers, computes each held region's crc32c and
+// seals it (and the topology marker); the engine then seals its own entries
+// and the slot, and the all-true commit makes the version committed only when
+// every rank has sealed its shard and everything it holds.
+//
+// Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
+// which fails the version on this rank (and hence everywhere by the commit).
+// A header of an older version (left over by a failed version) is skipped.
+//
+// Thread-safety: as ChunkStage. Memory: one chunk-sized receive buffer per
+// parity source thread (allocated per version; replicas land in place).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "memento/erasure/rs_codec.h"
+#include "memento/runtime/chunk_stage.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/transport.h"
+#include "protection_layout.h"
+
+namespace memento::runtime {
+
+class ProtectStage final : public ChunkStage {
+ public:
+  // All pointers are borrowed and must outlive the stage.
+  ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
+               uint64_t chunk_bytes);
+  ~ProtectStage() override;
+
+  Status Begin(uint64_t version, int slot, int chunks) override;
+  Status OnChunk(const Chunk& chunk) override;
+  Status End(uint64_t version, const Status& snapshot) override;
+
+  // Bytes sent / received by this rank for the last version (payload only).
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+  // Coefficient of data row `data_row` in parity row `row` of this rank's group.
+  uint8_t Coefficient(int row, int data_row) const;
+
+ private:
+  Status SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row, uint32_t data_row,
+                  uint64_t offset, const uint8_t* data, uint64_t length);
+  Status ReceiveFrom(int source_rank, uint64_t expected);
+  void JoinReceivers();
+
+  const ProtectionLayout* layout_;
+  NodeStore* store_;
+  Transport* transport_;
+  const uint64_t chunk_bytes_;
+  int data_rows_ = 0;                // K' of this rank's group (erasure)
+  std::vector<uint8_t> generator_;   // (K'+M) x K' of this rank's group (erasure)
+  std::vector<std::mutex> send_mu_;  // per destination rank
+  std::vector<std::mutex> fold_mu_;  // per store region
+
+  uint64_t version_ = 0;
+  int slot_ = -1;
+  std::vector<std::thread> receivers_;
+  std::mutex mu_;
+  Status receive_status_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+}  // namespace memento::runtime

@@ -1,0 +1,167 @@
+#include "protection_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "memento/common/check.h"
+#include "memento/placement/topology.h"
+
+namespace memento::runtime {
+
+std::vector<uint8_t> EncodeRankRecord(const RankRecord& r) {
+  std::vector<uint8_t> out(24 + r.identity.size());
+  std::memcpy(out.data(), &r.lane, 4);
+  std::memcpy(out.data() + 4, &r.old_index, 4);
+  std::memcpy(out.data() + 8, &r.old_nodes, 4);
+  std::memcpy(out.data() + 16, &r.shard_bytes, 8);
+  std::memcpy(out.data() + 24, r.identity.data(), r.identity.size());
+  return out;
+}
+
+Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < 25) {
+    return Status::Corruption("rank record of " + std::to_string(bytes.size()) + " bytes");
+  }
+  RankRecord r;
+  std::memcpy(&r.lane, bytes.data(), 4);
+  std::memcpy(&r.old_index, bytes.data() + 4, 4);
+  std::memcpy(&r.old_nodes, bytes.data() + 8, 4);
+  std::memcpy(&r.shard_bytes, bytes.data() + 16, 8);
+  r.identity.assign(bytes.begin() + 24, bytes.end());
+  return r;
+}
+
+Result<ProtectionLayout> ProtectionLayout::Build(const std::string& scheme_text,
+                                                 const std::vector<RankRecord>& records, int me,
+                                                 const std::vector<uint64_t>& entry_bytes) {
+  ProtectionLayout pl;
+  MEMENTO_ASSIGN_OR_RETURN(pl.scheme_, placement::Scheme::Parse(scheme_text));
+  // Distinct identities, sorted; their ranks.
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (size_t r = 0; r < records.size(); ++r) ranks_of[records[r].identity].push_back(int(r));
+  const int n = static_cast<int>(ranks_of.size());
+  pl.num_nodes_ = n;
+  pl.lanes_ = static_cast<int>(ranks_of.begin()->second.size());
+  for (const auto& [id, ranks] : ranks_of) {
+    if (static_cast<int>(ranks.size()) != pl.lanes_) {
+      return Status::InvalidArgument("node '" + id + "' runs " + std::to_string(ranks.size()) +
+                                     " ranks, node '" + ranks_of.begin()->first + "' runs " +
+                                     std::to_string(pl.lanes_) +
+                                     ": memento needs the same number of ranks on every node");
+    }
+  }
+  for (const auto& r : records) {
+    if (r.old_nodes != 0 && static_cast<int>(r.old_nodes) != n) {
+      return Status::ElasticRestoreNeeded(
+          "elastic restore needed: the node store of '" + r.identity + "' was written for " +
+          std::to_string(r.old_nodes) + " nodes, the job now runs on " + std::to_string(n));
+    }
+  }
+  // Survivors keep their old index; the others fill the holes in sorted order.
+  std::vector<std::string> at(n);
+  std::vector<std::string> unplaced;
+  for (const auto& [id, ranks] : ranks_of) {
+    int old = -1;
+    for (int r : ranks) {
+      if (records[r].old_index >= 0 && records[r].old_index < n) {
+        old = records[r].old_index;
+        break;
+      }
+    }
+    if (old >= 0 && at[old].empty()) {
+      at[old] = id;
+    } else {
+      unplaced.push_back(id);
+    }
+  }
+  size_t next = 0;
+  for (int i = 0; i < n; ++i) {
+    if (at[i].empty()) at[i] = unplaced[next++];
+  }
+  MEMENTO_CHECK_EQ(next, unplaced.size());
+  pl.rank_of_.assign(n, std::vector<int>(pl.lanes_, -1));
+  pl.shard_bytes_.assign(n, std::vector<uint64_t>(pl.lanes_, 0));
+  for (int i = 0; i < n; ++i) {
+    for (int r : ranks_of[at[i]]) {
+      const int lane = records[r].lane;
+      if (lane < 0 || lane >= pl.lanes_ || pl.rank_of_[i][lane] >= 0) {
+        return Status::InvalidArgument("node '" + at[i] + "': lane " + std::to_string(lane) +
+                                       " out of range or used twice");
+      }
+      pl.rank_of_[i][lane] = r;
+      pl.shard_bytes_[i][lane] = records[r].shard_bytes;
+      if (r == me) {
+        pl.node_ = i;
+        pl.lane_ = lane;
+      }
+    }
+  }
+  uint64_t base = 0;
+  for (uint64_t b : entry_bytes) {
+    pl.entry_base_.push_back(base);
+    base += b;
+  }
+  if (!pl.protects()) return pl;
+  MEMENTO_RETURN_IF_ERROR(pl.scheme_.ValidateFor(n));
+  MEMENTO_ASSIGN_OR_RETURN(auto topo, placement::Topology::Uniform(n, pl.lanes_));
+  MEMENTO_ASSIGN_OR_RETURN(auto groups, placement::GroupLayout::Build(topo, pl.scheme_));
+  pl.groups_.emplace(std::move(groups));
+  for (int lane = 0; lane < pl.lanes_; ++lane) {
+    std::vector<uint64_t> sizes(n);
+    for (int i = 0; i < n; ++i) sizes[i] = pl.shard_bytes_[i][lane];
+    MEMENTO_ASSIGN_OR_RETURN(auto map, placement::PlacementMap::Build(*pl.groups_, sizes));
+    pl.maps_.push_back(std::move(map));
+  }
+  return pl;
+}
+
+void ProtectionLayout::ExtendStoreLayout(StoreLayout* layout) {
+  MEMENTO_CHECK(protects());
+  for (const placement::HeldItem& item : maps_.at(lane_).held_by(node_)) {
+    if (item.kind == placement::ItemKind::kShard) continue;
+    RegionSpec spec;
+    spec.capacity = item.bytes;
+    if (item.kind == placement::ItemKind::kReplica) {
+      spec.kind = RegionKind::kReplica;
+      spec.name = "replica/n" + std::to_string(item.owner);
+      spec.owner_node = static_cast<uint32_t>(item.owner);
+      spec.owner_lane = static_cast<uint32_t>(lane_);
+    } else {
+      spec.kind = RegionKind::kParity;
+      spec.name = "parity/s" + std::to_string(item.stripe) + "/r" + std::to_string(item.row);
+      spec.owner_node = static_cast<uint32_t>(groups_->group_of(node_));
+      spec.owner_lane = static_cast<uint32_t>(item.row);
+      spec.piece = static_cast<uint32_t>(item.stripe);
+    }
+    held_.push_back({item, static_cast<int>(layout->regions.size()), item.bytes});
+    layout->regions.push_back(std::move(spec));
+  }
+  RegionSpec topo;
+  topo.kind = RegionKind::kParity;
+  topo.name = "topology";
+  topo.capacity = 0;
+  topo.owner_node = static_cast<uint32_t>(num_nodes_);
+  topo.owner_lane = static_cast<uint32_t>(lanes_);
+  topology_region_ = static_cast<int>(layout->regions.size());
+  layout->regions.push_back(std::move(topo));
+}
+
+int ProtectionLayout::ReplicaRegion(int owner) const {
+  for (const auto& h : held_) {
+    if (h.item.kind == placement::ItemKind::kReplica && h.item.owner == owner) return h.region;
+  }
+  return -1;
+}
+
+int ProtectionLayout::ParityRegion(int stripe, int row) const {
+  for (const auto& h : held_) {
+    if (h.item.kind == placement::ItemKind::kParity && h.item.stripe == stripe &&
+        h.item.row == row) {
+      return h.region;
+    }
+  }
+  return -1;
+}
+
+}  // namespace memento::runtime

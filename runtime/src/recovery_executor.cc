@@ -1,0 +1,456 @@
+// Checkpointer::RestoreProtected: restore after failures under a protecting
+// scheme (DESIGN §6).
+//
+//  1. Inventory. Every rank verifies (crc32c, one pass) every region of every
+//     sealed slot: its shard (all entries; one item) and everything it holds
+//     for peers, and allgathers the items with the newest complete remote
+//     version. A node none of whose ranks reports anything lost its memory.
+//  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
+//  3. Execute. The plan is turned into one deterministic list of transfers
+//     (replica: holder -> owner, the whole shard; decode: each input row ->
+//     each owner of a rebuilt row of the stripe). Transfer i uses tags
+//     kTagRecoverBase + 2*(i % span) (header: length, crc32c) and +1
+//     (payload). Every outgoing transfer runs on its own thread and the
+//     incoming ones are received in list order on the calling thread, so no
+//     ordering between ranks can deadlock. Each payload's crc32c is checked
+//     on arrival. An owner whose shard is decoded gathers the K' input rows
+//     of each of its stripes and runs the codec's Decode (the simple form: no
+//     partial products reduced at the survivors yet). Local shards are copied
+//     from the slot (crc verified), remote ones read from the remote tier.
+//  4. Agree (AllTrue). On failure, every rank falls back to the newest remote
+//     version if there is one.
+//  5. Re-protect. Unless every shard was local and nothing held for peers was
+//     lost, the restored version is re-snapshotted from the buffers and
+//     protected again (replicas / parity recomputed and resent to every
+//     holder) and committed before Restore returns.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "checkpointer_impl.h"
+#include "device_copy.h"
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "memento/erasure/rs_codec.h"
+#include "memento/erasure/xor_codec.h"
+#include "memento/placement/recovery_planner.h"
+#include "memento/placement/topology.h"
+#include "memento/runtime/log.h"
+#include "message_tags.h"
+
+namespace memento::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Inventory item on the wire: 8 x int64.
+enum : int { kFVersion, kFKind, kFOwner, kFStripe, kFRow, kFBytes, kFOk, kFields };
+
+struct Transfer {
+  int src = -1;  // world ranks
+  int dst = -1;
+  bool replica = false;
+  int owner = -1;            // replica: whose shard
+  int decode = -1;           // row: index into plan.decodes
+  placement::StripeRow row;  // row: the input row
+};
+
+struct TransferHeader {
+  uint64_t length = 0;
+  uint32_t crc = 0;
+  uint32_t ok = 0;
+};
+
+}  // namespace
+
+Status Checkpointer::Impl::ScatterShardToBuffers(const std::vector<uint8_t>& shard,
+                                                 std::vector<uint32_t>* crcs) {
+  crcs->assign(entries_.size(), 0);
+  uint64_t at = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const RegisteredEntry& e = entries_[i];
+    MEMENTO_CHECK_LE(at + e.bytes, shard.size());
+    MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, shard.data() + at, e.bytes, e.device));
+    (*crcs)[i] = erasure::Crc32c(shard.data() + at, e.bytes);
+    at += e.bytes;
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::Reseed(uint64_t version) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_committed_.reset();
+    committed_slot_ = -1;
+  }
+  Status started = StartVersion(version, /*persistable=*/false);
+  Status committed = Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_committed_ = version;
+  }
+  return started.ok() ? committed : started;
+}
+
+Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
+  const ProtectionLayout& pl = *protection_;
+  const int me_node = pl.node();
+  const int me_lane = pl.lane();
+  RestoreReport report;
+  auto t0 = Clock::now();
+
+  // 1. Inventory.
+  std::vector<int64_t> items;
+  int64_t remote_newest = -1;
+  if (remote_) {
+    auto newest = remote_->NewestComplete();
+    if (!newest.ok()) {
+      report.notes.push_back("remote: " + newest.status().ToString());
+    } else if (newest->has_value()) {
+      remote_newest = static_cast<int64_t>(**newest);
+    }
+  }
+  items.push_back(remote_newest);
+  for (const SlotState& st : store_.Inventory().slots) {
+    if (!st.ok) {
+      if (st.sealed) report.notes.push_back("slot " + std::to_string(st.slot) + ": " + st.problem);
+      continue;
+    }
+    bool shard_ok = true;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Status v = store_.VerifyRegion(st.slot, static_cast<int>(i));
+      if (!v.ok()) {
+        shard_ok = false;
+        report.notes.push_back(v.ToString());
+      }
+    }
+    auto push = [&](placement::ItemKind kind, int owner, int stripe, int row, uint64_t bytes,
+                    bool ok) {
+      items.insert(items.end(), {static_cast<int64_t>(st.version), static_cast<int64_t>(kind),
+                                 owner, stripe, row, static_cast<int64_t>(bytes), ok ? 1 : 0});
+      items.push_back(0);  // padding to kFields + 1
+    };
+    push(placement::ItemKind::kShard, me_node, -1, -1, pl.shard_bytes(me_node, me_lane), shard_ok);
+    for (const HeldRegion& h : pl.held()) {
+      Status v = store_.VerifyRegion(st.slot, h.region);
+      if (!v.ok()) report.notes.push_back(v.ToString());
+      push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, v.ok());
+    }
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto all,
+                           transport_->Allgather(items.data(), items.size() * sizeof(int64_t)));
+  placement::RecoveryInput input;
+  input.new_num_nodes = pl.num_nodes();
+  std::vector<bool> reported(pl.num_nodes(), false);
+  int64_t remote_agreed = remote_ ? INT64_MAX : -1;
+  for (int node = 0; node < pl.num_nodes(); ++node) {
+    for (int lane = 0; lane < pl.lanes(); ++lane) {
+      const auto& raw = all.at(pl.rank_of(node, lane));
+      const size_t n = raw.size() / sizeof(int64_t);
+      if (n < 1 || (n - 1) % (kFields + 1) != 0) {
+        return Status::Corruption("restore inventory of " + std::to_string(raw.size()) + " bytes");
+      }
+      std::vector<int64_t> v(n);
+      std::memcpy(v.data(), raw.data(), n * sizeof(int64_t));
+      remote_agreed = std::min(remote_agreed, v[0]);
+      for (size_t i = 1; i < n; i += kFields + 1) {
+        placement::InventoryItem item;
+        item.node = node;
+        item.lane = lane;
+        item.version = static_cast<uint64_t>(v[i + kFVersion]);
+        item.kind = static_cast<placement::ItemKind>(v[i + kFKind]);
+        item.owner = static_cast<int>(v[i + kFOwner]);
+        item.stripe = static_cast<int>(v[i + kFStripe]);
+        item.row = static_cast<int>(v[i + kFRow]);
+        item.bytes = static_cast<uint64_t>(v[i + kFBytes]);
+        item.sealed = true;
+        item.crc_ok = v[i + kFOk] != 0;
+        input.inventory.push_back(item);
+        reported[node] = true;
+      }
+    }
+  }
+  if (remote_agreed >= 0) input.remote_versions.insert(static_cast<uint64_t>(remote_agreed));
+  for (int node = 0; node < pl.num_nodes(); ++node) {
+    if (!reported[node]) input.failed_nodes.push_back(node);
+  }
+  report.lost_nodes = input.failed_nodes;
+  report.inventory_s = SecondsSince(t0);
+
+  // 2. Plan.
+  t0 = Clock::now();
+  MEMENTO_ASSIGN_OR_RETURN(auto topology, placement::Topology::Uniform(pl.num_nodes(), pl.lanes()));
+  auto planned = placement::PlanRecovery(topology, pl.groups(), input);
+  if (!planned.ok()) {
+    if (planned.status().code() == StatusCode::kUnrecoverable) {
+      std::string why = "nothing to restore: " + planned.status().message();
+      for (const auto& n : report.notes) why += "; " + n;
+      return Status::NotFound(why);
+    }
+    return planned.status();
+  }
+  const placement::RecoveryPlan plan = std::move(planned).value();
+  report.plan_s = SecondsSince(t0);
+  report.plan_json = plan.ToJson();
+  report.plan_read_bytes_per_node = plan.read_bytes_per_node;
+  const uint64_t version = plan.version;
+  MEMENTO_RETURN_IF_ERROR(RunHook(Stage::kRecover, version));
+
+  // 3. Execute.
+  t0 = Clock::now();
+  const placement::ShardSource* mine = nullptr;
+  bool all_local = true;
+  for (const auto& s : plan.shards) {
+    if (s.node == me_node && s.lane == me_lane) mine = &s;
+    if (s.kind != placement::SourceKind::kLocal) all_local = false;
+  }
+  MEMENTO_CHECK(mine != nullptr);
+  std::vector<Transfer> transfers;
+  for (const auto& s : plan.shards) {
+    if (s.kind != placement::SourceKind::kReplica) continue;
+    Transfer t;
+    t.src = pl.rank_of(s.from_node, s.lane);
+    t.dst = pl.rank_of(s.node, s.lane);
+    t.replica = true;
+    t.owner = s.node;
+    transfers.push_back(t);
+  }
+  for (size_t d = 0; d < plan.decodes.size(); ++d) {
+    const auto& dec = plan.decodes[d];
+    for (const auto& rb : dec.rebuilt) {
+      for (const auto& in : dec.inputs) {
+        Transfer t;
+        t.src = pl.rank_of(in.node, dec.lane);
+        t.dst = pl.rank_of(rb.node, dec.lane);
+        t.decode = static_cast<int>(d);
+        t.row = in;
+        transfers.push_back(t);
+      }
+    }
+  }
+  const int me = transport_->rank();
+  const std::optional<int> my_slot = store_.FindVersion(version);
+  const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
+
+  // What this rank sends for transfer t (payload into *out).
+  auto payload = [&](const Transfer& t, std::vector<uint8_t>* out) -> Status {
+    if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
+    if (t.replica) {
+      const int region = pl.ReplicaRegion(t.owner);
+      if (region < 0)
+        return Status::Internal("no replica region for node " + std::to_string(t.owner));
+      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
+      out->assign(view.data, view.data + view.length);
+      return Status::Ok();
+    }
+    if (t.row.parity) {
+      const int region = pl.ParityRegion(plan.decodes[t.decode].stripe, t.row.row);
+      if (region < 0) return Status::Internal("no parity region for the plan's row");
+      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
+      out->assign(view.data, view.data + view.length);
+      return Status::Ok();
+    }
+    // Data row = piece `row` of this rank's shard: bytes [row*P, row*P + real).
+    const uint64_t piece = plan.decodes[t.decode].piece_bytes;
+    const uint64_t begin = static_cast<uint64_t>(t.row.row) * piece;
+    const uint64_t end = std::min(my_shard_bytes, begin + piece);
+    out->assign(end > begin ? end - begin : 0, 0);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const uint64_t eb = pl.entry_base(static_cast<int>(i));
+      const uint64_t ee = eb + entries_[i].bytes;
+      const uint64_t lo = std::max(eb, begin), hi = std::min(ee, end);
+      if (lo >= hi) continue;
+      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, static_cast<int>(i)));
+      std::memcpy(out->data() + (lo - begin), view.data + (lo - eb), hi - lo);
+    }
+    return Status::Ok();
+  };
+
+  std::vector<std::thread> senders;
+  std::vector<Status> send_status(transfers.size());
+  std::atomic<uint64_t> sent{0};
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (transfers[i].src != me) continue;
+    senders.emplace_back([&, i] {
+      const Transfer& t = transfers[i];
+      const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
+      std::vector<uint8_t> data;
+      Status s = payload(t, &data);
+      TransferHeader h;
+      h.ok = s.ok() ? 1 : 0;
+      h.length = s.ok() ? data.size() : 0;
+      h.crc = s.ok() ? erasure::Crc32c(data.data(), data.size()) : 0;
+      Status w = transport_->Send(t.dst, tag, &h, sizeof(h));
+      if (w.ok() && h.ok) w = transport_->Send(t.dst, tag + 1, data.data(), data.size());
+      if (w.ok() && h.ok) sent += data.size();
+      send_status[i] = s.ok() ? w : s;
+    });
+  }
+  // Receive in list order.
+  Status got = Status::Ok();
+  std::map<size_t, std::vector<uint8_t>> received;  // transfer index -> payload
+  uint64_t received_bytes = 0;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
+    if (t.dst != me) continue;
+    const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
+    TransferHeader h;
+    auto n = transport_->Recv(t.src, tag, &h, sizeof(h));
+    if (!n.ok()) {
+      if (got.ok())
+        got = n.status().WithContext("restore: header from rank " + std::to_string(t.src));
+      continue;
+    }
+    if (!h.ok) {
+      if (got.ok())
+        got = Status::Unavailable("restore: rank " + std::to_string(t.src) +
+                                  " cannot serve its part");
+      continue;
+    }
+    std::vector<uint8_t> buf(h.length);
+    auto m = transport_->Recv(t.src, tag + 1, buf.data(), buf.size());
+    if (!m.ok() || *m != h.length || erasure::Crc32c(buf.data(), buf.size()) != h.crc) {
+      if (got.ok()) {
+        got = m.ok() ? Status::Corruption("restore: part from rank " + std::to_string(t.src) +
+                                          " fails its crc32c")
+                     : m.status();
+      }
+      continue;
+    }
+    received_bytes += buf.size();
+    received[i] = std::move(buf);
+  }
+  for (auto& th : senders) th.join();
+  for (const Status& s : send_status) {
+    if (!s.ok() && got.ok()) got = s.WithContext("restore: sending");
+  }
+
+  // This rank's shard.
+  std::vector<uint32_t> crcs;
+  Status local = got;
+  RestoreSource source = RestoreSource::kLocalMemory;
+  if (local.ok()) {
+    switch (mine->kind) {
+      case placement::SourceKind::kLocal:
+        report.source_detail = "local";
+        local = my_slot ? CopySlotToBuffers(*my_slot, version, &crcs)
+                        : Status::NotFound("local copy vanished");
+        break;
+      case placement::SourceKind::kRemote:
+        source = RestoreSource::kRemote;
+        report.source_detail = "remote";
+        local = remote_ ? ReadRemoteToBuffers(version, &crcs) : Status::NotFound("no remote tier");
+        break;
+      case placement::SourceKind::kReplica: {
+        source = RestoreSource::kReplica;
+        report.source_detail = "replica from node " + std::to_string(mine->from_node);
+        local = Status::Corruption("no replica received");
+        for (auto& [i, buf] : received) {
+          if (transfers[i].replica && transfers[i].owner == me_node) {
+            local = buf.size() == my_shard_bytes
+                        ? ScatterShardToBuffers(buf, &crcs)
+                        : Status::Corruption("replica of " + std::to_string(buf.size()) +
+                                             " bytes, shard has " + std::to_string(my_shard_bytes));
+          }
+        }
+        break;
+      }
+      case placement::SourceKind::kDecode: {
+        source = RestoreSource::kDecode;
+        report.source_detail = "decode of " + std::to_string(mine->decodes.size()) + " stripes";
+        std::vector<uint8_t> shard(my_shard_bytes, 0);
+        const auto& map = pl.map(me_lane);
+        for (int d : mine->decodes) {
+          if (!local.ok()) break;
+          const auto& dec = plan.decodes[d];
+          const uint64_t piece = dec.piece_bytes;
+          const int k = dec.data_rows, m = dec.parity_rows;
+          std::vector<std::vector<uint8_t>> rows(k + m);
+          std::vector<uint8_t*> ptrs(k + m, nullptr);
+          for (auto& [i, buf] : received) {
+            const Transfer& t = transfers[i];
+            if (t.replica || t.decode != d) continue;
+            const int at = t.row.parity ? k + t.row.row : t.row.row;
+            rows[at].assign(piece, 0);
+            std::memcpy(rows[at].data(), buf.data(), std::min<uint64_t>(buf.size(), piece));
+            ptrs[at] = rows[at].data();
+          }
+          std::vector<int> erased;
+          for (const auto& rb : dec.rebuilt) {
+            erased.push_back(rb.row);
+            rows[rb.row].assign(piece, 0);
+            ptrs[rb.row] = rows[rb.row].data();
+          }
+          if (pl.scheme().kind() == placement::SchemeKind::kXor) {
+            auto codec = erasure::XorCodec::Create(k);
+            local = codec.ok() ? codec->Decode(ptrs.data(), erased, piece) : codec.status();
+          } else {
+            auto codec = erasure::RsCodec::Create(k, m);
+            local = codec.ok() ? codec->Decode(ptrs.data(), erased, piece) : codec.status();
+          }
+          for (const auto& rb : dec.rebuilt) {
+            if (!local.ok() || rb.node != me_node) continue;
+            const uint64_t real = map.DataPieceBytes(me_node, rb.row);
+            std::memcpy(shard.data() + static_cast<uint64_t>(rb.row) * piece, rows[rb.row].data(),
+                        real);
+          }
+        }
+        if (local.ok()) local = ScatterShardToBuffers(shard, &crcs);
+        break;
+      }
+    }
+  }
+  report.bytes_sent = sent.load();
+  report.bytes_received = received_bytes;
+  MEMENTO_ASSIGN_OR_RETURN(bool everyone, transport_->AllTrue(local.ok()));
+  report.transfer_s = SecondsSince(t0);
+  if (!everyone) {
+    report.notes.push_back("v" + std::to_string(version) + " from memory failed: " +
+                           (local.ok() ? std::string("on another rank") : local.ToString()));
+    if (remote_agreed < 0) {
+      std::string why = "restore of v" + std::to_string(version) + " failed";
+      for (const auto& n : report.notes) why += "; " + n;
+      return Status::Unavailable(why);
+    }
+    // Fall back to the remote tier for everyone.
+    const uint64_t rv = static_cast<uint64_t>(remote_agreed);
+    Status r = ReadRemoteToBuffers(rv, &crcs);
+    MEMENTO_ASSIGN_OR_RETURN(bool ok, transport_->AllTrue(r.ok()));
+    if (!ok) return r.ok() ? Status::Unavailable("remote restore failed on another rank") : r;
+    report.version = rv;
+    source = RestoreSource::kRemote;
+    report.source_detail = "remote (fallback)";
+    all_local = false;
+  } else {
+    report.version = version;
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    report.entries.push_back({entries_[i].name, entries_[i].bytes, crcs[i], source});
+  }
+
+  // 5. Re-protect.
+  t0 = Clock::now();
+  if (all_local && plan.reprotect.empty() && report.version == version) {
+    (void)store_.MarkCommitted(*my_slot, version);
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_committed_ = version;
+    committed_slot_ = *my_slot;
+  } else {
+    Status s = Reseed(report.version);
+    if (!s.ok()) report.notes.push_back("not re-protected: " + s.ToString());
+  }
+  report.reprotect_s = SecondsSince(t0);
+  Log(LogLevel::kInfo, report.ToString() + " [" + report.source_detail + "; lost nodes " +
+                           std::to_string(report.lost_nodes.size()) + "; sent " +
+                           std::to_string(report.bytes_sent) + " B, received " +
+                           std::to_string(report.bytes_received) + " B]");
+  Log(LogLevel::kDebug, "recovery report " + report.ToJson());
+  return report;
+}
+
+}  // namespace memento::runtime

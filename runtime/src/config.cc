@@ -1,5 +1,7 @@
 #include "memento/runtime/config.h"
 
+#include "memento/placement/scheme.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -48,34 +50,6 @@ Result<long long> ParseInt(const std::string& var, const std::string& value, lon
   return v;
 }
 
-bool IsPositiveInt(const std::string& s, long long* out) {
-  if (s.empty() || s.size() > 9) return false;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-  }
-  *out = std::stoll(s);
-  return *out >= 1;
-}
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : s) {
-    if (c == sep) {
-      parts.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  parts.push_back(cur);
-  return parts;
-}
-
-constexpr char kSchemeForms[] =
-    "none | replica:M | replica:M:group | replica:M:ring (M >= 2) | xor:K (K >= 1) | "
-    "rs:K+M (K, M >= 1)";
-
 }  // namespace
 
 Status ValidateJobId(const std::string& job) {
@@ -90,22 +64,11 @@ Status ValidateJobId(const std::string& job) {
 }
 
 Status ValidateSchemeSyntax(const std::string& scheme) {
-  if (scheme == "none") return Status::Ok();
-  std::vector<std::string> parts = Split(scheme, ':');
-  long long a = 0;
-  long long b = 0;
-  if (parts[0] == "replica" && (parts.size() == 2 || parts.size() == 3)) {
-    bool placement_ok = parts.size() == 2 || parts[2] == "group" || parts[2] == "ring";
-    if (IsPositiveInt(parts[1], &a) && a >= 2 && placement_ok) return Status::Ok();
-  } else if (parts[0] == "xor" && parts.size() == 2) {
-    if (IsPositiveInt(parts[1], &a)) return Status::Ok();
-  } else if (parts[0] == "rs" && parts.size() == 2) {
-    std::vector<std::string> km = Split(parts[1], '+');
-    if (km.size() == 2 && IsPositiveInt(km[0], &a) && IsPositiveInt(km[1], &b)) {
-      return Status::Ok();
-    }
-  }
-  return Bad(kScheme, scheme, kSchemeForms);
+  // One grammar for the whole project: placement's parser. Whether the scheme
+  // fits the node count is checked once the nodes are known (Prepare()).
+  Result<placement::Scheme> parsed = placement::Scheme::Parse(scheme);
+  if (!parsed.ok()) return Bad(kScheme, scheme, placement::Scheme::kAcceptedForms);
+  return Status::Ok();
 }
 
 Result<uint64_t> ParseByteSize(const std::string& text) {

@@ -102,11 +102,11 @@ TEST(Config, UnknownKeyInMapIsAnError) {
 
 TEST(Config, SchemeSyntax) {
   for (const char* ok : {"none", "replica:2", "replica:3:group", "replica:2:ring", "xor:1", "xor:7",
-                         "rs:4+2", "rs:1+1"}) {
+                         "rs:4+2", "rs:1+1", "rs:12+4"}) {
     EXPECT_TRUE(ValidateSchemeSyntax(ok).ok()) << ok;
   }
   for (const char* bad : {"", "None", "replica", "replica:", "replica:2:", "xor", "xor:-1", "rs:+2",
-                          "rs:4+2+1", "rs:a+b", "replica:2:ring:x"}) {
+                          "rs:4+2+1", "rs:a+b", "replica:2:ring:x", "replica:1", "xor:0", "rs:0+2", "rs:4+0"}) {
     EXPECT_FALSE(ValidateSchemeSyntax(bad).ok()) << bad;
   }
 }

@@ -12,7 +12,8 @@ function(memento_add_module name)
            $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_link_libraries(memento_${name} PUBLIC memento_common)
-  set_target_properties(memento_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  set_target_properties(memento_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                                   EXPORT_NAME ${name})
   install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   set_property(GLOBAL APPEND PROPERTY MEMENTO_EXPORTED_TARGETS memento_${name})
 endfunction()

@@ -14,15 +14,11 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
-#ifdef MEMENTO_CLI_RATE
     {"rate", "recovery probability and memory per node of protection schemes",
      memento::cli::RunRate},
-#endif
-#ifdef MEMENTO_CLI_STORE
     {"inspect", "list a job's shared-memory segments, versions and checksums",
      memento::cli::RunInspect},
     {"clean", "unlink a job's shared-memory segments on this machine", memento::cli::RunClean},
-#endif
 };
 
 void Usage(FILE* out) {

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the built project into a temporary prefix, then configures, builds and
+# runs a downstream project that uses find_package(memento).
+#   install_test.sh <memento build dir> <consumer source dir>
+set -euo pipefail
+build=$1
+consumer=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null
+cmake --build "$work/build" >/dev/null
+"$work/build/consumer"

@@ -1,0 +1,717 @@
+// bench_cluster: protect bandwidth, recovery time and memory of a protecting
+// scheme on a real MPI job with virtual nodes (DESIGN §9, issue 5 "Benchmark").
+// Launched by run_cluster_bench.sh (one mpirun per configuration):
+//
+//   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1]
+//                              [--remote /tmp/dir] [--job NAME] [--json]
+//
+// Every rank registers one buffer of S bytes (its shard). One launch measures,
+// in this order and in the same process (so MPI and memento share the same
+// oversubscribed cores):
+//
+// 1. protect. Checkpointer with the scheme, no remote tier. Two warm-up
+//    versions (first touch of both slots and the peers' regions), then `reps`
+//    versions, each: Barrier; Save(v); WaitSnapshot(); Wait() (commit = every
+//    holder sealed its replica / parity). protect_s = the slowest rank's
+//    Save -> Wait time (max over ranks), median over reps. The transport is
+//    wrapped to count every point-to-point payload byte, so
+//      protect traffic per node = bytes the node's ranks sent + received
+//                                 during one version (measured, not modelled)
+//      protect_node_gibps       = protect traffic per node / protect_s
+//    (mean over nodes; the min over nodes is reported too), and
+//      shard_gibps              = S per node / protect_s (shard bytes protected
+//                                 per second per node).
+// 2. peak memory. VmHWM (/proc/self/status) after the protect reps, summed over
+//    a node's ranks; the node store segment size (/dev/shm); both against the
+//    scheme's formula: replica:M -> M*S*slots, xor:K / rs:K+M ->
+//    S*(1+M/K')*slots (xor: M = 1), K' the data rows of the node's group as
+//    placement::GroupLayout forms it (K, except where the remainder of N mod
+//    (K+M) is folded into a group: rs:4+2 on N=8 is one group of 6+2, K'=6);
+//    the nominal S*(1+M/K)*slots is printed too. rss_ckpt = VmHWM - VmRSS just before the
+//    Checkpointer was created (MPI initialised, training buffer touched), so the
+//    training buffer itself is excluded; the rest over the formula is the
+//    fixed overhead (MPI shared-memory FIFOs, slot control blocks, threads).
+// 3. MPI baseline. Ring exchange: rank r sends S bytes to r+1 and receives S
+//    from r-1 (mod N), in chunk_bytes messages (MEMENTO_CHUNK_BYTES, as the
+//    protect stage streams), all posted at once with MPI_Isend / MPI_Irecv and
+//    completed with MPI_Waitall. Traffic per node 2*S; mpi_node_gibps = 2*S /
+//    ring_s (slowest rank, median of reps). Also one S-byte message per rank;
+//    the better of the two is the baseline. Ratio: protect_node_gibps /
+//    mpi_node_gibps (target >= 0.8).
+// 4. remote baseline. Every rank writes its shard as a rank file of version 1
+//    to a DirectoryRemoteStore (untimed; rank 0 writes the manifest), then all
+//    ranks read their rank file at once with ReadRankFile (crc32c verified, as
+//    a remote restore does): remote_warm_s (page-cached: just written) and
+//    remote_cold_s (after fdatasync + posix_fadvise(DONTNEED) on the file, which
+//    evicts its pages without root; dropping the whole page cache is not
+//    possible here). The slowest rank counts.
+// 5. recovery of one lost node. Every rank destroys its Checkpointer; the ranks
+//    of node `--lose` unlink their segment (NodeStore::Destroy: the node's
+//    memory is gone) and scribble over their buffer; a new Checkpointer is
+//    created on every rank; Prepare() (timed apart: prepare_s, the lost node
+//    creates and zeroes a fresh store) then Restore() (timed: recover_s,
+//    slowest rank). The report's phase times (inventory, plan, transfer,
+//    reprotect) are the max over ranks. The restored buffers are checked
+//    against a checksum taken before the loss. Ratios: recover_s /
+//    remote_warm_s and recover_s / remote_cold_s.
+//
+// Output: rank 0 prints one JSON object (--json) or a readable block. Every
+// exit path unlinks this job's segments and removes its remote folder.
+// MEMENTO_* variables apply (Config::FromEnv); --scheme, --job, slots from
+// MEMENTO_SLOTS; persist is off.
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memento/placement/group_layout.h"
+#include "memento/placement/scheme.h"
+#include "memento/placement/topology.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/mpi_transport.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/store_admin.h"
+
+namespace memento::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double MaxOverRanks(double x) {
+  double out = 0;
+  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+// A field of /proc/self/status ("VmHWM", "VmRSS") in bytes; 0 if absent.
+uint64_t ProcStatusBytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) == 0) return std::stoull(line.substr(key.size())) * 1024;
+  }
+  return 0;
+}
+
+// MemAvailable from /proc/meminfo, bytes.
+uint64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13)) * 1024;
+  }
+  return 0;
+}
+
+// Forwards to an inner Transport and counts point-to-point payload bytes (the
+// protect and recovery traffic; collectives are a few bytes and not counted).
+class CountingTransport : public Transport {
+ public:
+  explicit CountingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
+  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
+  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
+  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
+    return inner_->Allgather(data, bytes);
+  }
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    Status s = inner_->Send(peer, tag, data, bytes);
+    if (s.ok()) sent_ += bytes;
+    return s;
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    Result<size_t> r = inner_->Recv(peer, tag, data, capacity);
+    if (r.ok()) received_ += *r;
+    return r;
+  }
+  void Reset() { sent_ = received_ = 0; }
+  uint64_t sent() const { return sent_; }
+  uint64_t received() const { return received_; }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+  std::atomic<uint64_t> sent_{0}, received_{0};
+};
+
+struct Options {
+  bool json = false;
+  std::string scheme = "replica:2";
+  uint64_t size = 64ull << 20;
+  int reps = 3;
+  int lose = 1;
+  std::string remote = "/tmp";
+  std::string job;
+};
+
+// The scheme's memory factor: bytes a node holds per shard byte per slot.
+Result<double> SchemeFactor(const std::string& scheme) {
+  int m = 0, k = 0;
+  if (std::sscanf(scheme.c_str(), "replica:%d", &m) == 1 && m >= 1) return static_cast<double>(m);
+  if (std::sscanf(scheme.c_str(), "rs:%d+%d", &k, &m) == 2 && k >= 1) return 1.0 + double(m) / k;
+  if (std::sscanf(scheme.c_str(), "xor:%d", &k) == 1 && k >= 1) return 1.0 + 1.0 / k;
+  return Status::InvalidArgument("bench_cluster: no memory formula for scheme '" + scheme + "'");
+}
+
+// Per-node memory factor of the groups the runtime really forms
+// (placement::GroupLayout): replica -> copies; erasure -> 1 + M / K', where K'
+// is the node's group's data rows (a remainder of N mod (K+M) nodes may be
+// folded into the previous group, e.g. rs:4+2 on N=8 is one group of 6+2).
+Result<std::vector<double>> NodeFactors(const std::string& scheme, int nodes) {
+  MEMENTO_ASSIGN_OR_RETURN(placement::Scheme sc, placement::Scheme::Parse(scheme));
+  MEMENTO_ASSIGN_OR_RETURN(placement::Topology topo, placement::Topology::Uniform(nodes));
+  MEMENTO_ASSIGN_OR_RETURN(placement::GroupLayout groups, placement::GroupLayout::Build(topo, sc));
+  std::vector<double> f(nodes, 1.0);
+  for (int n = 0; n < nodes; ++n) {
+    const placement::ProtectionGroup& g = groups.group(groups.group_of(n));
+    if (g.kind == placement::GroupKind::kReplica) f[n] = g.copies;
+    if (g.kind == placement::GroupKind::kErasure) f[n] = 1.0 + double(g.parity) / g.data;
+  }
+  return f;
+}
+
+// Word-wise checksum of a buffer (fast; detects a wrong restore).
+uint64_t Checksum(const std::vector<uint8_t>& b) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  size_t i = 0;
+  for (; i + 8 <= b.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, b.data() + i, 8);
+    h = (h ^ w) * 0x100000001b3ull + (h >> 29);
+  }
+  for (; i < b.size(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+void Fill(std::vector<uint8_t>& b, int rank, uint64_t step) {
+  uint64_t x = (static_cast<uint64_t>(rank) << 40) ^ (step << 8) ^ 0x2545F4914F6CDD1Dull;
+  for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(b.data() + i, &x, 8);
+  }
+}
+
+// Per-rank measurements, gathered to rank 0 as doubles.
+struct RankStats {
+  double protect_bytes = 0;  // sent + received in one protected version (median rep)
+  double rss_before = 0, hwm = 0, shm_bytes = 0;
+  double recover_sent = 0, recover_received = 0;
+  double restored_ok = 0;
+  static constexpr int kFields = 7;
+};
+
+// MPI ring: S bytes to rank+1, S from rank-1, in messages of `msg` bytes, all
+// posted at once. Returns the slowest rank's time, median of `reps` after one
+// warm-up.
+double RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv, uint64_t msg,
+                    int reps) {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
+  const uint64_t bytes = send.size();
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {
+    std::vector<MPI_Request> reqs;
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    int tag = 0;
+    for (uint64_t off = 0; off < bytes; off += msg, ++tag) {
+      const int len = static_cast<int>(std::min(msg, bytes - off));
+      reqs.emplace_back();
+      MPI_Irecv(recv.data() + off, len, MPI_BYTE, from, tag, MPI_COMM_WORLD, &reqs.back());
+      reqs.emplace_back();
+      MPI_Isend(send.data() + off, len, MPI_BYTE, to, tag, MPI_COMM_WORLD, &reqs.back());
+    }
+    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    const double t = MaxOverRanks(Since(t0));
+    if (r > 0) times.push_back(t);  // r == 0: warm-up
+  }
+  return Median(times);
+}
+
+// Reads this rank's rank file of version 1; slowest rank's time.
+Result<double> TimedRemoteRead(DirectoryRemoteStore& store, int rank, std::vector<uint8_t>& dst) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = Clock::now();
+  Status s = store.ReadRankFile(1, rank, {RemoteEntryTarget{"model", dst.data(), dst.size()}});
+  const double t = MaxOverRanks(Since(t0));
+  MEMENTO_RETURN_IF_ERROR(s);
+  return t;
+}
+
+// Writes back and evicts the page cache of `path` (posix_fadvise DONTNEED).
+Status EvictFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Status::IoError("open " + path + ": " + std::strerror(errno));
+  fdatasync(fd);
+  int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(fd);
+  if (rc != 0) return Status::IoError("posix_fadvise " + path + ": " + std::strerror(rc));
+  return Status::Ok();
+}
+
+// Everything one launch measures on rank 0 (the gathered view).
+struct Report {
+  int nodes = 0, ranks = 0, ranks_per_node = 1, slots = 0, threads = 0;
+  uint64_t chunk = 0;
+  double protect_s = 0, snapshot_s = 0;
+  double ring_chunked_s = 0, ring_single_s = 0;
+  double remote_warm_s = 0, remote_cold_s = 0;
+  double prepare_s = 0, recover_s = 0;
+  double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
+  uint64_t restored_version = 0;
+  std::string source_detail;
+  std::vector<RankStats> per_rank;
+};
+
+class Bench {
+ public:
+  Bench(Options opt, Config config, int rank, int size)
+      : opt_(std::move(opt)), config_(std::move(config)), rank_(rank), size_(size) {}
+
+  ~Bench() { Cleanup(); }
+
+  // Unlinks this rank's segment and (rank 0) the job's remote folder and any
+  // segment of the job left behind. Idempotent.
+  void Cleanup() {
+    ck_.reset();
+    if (cleaned_) return;
+    cleaned_ = true;
+    (void)NodeStore::Destroy(Id());
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank_ == 0) {
+      (void)CleanJob(config_.job);
+      std::error_code ec;
+      if (remote_) std::filesystem::remove_all(remote_->job_dir(), ec);
+    }
+  }
+
+  StoreId Id() const {
+    return StoreId{config_.job, NodeIdentity(config_, rank_),
+                   static_cast<uint32_t>(LocalRank(config_, rank_))};
+  }
+  int node() const { return rank_ / config_.ranks_per_node; }
+
+  Status Run(Report* out) {
+    RankStats me;
+    const uint64_t s = opt_.size;
+    buf_.assign(s, 0);
+    Fill(buf_, rank_, 0);
+    me.rss_before = static_cast<double>(ProcStatusBytes("VmRSS"));
+
+    // ---- 1. protect ----
+    MEMENTO_ASSIGN_OR_RETURN(
+        auto mpi, CreateMpiTransport(MpiTransportOptions{
+                      MPI_COMM_WORLD,
+                      std::chrono::milliseconds(static_cast<int64_t>(config_.timeout_s * 1000))}));
+    transport_ = std::make_shared<CountingTransport>(mpi);
+    MEMENTO_ASSIGN_OR_RETURN(ck_, Checkpointer::Create(config_, transport_));
+    MEMENTO_RETURN_IF_ERROR(ck_->RegisterBuffer("model", buf_.data(), buf_.size()));
+    MEMENTO_RETURN_IF_ERROR(ck_->Prepare());
+    uint64_t step = 1;
+    std::vector<double> protect, snapshot, traffic;
+    for (int r = 0; r < 2 + opt_.reps; ++r, ++step) {
+      Fill(buf_, rank_, step);  // the optimizer step: new contents every version
+      MPI_Barrier(MPI_COMM_WORLD);
+      transport_->Reset();
+      auto t0 = Clock::now();
+      MEMENTO_RETURN_IF_ERROR(ck_->Save(step));
+      MEMENTO_RETURN_IF_ERROR(ck_->WaitSnapshot());
+      const double snap = Since(t0);
+      MEMENTO_RETURN_IF_ERROR(ck_->Wait());
+      const double t = MaxOverRanks(Since(t0));
+      const double snap_max = MaxOverRanks(snap);
+      if (r < 2) continue;  // warm-up
+      protect.push_back(t);
+      snapshot.push_back(snap_max);
+      traffic.push_back(static_cast<double>(transport_->sent() + transport_->received()));
+    }
+    const uint64_t last = step - 1;
+    out->protect_s = Median(protect);
+    out->snapshot_s = Median(snapshot);
+    me.protect_bytes = Median(traffic);
+
+    // ---- 2. peak memory (before any baseline buffer exists) ----
+    me.hwm = static_cast<double>(ProcStatusBytes("VmHWM"));
+    {
+      MEMENTO_ASSIGN_OR_RETURN(std::string name, NodeStore::SegmentName(Id()));
+      struct stat st {};
+      if (stat(("/dev/shm" + name).c_str(), &st) == 0)
+        me.shm_bytes = static_cast<double>(st.st_size);
+    }
+
+    // ---- 3. MPI baseline ----
+    {
+      std::vector<uint8_t> recv(s, 1);
+      out->ring_chunked_s = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
+      out->ring_single_s = RingExchange(buf_, recv, s, opt_.reps);
+    }
+
+    // ---- 4. remote baseline ----
+    const uint64_t expect_sum = Checksum(buf_);  // contents of version `last`
+    {
+      remote_ = std::make_unique<DirectoryRemoteStore>(opt_.remote, config_.job);
+      MEMENTO_ASSIGN_OR_RETURN(RankFileInfo info,
+                               remote_->WriteRankFile(1, rank_, {{"model", buf_.data(), s, {}}}));
+      // Gather every rank's file record to rank 0 for the manifest.
+      char name[256] = {};
+      std::snprintf(name, sizeof(name), "%s", info.file.c_str());
+      std::vector<char> names(rank_ == 0 ? 256 * size_ : 0);
+      std::vector<uint64_t> sizes(size_), crcs(size_);
+      uint64_t mine[2] = {info.bytes, info.crc};
+      std::vector<uint64_t> all(2 * size_);
+      MPI_Gather(name, 256, MPI_CHAR, names.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
+      MPI_Gather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+      int ok = 1;
+      if (rank_ == 0) {
+        std::vector<RankFileInfo> files(size_);
+        for (int r = 0; r < size_; ++r) {
+          files[r] = RankFileInfo{r, std::string(&names[256 * r]), all[2 * r],
+                                  static_cast<uint32_t>(all[2 * r + 1])};
+        }
+        ok = remote_->WriteManifest(1, size_, files).ok();
+      }
+      MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (!ok) return Status::IoError("bench_cluster: writing the remote manifest failed");
+      std::vector<uint8_t> dst(s);
+      MEMENTO_ASSIGN_OR_RETURN(double warm0, TimedRemoteRead(*remote_, rank_, dst));
+      MEMENTO_ASSIGN_OR_RETURN(double warm1, TimedRemoteRead(*remote_, rank_, dst));
+      out->remote_warm_s = std::min(warm0, warm1);
+      MEMENTO_RETURN_IF_ERROR(EvictFile(remote_->RankFilePath(1, rank_)));
+      MEMENTO_ASSIGN_OR_RETURN(out->remote_cold_s, TimedRemoteRead(*remote_, rank_, dst));
+      if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
+    }
+
+    // ---- 5. recovery of node `lose` ----
+    ck_.reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (node() == opt_.lose) {
+      MEMENTO_RETURN_IF_ERROR(NodeStore::Destroy(Id()));
+      std::fill(buf_.begin(), buf_.end(), 0xEE);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    transport_->Reset();
+    MEMENTO_ASSIGN_OR_RETURN(ck_, Checkpointer::Create(config_, transport_));
+    MEMENTO_RETURN_IF_ERROR(ck_->RegisterBuffer("model", buf_.data(), buf_.size()));
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    MEMENTO_RETURN_IF_ERROR(ck_->Prepare());
+    out->prepare_s = MaxOverRanks(Since(t0));
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = Clock::now();
+    MEMENTO_ASSIGN_OR_RETURN(RestoreReport rep, ck_->Restore());
+    out->recover_s = MaxOverRanks(Since(t0));
+    out->inventory_s = MaxOverRanks(rep.inventory_s);
+    out->plan_s = MaxOverRanks(rep.plan_s);
+    out->transfer_s = MaxOverRanks(rep.transfer_s);
+    out->reprotect_s = MaxOverRanks(rep.reprotect_s);
+    out->restored_version = rep.version;
+    if (rank_ == 0) out->source_detail = rep.source_detail;
+    me.recover_sent = static_cast<double>(rep.bytes_sent);
+    me.recover_received = static_cast<double>(rep.bytes_received);
+    me.restored_ok = rep.version == last && Checksum(buf_) == expect_sum ? 1 : 0;
+    // The lost node's detail is the interesting one; pass it to rank 0.
+    if (node() == opt_.lose && LocalRank(config_, rank_) == 0 && rank_ != 0) {
+      const std::string& d = rep.source_detail;
+      int len = static_cast<int>(d.size());
+      MPI_Send(&len, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
+      MPI_Send(d.data(), len, MPI_CHAR, 0, 8, MPI_COMM_WORLD);
+    }
+    if (rank_ == 0 && opt_.lose * config_.ranks_per_node != 0) {
+      int len = 0;
+      MPI_Recv(&len, 1, MPI_INT, opt_.lose * config_.ranks_per_node, 7, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      std::string d(len, ' ');
+      MPI_Recv(d.data(), len, MPI_CHAR, opt_.lose * config_.ranks_per_node, 8, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      out->source_detail = d;
+    }
+
+    // ---- gather ----
+    double mine[RankStats::kFields] = {me.protect_bytes, me.rss_before,   me.hwm,
+                                       me.shm_bytes,     me.recover_sent, me.recover_received,
+                                       me.restored_ok};
+    std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
+    MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
+               MPI_COMM_WORLD);
+    if (rank_ == 0) {
+      for (int r = 0; r < size_; ++r) {
+        const double* f = &all[RankStats::kFields * r];
+        out->per_rank.push_back(RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6]});
+      }
+    }
+    out->ranks = size_;
+    out->ranks_per_node = config_.ranks_per_node;
+    out->nodes = size_ / config_.ranks_per_node;
+    out->slots = config_.slots;
+    out->threads = config_.threads;
+    out->chunk = config_.chunk_bytes;
+    return Status::Ok();
+  }
+
+ private:
+  Options opt_;
+  Config config_;
+  int rank_, size_;
+  std::vector<uint8_t> buf_;
+  std::shared_ptr<CountingTransport> transport_;
+  std::unique_ptr<Checkpointer> ck_;
+  std::unique_ptr<DirectoryRemoteStore> remote_;
+  bool cleaned_ = false;
+};
+
+// "[1, 2, 3]" (integers).
+std::string JsonArray(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(static_cast<long long>(v[i]));
+  }
+  return out + "]";
+}
+
+// Prints the gathered report (rank 0).
+void Print(const Options& opt, const Report& r, double factor,
+           const std::vector<double>& node_factor) {
+  const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
+  const double s = static_cast<double>(opt.size);
+  const int nodes = r.nodes, per = r.ranks_per_node;
+  // Per node sums.
+  std::vector<double> traffic(nodes), hwm(nodes), ckpt(nodes), shm(nodes);
+  for (int i = 0; i < r.ranks; ++i) {
+    const RankStats& x = r.per_rank[i];
+    traffic[i / per] += x.protect_bytes;
+    hwm[i / per] += x.hwm;
+    ckpt[i / per] += x.hwm - x.rss_before;
+    shm[i / per] += x.shm_bytes;
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return v.empty() ? 0 : t / v.size();
+  };
+  auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  const double node_s = s * per;  // shard bytes per node
+  // Nominal formula (the scheme's K) and the per-node one of the formed groups.
+  const double formula_nominal = factor * node_s * r.slots;
+  std::vector<double> ckpt_ratio(nodes), shm_ratio(nodes), hwm_ratio(nodes);
+  for (int n = 0; n < nodes; ++n) {
+    const double f = node_factor[n] * node_s * r.slots;
+    ckpt_ratio[n] = ckpt[n] / f;
+    shm_ratio[n] = shm[n] / f;
+    hwm_ratio[n] = hwm[n] / f;
+  }
+  const double formula =
+      *std::max_element(node_factor.begin(), node_factor.end()) * node_s * r.slots;
+  const double protect_gibps = mean(traffic) / r.protect_s / gib;
+  const double protect_min_gibps = mn(traffic) / r.protect_s / gib;
+  const double shard_gibps = node_s / r.protect_s / gib;
+  const double ring_s = std::min(r.ring_chunked_s, r.ring_single_s);
+  const double mpi_gibps = 2 * node_s / ring_s / gib;
+  const double ratio = protect_gibps / mpi_gibps;
+  double sent = 0, recv = 0, ok = 1;
+  for (const auto& x : r.per_rank) {
+    sent = std::max(sent, x.recover_sent);
+    recv = std::max(recv, x.recover_received);
+    ok = std::min(ok, x.restored_ok);
+  }
+  if (opt.json) {
+    std::printf(
+        "{\"benchmark\": \"bench_cluster\", \"scheme\": \"%s\", \"nodes\": %d, "
+        "\"ranks_per_node\": %d, \"shard_bytes\": %.0f, \"slots\": %d, \"threads\": %d, "
+        "\"chunk_bytes\": %llu, \"reps\": %d, "
+        "\"protect_s\": %.6f, \"snapshot_s\": %.6f, \"protect_traffic_node_mean_bytes\": %.0f, "
+        "\"protect_node_gibps\": %.4f, \"protect_node_min_gibps\": %.4f, "
+        "\"protect_shard_gibps\": %.4f, "
+        "\"mpi_ring_chunked_s\": %.6f, \"mpi_ring_single_s\": %.6f, \"mpi_node_gibps\": %.4f, "
+        "\"protect_vs_mpi\": %.4f, \"protect_min_vs_mpi\": %.4f, \"target_protect_vs_mpi\": 0.8, "
+        "\"protect_target_met\": %s, "
+        "\"lost_node\": %d, \"restored_version\": %llu, \"restore_bit_exact\": %s, "
+        "\"recover_source\": \"%s\", \"prepare_s\": %.6f, \"recover_s\": %.6f, "
+        "\"inventory_s\": %.6f, \"plan_s\": %.6f, \"transfer_s\": %.6f, \"reprotect_s\": %.6f, "
+        "\"recover_max_sent_bytes\": %.0f, \"recover_max_received_bytes\": %.0f, "
+        "\"remote_bytes\": %.0f, \"remote_warm_s\": %.6f, \"remote_cold_s\": %.6f, "
+        "\"recover_vs_remote_warm\": %.4f, \"recover_vs_remote_cold\": %.4f, "
+        "\"recover_incl_prepare_vs_remote_cold\": %.4f, "
+        "\"rss_formula_nominal_node_bytes\": %.0f, \"rss_formula_node_bytes\": %.0f, "
+        "\"vmhwm_node_max_bytes\": %.0f, "
+        "\"rss_ckpt_node_max_bytes\": %.0f, \"shm_node_max_bytes\": %.0f, "
+        "\"rss_ckpt_vs_formula_max\": %.4f, \"rss_ckpt_vs_formula_min\": %.4f, "
+        "\"shm_vs_formula_max\": %.4f, \"vmhwm_vs_formula_max\": %.4f, "
+        "\"protect_traffic_node_bytes\": %s, \"rss_ckpt_node_bytes\": %s, "
+        "\"shm_node_bytes\": %s}\n",
+        opt.scheme.c_str(), nodes, per, node_s, r.slots, r.threads,
+        static_cast<unsigned long long>(r.chunk), opt.reps, r.protect_s, r.snapshot_s,
+        mean(traffic), protect_gibps, protect_min_gibps, shard_gibps, r.ring_chunked_s,
+        r.ring_single_s, mpi_gibps, ratio, protect_min_gibps / mpi_gibps,
+        ratio >= 0.8 ? "true" : "false", opt.lose,
+        static_cast<unsigned long long>(r.restored_version), ok > 0 ? "true" : "false",
+        r.source_detail.c_str(), r.prepare_s, r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
+        r.reprotect_s, sent, recv, s * r.ranks, r.remote_warm_s, r.remote_cold_s,
+        r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
+        (r.prepare_s + r.recover_s) / r.remote_cold_s, formula_nominal, formula, mx(hwm), mx(ckpt),
+        mx(shm), mx(ckpt_ratio), mn(ckpt_ratio), mx(shm_ratio), mx(hwm_ratio),
+        JsonArray(traffic).c_str(), JsonArray(ckpt).c_str(), JsonArray(shm).c_str());
+  } else {
+    std::printf(
+        "%s N=%d S=%.0f MiB slots=%d\n"
+        "  protect   %.3f s (snapshot %.3f s), traffic/node %.1f MiB -> %.3f GiB/s/node "
+        "(min node %.3f); MPI ring %.3f GiB/s/node -> ratio %.3f (target 0.8)\n"
+        "  recover   node %d: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
+        "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
+        "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
+        "(%.3f), VmHWM %.0f MiB\n",
+        opt.scheme.c_str(), nodes, s / mib, r.slots, r.protect_s, r.snapshot_s, mean(traffic) / mib,
+        protect_gibps, protect_min_gibps, mpi_gibps, ratio, opt.lose, r.recover_s, r.inventory_s,
+        r.plan_s, r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s,
+        r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
+        ok > 0 ? "bit-exact" : "RESTORE MISMATCH", formula / mib, mx(ckpt) / mib, mx(ckpt_ratio),
+        mx(shm) / mib, mx(shm_ratio), mx(hwm) / mib);
+  }
+  std::fflush(stdout);
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: mpirun -np N bench_cluster [--json] [--scheme replica:2|xor:3|rs:4+2] "
+               "[--size 64M] [--reps 3] [--lose NODE] [--remote DIR] [--job NAME]\n");
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") {
+      opt.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) return Usage();
+    std::string v = argv[++i];
+    if (a == "--scheme") {
+      opt.scheme = v;
+    } else if (a == "--size") {
+      auto b = ParseByteSize(v);
+      if (!b.ok()) return Usage();
+      opt.size = *b;
+    } else if (a == "--reps") {
+      opt.reps = std::max(1, std::stoi(v));
+    } else if (a == "--lose") {
+      opt.lose = std::stoi(v);
+    } else if (a == "--remote") {
+      opt.remote = v;
+    } else if (a == "--job") {
+      opt.job = v;
+    } else {
+      return Usage();
+    }
+  }
+  auto config = Config::FromEnv();
+  auto factor = SchemeFactor(opt.scheme);
+  if (!config.ok() || !factor.ok()) {
+    std::fprintf(stderr, "bench_cluster: %s\n",
+                 (config.ok() ? factor.status() : config.status()).ToString().c_str());
+    return 2;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  config->scheme = opt.scheme;
+  config->persist_every = 0;
+  config->remote_dir.clear();
+  if (config->ranks_per_node <= 0) config->ranks_per_node = 1;
+  if (opt.job.empty()) {
+    long pid = rank == 0 ? static_cast<long>(getpid()) : 0;
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    opt.job = "benchc-" + std::to_string(pid);
+  }
+  config->job = opt.job;
+
+  // Memory check (rank 0 decides for all): per rank, shm = factor x S x slots
+  // plus the training buffer, the ring's receive buffer and a read buffer.
+  int skip = 0;
+  if (rank == 0) {
+    const double need_shm = *factor * opt.size * config->slots * size;
+    const double need_mem = need_shm + 3.0 * opt.size * size;
+    struct statvfs vfs {};
+    const double shm_free =
+        statvfs("/dev/shm", &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize : 0;
+    const double avail = static_cast<double>(MemAvailableBytes());
+    if (need_shm > 0.9 * shm_free || need_mem > 0.85 * avail) {
+      std::printf(
+          "%s{\"benchmark\": \"bench_cluster\", \"scheme\": \"%s\", \"nodes\": %d, "
+          "\"shard_bytes\": %llu, \"skipped\": true, \"reason\": \"needs %.1f GiB shm / %.1f GiB "
+          "memory, /dev/shm has %.1f GiB free, MemAvailable %.1f GiB\"}\n",
+          opt.json ? "" : "SKIPPED ", opt.scheme.c_str(), size / config->ranks_per_node,
+          static_cast<unsigned long long>(opt.size), need_shm / (1 << 30), need_mem / (1 << 30),
+          shm_free / (1 << 30), avail / (1 << 30));
+      skip = 1;
+    }
+  }
+  MPI_Bcast(&skip, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int rc = 0;
+  if (!skip) {
+    Report report;
+    Status s;
+    {
+      Bench bench(opt, *config, rank, size);
+      s = bench.Run(&report);
+      int ok = s.ok() ? 1 : 0, all = 0;
+      MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (!s.ok()) std::fprintf(stderr, "bench_cluster rank %d: %s\n", rank, s.ToString().c_str());
+      if (all == 0) {
+        rc = 1;
+      } else if (rank == 0) {
+        auto node_factor = NodeFactors(opt.scheme, report.nodes);
+        if (node_factor.ok()) {
+          Print(opt, report, *factor, *node_factor);
+        } else {
+          std::fprintf(stderr, "bench_cluster: %s\n", node_factor.status().ToString().c_str());
+          rc = 1;
+        }
+      }
+    }  // Bench's destructor unlinks segments and the remote folder
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace
+}  // namespace memento::runtime
+
+int main(int argc, char** argv) { return memento::runtime::Main(argc, argv); }

@@ -84,7 +84,18 @@ std::string RestoreReport::ToJson() const {
   for (size_t i = 0; i < plan_read_bytes_per_node.size(); ++i) {
     os << (i ? "," : "") << plan_read_bytes_per_node[i];
   }
-  os << "],\"seconds\":{\"inventory\":" << inventory_s << ",\"plan\":" << plan_s
+  os << "],\"bytes_received_per_node\":[";
+  for (size_t i = 0; i < bytes_received_per_node.size(); ++i) {
+    os << (i ? "," : "") << bytes_received_per_node[i];
+  }
+  os << "],\"reprotect\":{\"mode\":\"" << reprotect_mode
+     << "\",\"bytes_sent\":" << reprotect_bytes_sent
+     << ",\"bytes_received\":" << reprotect_bytes_received << ",\"bytes_received_per_node\":[";
+  for (size_t i = 0; i < reprotect_bytes_received_per_node.size(); ++i) {
+    os << (i ? "," : "") << reprotect_bytes_received_per_node[i];
+  }
+  os << "]}";
+  os << ",\"seconds\":{\"inventory\":" << inventory_s << ",\"plan\":" << plan_s
      << ",\"transfer\":" << transfer_s << ",\"reprotect\":" << reprotect_s << "}";
   if (!plan_json.empty()) os << ",\"plan\":" << plan_json;
   os << "}";

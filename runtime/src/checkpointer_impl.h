@@ -16,11 +16,13 @@
 #include <vector>
 
 #include "entry_crc_stage.h"
+#include "memento/placement/recovery_plan.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_store.h"
 #include "persister.h"
 #include "protect_stage.h"
 #include "protection_layout.h"
+#include "reduce_chain.h"
 #include "snapshot_pipeline.h"
 
 namespace memento::runtime {
@@ -74,6 +76,18 @@ class Checkpointer::Impl {
   // Re-snapshots the restored buffers as `version` (re-protecting it) and
   // waits for its commit.
   Status Reseed(uint64_t version);
+  // Bytes [begin, begin + len) of this rank's shard into dst (zero beyond its
+  // end): from `shard` when given (a restored shard), else from the sealed
+  // entries of `slot`.
+  Status ReadShardRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin, uint64_t len,
+                        uint8_t* dst) const;
+  // reprotect.cc: rebuilds what the lost nodes held for plan.version (every
+  // rank calls it; a lost node's rank writes `restored_shard` and its held
+  // regions into a fresh slot and seals it). *slot gets this rank's slot of
+  // the version on success. The caller agrees (AllTrue) and commits.
+  Status ReprotectMinimal(const placement::RecoveryPlan& plan,
+                          const std::vector<uint8_t>* restored_shard, int tag_base,
+                          ReduceBytes* bytes, int* slot);
 
   Config config_;
   std::shared_ptr<Transport> transport_;

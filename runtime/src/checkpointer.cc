@@ -221,6 +221,7 @@ Status Checkpointer::Impl::Prepare() {
   record.identity = node_;
   record.lane = lane;
   for (const auto& e : entries_) record.shard_bytes += e.bytes;
+  record.entries = static_cast<uint32_t>(entries_.size());
   {
     StoreId old_id{config_.job, node_, static_cast<uint32_t>(lane)};
     auto old = NodeStore::Attach(old_id, ShmSegment::Access::kReadOnly);
@@ -297,7 +298,7 @@ Status Checkpointer::Impl::Prepare() {
   std::vector<ChunkStage*> stages{&crc_stage_};
   if (protection_->protects()) {
     protect_stage_ = std::make_unique<ProtectStage>(&*protection_, &store_, transport_.get(),
-                                                    config_.chunk_bytes);
+                                                    config_.chunk_bytes, &crc_stage_, entry_bytes);
     stages.push_back(protect_stage_.get());
   }
   stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());

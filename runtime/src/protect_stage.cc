@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
@@ -16,6 +17,8 @@ namespace {
 
 constexpr uint32_t kReplicaPart = 1;
 constexpr uint32_t kParityPart = 2;
+constexpr uint32_t kSealsPart = 3;
+constexpr uint64_t kMaxSealsPart = 1ull << 26;
 
 struct ProtectHeader {
   uint64_t version = 0;
@@ -31,11 +34,14 @@ static_assert(sizeof(ProtectHeader) == 40, "wire format");
 }  // namespace
 
 ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
-                           uint64_t chunk_bytes)
+                           uint64_t chunk_bytes, const EntryCrcStage* crcs,
+                           std::vector<uint64_t> entry_bytes)
     : layout_(layout),
       store_(store),
       transport_(transport),
       chunk_bytes_(chunk_bytes),
+      crcs_(crcs),
+      entry_bytes_(std::move(entry_bytes)),
       send_mu_(transport->size()),
       fold_mu_(store->region_count()) {
   if (layout_->scheme().is_erasure()) {
@@ -87,11 +93,13 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
       }
     }
   }
+  for (const SealsRegion& r : layout_->seals()) expected.emplace(r.owner, 0);
   for (const auto& [node, bytes] : expected) {
-    if (bytes == 0) continue;
+    const int seals_region = layout_->SealsRegionOf(node);
+    MEMENTO_CHECK_GE(seals_region, 0);
     const int source = layout_->rank_of(node, lane);
-    receivers_.emplace_back([this, source, bytes = bytes] {
-      Status s = ReceiveFrom(source, bytes);
+    receivers_.emplace_back([this, source, bytes = bytes, seals_region] {
+      Status s = ReceiveFrom(source, bytes, seals_region);
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         if (receive_status_.ok()) {
@@ -159,16 +167,35 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   return Status::Ok();
 }
 
-Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
+Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_region) {
   std::vector<uint8_t> buf;
   uint64_t got = 0;
-  while (got < expected) {
+  bool seals = false;
+  while (got < expected || !seals) {
     ProtectHeader h;
     MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
     if (n != sizeof(h))
       return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
-    if (h.length > chunk_bytes_) {
+    if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
       return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
+    }
+    if (h.kind == kSealsPart) {
+      uint8_t* dst = nullptr;
+      if (h.version == version_) {
+        if (seals || h.length != store_->layout().regions[seals_region].capacity) {
+          return Status::Corruption("entry seals of " + std::to_string(h.length) +
+                                    " bytes from rank " + std::to_string(source_rank));
+        }
+        dst = store_->MutableRegion(slot_, seals_region);
+        seals = true;
+      } else {  // of an older, failed version: drain it
+        buf.resize(std::max<uint64_t>(h.length, 1));
+        dst = buf.data();
+      }
+      MEMENTO_ASSIGN_OR_RETURN(size_t m, transport_->Recv(source_rank, kTagProtect, dst,
+                                                          std::max<uint64_t>(h.length, 1)));
+      if (m != h.length) return Status::Corruption("entry seals length mismatch");
+      continue;
     }
     if (h.version != version_ || h.kind == kReplicaPart) {
       int region = -1;
@@ -218,8 +245,26 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
 }
 
 Status ProtectStage::End(uint64_t version, const Status& snapshot) {
-  JoinReceivers();
   MEMENTO_CHECK_EQ(version, version_);
+  // Entry seals to every node that holds anything of this shard (sent even
+  // when the snapshot failed, so that no receiver waits for its timeout; the
+  // version then fails at the commit anyway).
+  Status sent;
+  {
+    std::vector<EntrySeal> mine(entry_bytes_.size());
+    for (size_t i = 0; i < entry_bytes_.size(); ++i) {
+      mine[i] = {entry_bytes_[i], crcs_->entry_crc(static_cast<int>(i))};
+    }
+    const std::vector<uint8_t> record = EncodeEntrySeals(mine);
+    for (int holder : layout_->SealHolders()) {
+      Status s = SendPart(layout_->rank_of(holder, layout_->lane()), kSealsPart, 0, 0, 0, 0,
+                          record.data(), record.size());
+      if (!s.ok() && sent.ok()) {
+        sent = s.WithContext("protect: entry seals to node " + std::to_string(holder));
+      }
+    }
+  }
+  JoinReceivers();
   Status s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,6 +272,12 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
   }
   if (!snapshot.ok()) return snapshot;
   MEMENTO_RETURN_IF_ERROR(s);
+  MEMENTO_RETURN_IF_ERROR(sent);
+  for (const SealsRegion& r : layout_->seals()) {
+    const uint8_t* data = store_->MutableRegion(slot_, r.region);
+    MEMENTO_RETURN_IF_ERROR(
+        store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
+  }
   for (const HeldRegion& h : layout_->held()) {
     const uint8_t* data = store_->MutableRegion(slot_, h.region);
     MEMENTO_RETURN_IF_ERROR(

@@ -36,6 +36,7 @@
 
 #include "checkpointer_impl.h"
 #include "device_copy.h"
+#include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/rs_codec.h"
@@ -110,6 +111,54 @@ Status Checkpointer::Impl::ReadShardRange(int slot, const std::vector<uint8_t>* 
                                 std::to_string(entries_[i].bytes));
     }
     std::memcpy(dst + (lo - begin), view.data + (lo - eb), hi - lo);
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::GatherEntrySeals(
+    uint64_t version, std::map<std::pair<int, int>, std::vector<EntrySeal>>* out) {
+  const ProtectionLayout& pl = *protection_;
+  // Records: i32 node, i32 lane, u32 bytes, then the EncodeEntrySeals bytes.
+  std::vector<uint8_t> mine;
+  auto add = [&](int node, const std::vector<uint8_t>& rec) {
+    const int32_t head[2] = {node, pl.lane()};
+    const uint32_t len = static_cast<uint32_t>(rec.size());
+    const size_t at = mine.size();
+    mine.resize(at + 12 + rec.size());
+    std::memcpy(mine.data() + at, head, 8);
+    std::memcpy(mine.data() + at + 8, &len, 4);
+    std::memcpy(mine.data() + at + 12, rec.data(), rec.size());
+  };
+  if (const std::optional<int> slot = store_.FindVersion(version)) {
+    // Its own entries' seals (the payloads were verified by the inventory).
+    std::vector<EntrySeal> own;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      auto view = store_.ReadRegion(*slot, static_cast<int>(i));
+      if (!view.ok()) break;
+      own.push_back({view->length, view->crc});
+    }
+    if (own.size() == entries_.size()) add(pl.node(), EncodeEntrySeals(own));
+    // The seals it keeps for peers.
+    for (const SealsRegion& r : pl.seals()) {
+      if (!store_.VerifyRegion(*slot, r.region).ok()) continue;
+      auto view = store_.ReadRegion(*slot, r.region);
+      if (!view.ok()) continue;
+      add(r.owner, std::vector<uint8_t>(view->data, view->data + view->length));
+    }
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(mine.data(), mine.size()));
+  for (const auto& raw : all) {
+    size_t at = 0;
+    while (at + 12 <= raw.size()) {
+      int32_t head[2];
+      uint32_t len;
+      std::memcpy(head, raw.data() + at, 8);
+      std::memcpy(&len, raw.data() + at + 8, 4);
+      if (at + 12 + len > raw.size()) return Status::Corruption("entry seals allgather record");
+      auto seals = DecodeEntrySeals(raw.data() + at + 12, len);
+      if (seals.ok()) out->emplace(std::make_pair(head[0], head[1]), std::move(seals).value());
+      at += 12 + len;
+    }
   }
   return Status::Ok();
 }
@@ -252,6 +301,24 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     t.owner = s.node;
     transfers.push_back(t);
   }
+  std::vector<uint32_t> crcs;  // this rank's restored entries
+  // Entry seals of every owner, from any node that keeps them (entry_seals.h).
+  std::map<std::pair<int, int>, std::vector<EntrySeal>> seals_of;  // (node, lane)
+  MEMENTO_RETURN_IF_ERROR(GatherEntrySeals(version, &seals_of));
+  auto verified = [&](const std::vector<uint8_t>& shard) -> Status {
+    auto it = seals_of.find({me_node, me_lane});
+    if (it == seals_of.end()) {
+      return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
+    }
+    std::vector<uint64_t> sizes;
+    std::vector<std::string> names;
+    for (const auto& e : entries_) {
+      sizes.push_back(e.bytes);
+      names.push_back(e.name);
+    }
+    MEMENTO_RETURN_IF_ERROR(VerifyShardAgainstSeals(shard, sizes, names, it->second));
+    return ScatterShardToBuffers(shard, &crcs);
+  };
   const int me = transport_->rank();
   const std::optional<int> my_slot = store_.FindVersion(version);
   const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
@@ -363,7 +430,6 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
   received_bytes += chain_bytes.received;
 
   // This rank's shard.
-  std::vector<uint32_t> crcs;
   std::vector<uint8_t> restored_shard;  // replica / decode: the shard as rebuilt
   Status local = got;
   RestoreSource source = RestoreSource::kLocalMemory;
@@ -387,7 +453,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
           if (transfers[i].replica && transfers[i].owner == me_node) {
             restored_shard = buf;
             local = buf.size() == my_shard_bytes
-                        ? ScatterShardToBuffers(buf, &crcs)
+                        ? verified(buf)
                         : Status::Corruption("replica of " + std::to_string(buf.size()) +
                                              " bytes, shard has " + std::to_string(my_shard_bytes));
           }
@@ -406,7 +472,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
           MEMENTO_CHECK_LE(at + chain_rows[c].size(), shard.size());
           std::memcpy(shard.data() + at, chain_rows[c].data(), chain_rows[c].size());
         }
-        if (local.ok()) local = ScatterShardToBuffers(shard, &crcs);
+        if (local.ok()) local = verified(shard);
         restored_shard = std::move(shard);
         break;
       }
@@ -457,7 +523,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
       const int tag_base =
           static_cast<int>((2 * transfers.size() + chains.size()) % kRecoverTagSpan);
       Status s = ReprotectMinimal(plan, restored_shard.empty() ? nullptr : &restored_shard,
-                                  tag_base, &rb, &slot);
+                                  seals_of, tag_base, &rb, &slot);
       report.reprotect_bytes_sent = rb.sent;
       report.reprotect_bytes_received = rb.received;
       MEMENTO_ASSIGN_OR_RETURN(bool all_sealed, transport_->AllTrue(s.ok()));

@@ -65,9 +65,10 @@ Status BuildReprotectChains(const placement::RecoveryPlan& plan, const Protectio
   return Status::Ok();
 }
 
-Status Checkpointer::Impl::ReprotectMinimal(const placement::RecoveryPlan& plan,
-                                            const std::vector<uint8_t>* restored_shard,
-                                            int tag_base, ReduceBytes* bytes, int* slot_out) {
+Status Checkpointer::Impl::ReprotectMinimal(
+    const placement::RecoveryPlan& plan, const std::vector<uint8_t>* restored_shard,
+    const std::map<std::pair<int, int>, std::vector<EntrySeal>>& seals_of, int tag_base,
+    ReduceBytes* bytes, int* slot_out) {
   const ProtectionLayout& pl = *protection_;
   const uint64_t version = plan.version;
   const bool fresh = std::find(plan.failed_nodes.begin(), plan.failed_nodes.end(), pl.node()) !=
@@ -147,6 +148,24 @@ Status Checkpointer::Impl::ReprotectMinimal(const placement::RecoveryPlan& plan,
         std::memcpy(dst, row->data(), h.capacity);
       }
       local = store_.SealRegion(slot, h.region, h.capacity, erasure::Crc32c(dst, h.capacity));
+    }
+    for (const SealsRegion& r : pl.seals()) {
+      if (!local.ok()) break;
+      auto it = seals_of.find({r.owner, pl.lane()});
+      if (it == seals_of.end()) {
+        local = Status::NotFound("no entry seals of node " + std::to_string(r.owner) + " survive");
+        break;
+      }
+      const std::vector<uint8_t> rec = EncodeEntrySeals(it->second);
+      if (rec.size() != r.capacity) {
+        local = Status::Corruption("entry seals of node " + std::to_string(r.owner) + " have " +
+                                   std::to_string(rec.size()) + " bytes, the region " +
+                                   std::to_string(r.capacity));
+        break;
+      }
+      std::memcpy(store_.MutableRegion(slot, r.region), rec.data(), rec.size());
+      local =
+          store_.SealRegion(slot, r.region, rec.size(), erasure::Crc32c(rec.data(), rec.size()));
     }
     if (local.ok()) local = store_.SealRegion(slot, pl.topology_region(), 0, 0);
     if (local.ok()) local = store_.SealSlot(slot, version);

@@ -126,7 +126,7 @@ struct RestoreReport {
   uint64_t reprotect_bytes_sent = 0;
   uint64_t reprotect_bytes_received = 0;
   std::vector<uint64_t> reprotect_bytes_received_per_node;
-  double inventory_s = 0;                          // phase times on this rank
+  double inventory_s = 0;  // phase times on this rank
   double plan_s = 0;
   double transfer_s = 0;  // fetch + decode + copy into buffers
   double reprotect_s = 0;

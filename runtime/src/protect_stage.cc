@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "crc32c_combine.h"
 #include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
@@ -43,7 +44,8 @@ ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Tra
       crcs_(crcs),
       entry_bytes_(std::move(entry_bytes)),
       send_mu_(transport->size()),
-      fold_mu_(store->region_count()) {
+      fold_mu_(store->region_count()),
+      part_crcs_(store->region_count()) {
   if (layout_->scheme().is_erasure()) {
     const auto& g = layout_->groups().group(layout_->groups().group_of(layout_->node()));
     data_rows_ = g.data;
@@ -76,6 +78,7 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
   receive_status_ = Status::Ok();
   bytes_sent_ = 0;
   bytes_received_ = 0;
+  for (auto& parts : part_crcs_) parts.clear();
   const int lane = layout_->lane();
   const auto& groups = layout_->groups();
   const auto& map = layout_->map(lane);
@@ -215,6 +218,7 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
         MEMENTO_ASSIGN_OR_RETURN(size_t m,
                                  transport_->Recv(source_rank, kTagProtect, dst, h.length));
         if (m != h.length) return Status::Corruption("replica part length mismatch");
+        part_crcs_[region].push_back({h.offset, h.length, erasure::Crc32c(dst, h.length)});
         got += h.length;
       } else {  // a part of an older, failed version: drain it
         buf.resize(chunk_bytes_);
@@ -242,6 +246,22 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
   }
   bytes_received_ += got;
   return Status::Ok();
+}
+
+std::optional<uint32_t> ProtectStage::CombinedCrc(int region, uint64_t capacity) {
+  std::vector<PartCrc>& parts = part_crcs_[region];
+  if (capacity == 0 || parts.empty()) return std::nullopt;
+  std::sort(parts.begin(), parts.end(),
+            [](const PartCrc& a, const PartCrc& b) { return a.offset < b.offset; });
+  uint64_t end = 0;
+  uint32_t crc = 0;
+  for (const PartCrc& p : parts) {
+    if (p.offset != end) return std::nullopt;  // a gap or an overlap: hash the region instead
+    crc = end == 0 ? p.crc : Crc32cCombine(crc, p.crc, p.length);
+    end += p.length;
+  }
+  if (end != capacity) return std::nullopt;
+  return crc;
 }
 
 Status ProtectStage::End(uint64_t version, const Status& snapshot) {
@@ -279,9 +299,10 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
         store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
   }
   for (const HeldRegion& h : layout_->held()) {
-    const uint8_t* data = store_->MutableRegion(slot_, h.region);
-    MEMENTO_RETURN_IF_ERROR(
-        store_->SealRegion(slot_, h.region, h.capacity, erasure::Crc32c(data, h.capacity)));
+    std::optional<uint32_t> crc;
+    if (h.item.kind == placement::ItemKind::kReplica) crc = CombinedCrc(h.region, h.capacity);
+    if (!crc) crc = erasure::Crc32c(store_->MutableRegion(slot_, h.region), h.capacity);
+    MEMENTO_RETURN_IF_ERROR(store_->SealRegion(slot_, h.region, h.capacity, *crc));
   }
   return store_->SealRegion(slot_, layout_->topology_region(), 0, 0);
 }

@@ -88,6 +88,17 @@ class ProtectStage final : public ChunkStage {
   std::vector<uint8_t> generator_;   // (K'+M) x K' of this rank's group (erasure)
   std::vector<std::mutex> send_mu_;  // per destination rank
   std::vector<std::mutex> fold_mu_;  // per store region
+  // Replica regions: crc32c of every part as it landed (one receiver thread
+  // per region, so no lock), combined at End instead of a second pass.
+  struct PartCrc {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  std::vector<std::vector<PartCrc>> part_crcs_;  // per store region; capacity kept across versions
+  // crc32c of replica region `region` from its parts, if they tile
+  // [0, capacity) exactly.
+  std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
 
   uint64_t version_ = 0;
   int slot_ = -1;

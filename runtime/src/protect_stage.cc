@@ -60,58 +60,91 @@ ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Tra
   }
 }
 
-ProtectStage::~ProtectStage() { JoinReceivers(); }
+ProtectStage::~ProtectStage() {
+  WaitReceivers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : receivers_) t.join();
+}
 
 uint8_t ProtectStage::Coefficient(int row, int data_row) const {
   return generator_.at(static_cast<size_t>(data_rows_ + row) * data_rows_ + data_row);
 }
 
-void ProtectStage::JoinReceivers() {
-  for (auto& t : receivers_) t.join();
-  receivers_.clear();
+void ProtectStage::WaitReceivers() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return busy_ == 0; });
+}
+
+void ProtectStage::ReceiverLoop(Source source) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    Status s = ReceiveFrom(source.rank, source.bytes, source.seals_region);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok() && receive_status_.ok()) {
+      receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
+                                      ": receiving from rank " + std::to_string(source.rank));
+    }
+    if (--busy_ == 0) cv_.notify_all();
+  }
 }
 
 Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
-  JoinReceivers();
+  WaitReceivers();
   version_ = version;
   slot_ = slot;
-  receive_status_ = Status::Ok();
   bytes_sent_ = 0;
   bytes_received_ = 0;
   for (auto& parts : part_crcs_) parts.clear();
-  const int lane = layout_->lane();
-  const auto& groups = layout_->groups();
-  const auto& map = layout_->map(lane);
-  // Bytes to expect from every source node.
-  std::map<int, uint64_t> expected;
   for (const HeldRegion& h : layout_->held()) {
-    if (h.item.kind == placement::ItemKind::kReplica) {
-      expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
-    } else {
+    if (h.item.kind == placement::ItemKind::kParity) {
       std::memset(store_->MutableRegion(slot, h.region), 0, h.capacity);
-      const int g = groups.group_of(layout_->node());
-      for (int r = 0; r < groups.group(g).data; ++r) {
-        const int owner = groups.DataRowNode(g, h.item.stripe, r);
-        expected[owner] += map.DataPieceBytes(owner, r);
-      }
     }
   }
-  for (const SealsRegion& r : layout_->seals()) expected.emplace(r.owner, 0);
-  for (const auto& [node, bytes] : expected) {
-    const int seals_region = layout_->SealsRegionOf(node);
-    MEMENTO_CHECK_GE(seals_region, 0);
-    const int source = layout_->rank_of(node, lane);
-    receivers_.emplace_back([this, source, bytes = bytes, seals_region] {
-      Status s = ReceiveFrom(source, bytes, seals_region);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (receive_status_.ok()) {
-          receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
-                                          ": receiving from rank " + std::to_string(source));
+  if (receivers_.empty()) {
+    // Bytes to expect from every source node: the same for every version, so
+    // one receiver thread per source serves them all (started once).
+    const int lane = layout_->lane();
+    const auto& groups = layout_->groups();
+    const auto& map = layout_->map(lane);
+    std::map<int, uint64_t> expected;
+    for (const HeldRegion& h : layout_->held()) {
+      if (h.item.kind == placement::ItemKind::kReplica) {
+        expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
+      } else {
+        const int g = groups.group_of(layout_->node());
+        for (int r = 0; r < groups.group(g).data; ++r) {
+          const int owner = groups.DataRowNode(g, h.item.stripe, r);
+          expected[owner] += map.DataPieceBytes(owner, r);
         }
       }
-    });
+    }
+    for (const SealsRegion& r : layout_->seals()) expected.emplace(r.owner, 0);
+    for (const auto& [node, bytes] : expected) {
+      Source source{layout_->rank_of(node, lane), bytes, layout_->SealsRegionOf(node)};
+      MEMENTO_CHECK_GE(source.seals_region, 0);
+      sources_.push_back(source);
+    }
+    for (const Source& source : sources_) {
+      receivers_.emplace_back([this, source] { ReceiverLoop(source); });
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    receive_status_ = Status::Ok();
+    busy_ = static_cast<int>(sources_.size());
+    ++generation_;
+  }
+  cv_.notify_all();
   return Status::Ok();
 }
 
@@ -284,7 +317,7 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
       }
     }
   }
-  JoinReceivers();
+  WaitReceivers();
   Status s;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -16,16 +16,15 @@
 // holds a per-destination mutex across the pair so pairs never interleave
 // (messages of one (source, destination, tag) triple arrive in order).
 //
-// Receive side: Begin starts one thread per source rank that this rank holds
-// data of; each knows how many bytes it must receive (the owner's shard for a
-// replica, the real bytes of the owner's pieces for parity) plus the owner's
-// entry seals, and stops there.
-// Parity regions are zeroed in Begin; folds into one parity region are
-// serialised by a mutex per region (sources fold in any order: XOR / GF adds
-// commute). End joins the receivers, computes each held region's crc32c and
-// seals it (and the topology marker); the engine then seals its own entries
-// and the slot, and the all-true commit makes the version committed only when
-// every rank has sealed its shard and everything it holds.
+// Receive side: one thread per source rank that this rank holds data of,
+// started by the first Begin and kept across versions (each Begin wakes them
+// for the new version, End waits until they are done); each knows how many bytes it must receive
+// (the owner's shard for a replica, the real bytes of the owner's pieces for parity) plus the
+// owner's entry seals, and stops there. Parity regions are zeroed in Begin; folds into one parity
+// region are serialised by a mutex per region (sources fold in any order: XOR / GF adds commute).
+// End joins the receivers, computes each held region's crc32c and seals it (and the topology
+// marker); the engine then seals its own entries and the slot, and the all-true commit makes the
+// version committed only when every rank has sealed its shard and everything it holds.
 //
 // Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
 // which fails the version on this rank (and hence everywhere by the commit).
@@ -36,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -76,7 +76,15 @@ class ProtectStage final : public ChunkStage {
   Status SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row, uint32_t data_row,
                   uint64_t offset, const uint8_t* data, uint64_t length);
   Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region);
-  void JoinReceivers();
+  struct Source {
+    int rank = -1;
+    uint64_t bytes = 0;  // payload bytes per version
+    int seals_region = -1;
+  };
+  // Receiver thread of one source: one ReceiveFrom per Begin, until stop_.
+  void ReceiverLoop(Source source);
+  // Until every receiver finished the current version.
+  void WaitReceivers();
 
   const ProtectionLayout* layout_;
   NodeStore* store_;
@@ -102,8 +110,13 @@ class ProtectStage final : public ChunkStage {
 
   uint64_t version_ = 0;
   int slot_ = -1;
-  std::vector<std::thread> receivers_;
+  std::vector<Source> sources_;
+  std::vector<std::thread> receivers_;  // one per source, started by the first Begin
   std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;  // bumped by Begin: receivers start the version
+  int busy_ = 0;             // receivers still in the current version
+  bool stop_ = false;
   Status receive_status_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};

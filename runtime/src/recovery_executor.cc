@@ -14,7 +14,10 @@
 //     payload's crc32c is checked on arrival. Decodes run as partial-product
 //     reduce chains (partial_decode.h): each input holder multiplies its row
 //     by its decode coefficient and the sum travels along the holders to the
-//     owner of the rebuilt row, which receives just that row. Local shards
+//     owner of the rebuilt row, which receives just that row. A copied or
+//     decoded shard is checked entry by entry against its owner's entry seals
+//     (entry_seals.h; one allgather collects them from any holder) before it
+//     is written into the buffers or the store. Local shards
 //     are copied from the slot (crc verified), remote ones read from the
 //     remote tier.
 //  4. Agree (AllTrue). On failure, every rank falls back to the newest remote

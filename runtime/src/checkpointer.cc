@@ -84,7 +84,18 @@ std::string RestoreReport::ToJson() const {
   for (size_t i = 0; i < plan_read_bytes_per_node.size(); ++i) {
     os << (i ? "," : "") << plan_read_bytes_per_node[i];
   }
-  os << "],\"seconds\":{\"inventory\":" << inventory_s << ",\"plan\":" << plan_s
+  os << "],\"bytes_received_per_node\":[";
+  for (size_t i = 0; i < bytes_received_per_node.size(); ++i) {
+    os << (i ? "," : "") << bytes_received_per_node[i];
+  }
+  os << "],\"reprotect\":{\"mode\":\"" << reprotect_mode
+     << "\",\"bytes_sent\":" << reprotect_bytes_sent
+     << ",\"bytes_received\":" << reprotect_bytes_received << ",\"bytes_received_per_node\":[";
+  for (size_t i = 0; i < reprotect_bytes_received_per_node.size(); ++i) {
+    os << (i ? "," : "") << reprotect_bytes_received_per_node[i];
+  }
+  os << "]}";
+  os << ",\"seconds\":{\"inventory\":" << inventory_s << ",\"plan\":" << plan_s
      << ",\"transfer\":" << transfer_s << ",\"reprotect\":" << reprotect_s << "}";
   if (!plan_json.empty()) os << ",\"plan\":" << plan_json;
   os << "}";
@@ -210,6 +221,7 @@ Status Checkpointer::Impl::Prepare() {
   record.identity = node_;
   record.lane = lane;
   for (const auto& e : entries_) record.shard_bytes += e.bytes;
+  record.entries = static_cast<uint32_t>(entries_.size());
   {
     StoreId old_id{config_.job, node_, static_cast<uint32_t>(lane)};
     auto old = NodeStore::Attach(old_id, ShmSegment::Access::kReadOnly);
@@ -286,7 +298,7 @@ Status Checkpointer::Impl::Prepare() {
   std::vector<ChunkStage*> stages{&crc_stage_};
   if (protection_->protects()) {
     protect_stage_ = std::make_unique<ProtectStage>(&*protection_, &store_, transport_.get(),
-                                                    config_.chunk_bytes);
+                                                    config_.chunk_bytes, &crc_stage_, entry_bytes);
     stages.push_back(protect_stage_.get());
   }
   stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());

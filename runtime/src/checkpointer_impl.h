@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,11 +17,14 @@
 #include <vector>
 
 #include "entry_crc_stage.h"
+#include "entry_seals.h"
+#include "memento/placement/recovery_plan.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_store.h"
 #include "persister.h"
 #include "protect_stage.h"
 #include "protection_layout.h"
+#include "reduce_chain.h"
 #include "snapshot_pipeline.h"
 
 namespace memento::runtime {
@@ -74,6 +78,25 @@ class Checkpointer::Impl {
   // Re-snapshots the restored buffers as `version` (re-protecting it) and
   // waits for its commit.
   Status Reseed(uint64_t version);
+  // Bytes [begin, begin + len) of this rank's shard into dst (zero beyond its
+  // end): from `shard` when given (a restored shard), else from the sealed
+  // entries of `slot`.
+  Status ReadShardRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin, uint64_t len,
+                        uint8_t* dst) const;
+  // reprotect.cc: rebuilds what the lost nodes held for plan.version (every
+  // rank calls it; a lost node's rank writes `restored_shard` and its held
+  // regions into a fresh slot and seals it). *slot gets this rank's slot of
+  // the version on success. The caller agrees (AllTrue) and commits.
+  // `seals_of`: every owner's entry seals, for the seals regions it keeps.
+  Status ReprotectMinimal(const placement::RecoveryPlan& plan,
+                          const std::vector<uint8_t>* restored_shard,
+                          const std::map<std::pair<int, int>, std::vector<EntrySeal>>& seals_of,
+                          int tag_base, ReduceBytes* bytes, int* slot);
+  // recovery_executor.cc: one allgather of the entry seals of `version` every
+  // rank can vouch for (its own verified entries, the verified seals regions
+  // it keeps for peers) into (node, lane) -> seals.
+  Status GatherEntrySeals(uint64_t version,
+                          std::map<std::pair<int, int>, std::vector<EntrySeal>>* out);
 
   Config config_;
   std::shared_ptr<Transport> transport_;

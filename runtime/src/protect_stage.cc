@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 
+#include "crc32c_combine.h"
+#include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
@@ -16,6 +18,8 @@ namespace {
 
 constexpr uint32_t kReplicaPart = 1;
 constexpr uint32_t kParityPart = 2;
+constexpr uint32_t kSealsPart = 3;
+constexpr uint64_t kMaxSealsPart = 1ull << 26;
 
 struct ProtectHeader {
   uint64_t version = 0;
@@ -31,13 +35,17 @@ static_assert(sizeof(ProtectHeader) == 40, "wire format");
 }  // namespace
 
 ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
-                           uint64_t chunk_bytes)
+                           uint64_t chunk_bytes, const EntryCrcStage* crcs,
+                           std::vector<uint64_t> entry_bytes)
     : layout_(layout),
       store_(store),
       transport_(transport),
       chunk_bytes_(chunk_bytes),
+      crcs_(crcs),
+      entry_bytes_(std::move(entry_bytes)),
       send_mu_(transport->size()),
-      fold_mu_(store->region_count()) {
+      fold_mu_(store->region_count()),
+      part_crcs_(store->region_count()) {
   if (layout_->scheme().is_erasure()) {
     const auto& g = layout_->groups().group(layout_->groups().group_of(layout_->node()));
     data_rows_ = g.data;
@@ -52,55 +60,91 @@ ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Tra
   }
 }
 
-ProtectStage::~ProtectStage() { JoinReceivers(); }
+ProtectStage::~ProtectStage() {
+  WaitReceivers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : receivers_) t.join();
+}
 
 uint8_t ProtectStage::Coefficient(int row, int data_row) const {
   return generator_.at(static_cast<size_t>(data_rows_ + row) * data_rows_ + data_row);
 }
 
-void ProtectStage::JoinReceivers() {
-  for (auto& t : receivers_) t.join();
-  receivers_.clear();
+void ProtectStage::WaitReceivers() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return busy_ == 0; });
+}
+
+void ProtectStage::ReceiverLoop(Source source) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    Status s = ReceiveFrom(source.rank, source.bytes, source.seals_region);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok() && receive_status_.ok()) {
+      receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
+                                      ": receiving from rank " + std::to_string(source.rank));
+    }
+    if (--busy_ == 0) cv_.notify_all();
+  }
 }
 
 Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
-  JoinReceivers();
+  WaitReceivers();
   version_ = version;
   slot_ = slot;
-  receive_status_ = Status::Ok();
   bytes_sent_ = 0;
   bytes_received_ = 0;
-  const int lane = layout_->lane();
-  const auto& groups = layout_->groups();
-  const auto& map = layout_->map(lane);
-  // Bytes to expect from every source node.
-  std::map<int, uint64_t> expected;
+  for (auto& parts : part_crcs_) parts.clear();
   for (const HeldRegion& h : layout_->held()) {
-    if (h.item.kind == placement::ItemKind::kReplica) {
-      expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
-    } else {
+    if (h.item.kind == placement::ItemKind::kParity) {
       std::memset(store_->MutableRegion(slot, h.region), 0, h.capacity);
-      const int g = groups.group_of(layout_->node());
-      for (int r = 0; r < groups.group(g).data; ++r) {
-        const int owner = groups.DataRowNode(g, h.item.stripe, r);
-        expected[owner] += map.DataPieceBytes(owner, r);
-      }
     }
   }
-  for (const auto& [node, bytes] : expected) {
-    if (bytes == 0) continue;
-    const int source = layout_->rank_of(node, lane);
-    receivers_.emplace_back([this, source, bytes = bytes] {
-      Status s = ReceiveFrom(source, bytes);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (receive_status_.ok()) {
-          receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
-                                          ": receiving from rank " + std::to_string(source));
+  if (receivers_.empty()) {
+    // Bytes to expect from every source node: the same for every version, so
+    // one receiver thread per source serves them all (started once).
+    const int lane = layout_->lane();
+    const auto& groups = layout_->groups();
+    const auto& map = layout_->map(lane);
+    std::map<int, uint64_t> expected;
+    for (const HeldRegion& h : layout_->held()) {
+      if (h.item.kind == placement::ItemKind::kReplica) {
+        expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
+      } else {
+        const int g = groups.group_of(layout_->node());
+        for (int r = 0; r < groups.group(g).data; ++r) {
+          const int owner = groups.DataRowNode(g, h.item.stripe, r);
+          expected[owner] += map.DataPieceBytes(owner, r);
         }
       }
-    });
+    }
+    for (const SealsRegion& r : layout_->seals()) expected.emplace(r.owner, 0);
+    for (const auto& [node, bytes] : expected) {
+      Source source{layout_->rank_of(node, lane), bytes, layout_->SealsRegionOf(node)};
+      MEMENTO_CHECK_GE(source.seals_region, 0);
+      sources_.push_back(source);
+    }
+    for (const Source& source : sources_) {
+      receivers_.emplace_back([this, source] { ReceiverLoop(source); });
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    receive_status_ = Status::Ok();
+    busy_ = static_cast<int>(sources_.size());
+    ++generation_;
+  }
+  cv_.notify_all();
   return Status::Ok();
 }
 
@@ -159,16 +203,35 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   return Status::Ok();
 }
 
-Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
+Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_region) {
   std::vector<uint8_t> buf;
   uint64_t got = 0;
-  while (got < expected) {
+  bool seals = false;
+  while (got < expected || !seals) {
     ProtectHeader h;
     MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
     if (n != sizeof(h))
       return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
-    if (h.length > chunk_bytes_) {
+    if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
       return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
+    }
+    if (h.kind == kSealsPart) {
+      uint8_t* dst = nullptr;
+      if (h.version == version_) {
+        if (seals || h.length != store_->layout().regions[seals_region].capacity) {
+          return Status::Corruption("entry seals of " + std::to_string(h.length) +
+                                    " bytes from rank " + std::to_string(source_rank));
+        }
+        dst = store_->MutableRegion(slot_, seals_region);
+        seals = true;
+      } else {  // of an older, failed version: drain it
+        buf.resize(std::max<uint64_t>(h.length, 1));
+        dst = buf.data();
+      }
+      MEMENTO_ASSIGN_OR_RETURN(size_t m, transport_->Recv(source_rank, kTagProtect, dst,
+                                                          std::max<uint64_t>(h.length, 1)));
+      if (m != h.length) return Status::Corruption("entry seals length mismatch");
+      continue;
     }
     if (h.version != version_ || h.kind == kReplicaPart) {
       int region = -1;
@@ -188,6 +251,7 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
         MEMENTO_ASSIGN_OR_RETURN(size_t m,
                                  transport_->Recv(source_rank, kTagProtect, dst, h.length));
         if (m != h.length) return Status::Corruption("replica part length mismatch");
+        part_crcs_[region].push_back({h.offset, h.length, erasure::Crc32c(dst, h.length)});
         got += h.length;
       } else {  // a part of an older, failed version: drain it
         buf.resize(chunk_bytes_);
@@ -217,9 +281,43 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected) {
   return Status::Ok();
 }
 
+std::optional<uint32_t> ProtectStage::CombinedCrc(int region, uint64_t capacity) {
+  std::vector<PartCrc>& parts = part_crcs_[region];
+  if (capacity == 0 || parts.empty()) return std::nullopt;
+  std::sort(parts.begin(), parts.end(),
+            [](const PartCrc& a, const PartCrc& b) { return a.offset < b.offset; });
+  uint64_t end = 0;
+  uint32_t crc = 0;
+  for (const PartCrc& p : parts) {
+    if (p.offset != end) return std::nullopt;  // a gap or an overlap: hash the region instead
+    crc = end == 0 ? p.crc : Crc32cCombine(crc, p.crc, p.length);
+    end += p.length;
+  }
+  if (end != capacity) return std::nullopt;
+  return crc;
+}
+
 Status ProtectStage::End(uint64_t version, const Status& snapshot) {
-  JoinReceivers();
   MEMENTO_CHECK_EQ(version, version_);
+  // Entry seals to every node that holds anything of this shard (sent even
+  // when the snapshot failed, so that no receiver waits for its timeout; the
+  // version then fails at the commit anyway).
+  Status sent;
+  {
+    std::vector<EntrySeal> mine(entry_bytes_.size());
+    for (size_t i = 0; i < entry_bytes_.size(); ++i) {
+      mine[i] = {entry_bytes_[i], crcs_->entry_crc(static_cast<int>(i))};
+    }
+    const std::vector<uint8_t> record = EncodeEntrySeals(mine);
+    for (int holder : layout_->SealHolders()) {
+      Status s = SendPart(layout_->rank_of(holder, layout_->lane()), kSealsPart, 0, 0, 0, 0,
+                          record.data(), record.size());
+      if (!s.ok() && sent.ok()) {
+        sent = s.WithContext("protect: entry seals to node " + std::to_string(holder));
+      }
+    }
+  }
+  WaitReceivers();
   Status s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,10 +325,17 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
   }
   if (!snapshot.ok()) return snapshot;
   MEMENTO_RETURN_IF_ERROR(s);
-  for (const HeldRegion& h : layout_->held()) {
-    const uint8_t* data = store_->MutableRegion(slot_, h.region);
+  MEMENTO_RETURN_IF_ERROR(sent);
+  for (const SealsRegion& r : layout_->seals()) {
+    const uint8_t* data = store_->MutableRegion(slot_, r.region);
     MEMENTO_RETURN_IF_ERROR(
-        store_->SealRegion(slot_, h.region, h.capacity, erasure::Crc32c(data, h.capacity)));
+        store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
+  }
+  for (const HeldRegion& h : layout_->held()) {
+    std::optional<uint32_t> crc;
+    if (h.item.kind == placement::ItemKind::kReplica) crc = CombinedCrc(h.region, h.capacity);
+    if (!crc) crc = erasure::Crc32c(store_->MutableRegion(slot_, h.region), h.capacity);
+    MEMENTO_RETURN_IF_ERROR(store_->SealRegion(slot_, h.region, h.capacity, *crc));
   }
   return store_->SealRegion(slot_, layout_->topology_region(), 0, 0);
 }

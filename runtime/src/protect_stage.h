@@ -9,19 +9,22 @@
 //     placement/group_layout.h); each part goes to the M parity holders of the
 //     piece's stripe, which fold it into "parity/s<j>/r<t>" with
 //     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
+// In End, after the last chunk, every rank sends its entry seals (per-entry
+// size and crc32c, entry_seals.h) to every node that holds anything of its
+// shard, which stores them in "seals/n<owner>" and seals that region too.
 // Each message is a 40-byte ProtectHeader followed by the payload; a sender
 // holds a per-destination mutex across the pair so pairs never interleave
 // (messages of one (source, destination, tag) triple arrive in order).
 //
-// Receive side: Begin starts one thread per source rank that this rank holds
-// data of; each knows how many bytes it must receive (the owner's shard for a
-// replica, the real bytes of the owner's pieces for parity) and stops there.
-// Parity regions are zeroed in Begin; folds into one parity region are
-// serialised by a mutex per region (sources fold in any order: XOR / GF adds
-// commute). End joins the receivers, computes each held region's crc32c and
-// seals it (and the topology marker); the engine then seals its own entries
-// and the slot, and the all-true commit makes the version committed only when
-// every rank has sealed its shard and everything it holds.
+// Receive side: one thread per source rank that this rank holds data of,
+// started by the first Begin and kept across versions (each Begin wakes them
+// for the new version, End waits until they are done); each knows how many bytes it must receive
+// (the owner's shard for a replica, the real bytes of the owner's pieces for parity) plus the
+// owner's entry seals, and stops there. Parity regions are zeroed in Begin; folds into one parity
+// region are serialised by a mutex per region (sources fold in any order: XOR / GF adds commute).
+// End joins the receivers, computes each held region's crc32c and seals it (and the topology
+// marker); the engine then seals its own entries and the slot, and the all-true commit makes the
+// version committed only when every rank has sealed its shard and everything it holds.
 //
 // Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
 // which fails the version on this rank (and hence everywhere by the commit).
@@ -32,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "entry_crc_stage.h"
 #include "memento/erasure/rs_codec.h"
 #include "memento/runtime/chunk_stage.h"
 #include "memento/runtime/node_store.h"
@@ -50,8 +55,10 @@ namespace memento::runtime {
 class ProtectStage final : public ChunkStage {
  public:
   // All pointers are borrowed and must outlive the stage.
+  // `crcs` gives this rank's per-entry crc32c once its End ran (the engine
+  // ends it before this stage); `entry_bytes` are this rank's entry sizes.
   ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
-               uint64_t chunk_bytes);
+               uint64_t chunk_bytes, const EntryCrcStage* crcs, std::vector<uint64_t> entry_bytes);
   ~ProtectStage() override;
 
   Status Begin(uint64_t version, int slot, int chunks) override;
@@ -68,22 +75,48 @@ class ProtectStage final : public ChunkStage {
  private:
   Status SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row, uint32_t data_row,
                   uint64_t offset, const uint8_t* data, uint64_t length);
-  Status ReceiveFrom(int source_rank, uint64_t expected);
-  void JoinReceivers();
+  Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region);
+  struct Source {
+    int rank = -1;
+    uint64_t bytes = 0;  // payload bytes per version
+    int seals_region = -1;
+  };
+  // Receiver thread of one source: one ReceiveFrom per Begin, until stop_.
+  void ReceiverLoop(Source source);
+  // Until every receiver finished the current version.
+  void WaitReceivers();
 
   const ProtectionLayout* layout_;
   NodeStore* store_;
   Transport* transport_;
   const uint64_t chunk_bytes_;
+  const EntryCrcStage* crcs_;
+  const std::vector<uint64_t> entry_bytes_;
   int data_rows_ = 0;                // K' of this rank's group (erasure)
   std::vector<uint8_t> generator_;   // (K'+M) x K' of this rank's group (erasure)
   std::vector<std::mutex> send_mu_;  // per destination rank
   std::vector<std::mutex> fold_mu_;  // per store region
+  // Replica regions: crc32c of every part as it landed (one receiver thread
+  // per region, so no lock), combined at End instead of a second pass.
+  struct PartCrc {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  std::vector<std::vector<PartCrc>> part_crcs_;  // per store region; capacity kept across versions
+  // crc32c of replica region `region` from its parts, if they tile
+  // [0, capacity) exactly.
+  std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
 
   uint64_t version_ = 0;
   int slot_ = -1;
-  std::vector<std::thread> receivers_;
+  std::vector<Source> sources_;
+  std::vector<std::thread> receivers_;  // one per source, started by the first Begin
   std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;  // bumped by Begin: receivers start the version
+  int busy_ = 0;             // receivers still in the current version
+  bool stop_ = false;
   Status receive_status_;
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};

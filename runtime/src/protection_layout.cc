@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
+#include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/placement/topology.h"
 
@@ -14,6 +16,7 @@ std::vector<uint8_t> EncodeRankRecord(const RankRecord& r) {
   std::memcpy(out.data(), &r.lane, 4);
   std::memcpy(out.data() + 4, &r.old_index, 4);
   std::memcpy(out.data() + 8, &r.old_nodes, 4);
+  std::memcpy(out.data() + 12, &r.entries, 4);
   std::memcpy(out.data() + 16, &r.shard_bytes, 8);
   std::memcpy(out.data() + 24, r.identity.data(), r.identity.size());
   return out;
@@ -27,6 +30,7 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
   std::memcpy(&r.lane, bytes.data(), 4);
   std::memcpy(&r.old_index, bytes.data() + 4, 4);
   std::memcpy(&r.old_nodes, bytes.data() + 8, 4);
+  std::memcpy(&r.entries, bytes.data() + 12, 4);
   std::memcpy(&r.shard_bytes, bytes.data() + 16, 8);
   r.identity.assign(bytes.begin() + 24, bytes.end());
   return r;
@@ -82,6 +86,7 @@ Result<ProtectionLayout> ProtectionLayout::Build(const std::string& scheme_text,
   MEMENTO_CHECK_EQ(next, unplaced.size());
   pl.rank_of_.assign(n, std::vector<int>(pl.lanes_, -1));
   pl.shard_bytes_.assign(n, std::vector<uint64_t>(pl.lanes_, 0));
+  pl.entry_count_.assign(n, std::vector<uint32_t>(pl.lanes_, 0));
   for (int i = 0; i < n; ++i) {
     for (int r : ranks_of[at[i]]) {
       const int lane = records[r].lane;
@@ -91,6 +96,7 @@ Result<ProtectionLayout> ProtectionLayout::Build(const std::string& scheme_text,
       }
       pl.rank_of_[i][lane] = r;
       pl.shard_bytes_[i][lane] = records[r].shard_bytes;
+      pl.entry_count_[i][lane] = records[r].entries;
       if (r == me) {
         pl.node_ = i;
         pl.lane_ = lane;
@@ -137,6 +143,27 @@ void ProtectionLayout::ExtendStoreLayout(StoreLayout* layout) {
     held_.push_back({item, static_cast<int>(layout->regions.size()), item.bytes});
     layout->regions.push_back(std::move(spec));
   }
+  std::set<int> owners;
+  for (const HeldRegion& h : held_) {
+    if (h.item.kind == placement::ItemKind::kReplica) {
+      owners.insert(h.item.owner);
+    } else {
+      const int g = groups_->group_of(node_);
+      for (int r = 0; r < groups_->group(g).data; ++r) {
+        owners.insert(groups_->DataRowNode(g, h.item.stripe, r));
+      }
+    }
+  }
+  for (int owner : owners) {
+    RegionSpec spec;
+    spec.kind = RegionKind::kSeals;
+    spec.name = "seals/n" + std::to_string(owner);
+    spec.capacity = EntrySealsBytes(entry_count_.at(owner).at(lane_));
+    spec.owner_node = static_cast<uint32_t>(owner);
+    spec.owner_lane = static_cast<uint32_t>(lane_);
+    seals_.push_back({owner, static_cast<int>(layout->regions.size()), spec.capacity});
+    layout->regions.push_back(std::move(spec));
+  }
   RegionSpec topo;
   topo.kind = RegionKind::kParity;
   topo.name = "topology";
@@ -152,6 +179,29 @@ int ProtectionLayout::ReplicaRegion(int owner) const {
     if (h.item.kind == placement::ItemKind::kReplica && h.item.owner == owner) return h.region;
   }
   return -1;
+}
+
+int ProtectionLayout::SealsRegionOf(int owner) const {
+  for (const auto& s : seals_) {
+    if (s.owner == owner) return s.region;
+  }
+  return -1;
+}
+
+std::vector<int> ProtectionLayout::SealHolders() const {
+  std::set<int> holders;
+  if (scheme_.is_replica()) {
+    for (int h : groups_->ReplicaHolders(node_)) holders.insert(h);
+  } else if (scheme_.is_erasure()) {
+    const int g = groups_->group_of(node_);
+    for (int piece = 0; piece < groups_->group(g).data; ++piece) {
+      const int stripe = groups_->StripeOfPiece(node_, piece);
+      for (int t = 0; t < groups_->group(g).parity; ++t) {
+        holders.insert(groups_->ParityHolder(g, stripe, t));
+      }
+    }
+  }
+  return {holders.begin(), holders.end()};
 }
 
 int ProtectionLayout::ParityRegion(int stripe, int row) const {

@@ -19,7 +19,8 @@
 //     one kReplica region per replicated owner ("replica/n<owner>", the whole
 //     shard) and one kParity region per parity row ("parity/s<stripe>/r<row>",
 //     P bytes; owner_node = group index, piece = stripe, owner_lane = row),
-//     and a zero-byte "topology" marker (owner_node = N, owner_lane = lanes).
+//     one kSeals region per owner it holds anything of ("seals/n<owner>",
+//     entry_seals.h), and a zero-byte "topology" marker (owner_node = N, owner_lane = lanes).
 //
 // Thread-safety: immutable after Build. Cost: O(N * lanes + regions).
 #pragma once
@@ -44,6 +45,7 @@ struct RankRecord {
   int32_t old_index = -1;    // node index recorded in its surviving store, -1 if none
   uint32_t old_nodes = 0;    // node count recorded in its surviving store, 0 if none
   uint64_t shard_bytes = 0;  // sum of its registered entries
+  uint32_t entries = 0;      // number of its registered entries
 };
 
 std::vector<uint8_t> EncodeRankRecord(const RankRecord& r);
@@ -53,6 +55,13 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
 struct HeldRegion {
   placement::HeldItem item;  // kReplica or kParity
   int region = -1;           // index in the store layout
+  uint64_t capacity = 0;
+};
+
+// The entry seals (entry_seals.h) of one owner that this rank keeps.
+struct SealsRegion {
+  int owner = -1;   // node index; same lane as this rank
+  int region = -1;  // index in the store layout
   uint64_t capacity = 0;
 };
 
@@ -79,6 +88,15 @@ class ProtectionLayout {
   // Placement map of lane `lane`.
   const placement::PlacementMap& map(int lane) const { return maps_.at(lane); }
   const std::vector<HeldRegion>& held() const { return held_; }
+  // Registered entries of (node, lane).
+  uint32_t entry_count(int node, int lane) const { return entry_count_.at(node).at(lane); }
+  // One per owner that this rank holds anything of (replica or parity of a
+  // stripe with a piece of it), by owner; see entry_seals.h.
+  const std::vector<SealsRegion>& seals() const { return seals_; }
+  int SealsRegionOf(int owner) const;
+  // The nodes (same lane) that keep this rank's entry seals: every node that
+  // holds a replica of it or parity of a stripe with one of its pieces.
+  std::vector<int> SealHolders() const;
   int topology_region() const { return topology_region_; }
 
   // Appends the held regions and the topology marker to `layout` (which holds
@@ -102,6 +120,8 @@ class ProtectionLayout {
   std::optional<placement::GroupLayout> groups_;
   std::vector<placement::PlacementMap> maps_;
   std::vector<HeldRegion> held_;
+  std::vector<std::vector<uint32_t>> entry_count_;
+  std::vector<SealsRegion> seals_;
   int topology_region_ = -1;
 };
 

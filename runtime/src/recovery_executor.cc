@@ -6,23 +6,31 @@
 //     for peers, and allgathers the items with the newest complete remote
 //     version. A node none of whose ranks reports anything lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
-//  3. Execute. The plan is turned into one deterministic list of transfers
-//     (replica: holder -> owner, the whole shard; decode: each input row ->
-//     each owner of a rebuilt row of the stripe). Transfer i uses tags
-//     kTagRecoverBase + 2*(i % span) (header: length, crc32c) and +1
-//     (payload). Every outgoing transfer runs on its own thread and the
-//     incoming ones are received in list order on the calling thread, so no
-//     ordering between ranks can deadlock. Each payload's crc32c is checked
-//     on arrival. An owner whose shard is decoded gathers the K' input rows
-//     of each of its stripes and runs the codec's Decode (the simple form: no
-//     partial products reduced at the survivors yet). Local shards are copied
-//     from the slot (crc verified), remote ones read from the remote tier.
+//  3. Execute. Replica sources become transfers (holder -> owner, the whole
+//     shard); transfer i uses tags kTagRecoverBase + 2*(i % span) (header:
+//     length, crc32c) and +1 (payload). Every outgoing transfer runs on its
+//     own thread and the incoming ones are received in list order on the
+//     calling thread, so no ordering between ranks can deadlock. Each
+//     payload's crc32c is checked on arrival. Decodes run as partial-product
+//     reduce chains (partial_decode.h): each input holder multiplies its row
+//     by its decode coefficient and the sum travels along the holders to the
+//     owner of the rebuilt row, which receives just that row. A copied or
+//     decoded shard is checked entry by entry against its owner's entry seals
+//     (entry_seals.h; one allgather collects them from any holder) before it
+//     is written into the buffers or the store. Local shards
+//     are copied from the slot (crc verified), remote ones read from the
+//     remote tier.
 //  4. Agree (AllTrue). On failure, every rank falls back to the newest remote
 //     version if there is one.
-//  5. Re-protect. Unless every shard was local and nothing held for peers was
-//     lost, the restored version is re-snapshotted from the buffers and
-//     protected again (replicas / parity recomputed and resent to every
-//     holder) and committed before Restore returns.
+//  5. Re-protect (reprotect.h). Nothing when every shard was local and
+//     nothing held for peers was lost; else, when possible, only what the
+//     lost nodes held is rebuilt into fresh slots on their ranks (replicas
+//     from the owners, parity as reduce chains over the stripe's data rows),
+//     sealed and committed by one AllTrue; otherwise (or if that fails) the
+//     restored version is re-snapshotted from the buffers and protected again
+//     as a whole. Either way the version is committed before Restore returns.
+//  6. Bytes received per node (restore and re-protect) are allgathered into
+//     the report.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -31,6 +39,7 @@
 
 #include "checkpointer_impl.h"
 #include "device_copy.h"
+#include "entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/rs_codec.h"
@@ -39,6 +48,9 @@
 #include "memento/placement/topology.h"
 #include "memento/runtime/log.h"
 #include "message_tags.h"
+#include "partial_decode.h"
+#include "reduce_chain.h"
+#include "reprotect.h"
 
 namespace memento::runtime {
 namespace {
@@ -55,9 +67,7 @@ struct Transfer {
   int src = -1;  // world ranks
   int dst = -1;
   bool replica = false;
-  int owner = -1;            // replica: whose shard
-  int decode = -1;           // row: index into plan.decodes
-  placement::StripeRow row;  // row: the input row
+  int owner = -1;  // replica: whose shard
 };
 
 struct TransferHeader {
@@ -78,6 +88,80 @@ Status Checkpointer::Impl::ScatterShardToBuffers(const std::vector<uint8_t>& sha
     MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, shard.data() + at, e.bytes, e.device));
     (*crcs)[i] = erasure::Crc32c(shard.data() + at, e.bytes);
     at += e.bytes;
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::ReadShardRange(int slot, const std::vector<uint8_t>* shard,
+                                          uint64_t begin, uint64_t len, uint8_t* dst) const {
+  std::memset(dst, 0, len);
+  const uint64_t end = begin + len;
+  if (shard != nullptr) {
+    if (begin < shard->size()) {
+      std::memcpy(dst, shard->data() + begin, std::min<uint64_t>(end, shard->size()) - begin);
+    }
+    return Status::Ok();
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const uint64_t eb = protection_->entry_base(static_cast<int>(i));
+    const uint64_t ee = eb + entries_[i].bytes;
+    const uint64_t lo = std::max(eb, begin), hi = std::min(ee, end);
+    if (lo >= hi) continue;
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(slot, static_cast<int>(i)));
+    if (view.length != entries_[i].bytes) {
+      return Status::Corruption("entry '" + entries_[i].name + "' holds " +
+                                std::to_string(view.length) + " bytes, expected " +
+                                std::to_string(entries_[i].bytes));
+    }
+    std::memcpy(dst + (lo - begin), view.data + (lo - eb), hi - lo);
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::GatherEntrySeals(
+    uint64_t version, std::map<std::pair<int, int>, std::vector<EntrySeal>>* out) {
+  const ProtectionLayout& pl = *protection_;
+  // Records: i32 node, i32 lane, u32 bytes, then the EncodeEntrySeals bytes.
+  std::vector<uint8_t> mine;
+  auto add = [&](int node, const std::vector<uint8_t>& rec) {
+    const int32_t head[2] = {node, pl.lane()};
+    const uint32_t len = static_cast<uint32_t>(rec.size());
+    const size_t at = mine.size();
+    mine.resize(at + 12 + rec.size());
+    std::memcpy(mine.data() + at, head, 8);
+    std::memcpy(mine.data() + at + 8, &len, 4);
+    std::memcpy(mine.data() + at + 12, rec.data(), rec.size());
+  };
+  if (const std::optional<int> slot = store_.FindVersion(version)) {
+    // Its own entries' seals (the payloads were verified by the inventory).
+    std::vector<EntrySeal> own;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      auto view = store_.ReadRegion(*slot, static_cast<int>(i));
+      if (!view.ok()) break;
+      own.push_back({view->length, view->crc});
+    }
+    if (own.size() == entries_.size()) add(pl.node(), EncodeEntrySeals(own));
+    // The seals it keeps for peers.
+    for (const SealsRegion& r : pl.seals()) {
+      if (!store_.VerifyRegion(*slot, r.region).ok()) continue;
+      auto view = store_.ReadRegion(*slot, r.region);
+      if (!view.ok()) continue;
+      add(r.owner, std::vector<uint8_t>(view->data, view->data + view->length));
+    }
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(mine.data(), mine.size()));
+  for (const auto& raw : all) {
+    size_t at = 0;
+    while (at + 12 <= raw.size()) {
+      int32_t head[2];
+      uint32_t len;
+      std::memcpy(head, raw.data() + at, 8);
+      std::memcpy(&len, raw.data() + at + 8, 4);
+      if (at + 12 + len > raw.size()) return Status::Corruption("entry seals allgather record");
+      auto seals = DecodeEntrySeals(raw.data() + at + 12, len);
+      if (seals.ok()) out->emplace(std::make_pair(head[0], head[1]), std::move(seals).value());
+      at += 12 + len;
+    }
   }
   return Status::Ok();
 }
@@ -220,19 +304,24 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     t.owner = s.node;
     transfers.push_back(t);
   }
-  for (size_t d = 0; d < plan.decodes.size(); ++d) {
-    const auto& dec = plan.decodes[d];
-    for (const auto& rb : dec.rebuilt) {
-      for (const auto& in : dec.inputs) {
-        Transfer t;
-        t.src = pl.rank_of(in.node, dec.lane);
-        t.dst = pl.rank_of(rb.node, dec.lane);
-        t.decode = static_cast<int>(d);
-        t.row = in;
-        transfers.push_back(t);
-      }
+  std::vector<uint32_t> crcs;  // this rank's restored entries
+  // Entry seals of every owner, from any node that keeps them (entry_seals.h).
+  std::map<std::pair<int, int>, std::vector<EntrySeal>> seals_of;  // (node, lane)
+  MEMENTO_RETURN_IF_ERROR(GatherEntrySeals(version, &seals_of));
+  auto verified = [&](const std::vector<uint8_t>& shard) -> Status {
+    auto it = seals_of.find({me_node, me_lane});
+    if (it == seals_of.end()) {
+      return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
     }
-  }
+    std::vector<uint64_t> sizes;
+    std::vector<std::string> names;
+    for (const auto& e : entries_) {
+      sizes.push_back(e.bytes);
+      names.push_back(e.name);
+    }
+    MEMENTO_RETURN_IF_ERROR(VerifyShardAgainstSeals(shard, sizes, names, it->second));
+    return ScatterShardToBuffers(shard, &crcs);
+  };
   const int me = transport_->rank();
   const std::optional<int> my_slot = store_.FindVersion(version);
   const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
@@ -248,27 +337,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
       out->assign(view.data, view.data + view.length);
       return Status::Ok();
     }
-    if (t.row.parity) {
-      const int region = pl.ParityRegion(plan.decodes[t.decode].stripe, t.row.row);
-      if (region < 0) return Status::Internal("no parity region for the plan's row");
-      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
-      out->assign(view.data, view.data + view.length);
-      return Status::Ok();
-    }
-    // Data row = piece `row` of this rank's shard: bytes [row*P, row*P + real).
-    const uint64_t piece = plan.decodes[t.decode].piece_bytes;
-    const uint64_t begin = static_cast<uint64_t>(t.row.row) * piece;
-    const uint64_t end = std::min(my_shard_bytes, begin + piece);
-    out->assign(end > begin ? end - begin : 0, 0);
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      const uint64_t eb = pl.entry_base(static_cast<int>(i));
-      const uint64_t ee = eb + entries_[i].bytes;
-      const uint64_t lo = std::max(eb, begin), hi = std::min(ee, end);
-      if (lo >= hi) continue;
-      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, static_cast<int>(i)));
-      std::memcpy(out->data() + (lo - begin), view.data + (lo - eb), hi - lo);
-    }
-    return Status::Ok();
+    return Status::Internal("restore transfer that is not a replica");
   };
 
   std::vector<std::thread> senders;
@@ -330,8 +399,41 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     if (!s.ok() && got.ok()) got = s.WithContext("restore: sending");
   }
 
+  // Decodes: partial products reduced along the input holders (partial_decode.h).
+  std::vector<ReduceChain> chains;
+  std::vector<DecodeChainInfo> chain_info;
+  std::vector<std::vector<uint8_t>> chain_rows;
+  ReduceBytes chain_bytes;
+  {
+    Status built = BuildDecodeChains(plan, pl, &chains, &chain_info);
+    if (built.ok()) {
+      auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
+                        uint8_t* dst) -> Status {
+        if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
+        const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
+        const placement::StripeRow& in = dec.inputs[term.row_id];
+        if (!in.parity) {
+          return ReadShardRange(*my_slot, nullptr,
+                                static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len, dst);
+        }
+        const int region = pl.ParityRegion(dec.stripe, in.row);
+        if (region < 0) return Status::Internal("no parity region for the plan's row");
+        MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
+        if (off + len > view.length) return Status::Corruption("parity region too short");
+        std::memcpy(dst, view.data + off, len);
+        return Status::Ok();
+      };
+      built = RunReduceChains(transport_.get(), chains,
+                              static_cast<int>(2 * (transfers.size() % kRecoverTagSpan)),
+                              config_.chunk_bytes, reader, &chain_rows, &chain_bytes);
+    }
+    if (!built.ok() && got.ok()) got = built.WithContext("restore: decode");
+  }
+  sent += chain_bytes.sent;
+  received_bytes += chain_bytes.received;
+
   // This rank's shard.
-  std::vector<uint32_t> crcs;
+  std::vector<uint8_t> restored_shard;  // replica / decode: the shard as rebuilt
   Status local = got;
   RestoreSource source = RestoreSource::kLocalMemory;
   if (local.ok()) {
@@ -352,8 +454,9 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
         local = Status::Corruption("no replica received");
         for (auto& [i, buf] : received) {
           if (transfers[i].replica && transfers[i].owner == me_node) {
+            restored_shard = buf;
             local = buf.size() == my_shard_bytes
-                        ? ScatterShardToBuffers(buf, &crcs)
+                        ? verified(buf)
                         : Status::Corruption("replica of " + std::to_string(buf.size()) +
                                              " bytes, shard has " + std::to_string(my_shard_bytes));
           }
@@ -364,43 +467,16 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
         source = RestoreSource::kDecode;
         report.source_detail = "decode of " + std::to_string(mine->decodes.size()) + " stripes";
         std::vector<uint8_t> shard(my_shard_bytes, 0);
-        const auto& map = pl.map(me_lane);
-        for (int d : mine->decodes) {
-          if (!local.ok()) break;
-          const auto& dec = plan.decodes[d];
-          const uint64_t piece = dec.piece_bytes;
-          const int k = dec.data_rows, m = dec.parity_rows;
-          std::vector<std::vector<uint8_t>> rows(k + m);
-          std::vector<uint8_t*> ptrs(k + m, nullptr);
-          for (auto& [i, buf] : received) {
-            const Transfer& t = transfers[i];
-            if (t.replica || t.decode != d) continue;
-            const int at = t.row.parity ? k + t.row.row : t.row.row;
-            rows[at].assign(piece, 0);
-            std::memcpy(rows[at].data(), buf.data(), std::min<uint64_t>(buf.size(), piece));
-            ptrs[at] = rows[at].data();
-          }
-          std::vector<int> erased;
-          for (const auto& rb : dec.rebuilt) {
-            erased.push_back(rb.row);
-            rows[rb.row].assign(piece, 0);
-            ptrs[rb.row] = rows[rb.row].data();
-          }
-          if (pl.scheme().kind() == placement::SchemeKind::kXor) {
-            auto codec = erasure::XorCodec::Create(k);
-            local = codec.ok() ? codec->Decode(ptrs.data(), erased, piece) : codec.status();
-          } else {
-            auto codec = erasure::RsCodec::Create(k, m);
-            local = codec.ok() ? codec->Decode(ptrs.data(), erased, piece) : codec.status();
-          }
-          for (const auto& rb : dec.rebuilt) {
-            if (!local.ok() || rb.node != me_node) continue;
-            const uint64_t real = map.DataPieceBytes(me_node, rb.row);
-            std::memcpy(shard.data() + static_cast<uint64_t>(rb.row) * piece, rows[rb.row].data(),
-                        real);
-          }
+        for (size_t c = 0; c < chains.size(); ++c) {
+          if (chains[c].dst_rank != me) continue;
+          const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
+          const placement::StripeRow& rb = dec.rebuilt[chain_info[c].rebuilt];
+          const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes;
+          MEMENTO_CHECK_LE(at + chain_rows[c].size(), shard.size());
+          std::memcpy(shard.data() + at, chain_rows[c].data(), chain_rows[c].size());
         }
-        if (local.ok()) local = ScatterShardToBuffers(shard, &crcs);
+        if (local.ok()) local = verified(shard);
+        restored_shard = std::move(shard);
         break;
       }
     }
@@ -433,16 +509,71 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     report.entries.push_back({entries_[i].name, entries_[i].bytes, crcs[i], source});
   }
 
-  // 5. Re-protect.
+  // 5. Re-protect (reprotect.h): nothing when nothing was lost; only what the
+  // lost nodes held when that is possible; else the whole version again.
   t0 = Clock::now();
-  if (all_local && plan.reprotect.empty() && report.version == version) {
+  const bool restored_from_plan = report.version == version;
+  if (all_local && plan.reprotect.empty() && restored_from_plan) {
     (void)store_.MarkCommitted(*my_slot, version);
     std::lock_guard<std::mutex> lock(mu_);
     latest_committed_ = version;
     committed_slot_ = *my_slot;
   } else {
-    Status s = Reseed(report.version);
-    if (!s.ok()) report.notes.push_back("not re-protected: " + s.ToString());
+    bool done = false;
+    if (restored_from_plan && MinimalReprotectPossible(plan)) {
+      ReduceBytes rb;
+      int slot = -1;
+      const int tag_base =
+          static_cast<int>((2 * transfers.size() + chains.size()) % kRecoverTagSpan);
+      Status s = ReprotectMinimal(plan, restored_shard.empty() ? nullptr : &restored_shard,
+                                  seals_of, tag_base, &rb, &slot);
+      report.reprotect_bytes_sent = rb.sent;
+      report.reprotect_bytes_received = rb.received;
+      MEMENTO_ASSIGN_OR_RETURN(bool all_sealed, transport_->AllTrue(s.ok()));
+      if (all_sealed) {
+        Status c = store_.MarkCommitted(slot, version);
+        if (!c.ok())
+          report.notes.push_back("re-protected v" + std::to_string(version) +
+                                 " not marked committed: " + c.ToString());
+        std::lock_guard<std::mutex> lock(mu_);
+        latest_committed_ = version;
+        committed_slot_ = slot;
+        report.reprotect_mode = "minimal";
+        done = true;
+      } else {
+        if (slot >= 0 && std::find(plan.failed_nodes.begin(), plan.failed_nodes.end(), me_node) !=
+                             plan.failed_nodes.end()) {
+          (void)store_.Invalidate(slot);
+        }
+        report.notes.push_back("minimal re-protect failed (" +
+                               (s.ok() ? std::string("on another rank") : s.ToString()) +
+                               "), re-protecting the whole version");
+      }
+    }
+    if (!done) {
+      Status s = Reseed(report.version);
+      report.reprotect_mode = "full";
+      report.reprotect_bytes_sent += protect_stage_->bytes_sent();
+      report.reprotect_bytes_received += protect_stage_->bytes_received();
+      if (!s.ok()) report.notes.push_back("not re-protected: " + s.ToString());
+    }
+  }
+  // Bytes per node, for the report (one small allgather).
+  {
+    const uint64_t mine[2] = {report.bytes_received, report.reprotect_bytes_received};
+    MEMENTO_ASSIGN_OR_RETURN(auto per_rank, transport_->Allgather(mine, sizeof(mine)));
+    report.bytes_received_per_node.assign(pl.num_nodes(), 0);
+    report.reprotect_bytes_received_per_node.assign(pl.num_nodes(), 0);
+    for (int node = 0; node < pl.num_nodes(); ++node) {
+      for (int lane = 0; lane < pl.lanes(); ++lane) {
+        const auto& raw = per_rank.at(pl.rank_of(node, lane));
+        if (raw.size() != sizeof(mine)) return Status::Corruption("restore byte counts");
+        uint64_t theirs[2];
+        std::memcpy(theirs, raw.data(), sizeof(theirs));
+        report.bytes_received_per_node[node] += theirs[0];
+        report.reprotect_bytes_received_per_node[node] += theirs[1];
+      }
+    }
   }
   report.reprotect_s = SecondsSince(t0);
   Log(LogLevel::kInfo, report.ToString() + " [" + report.source_detail + "; lost nodes " +

@@ -12,6 +12,8 @@ const char* RegionKindName(RegionKind kind) {
       return "replica";
     case RegionKind::kParity:
       return "parity";
+    case RegionKind::kSeals:
+      return "seals";
   }
   return "unknown";
 }
@@ -64,7 +66,7 @@ Status StoreLayout::Validate() const {
       return Status::InvalidArgument(where + ": name must have 1..1024 bytes");
     }
     if (r.kind != RegionKind::kShard && r.kind != RegionKind::kReplica &&
-        r.kind != RegionKind::kParity) {
+        r.kind != RegionKind::kParity && r.kind != RegionKind::kSeals) {
       return Status::InvalidArgument(where + ": unknown kind " +
                                      std::to_string(static_cast<int>(r.kind)));
     }

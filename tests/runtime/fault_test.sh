@@ -139,6 +139,19 @@ case $scenario in
     run ok lose 1
     run ok restore 3 3 memory
     ;;
+  protect-replace-node)  # replica:2: node 2 lost, relaunched under a new identity; then
+    # node 3 (whose only copy the replacement re-protected) lost -> still from memory
+    export MEMENTO_SCHEME=replica:2
+    run ok train 3
+    run ok lose 2
+    export MEMENTO_TEST_REPLACE_NODE=2
+    run ok restore 3 3 memory
+    if ! ls /dev/shm | grep -q "${MEMENTO_JOB}.*replacement"; then
+      echo "FAIL: no segment of the replacement identity"; exit 1
+    fi
+    run ok lose 3
+    run ok restore 3 3 memory
+    ;;
   *)
     echo "unknown scenario $scenario"
     exit 2

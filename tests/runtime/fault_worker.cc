@@ -16,7 +16,8 @@
 // Configuration comes from MEMENTO_* (Config::FromEnv). Buffer contents are a
 // function of (rank, step, entry, index), so a restore can be checked without
 // the failure-free run's files. MEMENTO_TEST_KILL="stage:step:rank" makes
-// `rank` SIGKILL itself at `stage` of version `step`; stages are the engine's
+// `rank` SIGKILL itself at `stage` of version `step`; MEMENTO_TEST_REPLACE_NODE=N
+// runs virtual node N under a new identity (a replacement node). Kill stages are the engine's
 // (snapshot, seal, commit, committed, persist, manifest) plus remote-write:
 // killed while its rank file is being written (its temporary file exists).
 #include <mpi.h>
@@ -112,6 +113,15 @@ class KillingRemoteStore : public DirectoryRemoteStore {
   int rank_;
 };
 
+// MEMENTO_TEST_REPLACE_NODE=N: the ranks of virtual node N run under a new
+// identity ("replacement/N"), as a replacement machine would.
+void ApplyReplacement(Config* config, int rank) {
+  const char* env = std::getenv("MEMENTO_TEST_REPLACE_NODE");
+  if (env == nullptr || *env == '\0') return;
+  const int per_node = config->ranks_per_node > 0 ? config->ranks_per_node : 1;
+  if (rank / per_node == std::atoi(env)) config->node = "replacement";
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: fault_worker train STEPS | restore MIN MAX SRC | clean\n");
@@ -141,6 +151,7 @@ int Main(int argc, char** argv) {
     const int per_node = config->ranks_per_node > 0 ? config->ranks_per_node : 1;
     const std::string list = std::string(",") + argv[2] + ",";
     const bool mine = list.find("," + std::to_string(rank / per_node) + ",") != std::string::npos;
+    ApplyReplacement(&*config, rank);
     int rc = 0;
     if (mine) {
       StoreId id{config->job, NodeIdentity(*config, rank),
@@ -178,6 +189,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const int rank = (*transport)->rank();
+  ApplyReplacement(&*config, rank);
   const KillPoint kill = ParseKill();
   FaultHooks hooks;
   hooks.at_stage = [kill, rank](Stage stage, uint64_t version) {
@@ -245,7 +257,10 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: Restore: %s\n", rank, report.status().ToString().c_str());
       return 1;
     }
-    if (rank == 0) std::printf("%s\n", report->ToString().c_str());
+    if (rank == 0) {
+      std::printf("%s; re-protect %s\n", report->ToString().c_str(),
+                  report->reprotect_mode.c_str());
+    }
     if (!report->source_detail.empty()) {
       std::printf("rank %d: %s; recovery report %s\n", rank, report->source_detail.c_str(),
                   report->ToJson().substr(0, 400).c_str());

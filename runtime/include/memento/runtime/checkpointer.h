@@ -115,7 +115,18 @@ struct RestoreReport {
   uint64_t bytes_sent = 0;      // this rank, restore transfers (payload)
   uint64_t bytes_received = 0;  // this rank, restore transfers (payload)
   std::vector<uint64_t> plan_read_bytes_per_node;  // planner's bytes served per node
-  double inventory_s = 0;                          // phase times on this rank
+  // Restore transfers received per node (all its lanes; replica copies, decode
+  // chain hops and decoded rows), from one allgather at the end of Restore.
+  std::vector<uint64_t> bytes_received_per_node;
+  // Re-protect: "none" (nothing was lost), "minimal" (only what lost nodes
+  // held was rebuilt, see reprotect.cc) or "full" (the version re-snapshotted
+  // and protected again). Bytes this rank sent / received for it (payload),
+  // and bytes received per node (all lanes).
+  std::string reprotect_mode = "none";
+  uint64_t reprotect_bytes_sent = 0;
+  uint64_t reprotect_bytes_received = 0;
+  std::vector<uint64_t> reprotect_bytes_received_per_node;
+  double inventory_s = 0;  // phase times on this rank
   double plan_s = 0;
   double transfer_s = 0;  // fetch + decode + copy into buffers
   double reprotect_s = 0;

@@ -25,9 +25,10 @@ enum class RegionKind : uint16_t {
   kShard = 1,    // an entry of this rank's own shard
   kReplica = 2,  // a copy of a peer's shard entry
   kParity = 3,   // a parity piece protecting a stripe of peers' data
+  kSeals = 4,    // a peer's per-entry sizes and crc32c (end-to-end check of a rebuilt shard)
 };
 
-// "shard", "replica", "parity".
+// "shard", "replica", "parity", "seals".
 const char* RegionKindName(RegionKind kind);
 
 // How a buffer maps onto a logical tensor (for elastic restore). All vectors

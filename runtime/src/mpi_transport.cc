@@ -48,8 +48,12 @@ const char* ThreadLevelName(int level) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
-      : comm_(comm), rank_(rank), size_(size), timeout_(timeout) {}
+  // `serialize`: MPI runs below MPI_THREAD_MULTIPLE, so every MPI call on this
+  // transport is made under one mutex. With MPI_THREAD_MULTIPLE threads call
+  // MPI concurrently and each progresses its own requests.
+  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout,
+               bool serialize)
+      : comm_(comm), rank_(rank), size_(size), timeout_(timeout), serialize_(serialize) {}
 
   ~MpiTransport() override {
     std::lock_guard<std::mutex> init_lock(g_init_mu);
@@ -76,7 +80,7 @@ class MpiTransport final : public Transport {
     MEMENTO_RETURN_IF_ERROR(CheckUsable());
     MPI_Request req;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier"));
     }
     return WaitCollective(&req, "Barrier");
@@ -111,7 +115,7 @@ class MpiTransport final : public Transport {
     std::vector<int> counts(size_);
     MPI_Request req;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
           MpiStatus(MPI_Iallgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_, &req),
                     "MPI_Iallgather"));
@@ -127,7 +131,7 @@ class MpiTransport final : public Transport {
     Bytes all(static_cast<size_t>(total));
     Bytes send(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
           MpiStatus(MPI_Iallgatherv(send.data(), mine, MPI_BYTE, all.data(), counts.data(),
                                     displs.data(), MPI_BYTE, comm_, &req),
@@ -150,7 +154,7 @@ class MpiTransport final : public Transport {
     }
     MPI_Request req;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(MpiStatus(
           MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend"));
     }
@@ -171,7 +175,7 @@ class MpiTransport final : public Transport {
         capacity > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(capacity);
     MPI_Request req;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
           MpiStatus(MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm_, &req), "MPI_Irecv"));
     }
@@ -180,7 +184,7 @@ class MpiTransport final : public Transport {
     const std::string where =
         "Recv from rank " + std::to_string(peer) + " tag " + std::to_string(tag);
     if (s.code() == StatusCode::kTimeout) {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MPI_Cancel(&req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);
       return s.WithContext(where);
@@ -216,7 +220,7 @@ class MpiTransport final : public Transport {
     MEMENTO_RETURN_IF_ERROR(CheckUsable());
     MPI_Request req;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
           MpiStatus(MPI_Iallreduce(in, out, 1, type, op, comm_, &req), "MPI_Iallreduce"));
     }
@@ -230,15 +234,25 @@ class MpiTransport final : public Transport {
     return s.WithContext(what);
   }
 
-  // Polls `req` to completion under the mutex, sleeping briefly between
-  // tests so that other threads' MPI calls interleave.
+  // The mutex when MPI needs serialized calls, else an empty lock.
+  std::unique_lock<std::mutex> Lock() {
+    return serialize_ ? std::unique_lock<std::mutex>(mu_) : std::unique_lock<std::mutex>();
+  }
+
+  // Polls `req` to completion. Open MPI's shared-memory and TCP transports
+  // move a large message fragment by fragment, only inside MPI calls, so the
+  // poll rate bounds the bandwidth: poll back to back first (a chunk of a few
+  // MiB completes within this phase at memory speed), then yield, and only
+  // for long waits sleep (growing to 50 us) so idle waiters leave the cores
+  // to training.
   Status Poll(MPI_Request* req, MPI_Status* st) {
-    const auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now();
+    const auto deadline = start + timeout_;
     auto pause = std::chrono::microseconds(0);
-    while (true) {
+    for (uint64_t polls = 0;; ++polls) {
       int done = 0;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        auto lock = Lock();
         int rc = MPI_Test(req, &done, st);
         if (rc != MPI_SUCCESS) {
           int error_class = 0;
@@ -250,21 +264,30 @@ class MpiTransport final : public Transport {
         }
       }
       if (done) return Status::Ok();
-      if (timeout_.count() > 0 && Clock::now() > deadline) {
+      if (polls % 256 != 255) continue;  // back-to-back tests; the clock is read every 256
+      const auto now = Clock::now();
+      if (timeout_.count() > 0 && now > deadline) {
         return Status::Timeout("no completion within " + std::to_string(timeout_.count()) +
                                " ms (MEMENTO_TIMEOUT_S)");
       }
-      // Back off from a busy spin to at most 50 us between tests.
+      if (now - start < kSpinFor) {
+        std::this_thread::yield();
+        continue;
+      }
       if (pause < std::chrono::microseconds(50)) pause += std::chrono::microseconds(5);
       std::this_thread::sleep_for(pause);
     }
   }
 
+  // How long a waiter polls without sleeping.
+  static constexpr std::chrono::milliseconds kSpinFor{2};
+
   MPI_Comm comm_;
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
-  std::mutex mu_;  // serializes every MPI call on comm_
+  const bool serialize_;
+  std::mutex mu_;  // serializes every MPI call on comm_ when serialize_
   std::atomic<bool> broken_{false};
 };
 
@@ -299,7 +322,8 @@ Result<std::shared_ptr<Transport>> CreateMpiTransport(const MpiTransportOptions&
   MPI_Comm_rank(dup, &rank);
   MPI_Comm_size(dup, &size);
   ++g_live_transports;
-  return std::shared_ptr<Transport>(new MpiTransport(dup, rank, size, options.timeout));
+  return std::shared_ptr<Transport>(
+      new MpiTransport(dup, rank, size, options.timeout, level < MPI_THREAD_MULTIPLE));
 }
 
 }  // namespace memento::runtime

@@ -372,6 +372,76 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   EXPECT_NE(out[0]->ToString().find("end-to-end"), std::string::npos) << out[0]->ToString();
 }
 
+// Two copies of node 0's shard besides its own (replica:3), so another
+// valid source of the same version remains when one is corrupt.
+class SecondSourceTest : public MinimalReprotectTest {
+ protected:
+  // Saves v1 and v2 on every rank; then closes the job.
+  void SaveTwoVersions() {
+    const int n = GetParam().nodes;
+    Launch(n);
+    for (uint64_t step : {1, 2}) {
+      std::vector<Status> st(n);
+      Run([&](int r) {
+        Fill(r, step);
+        Status s = cks_[r]->Save(step);
+        st[r] = s.ok() ? cks_[r]->Wait() : s;
+        if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
+      });
+      for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+    }
+    cks_.clear();
+  }
+  // XORs `pattern` into node `holder`'s newest replica of node 0 at
+  // `at` (modulo its length); returns whether its region crc still holds.
+  void CorruptReplicaOfNode0(int holder, const std::vector<uint8_t>& pattern, uint64_t at,
+                             bool* crc_holds) {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    int done = 0;
+    for (int g = 0; g < store->region_count(); ++g) {
+      const RegionSpec& spec = store->layout().regions[g];
+      if (spec.kind != RegionKind::kReplica || spec.owner_node != 0) continue;
+      auto view = store->ReadRegion(slot, g);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      EXPECT_EQ(view->version, 2u);
+      const uint64_t from = at % view->length;
+      ASSERT_LE(from + pattern.size(), view->length);
+      uint8_t* data = const_cast<uint8_t*>(view->data);  // the shm mapping
+      for (size_t i = 0; i < pattern.size(); ++i) data[from + i] ^= pattern[i];
+      *crc_holds = store->VerifyRegion(slot, g).ok();
+      ++done;
+    }
+    ASSERT_EQ(done, 1) << "node " << holder << " holds no replica of node 0";
+  }
+};
+
+// The inventory verifies only what the plan reads: node 1's copy of node 0
+// (the planner's first pick: lowest index) fails its crc32c when verified,
+// is marked bad, and the plan is made again: v2, node 0 from node 2's copy.
+TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  bool crc_holds = true;
+  CorruptReplicaOfNode0(1, {0x5A}, 100, &crc_holds);
+  ASSERT_FALSE(crc_holds);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 1's copy of node 0 corrupt, node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
+  EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica);
+  std::string notes;
+  for (const auto& rep : reports) notes += rep.ToJson();
+  EXPECT_NE(notes.find("crc"), std::string::npos) << notes;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
+                         ParamName);
+
 INSTANTIATE_TEST_SUITE_P(Schemes, MinimalReprotectTest,
                          ::testing::Values(Param{"replica:2", 4, 1}, Param{"xor:3", 4, 1},
                                            Param{"rs:4+2", 6, 1}),

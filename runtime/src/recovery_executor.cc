@@ -26,8 +26,11 @@
 //     is written into the buffers or the store. Local shards
 //     are copied from the slot (crc verified), remote ones read from the
 //     remote tier.
-//  4. Agree (allgather of each rank's outcome). On failure, every rank falls
-//     back to the newest remote version if there is one.
+//  4. Agree (allgather of each rank's outcome). When every failure is an
+//     end-to-end mismatch, the copies the mismatched shards were rebuilt from
+//     (the replica; the parity rows of the decode) are marked bad and the
+//     restore is planned and executed again from memory. Otherwise every rank
+//     falls back to the newest remote version if there is one.
 //  5. Re-protect (reprotect.h). Nothing when every shard was local and
 //     nothing held for peers was lost; else, when possible, only what the
 //     lost nodes held is rebuilt into fresh slots on their ranks (replicas
@@ -409,7 +412,9 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     }
   };
 
-  // 3. Execute (one attempt; the loop ends at the agreement).
+  // 3. Execute; an end-to-end mismatch marks the copies it was rebuilt from
+  // as bad and plans again (another replica, another survivor set), before
+  // any fallback to the remote tier.
   placement::RecoveryPlan plan;
   uint64_t version = 0;
   std::vector<Transfer> transfers;
@@ -634,10 +639,11 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     const uint8_t outcome = local.ok() ? 0 : (mismatch ? 1 : 2);
     MEMENTO_ASSIGN_OR_RETURN(auto outcomes, transport_->Allgather(&outcome, 1));
     transfer_s += SecondsSince(t0);
-    bool everyone = true;
+    bool everyone = true, other_failure = false;
     for (const auto& o : outcomes) {
       if (o.size() != 1) return Status::Corruption("restore outcome record");
       everyone = everyone && o[0] == 0;
+      other_failure = other_failure || o[0] > 1;
     }
     if (everyone) {
       report.version = version;
@@ -647,6 +653,40 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
       report.notes.push_back("v" + std::to_string(version) +
                              " from memory failed: " + local.ToString());
     }
+    // Every failure an end-to-end mismatch: the inputs of the mismatched
+    // shards are bad copies; plan again without them.
+    bool retry = !other_failure;
+    if (retry) {
+      bool changed = false;
+      for (const placement::ShardSource& s : plan.shards) {
+        if (outcomes.at(pl.rank_of(s.node, s.lane))[0] != 1) continue;
+        std::string from;
+        if (s.kind == placement::SourceKind::kReplica) {
+          changed |= mark_bad(
+              {s.from_node, s.lane, version, placement::ItemKind::kReplica, s.node, -1, -1});
+          from = "replica from node " + std::to_string(s.from_node);
+        } else if (s.kind == placement::SourceKind::kDecode) {
+          for (int d : s.decodes) {
+            const placement::StripeDecode& dec = plan.decodes.at(d);
+            // Data rows are survivors' shards, checked against their own
+            // seals; only parity rows can carry what the region crc missed.
+            for (const placement::StripeRow& in : dec.inputs) {
+              if (!in.parity) continue;
+              changed |= mark_bad({in.node, dec.lane, version, placement::ItemKind::kParity, -1,
+                                   dec.stripe, in.row});
+            }
+          }
+          from = "decode";
+        }
+        report.notes.push_back("v" + std::to_string(version) + ": node " + std::to_string(s.node) +
+                               " lane " + std::to_string(s.lane) + " rebuilt by " + from +
+                               " fails the end-to-end check; its sources are marked bad and "
+                               "the restore is planned again (attempt " +
+                               std::to_string(attempt + 2) + ")");
+      }
+      retry = changed;
+    }
+    if (retry) continue;
     if (remote_agreed < 0) {
       std::string why = "restore of v" + std::to_string(version) + " failed";
       for (const auto& n : report.notes) why += "; " + n;

@@ -316,8 +316,9 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
 // crc32c unchanged (the CRC-32C polynomial itself, XORed in), so the
 // inventory sees valid regions; the pattern straddles the end of node 0's
 // first entry, so the per-entry crcs see it. The rebuilt shard of node 0 then fails the
-// check against node 0's entry seals: no wrong byte is restored, everyone
-// falls back to the remote tier.
+// check against node 0's entry seals: no wrong byte is restored; its sources
+// are marked bad and the restore is planned again, until no memory source of
+// node 0 is left: node 0 comes from the remote tier, the others from memory.
 TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   const Param p = GetParam();
   const int n = p.nodes;
@@ -367,7 +368,9 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
     EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " restored wrong bytes";
-    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kRemote) << "rank " << r;
+    EXPECT_EQ(out[r]->entries[0].source,
+              r == 0 ? RestoreSource::kRemote : RestoreSource::kLocalMemory)
+        << "rank " << r;
   }
   EXPECT_NE(out[0]->ToString().find("end-to-end"), std::string::npos) << out[0]->ToString();
 }
@@ -435,8 +438,34 @@ TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
   EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
   EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica);
   std::string notes;
-  for (const auto& rep : reports) notes += rep.ToJson();
+  for (const auto& rep : reports) notes += rep.ToString();
   EXPECT_NE(notes.find("crc"), std::string::npos) << notes;
+}
+
+// An end-to-end mismatch tries another memory source: node 1's copy of node
+// 0 is corrupted so that its region crc holds (the CRC-32C polynomial XORed
+// in, across the end of node 0's entry e0, as in
+// EndToEndCheckCatchesCorruptionTheRegionCrcMisses); the shard rebuilt from
+// it fails the check against node 0's entry seals, node 1's copy is marked
+// bad and node 0 is restored from node 2's copy, with no remote tier at all.
+TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  bool crc_holds = false;
+  CorruptReplicaOfNode0(1, {0xF1, 0x76, 0xEC, 0x05, 0x01}, kEntryBytes[0] - 2, &crc_holds);
+  ASSERT_TRUE(crc_holds) << "the pattern must keep the region crc";
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 1's copy of node 0 corrupt (crc holds), node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
+  EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica);
+  for (const auto& rep : reports) {
+    EXPECT_NE(rep.ToString().find("fails the end-to-end check; its sources are marked bad"),
+              std::string::npos)
+        << rep.ToString();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),

@@ -730,6 +730,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
           static_cast<int>((2 * transfers.size() + chains.size()) % kRecoverTagSpan);
       Status s = ReprotectMinimal(plan, restored_shard.empty() ? nullptr : &restored_shard,
                                   seals_of, tag_base, &rb, &slot);
+      if (s.ok()) s = RunHook(Stage::kReprotect, version);
       report.reprotect_bytes_sent = rb.sent;
       report.reprotect_bytes_received = rb.received;
       MEMENTO_ASSIGN_OR_RETURN(bool all_sealed, transport_->AllTrue(s.ok()));

@@ -95,7 +95,8 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
     bufs_.assign(n, {});
     for (int r = 0; r < n; ++r) {
       auto remote = std::make_shared<DirectoryRemoteStore>(remote_dir_.string(), job_);
-      auto ck = Checkpointer::Create(MakeConfig(r), group_->transport(r), remote);
+      auto ck = Checkpointer::Create(MakeConfig(r), group_->transport(r), remote,
+                                     hooks_ ? hooks_(r) : FaultHooks());
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       cks_[r] = std::move(ck).value();
       for (size_t e = 0; e < kEntryBytes.size(); ++e) {
@@ -137,6 +138,7 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
   }
 
   int replaced_rank_ = -1;
+  std::function<FaultHooks(int rank)> hooks_;  // per rank, for the next Launch
   std::string job_;
   std::filesystem::path remote_dir_;
   std::shared_ptr<InProcessGroup> group_;
@@ -309,6 +311,59 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   Launch(n);
   reports = RestoreAll("lost {0} after the replacement");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+}
+
+// The full re-protect fallback: rank 1 (a survivor) fails its part of the
+// minimal re-protect (an injected failure at Stage::kReprotect), so every
+// rank re-protects the whole version instead. The job must end fully
+// protected: a second, different node is lost with the remote tier gone and
+// is recovered bit-exactly from memory.
+TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtected) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  std::vector<Status> st(n);
+  Run([&](int r) {
+    Fill(r, 2);
+    Status s = cks_[r]->Save(2);
+    st[r] = s.ok() ? cks_[r]->Wait() : s;
+    if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+
+  // 1. Lose node 0; rank 1's minimal re-protect fails.
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [](Stage stage, uint64_t) {
+        return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
+                                          : Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  auto reports = RestoreAll("lost {0}, minimal re-protect fails on rank 1");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.reprotect_mode, "full") << rep.ToJson();
+    EXPECT_NE(rep.ToString().find("minimal re-protect failed"), std::string::npos)
+        << rep.ToString();
+    EXPECT_EQ(rep.ToString().find("not re-protected"), std::string::npos) << rep.ToString();
+  }
+
+  // 2. Lose node 1 with the remote tier gone: what the full re-protect wrote
+  // (node 0's copies / parity) must serve.
+  hooks_ = nullptr;
+  cks_.clear();
+  std::filesystem::remove_all(remote_dir_);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
+  Launch(n);
+  reports = RestoreAll("lost {1} after the full re-protect");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[1].lost_nodes, std::vector<int>{1});
+  EXPECT_NE(reports[1].entries[0].source, RestoreSource::kLocalMemory) << reports[1].ToJson();
 }
 
 // End-to-end check of rebuilt shards: every replica of node 0 / every parity

@@ -429,7 +429,9 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
   uint64_t received_bytes = 0;
   double transfer_s = 0;
   for (int attempt = 0;; ++attempt) {
-    MEMENTO_ASSIGN_OR_RETURN(plan, plan_verified());
+    auto planned = plan_verified();  // its errors name the problem already
+    if (!planned.ok()) return planned.status();
+    plan = std::move(planned).value();
     report.plan_json = plan.ToJson();
     report.plan_read_bytes_per_node = plan.read_bytes_per_node;
     version = plan.version;

@@ -52,6 +52,8 @@ const char* StageName(Stage stage) {
       return "manifest";
     case Stage::kRecover:
       return "recover";
+    case Stage::kReprotect:
+      return "reprotect";
   }
   return "unknown";
 }

@@ -1,11 +1,17 @@
 // Checkpointer::RestoreProtected: restore after failures under a protecting
 // scheme (DESIGN §6).
 //
-//  1. Inventory. Every rank verifies (crc32c, one pass) every region of every
-//     sealed slot: its shard (all entries; one item) and everything it holds
-//     for peers, and allgathers the items with the newest complete remote
-//     version. A node none of whose ranks reports anything lost its memory.
+//  1. Inventory. Every rank reports every item of every sealed slot (its
+//     shard, everything it holds for peers) from the seal records alone
+//     (length + crc32c, no payload hashing) and allgathers them with the
+//     newest complete remote version. A node none of whose ranks reports
+//     anything lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
+//     Then each rank verifies (crc32c, one pass) only what the plan reads from
+//     it, plus its own shard of the plan's version; the failures are
+//     allgathered, marked bad in the inventory and the plan is made again,
+//     until no new failure shows. A corrupt copy is never chosen, and the
+//     cost is that of the bytes the restore reads, not of every slot.
 //  3. Execute. Replica sources become transfers (holder -> owner, the whole
 //     shard); transfer i uses tags kTagRecoverBase + 2*(i % span) (header:
 //     length, crc32c) and +1 (payload). Every outgoing transfer runs on its
@@ -20,8 +26,11 @@
 //     is written into the buffers or the store. Local shards
 //     are copied from the slot (crc verified), remote ones read from the
 //     remote tier.
-//  4. Agree (AllTrue). On failure, every rank falls back to the newest remote
-//     version if there is one.
+//  4. Agree (allgather of each rank's outcome). When every failure is an
+//     end-to-end mismatch, the copies the mismatched shards were rebuilt from
+//     (the replica; the parity rows of the decode) are marked bad and the
+//     restore is planned and executed again from memory. Otherwise every rank
+//     falls back to the newest remote version if there is one.
 //  5. Re-protect (reprotect.h). Nothing when every shard was local and
 //     nothing held for peers was lost; else, when possible, only what the
 //     lost nodes held is rebuilt into fresh slots on their ranks (replicas
@@ -75,6 +84,43 @@ struct TransferHeader {
   uint32_t crc = 0;
   uint32_t ok = 0;
 };
+
+// An inventory item found bad after the first allgather (its payload fails
+// its crc32c, or what was rebuilt from it fails the end-to-end check). On the
+// wire: version, kind, owner, stripe, row (int64 each); node and lane are the
+// sender's.
+struct BadItem {
+  int node = -1;
+  int lane = 0;
+  uint64_t version = 0;
+  placement::ItemKind kind = placement::ItemKind::kShard;
+  int owner = -1;
+  int stripe = -1;
+  int row = -1;
+};
+constexpr size_t kBadFields = 5;
+
+// Whether `plan` reads `item`, held by (node, lane): a replica it copies, or
+// a parity row it decodes from.
+bool PlanReads(const placement::RecoveryPlan& plan, int node, int lane,
+               const placement::HeldItem& item) {
+  if (item.kind == placement::ItemKind::kReplica) {
+    for (const placement::ShardSource& s : plan.shards) {
+      if (s.kind == placement::SourceKind::kReplica && s.from_node == node && s.lane == lane &&
+          s.node == item.owner) {
+        return true;
+      }
+    }
+    return false;
+  }
+  for (const placement::StripeDecode& dec : plan.decodes) {
+    if (dec.lane != lane || dec.stripe != item.stripe) continue;
+    for (const placement::StripeRow& in : dec.inputs) {
+      if (in.parity && in.node == node && in.row == item.row) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -185,10 +231,11 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
   const ProtectionLayout& pl = *protection_;
   const int me_node = pl.node();
   const int me_lane = pl.lane();
+  const int me = transport_->rank();
   RestoreReport report;
   auto t0 = Clock::now();
 
-  // 1. Inventory.
+  // 1. Inventory, from the seal records alone (no payload hashing).
   std::vector<int64_t> items;
   int64_t remote_newest = -1;
   if (remote_) {
@@ -205,13 +252,18 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
       if (st.sealed) report.notes.push_back("slot " + std::to_string(st.slot) + ": " + st.problem);
       continue;
     }
+    auto record_ok = [&](int region) {
+      const bool ok =
+          region >= 0 && static_cast<size_t>(region) < st.regions.size() && st.regions[region].ok;
+      if (!ok && region >= 0 && static_cast<size_t>(region) < st.regions.size()) {
+        report.notes.push_back("slot " + std::to_string(st.slot) + " region " +
+                               std::to_string(region) + ": " + st.regions[region].problem);
+      }
+      return ok;
+    };
     bool shard_ok = true;
     for (size_t i = 0; i < entries_.size(); ++i) {
-      Status v = store_.VerifyRegion(st.slot, static_cast<int>(i));
-      if (!v.ok()) {
-        shard_ok = false;
-        report.notes.push_back(v.ToString());
-      }
+      if (!record_ok(static_cast<int>(i))) shard_ok = false;
     }
     auto push = [&](placement::ItemKind kind, int owner, int stripe, int row, uint64_t bytes,
                     bool ok) {
@@ -221,9 +273,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     };
     push(placement::ItemKind::kShard, me_node, -1, -1, pl.shard_bytes(me_node, me_lane), shard_ok);
     for (const HeldRegion& h : pl.held()) {
-      Status v = store_.VerifyRegion(st.slot, h.region);
-      if (!v.ok()) report.notes.push_back(v.ToString());
-      push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, v.ok());
+      push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, record_ok(h.region));
     }
   }
   MEMENTO_ASSIGN_OR_RETURN(auto all,
@@ -264,230 +314,381 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     if (!reported[node]) input.failed_nodes.push_back(node);
   }
   report.lost_nodes = input.failed_nodes;
-  report.inventory_s = SecondsSince(t0);
-
-  // 2. Plan.
-  t0 = Clock::now();
+  double inventory_s = SecondsSince(t0);
+  double plan_s = 0;
   MEMENTO_ASSIGN_OR_RETURN(auto topology, placement::Topology::Uniform(pl.num_nodes(), pl.lanes()));
-  auto planned = placement::PlanRecovery(topology, pl.groups(), input);
-  if (!planned.ok()) {
-    if (planned.status().code() == StatusCode::kUnrecoverable) {
-      std::string why = "nothing to restore: " + planned.status().message();
-      for (const auto& n : report.notes) why += "; " + n;
-      return Status::NotFound(why);
-    }
-    return planned.status();
-  }
-  const placement::RecoveryPlan plan = std::move(planned).value();
-  report.plan_s = SecondsSince(t0);
-  report.plan_json = plan.ToJson();
-  report.plan_read_bytes_per_node = plan.read_bytes_per_node;
-  const uint64_t version = plan.version;
-  MEMENTO_RETURN_IF_ERROR(RunHook(Stage::kRecover, version));
 
-  // 3. Execute.
-  t0 = Clock::now();
-  const placement::ShardSource* mine = nullptr;
-  bool all_local = true;
-  for (const auto& s : plan.shards) {
-    if (s.node == me_node && s.lane == me_lane) mine = &s;
-    if (s.kind != placement::SourceKind::kLocal) all_local = false;
-  }
-  MEMENTO_CHECK(mine != nullptr);
-  std::vector<Transfer> transfers;
-  for (const auto& s : plan.shards) {
-    if (s.kind != placement::SourceKind::kReplica) continue;
-    Transfer t;
-    t.src = pl.rank_of(s.from_node, s.lane);
-    t.dst = pl.rank_of(s.node, s.lane);
-    t.replica = true;
-    t.owner = s.node;
-    transfers.push_back(t);
-  }
-  std::vector<uint32_t> crcs;  // this rank's restored entries
-  // Entry seals of every owner, from any node that keeps them (entry_seals.h).
-  std::map<std::pair<int, int>, std::vector<EntrySeal>> seals_of;  // (node, lane)
-  MEMENTO_RETURN_IF_ERROR(GatherEntrySeals(version, &seals_of));
-  auto verified = [&](const std::vector<uint8_t>& shard) -> Status {
-    auto it = seals_of.find({me_node, me_lane});
-    if (it == seals_of.end()) {
-      return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
-    }
-    std::vector<uint64_t> sizes;
-    std::vector<std::string> names;
-    for (const auto& e : entries_) {
-      sizes.push_back(e.bytes);
-      names.push_back(e.name);
-    }
-    MEMENTO_RETURN_IF_ERROR(VerifyShardAgainstSeals(shard, sizes, names, it->second));
-    return ScatterShardToBuffers(shard, &crcs);
-  };
-  const int me = transport_->rank();
-  const std::optional<int> my_slot = store_.FindVersion(version);
-  const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
-
-  // What this rank sends for transfer t (payload into *out).
-  auto payload = [&](const Transfer& t, std::vector<uint8_t>* out) -> Status {
-    if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
-    if (t.replica) {
-      const int region = pl.ReplicaRegion(t.owner);
-      if (region < 0)
-        return Status::Internal("no replica region for node " + std::to_string(t.owner));
-      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
-      out->assign(view.data, view.data + view.length);
-      return Status::Ok();
-    }
-    return Status::Internal("restore transfer that is not a replica");
-  };
-
-  std::vector<std::thread> senders;
-  std::vector<Status> send_status(transfers.size());
-  std::atomic<uint64_t> sent{0};
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    if (transfers[i].src != me) continue;
-    senders.emplace_back([&, i] {
-      const Transfer& t = transfers[i];
-      const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
-      std::vector<uint8_t> data;
-      Status s = payload(t, &data);
-      TransferHeader h;
-      h.ok = s.ok() ? 1 : 0;
-      h.length = s.ok() ? data.size() : 0;
-      h.crc = s.ok() ? erasure::Crc32c(data.data(), data.size()) : 0;
-      Status w = transport_->Send(t.dst, tag, &h, sizeof(h));
-      if (w.ok() && h.ok) w = transport_->Send(t.dst, tag + 1, data.data(), data.size());
-      if (w.ok() && h.ok) sent += data.size();
-      send_status[i] = s.ok() ? w : s;
-    });
-  }
-  // Receive in list order.
-  Status got = Status::Ok();
-  std::map<size_t, std::vector<uint8_t>> received;  // transfer index -> payload
-  uint64_t received_bytes = 0;
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    const Transfer& t = transfers[i];
-    if (t.dst != me) continue;
-    const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
-    TransferHeader h;
-    auto n = transport_->Recv(t.src, tag, &h, sizeof(h));
-    if (!n.ok()) {
-      if (got.ok())
-        got = n.status().WithContext("restore: header from rank " + std::to_string(t.src));
-      continue;
-    }
-    if (!h.ok) {
-      if (got.ok())
-        got = Status::Unavailable("restore: rank " + std::to_string(t.src) +
-                                  " cannot serve its part");
-      continue;
-    }
-    std::vector<uint8_t> buf(h.length);
-    auto m = transport_->Recv(t.src, tag + 1, buf.data(), buf.size());
-    if (!m.ok() || *m != h.length || erasure::Crc32c(buf.data(), buf.size()) != h.crc) {
-      if (got.ok()) {
-        got = m.ok() ? Status::Corruption("restore: part from rank " + std::to_string(t.src) +
-                                          " fails its crc32c")
-                     : m.status();
+  // Marks an item of the agreed inventory as not valid; true if it was valid.
+  auto mark_bad = [&](const BadItem& b) {
+    bool changed = false;
+    for (placement::InventoryItem& it : input.inventory) {
+      if (it.node != b.node || it.lane != b.lane || it.version != b.version || it.kind != b.kind ||
+          !it.crc_ok) {
+        continue;
       }
-      continue;
+      const bool same = b.kind == placement::ItemKind::kParity
+                            ? it.stripe == b.stripe && it.row == b.row
+                            : it.owner == b.owner;
+      if (same) {
+        it.crc_ok = false;
+        changed = true;
+      }
     }
-    received_bytes += buf.size();
-    received[i] = std::move(buf);
-  }
-  for (auto& th : senders) th.join();
-  for (const Status& s : send_status) {
-    if (!s.ok() && got.ok()) got = s.WithContext("restore: sending");
-  }
+    return changed;
+  };
 
-  // Decodes: partial products reduced along the input holders (partial_decode.h).
-  std::vector<ReduceChain> chains;
-  std::vector<DecodeChainInfo> chain_info;
-  std::vector<std::vector<uint8_t>> chain_rows;
-  ReduceBytes chain_bytes;
-  {
-    Status built = BuildDecodeChains(plan, pl, &chains, &chain_info);
-    if (built.ok()) {
-      auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
-                        uint8_t* dst) -> Status {
-        if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
-        const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
-        const placement::StripeRow& in = dec.inputs[term.row_id];
-        if (!in.parity) {
-          return ReadShardRange(*my_slot, nullptr,
-                                static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len, dst);
+  // 2. Plan, then verify (crc32c) what the plan reads on this rank and this
+  // rank's shard; every rank's failures are allgathered and marked, and the
+  // plan is made again until no new failure shows (every rank decides alike).
+  std::map<std::pair<int, int>, bool> region_ok;  // (slot, region) -> verified
+  auto plan_verified = [&]() -> Result<placement::RecoveryPlan> {
+    for (;;) {
+      auto tp = Clock::now();
+      auto planned = placement::PlanRecovery(topology, pl.groups(), input);
+      plan_s += SecondsSince(tp);
+      if (!planned.ok()) {
+        if (planned.status().code() == StatusCode::kUnrecoverable) {
+          std::string why = "nothing to restore: " + planned.status().message();
+          for (const auto& n : report.notes) why += "; " + n;
+          return Status::NotFound(why);
         }
-        const int region = pl.ParityRegion(dec.stripe, in.row);
-        if (region < 0) return Status::Internal("no parity region for the plan's row");
-        MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
-        if (off + len > view.length) return Status::Corruption("parity region too short");
-        std::memcpy(dst, view.data + off, len);
-        return Status::Ok();
-      };
-      built = RunReduceChains(transport_.get(), chains,
-                              static_cast<int>(2 * (transfers.size() % kRecoverTagSpan)),
-                              config_.chunk_bytes, reader, &chain_rows, &chain_bytes);
-    }
-    if (!built.ok() && got.ok()) got = built.WithContext("restore: decode");
-  }
-  sent += chain_bytes.sent;
-  received_bytes += chain_bytes.received;
-
-  // This rank's shard.
-  std::vector<uint8_t> restored_shard;  // replica / decode: the shard as rebuilt
-  Status local = got;
-  RestoreSource source = RestoreSource::kLocalMemory;
-  if (local.ok()) {
-    switch (mine->kind) {
-      case placement::SourceKind::kLocal:
-        report.source_detail = "local";
-        local = my_slot ? CopySlotToBuffers(*my_slot, version, &crcs)
-                        : Status::NotFound("local copy vanished");
-        break;
-      case placement::SourceKind::kRemote:
-        source = RestoreSource::kRemote;
-        report.source_detail = "remote";
-        local = remote_ ? ReadRemoteToBuffers(version, &crcs) : Status::NotFound("no remote tier");
-        break;
-      case placement::SourceKind::kReplica: {
-        source = RestoreSource::kReplica;
-        report.source_detail = "replica from node " + std::to_string(mine->from_node);
-        local = Status::Corruption("no replica received");
-        for (auto& [i, buf] : received) {
-          if (transfers[i].replica && transfers[i].owner == me_node) {
-            restored_shard = buf;
-            local = buf.size() == my_shard_bytes
-                        ? verified(buf)
-                        : Status::Corruption("replica of " + std::to_string(buf.size()) +
-                                             " bytes, shard has " + std::to_string(my_shard_bytes));
+        return planned.status();
+      }
+      auto tv = Clock::now();
+      const uint64_t v = planned->version;
+      std::vector<int64_t> bad;  // BadItem fields, kBadFields each
+      if (const std::optional<int> slot = store_.FindVersion(v)) {
+        auto check = [&](int region) {
+          auto [it, fresh] = region_ok.try_emplace({*slot, region}, false);
+          if (fresh) {
+            Status s = store_.VerifyRegion(*slot, region);
+            it->second = s.ok();
+            if (!s.ok()) report.notes.push_back(s.ToString());
+          }
+          return it->second;
+        };
+        bool shard_ok = true;
+        for (size_t i = 0; i < entries_.size() && shard_ok; ++i) {
+          shard_ok = check(static_cast<int>(i));
+        }
+        auto add = [&](placement::ItemKind kind, int owner, int stripe, int row) {
+          bad.insert(bad.end(),
+                     {static_cast<int64_t>(v), static_cast<int64_t>(kind), owner, stripe, row});
+        };
+        if (!shard_ok) add(placement::ItemKind::kShard, me_node, -1, -1);
+        for (const HeldRegion& h : pl.held()) {
+          if (PlanReads(*planned, me_node, me_lane, h.item) && !check(h.region)) {
+            add(h.item.kind, h.item.owner, h.item.stripe, h.item.row);
           }
         }
-        break;
       }
-      case placement::SourceKind::kDecode: {
-        source = RestoreSource::kDecode;
-        report.source_detail = "decode of " + std::to_string(mine->decodes.size()) + " stripes";
-        std::vector<uint8_t> shard(my_shard_bytes, 0);
-        for (size_t c = 0; c < chains.size(); ++c) {
-          if (chains[c].dst_rank != me) continue;
-          const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
-          const placement::StripeRow& rb = dec.rebuilt[chain_info[c].rebuilt];
-          const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes;
-          MEMENTO_CHECK_LE(at + chain_rows[c].size(), shard.size());
-          std::memcpy(shard.data() + at, chain_rows[c].data(), chain_rows[c].size());
+      MEMENTO_ASSIGN_OR_RETURN(auto outcomes,
+                               transport_->Allgather(bad.data(), bad.size() * sizeof(int64_t)));
+      bool changed = false;
+      for (int node = 0; node < pl.num_nodes(); ++node) {
+        for (int lane = 0; lane < pl.lanes(); ++lane) {
+          const auto& raw = outcomes.at(pl.rank_of(node, lane));
+          if (raw.size() % (kBadFields * sizeof(int64_t)) != 0) {
+            return Status::Corruption("restore verification record of " +
+                                      std::to_string(raw.size()) + " bytes");
+          }
+          std::vector<int64_t> f(raw.size() / sizeof(int64_t));
+          if (!raw.empty()) std::memcpy(f.data(), raw.data(), raw.size());
+          for (size_t i = 0; i < f.size(); i += kBadFields) {
+            BadItem b;
+            b.node = node;
+            b.lane = lane;
+            b.version = static_cast<uint64_t>(f[i]);
+            b.kind = static_cast<placement::ItemKind>(f[i + 1]);
+            b.owner = static_cast<int>(f[i + 2]);
+            b.stripe = static_cast<int>(f[i + 3]);
+            b.row = static_cast<int>(f[i + 4]);
+            if (mark_bad(b)) changed = true;
+          }
         }
-        if (local.ok()) local = verified(shard);
-        restored_shard = std::move(shard);
-        break;
+      }
+      inventory_s += SecondsSince(tv);
+      if (!changed) return planned;
+    }
+  };
+
+  // 3. Execute; an end-to-end mismatch marks the copies it was rebuilt from
+  // as bad and plans again (another replica, another survivor set), before
+  // any fallback to the remote tier.
+  placement::RecoveryPlan plan;
+  uint64_t version = 0;
+  std::vector<Transfer> transfers;
+  std::vector<ReduceChain> chains;
+  std::vector<uint32_t> crcs;           // this rank's restored entries
+  std::vector<uint8_t> restored_shard;  // replica / decode: the shard as rebuilt
+  std::map<std::pair<int, int>, std::vector<EntrySeal>> seals_of;  // (node, lane)
+  std::optional<int> my_slot;
+  RestoreSource source = RestoreSource::kLocalMemory;
+  bool all_local = true;
+  std::atomic<uint64_t> sent{0};
+  uint64_t received_bytes = 0;
+  double transfer_s = 0;
+  for (int attempt = 0;; ++attempt) {
+    auto planned = plan_verified();  // its errors name the problem already
+    if (!planned.ok()) return planned.status();
+    plan = std::move(planned).value();
+    report.plan_json = plan.ToJson();
+    report.plan_read_bytes_per_node = plan.read_bytes_per_node;
+    version = plan.version;
+    MEMENTO_RETURN_IF_ERROR(RunHook(Stage::kRecover, version));
+    t0 = Clock::now();
+    const placement::ShardSource* mine = nullptr;
+    all_local = true;
+    for (const auto& s : plan.shards) {
+      if (s.node == me_node && s.lane == me_lane) mine = &s;
+      if (s.kind != placement::SourceKind::kLocal) all_local = false;
+    }
+    MEMENTO_CHECK(mine != nullptr);
+    transfers.clear();
+    for (const auto& s : plan.shards) {
+      if (s.kind != placement::SourceKind::kReplica) continue;
+      Transfer t;
+      t.src = pl.rank_of(s.from_node, s.lane);
+      t.dst = pl.rank_of(s.node, s.lane);
+      t.replica = true;
+      t.owner = s.node;
+      transfers.push_back(t);
+    }
+    crcs.clear();
+    restored_shard.clear();
+    // Entry seals of every owner, from any node that keeps them (entry_seals.h).
+    seals_of.clear();
+    MEMENTO_RETURN_IF_ERROR(GatherEntrySeals(version, &seals_of));
+    bool mismatch = false;  // this rank's rebuilt shard failed the end-to-end check
+    auto verified = [&](const std::vector<uint8_t>& shard) -> Status {
+      auto it = seals_of.find({me_node, me_lane});
+      if (it == seals_of.end()) {
+        return Status::Corruption(
+            "no entry seals of this shard survive: cannot check it end to end");
+      }
+      std::vector<uint64_t> sizes;
+      std::vector<std::string> names;
+      for (const auto& e : entries_) {
+        sizes.push_back(e.bytes);
+        names.push_back(e.name);
+      }
+      Status s = VerifyShardAgainstSeals(shard, sizes, names, it->second);
+      if (!s.ok()) {
+        mismatch = true;
+        return s;
+      }
+      return ScatterShardToBuffers(shard, &crcs);
+    };
+    my_slot = store_.FindVersion(version);
+    const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
+
+    // What this rank sends for transfer t (payload into *out).
+    auto payload = [&](const Transfer& t, std::vector<uint8_t>* out) -> Status {
+      if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
+      if (t.replica) {
+        const int region = pl.ReplicaRegion(t.owner);
+        if (region < 0)
+          return Status::Internal("no replica region for node " + std::to_string(t.owner));
+        MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
+        out->assign(view.data, view.data + view.length);
+        return Status::Ok();
+      }
+      return Status::Internal("restore transfer that is not a replica");
+    };
+
+    std::vector<std::thread> senders;
+    std::vector<Status> send_status(transfers.size());
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      if (transfers[i].src != me) continue;
+      senders.emplace_back([&, i] {
+        const Transfer& t = transfers[i];
+        const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
+        std::vector<uint8_t> data;
+        Status s = payload(t, &data);
+        TransferHeader h;
+        h.ok = s.ok() ? 1 : 0;
+        h.length = s.ok() ? data.size() : 0;
+        h.crc = s.ok() ? erasure::Crc32c(data.data(), data.size()) : 0;
+        Status w = transport_->Send(t.dst, tag, &h, sizeof(h));
+        if (w.ok() && h.ok) w = transport_->Send(t.dst, tag + 1, data.data(), data.size());
+        if (w.ok() && h.ok) sent += data.size();
+        send_status[i] = s.ok() ? w : s;
+      });
+    }
+    // Receive in list order.
+    Status got = Status::Ok();
+    std::map<size_t, std::vector<uint8_t>> received;  // transfer index -> payload
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const Transfer& t = transfers[i];
+      if (t.dst != me) continue;
+      const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
+      TransferHeader h;
+      auto n = transport_->Recv(t.src, tag, &h, sizeof(h));
+      if (!n.ok()) {
+        if (got.ok())
+          got = n.status().WithContext("restore: header from rank " + std::to_string(t.src));
+        continue;
+      }
+      if (!h.ok) {
+        if (got.ok())
+          got = Status::Unavailable("restore: rank " + std::to_string(t.src) +
+                                    " cannot serve its part");
+        continue;
+      }
+      std::vector<uint8_t> buf(h.length);
+      auto m = transport_->Recv(t.src, tag + 1, buf.data(), buf.size());
+      if (!m.ok() || *m != h.length || erasure::Crc32c(buf.data(), buf.size()) != h.crc) {
+        if (got.ok()) {
+          got = m.ok() ? Status::Corruption("restore: part from rank " + std::to_string(t.src) +
+                                            " fails its crc32c")
+                       : m.status();
+        }
+        continue;
+      }
+      received_bytes += buf.size();
+      received[i] = std::move(buf);
+    }
+    for (auto& th : senders) th.join();
+    for (const Status& s : send_status) {
+      if (!s.ok() && got.ok()) got = s.WithContext("restore: sending");
+    }
+
+    // Decodes: partial products reduced along the input holders (partial_decode.h).
+    chains.clear();
+    std::vector<DecodeChainInfo> chain_info;
+    std::vector<std::vector<uint8_t>> chain_rows;
+    ReduceBytes chain_bytes;
+    {
+      Status built = BuildDecodeChains(plan, pl, &chains, &chain_info);
+      if (built.ok()) {
+        auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
+                          uint8_t* dst) -> Status {
+          if (!my_slot)
+            return Status::NotFound("v" + std::to_string(version) + " not in this store");
+          const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
+          const placement::StripeRow& in = dec.inputs[term.row_id];
+          if (!in.parity) {
+            return ReadShardRange(*my_slot, nullptr,
+                                  static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len, dst);
+          }
+          const int region = pl.ParityRegion(dec.stripe, in.row);
+          if (region < 0) return Status::Internal("no parity region for the plan's row");
+          MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
+          if (off + len > view.length) return Status::Corruption("parity region too short");
+          std::memcpy(dst, view.data + off, len);
+          return Status::Ok();
+        };
+        built = RunReduceChains(transport_.get(), chains,
+                                static_cast<int>(2 * (transfers.size() % kRecoverTagSpan)),
+                                config_.chunk_bytes, reader, &chain_rows, &chain_bytes);
+      }
+      if (!built.ok() && got.ok()) got = built.WithContext("restore: decode");
+    }
+    sent += chain_bytes.sent;
+    received_bytes += chain_bytes.received;
+
+    // This rank's shard.
+    Status local = got;
+    source = RestoreSource::kLocalMemory;
+    if (local.ok()) {
+      switch (mine->kind) {
+        case placement::SourceKind::kLocal:
+          report.source_detail = "local";
+          local = my_slot ? CopySlotToBuffers(*my_slot, version, &crcs)
+                          : Status::NotFound("local copy vanished");
+          break;
+        case placement::SourceKind::kRemote:
+          source = RestoreSource::kRemote;
+          report.source_detail = "remote";
+          local =
+              remote_ ? ReadRemoteToBuffers(version, &crcs) : Status::NotFound("no remote tier");
+          break;
+        case placement::SourceKind::kReplica: {
+          source = RestoreSource::kReplica;
+          report.source_detail = "replica from node " + std::to_string(mine->from_node);
+          local = Status::Corruption("no replica received");
+          for (auto& [i, buf] : received) {
+            if (transfers[i].replica && transfers[i].owner == me_node) {
+              restored_shard = buf;
+              local =
+                  buf.size() == my_shard_bytes
+                      ? verified(buf)
+                      : Status::Corruption("replica of " + std::to_string(buf.size()) +
+                                           " bytes, shard has " + std::to_string(my_shard_bytes));
+            }
+          }
+          break;
+        }
+        case placement::SourceKind::kDecode: {
+          source = RestoreSource::kDecode;
+          report.source_detail = "decode of " + std::to_string(mine->decodes.size()) + " stripes";
+          std::vector<uint8_t> shard(my_shard_bytes, 0);
+          for (size_t c = 0; c < chains.size(); ++c) {
+            if (chains[c].dst_rank != me) continue;
+            const placement::StripeDecode& dec = plan.decodes[chain_info[c].decode];
+            const placement::StripeRow& rb = dec.rebuilt[chain_info[c].rebuilt];
+            const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes;
+            MEMENTO_CHECK_LE(at + chain_rows[c].size(), shard.size());
+            std::memcpy(shard.data() + at, chain_rows[c].data(), chain_rows[c].size());
+          }
+          if (local.ok()) local = verified(shard);
+          restored_shard = std::move(shard);
+          break;
+        }
       }
     }
-  }
-  report.bytes_sent = sent.load();
-  report.bytes_received = received_bytes;
-  MEMENTO_ASSIGN_OR_RETURN(bool everyone, transport_->AllTrue(local.ok()));
-  report.transfer_s = SecondsSince(t0);
-  if (!everyone) {
-    report.notes.push_back("v" + std::to_string(version) + " from memory failed: " +
-                           (local.ok() ? std::string("on another rank") : local.ToString()));
+    // Agree: 0 restored, 1 end-to-end mismatch, 2 any other failure.
+    const uint8_t outcome = local.ok() ? 0 : (mismatch ? 1 : 2);
+    MEMENTO_ASSIGN_OR_RETURN(auto outcomes, transport_->Allgather(&outcome, 1));
+    transfer_s += SecondsSince(t0);
+    bool everyone = true, other_failure = false;
+    for (const auto& o : outcomes) {
+      if (o.size() != 1) return Status::Corruption("restore outcome record");
+      everyone = everyone && o[0] == 0;
+      other_failure = other_failure || o[0] > 1;
+    }
+    if (everyone) {
+      report.version = version;
+      break;
+    }
+    if (!local.ok()) {
+      report.notes.push_back("v" + std::to_string(version) +
+                             " from memory failed: " + local.ToString());
+    }
+    // Every failure an end-to-end mismatch: the inputs of the mismatched
+    // shards are bad copies; plan again without them.
+    bool retry = !other_failure;
+    if (retry) {
+      bool changed = false;
+      for (const placement::ShardSource& s : plan.shards) {
+        if (outcomes.at(pl.rank_of(s.node, s.lane))[0] != 1) continue;
+        std::string from;
+        if (s.kind == placement::SourceKind::kReplica) {
+          changed |= mark_bad(
+              {s.from_node, s.lane, version, placement::ItemKind::kReplica, s.node, -1, -1});
+          from = "replica from node " + std::to_string(s.from_node);
+        } else if (s.kind == placement::SourceKind::kDecode) {
+          for (int d : s.decodes) {
+            const placement::StripeDecode& dec = plan.decodes.at(d);
+            // Data rows are survivors' shards, checked against their own
+            // seals; only parity rows can carry what the region crc missed.
+            for (const placement::StripeRow& in : dec.inputs) {
+              if (!in.parity) continue;
+              changed |= mark_bad({in.node, dec.lane, version, placement::ItemKind::kParity, -1,
+                                   dec.stripe, in.row});
+            }
+          }
+          from = "decode";
+        }
+        report.notes.push_back("v" + std::to_string(version) + ": node " + std::to_string(s.node) +
+                               " lane " + std::to_string(s.lane) + " rebuilt by " + from +
+                               " fails the end-to-end check; its sources are marked bad and "
+                               "the restore is planned again (attempt " +
+                               std::to_string(attempt + 2) + ")");
+      }
+      retry = changed;
+    }
+    if (retry) continue;
     if (remote_agreed < 0) {
       std::string why = "restore of v" + std::to_string(version) + " failed";
       for (const auto& n : report.notes) why += "; " + n;
@@ -502,9 +703,13 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     source = RestoreSource::kRemote;
     report.source_detail = "remote (fallback)";
     all_local = false;
-  } else {
-    report.version = version;
+    break;
   }
+  report.inventory_s = inventory_s;
+  report.plan_s = plan_s;
+  report.transfer_s = transfer_s;
+  report.bytes_sent = sent.load();
+  report.bytes_received = received_bytes;
   for (size_t i = 0; i < entries_.size(); ++i) {
     report.entries.push_back({entries_[i].name, entries_[i].bytes, crcs[i], source});
   }
@@ -527,6 +732,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
           static_cast<int>((2 * transfers.size() + chains.size()) % kRecoverTagSpan);
       Status s = ReprotectMinimal(plan, restored_shard.empty() ? nullptr : &restored_shard,
                                   seals_of, tag_base, &rb, &slot);
+      if (s.ok()) s = RunHook(Stage::kReprotect, version);
       report.reprotect_bytes_sent = rb.sent;
       report.reprotect_bytes_received = rb.received;
       MEMENTO_ASSIGN_OR_RETURN(bool all_sealed, transport_->AllTrue(s.ok()));

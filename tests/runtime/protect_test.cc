@@ -95,7 +95,8 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
     bufs_.assign(n, {});
     for (int r = 0; r < n; ++r) {
       auto remote = std::make_shared<DirectoryRemoteStore>(remote_dir_.string(), job_);
-      auto ck = Checkpointer::Create(MakeConfig(r), group_->transport(r), remote);
+      auto ck = Checkpointer::Create(MakeConfig(r), group_->transport(r), remote,
+                                     hooks_ ? hooks_(r) : FaultHooks());
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       cks_[r] = std::move(ck).value();
       for (size_t e = 0; e < kEntryBytes.size(); ++e) {
@@ -137,6 +138,7 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
   }
 
   int replaced_rank_ = -1;
+  std::function<FaultHooks(int rank)> hooks_;  // per rank, for the next Launch
   std::string job_;
   std::filesystem::path remote_dir_;
   std::shared_ptr<InProcessGroup> group_;
@@ -311,13 +313,67 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
 }
 
+// The full re-protect fallback: rank 1 (a survivor) fails its part of the
+// minimal re-protect (an injected failure at Stage::kReprotect), so every
+// rank re-protects the whole version instead. The job must end fully
+// protected: a second, different node is lost with the remote tier gone and
+// is recovered bit-exactly from memory.
+TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtected) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  std::vector<Status> st(n);
+  Run([&](int r) {
+    Fill(r, 2);
+    Status s = cks_[r]->Save(2);
+    st[r] = s.ok() ? cks_[r]->Wait() : s;
+    if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+
+  // 1. Lose node 0; rank 1's minimal re-protect fails.
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [](Stage stage, uint64_t) {
+        return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
+                                          : Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  auto reports = RestoreAll("lost {0}, minimal re-protect fails on rank 1");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  for (const auto& rep : reports) {
+    EXPECT_EQ(rep.reprotect_mode, "full") << rep.ToJson();
+    EXPECT_NE(rep.ToString().find("minimal re-protect failed"), std::string::npos)
+        << rep.ToString();
+    EXPECT_EQ(rep.ToString().find("not re-protected"), std::string::npos) << rep.ToString();
+  }
+
+  // 2. Lose node 1 with the remote tier gone: what the full re-protect wrote
+  // (node 0's copies / parity) must serve.
+  hooks_ = nullptr;
+  cks_.clear();
+  std::filesystem::remove_all(remote_dir_);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
+  Launch(n);
+  reports = RestoreAll("lost {1} after the full re-protect");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[1].lost_nodes, std::vector<int>{1});
+  EXPECT_NE(reports[1].entries[0].source, RestoreSource::kLocalMemory) << reports[1].ToJson();
+}
+
 // End-to-end check of rebuilt shards: every replica of node 0 / every parity
 // piece on the survivors is corrupted with a pattern that leaves its region's
 // crc32c unchanged (the CRC-32C polynomial itself, XORed in), so the
 // inventory sees valid regions; the pattern straddles the end of node 0's
 // first entry, so the per-entry crcs see it. The rebuilt shard of node 0 then fails the
-// check against node 0's entry seals: no wrong byte is restored, everyone
-// falls back to the remote tier.
+// check against node 0's entry seals: no wrong byte is restored; its sources
+// are marked bad and the restore is planned again, until no memory source of
+// node 0 is left: node 0 comes from the remote tier, the others from memory.
 TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   const Param p = GetParam();
   const int n = p.nodes;
@@ -367,10 +423,108 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
     EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " restored wrong bytes";
-    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kRemote) << "rank " << r;
+    EXPECT_EQ(out[r]->entries[0].source,
+              r == 0 ? RestoreSource::kRemote : RestoreSource::kLocalMemory)
+        << "rank " << r;
   }
   EXPECT_NE(out[0]->ToString().find("end-to-end"), std::string::npos) << out[0]->ToString();
 }
+
+// Two copies of node 0's shard besides its own (replica:3), so another
+// valid source of the same version remains when one is corrupt.
+class SecondSourceTest : public MinimalReprotectTest {
+ protected:
+  // Saves v1 and v2 on every rank; then closes the job.
+  void SaveTwoVersions() {
+    const int n = GetParam().nodes;
+    Launch(n);
+    for (uint64_t step : {1, 2}) {
+      std::vector<Status> st(n);
+      Run([&](int r) {
+        Fill(r, step);
+        Status s = cks_[r]->Save(step);
+        st[r] = s.ok() ? cks_[r]->Wait() : s;
+        if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
+      });
+      for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+    }
+    cks_.clear();
+  }
+  // XORs `pattern` into node `holder`'s newest replica of node 0 at
+  // `at` (modulo its length); returns whether its region crc still holds.
+  void CorruptReplicaOfNode0(int holder, const std::vector<uint8_t>& pattern, uint64_t at,
+                             bool* crc_holds) {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    int done = 0;
+    for (int g = 0; g < store->region_count(); ++g) {
+      const RegionSpec& spec = store->layout().regions[g];
+      if (spec.kind != RegionKind::kReplica || spec.owner_node != 0) continue;
+      auto view = store->ReadRegion(slot, g);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      EXPECT_EQ(view->version, 2u);
+      const uint64_t from = at % view->length;
+      ASSERT_LE(from + pattern.size(), view->length);
+      uint8_t* data = const_cast<uint8_t*>(view->data);  // the shm mapping
+      for (size_t i = 0; i < pattern.size(); ++i) data[from + i] ^= pattern[i];
+      *crc_holds = store->VerifyRegion(slot, g).ok();
+      ++done;
+    }
+    ASSERT_EQ(done, 1) << "node " << holder << " holds no replica of node 0";
+  }
+};
+
+// The inventory verifies only what the plan reads: node 1's copy of node 0
+// (the planner's first pick: lowest index) fails its crc32c when verified,
+// is marked bad, and the plan is made again: v2, node 0 from node 2's copy.
+TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  bool crc_holds = true;
+  CorruptReplicaOfNode0(1, {0x5A}, 100, &crc_holds);
+  ASSERT_FALSE(crc_holds);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 1's copy of node 0 corrupt, node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
+  EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica);
+  std::string notes;
+  for (const auto& rep : reports) notes += rep.ToString();
+  EXPECT_NE(notes.find("crc"), std::string::npos) << notes;
+}
+
+// An end-to-end mismatch tries another memory source: node 1's copy of node
+// 0 is corrupted so that its region crc holds (the CRC-32C polynomial XORed
+// in, across the end of node 0's entry e0, as in
+// EndToEndCheckCatchesCorruptionTheRegionCrcMisses); the shard rebuilt from
+// it fails the check against node 0's entry seals, node 1's copy is marked
+// bad and node 0 is restored from node 2's copy, with no remote tier at all.
+TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  bool crc_holds = false;
+  CorruptReplicaOfNode0(1, {0xF1, 0x76, 0xEC, 0x05, 0x01}, kEntryBytes[0] - 2, &crc_holds);
+  ASSERT_TRUE(crc_holds) << "the pattern must keep the region crc";
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 1's copy of node 0 corrupt (crc holds), node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
+  EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica);
+  for (const auto& rep : reports) {
+    EXPECT_NE(rep.ToString().find("fails the end-to-end check; its sources are marked bad"),
+              std::string::npos)
+        << rep.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
+                         ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, MinimalReprotectTest,
                          ::testing::Values(Param{"replica:2", 4, 1}, Param{"xor:3", 4, 1},

@@ -149,9 +149,13 @@ enum class Stage {
   kManifest,   // rank 0's persist thread, after every rank reported, before the manifest
   kRecover,    // application thread in Restore (protecting schemes), after planning,
                // before any recovery transfer
+  kReprotect,  // application thread in Restore, after this rank's part of the minimal
+               // re-protect, before its commit agreement; a failure makes the engine
+               // re-protect the whole version instead
 };
 
-// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover".
+// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover",
+// "reprotect".
 const char* StageName(Stage stage);
 
 struct FaultHooks {

@@ -47,6 +47,11 @@ struct Param {
   int max_failures;
 };
 
+// Readable parameter in test listings (and so in ctest names), never raw bytes.
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.scheme << " on " << p.nodes << " nodes, up to " << p.max_failures << " failed";
+}
+
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   std::string s = std::string(info.param.scheme) + "_n" + std::to_string(info.param.nodes);
   for (char& c : s) {

@@ -72,6 +72,9 @@ class Checkpointer::Impl {
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs);
   // recovery_executor.cc: Restore under a protecting scheme (planner + executor).
   Result<RestoreReport> RestoreProtected();
+  // The newest complete remote version, or -1 when there is none or no remote
+  // tier; a failure to list is appended to `notes` (and counts as none).
+  int64_t NewestRemoteVersion(std::vector<std::string>* notes) const;
   // Copies `shard` (this rank's whole shard, entries concatenated) into the
   // registered buffers; per-entry crc32c into `crcs`.
   Status ScatterShardToBuffers(const std::vector<uint8_t>& shard, std::vector<uint32_t>* crcs);

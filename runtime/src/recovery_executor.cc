@@ -237,15 +237,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
 
   // 1. Inventory, from the seal records alone (no payload hashing).
   std::vector<int64_t> items;
-  int64_t remote_newest = -1;
-  if (remote_) {
-    auto newest = remote_->NewestComplete();
-    if (!newest.ok()) {
-      report.notes.push_back("remote: " + newest.status().ToString());
-    } else if (newest->has_value()) {
-      remote_newest = static_cast<int64_t>(**newest);
-    }
-  }
+  const int64_t remote_newest = NewestRemoteVersion(&report.notes);
   items.push_back(remote_newest);
   for (const SlotState& st : store_.Inventory().slots) {
     if (!st.ok) {

@@ -123,6 +123,16 @@ Status Checkpointer::Impl::ReadRemoteToBuffers(uint64_t version, std::vector<uin
   return Status::Ok();
 }
 
+int64_t Checkpointer::Impl::NewestRemoteVersion(std::vector<std::string>* notes) const {
+  if (!remote_) return -1;
+  auto newest = remote_->NewestComplete();
+  if (!newest.ok()) {
+    notes->push_back("remote: " + newest.status().ToString());
+    return -1;
+  }
+  return newest->has_value() ? static_cast<int64_t>(**newest) : -1;
+}
+
 Result<RestoreReport> Checkpointer::Impl::Restore() {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
@@ -139,15 +149,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
       report.notes.push_back("slot " + std::to_string(st.slot) + " unusable: " + st.problem);
     }
   }
-  int64_t remote_newest = -1;
-  if (remote_) {
-    auto newest = remote_->NewestComplete();
-    if (!newest.ok()) {
-      report.notes.push_back("remote: " + newest.status().ToString());
-    } else if (newest->has_value()) {
-      remote_newest = static_cast<int64_t>(**newest);
-    }
-  }
+  const int64_t remote_newest = NewestRemoteVersion(&report.notes);
   std::vector<uint64_t> versions;
   for (const auto& [v, slot] : local_slots) versions.push_back(v);
   auto blob = EncodeInventory(remote_newest, versions);

@@ -127,6 +127,20 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       for (size_t i = 0; i < bufs_[r][e].size(); ++i) bufs_[r][e][i] = Pattern(r, step, e, i);
     }
   }
+  // Every rank writes `step`'s pattern, saves it and waits for its commit and
+  // persist; a failure on any rank fails the test.
+  void SaveOnAll(uint64_t step) {
+    std::vector<Status> st(cks_.size());
+    Run([&](int r) {
+      Fill(r, step);
+      Status s = cks_[r]->Save(step);
+      st[r] = s.ok() ? cks_[r]->Wait() : s;
+      if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
+    });
+    for (size_t r = 0; r < st.size(); ++r) {
+      ASSERT_TRUE(st[r].ok()) << "rank " << r << " step " << step << ": " << st[r].ToString();
+    }
+  }
   bool Exact(int r, uint64_t step) const {
     for (size_t e = 0; e < bufs_[r].size(); ++e) {
       for (size_t i = 0; i < bufs_[r][e].size(); ++i) {
@@ -160,14 +174,8 @@ TEST_P(ProtectRecoveryTest, EveryFailureCombination) {
 
   Launch(n);
   for (uint64_t step : {1, 2}) {
-    std::vector<Status> st(n);
-    Run([&](int r) {
-      Fill(r, step);
-      Status s = cks_[r]->Save(step);
-      st[r] = s.ok() ? cks_[r]->Wait() : s;
-      if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-    });
-    for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].ToString();
+    SaveOnAll(step);
+    if (HasFatalFailure()) return;
   }
   const Config config = MakeConfig();
   int recoverable = 0, unrecoverable = 0;
@@ -258,14 +266,8 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   const int n = p.nodes;
   auto scheme = placement::Scheme::Parse(p.scheme).value();
   Launch(n);
-  std::vector<Status> st(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    Status s = cks_[r]->Save(2);
-    st[r] = s.ok() ? cks_[r]->Wait() : s;
-    if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-  });
-  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
   // What a full re-protect moves: every shard to its copies / parity holders.
   const uint64_t fan_out = scheme.is_replica() ? scheme.copies() - 1 : scheme.parity();
   uint64_t full = 0;
@@ -326,14 +328,8 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
 TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtected) {
   const int n = GetParam().nodes;
   Launch(n);
-  std::vector<Status> st(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    Status s = cks_[r]->Save(2);
-    st[r] = s.ok() ? cks_[r]->Wait() : s;
-    if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-  });
-  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
 
   // 1. Lose node 0; rank 1's minimal re-protect fails.
   cks_.clear();
@@ -383,14 +379,8 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   const Param p = GetParam();
   const int n = p.nodes;
   Launch(n);
-  std::vector<Status> st(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    Status s = cks_[r]->Save(2);
-    st[r] = s.ok() ? cks_[r]->Wait() : s;
-    if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-  });
-  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
   cks_.clear();
   const uint8_t kPolynomial[5] = {0xF1, 0x76, 0xEC, 0x05, 0x01};  // x^32 + ... + 1, LSB first
   int corrupted = 0;
@@ -444,14 +434,8 @@ class SecondSourceTest : public MinimalReprotectTest {
     const int n = GetParam().nodes;
     Launch(n);
     for (uint64_t step : {1, 2}) {
-      std::vector<Status> st(n);
-      Run([&](int r) {
-        Fill(r, step);
-        Status s = cks_[r]->Save(step);
-        st[r] = s.ok() ? cks_[r]->Wait() : s;
-        if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-      });
-      for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+      SaveOnAll(step);
+      if (HasFatalFailure()) return;
     }
     cks_.clear();
   }

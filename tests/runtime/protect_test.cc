@@ -27,19 +27,14 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "test_pattern.h"
 
 namespace memento::runtime {
 namespace {
 
 const std::vector<size_t> kEntryBytes = {9001, 77, 0, 4096};
 
-uint8_t Pattern(int rank, uint64_t step, size_t entry, size_t i) {
-  uint64_t x = (static_cast<uint64_t>(rank + 1) << 48) ^ (step << 24) ^ (entry << 20) ^ i;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 29;
-  return static_cast<uint8_t>(x);
-}
+using testing::Pattern;
 
 struct Param {
   const char* scheme;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "byte_ranges.h"
+#include "codec_arguments.h"
 #include "decode_plan.h"
 
 namespace memento::erasure {
@@ -17,14 +18,6 @@ namespace {
 // DeltaUpdate folds the old and then the new contents block by block, so the
 // parity block is still in cache for the second pass.
 constexpr size_t kDeltaBlockBytes = size_t{64} << 10;
-
-Status CheckDataRow(int data_row, int k) {
-  if (data_row < 0 || data_row >= k) {
-    return Status::InvalidArgument("data row " + std::to_string(data_row) + " is outside 0.." +
-                                   std::to_string(k - 1));
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -56,15 +49,7 @@ Result<RsCodec> RsCodec::Create(int k, int m, CodecOptions options) {
 
 Status RsCodec::Encode(const uint8_t* const* data, uint8_t* const* parity, size_t len) const {
   if (len == 0) return Status::Ok();
-  if (Status s = internal::CheckRowPointers(reinterpret_cast<const void* const*>(data), k_, "data");
-      !s.ok()) {
-    return s.WithContext("rs encode");
-  }
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), m_, "parity");
-      !s.ok()) {
-    return s.WithContext("rs encode");
-  }
+  if (Status s = internal::CheckEncodeArgs("rs encode", data, k_, parity, m_); !s.ok()) return s;
   unsigned char* tables = const_cast<uint8_t*>(encode_tables_.data());
   internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
     std::array<unsigned char*, kMaxK> in;
@@ -100,14 +85,11 @@ Status RsCodec::Decode(uint8_t* const* rows, const std::vector<int>& erased, siz
 
 Status RsCodec::EncodeUpdate(int data_row, const uint8_t* data, uint8_t* const* parity,
                              size_t len) const {
-  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("rs encode update");
+  if (Status s = internal::CheckUpdateArgs("rs encode update", data_row, k_, data, nullptr,
+                                           /*delta=*/false, parity, m_, len);
+      !s.ok())
+    return s;
   if (len == 0) return Status::Ok();
-  if (data == nullptr) return Status::InvalidArgument("rs encode update: data is null");
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), m_, "parity");
-      !s.ok()) {
-    return s.WithContext("rs encode update");
-  }
   unsigned char* tables = const_cast<uint8_t*>(encode_tables_.data());
   internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
     std::array<unsigned char*, kMaxM> out;
@@ -120,17 +102,11 @@ Status RsCodec::EncodeUpdate(int data_row, const uint8_t* data, uint8_t* const* 
 
 Status RsCodec::DeltaUpdate(int data_row, const uint8_t* old_data, const uint8_t* new_data,
                             uint8_t* const* parity, size_t len) const {
-  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("rs delta update");
+  if (Status s = internal::CheckUpdateArgs("rs delta update", data_row, k_, old_data, new_data,
+                                           /*delta=*/true, parity, m_, len);
+      !s.ok())
+    return s;
   if (len == 0) return Status::Ok();
-  if (old_data == nullptr || new_data == nullptr) {
-    return Status::InvalidArgument(std::string("rs delta update: ") +
-                                   (old_data == nullptr ? "old" : "new") + " data is null");
-  }
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), m_, "parity");
-      !s.ok()) {
-    return s.WithContext("rs delta update");
-  }
   if (old_data == new_data) return Status::Ok();
   // c*old ^ c*new == c*(old ^ new): fold both, no scratch buffer needed.
   unsigned char* tables = const_cast<uint8_t*>(encode_tables_.data());

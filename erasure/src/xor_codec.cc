@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "byte_ranges.h"
+#include "codec_arguments.h"
 #include "decode_plan.h"
 #include "xor_kernel.h"
 
@@ -13,14 +14,6 @@ namespace memento::erasure {
 namespace {
 
 static_assert(XorCodec::kMaxK <= internal::kMaxXorSources, "XorRows takes k sources");
-
-Status CheckDataRow(int data_row, int k) {
-  if (data_row < 0 || data_row >= k) {
-    return Status::InvalidArgument("data row " + std::to_string(data_row) + " is outside 0.." +
-                                   std::to_string(k - 1));
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -42,15 +35,7 @@ Result<XorCodec> XorCodec::Create(int k, CodecOptions options) {
 
 Status XorCodec::Encode(const uint8_t* const* data, uint8_t* const* parity, size_t len) const {
   if (len == 0) return Status::Ok();
-  if (Status s = internal::CheckRowPointers(reinterpret_cast<const void* const*>(data), k_, "data");
-      !s.ok()) {
-    return s.WithContext("xor encode");
-  }
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
-      !s.ok()) {
-    return s.WithContext("xor encode");
-  }
+  if (Status s = internal::CheckEncodeArgs("xor encode", data, k_, parity, 1); !s.ok()) return s;
   internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
     std::array<const uint8_t*, kMaxK> in;
     for (int i = 0; i < k_; ++i) in[i] = data[i] + offset;
@@ -77,14 +62,11 @@ Status XorCodec::Decode(uint8_t* const* rows, const std::vector<int>& erased, si
 
 Status XorCodec::EncodeUpdate(int data_row, const uint8_t* data, uint8_t* const* parity,
                               size_t len) const {
-  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("xor encode update");
+  if (Status s = internal::CheckUpdateArgs("xor encode update", data_row, k_, data, nullptr,
+                                           /*delta=*/false, parity, 1, len);
+      !s.ok())
+    return s;
   if (len == 0) return Status::Ok();
-  if (data == nullptr) return Status::InvalidArgument("xor encode update: data is null");
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
-      !s.ok()) {
-    return s.WithContext("xor encode update");
-  }
   internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
     internal::XorInto(data + offset, parity[0] + offset, length);
   });
@@ -93,17 +75,11 @@ Status XorCodec::EncodeUpdate(int data_row, const uint8_t* data, uint8_t* const*
 
 Status XorCodec::DeltaUpdate(int data_row, const uint8_t* old_data, const uint8_t* new_data,
                              uint8_t* const* parity, size_t len) const {
-  if (Status s = CheckDataRow(data_row, k_); !s.ok()) return s.WithContext("xor delta update");
+  if (Status s = internal::CheckUpdateArgs("xor delta update", data_row, k_, old_data, new_data,
+                                           /*delta=*/true, parity, 1, len);
+      !s.ok())
+    return s;
   if (len == 0) return Status::Ok();
-  if (old_data == nullptr || new_data == nullptr) {
-    return Status::InvalidArgument(std::string("xor delta update: ") +
-                                   (old_data == nullptr ? "old" : "new") + " data is null");
-  }
-  if (Status s =
-          internal::CheckRowPointers(reinterpret_cast<const void* const*>(parity), 1, "parity");
-      !s.ok()) {
-    return s.WithContext("xor delta update");
-  }
   if (old_data == new_data) return Status::Ok();
   internal::ForEachRange(len, options_, [&](size_t offset, size_t length) {
     internal::XorTwoInto(old_data + offset, new_data + offset, parity[0] + offset, length);

@@ -102,6 +102,9 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
   WaitReceivers();
   version_ = version;
   slot_ = slot;
+  if (layout_->scheme().is_replica() && replica_holders_.empty()) {
+    replica_holders_ = layout_->groups().ReplicaHolders(layout_->node());  // once, not per chunk
+  }
   bytes_sent_ = 0;
   bytes_received_ = 0;
   for (auto& parts : part_crcs_) parts.clear();
@@ -173,11 +176,10 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   const auto& groups = layout_->groups();
   const uint64_t at = layout_->entry_base(chunk.entry) + chunk.offset;
   if (layout_->scheme().is_replica()) {
-    for (int holder : groups.ReplicaHolders(node)) {
-      MEMENTO_RETURN_IF_ERROR(
-          SendPart(layout_->rank_of(holder, lane), kReplicaPart, 0, 0, 0, at, chunk.data,
-                   chunk.length)
-              .WithContext("protect: replica to node " + std::to_string(holder)));
+    for (int holder : replica_holders_) {
+      Status s = SendPart(layout_->rank_of(holder, lane), kReplicaPart, 0, 0, 0, at, chunk.data,
+                          chunk.length);
+      if (!s.ok()) return s.WithContext("protect: replica to node " + std::to_string(holder));
     }
     return Status::Ok();
   }
@@ -192,11 +194,11 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
     const int stripe = groups.StripeOfPiece(node, static_cast<int>(piece));
     for (int t = 0; t < parity; ++t) {
       const int holder = groups.ParityHolder(g, stripe, t);
-      MEMENTO_RETURN_IF_ERROR(
+      Status s =
           SendPart(layout_->rank_of(holder, lane), kParityPart, static_cast<uint32_t>(stripe),
                    static_cast<uint32_t>(t), static_cast<uint32_t>(piece),
-                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos)
-              .WithContext("protect: parity to node " + std::to_string(holder)));
+                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos);
+      if (!s.ok()) return s.WithContext("protect: parity to node " + std::to_string(holder));
     }
     pos = part_end;
   }

@@ -111,6 +111,7 @@ class ProtectStage final : public ChunkStage {
   uint64_t version_ = 0;
   int slot_ = -1;
   std::vector<Source> sources_;
+  std::vector<int> replica_holders_;  // nodes that hold this node's replicas (replica schemes)
   std::vector<std::thread> receivers_;  // one per source, started by the first Begin
   std::mutex mu_;
   std::condition_variable cv_;

@@ -507,6 +507,41 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
   }
 }
 
+// Relaunching on fewer nodes than the checkpoint was protected for is not a
+// restore this engine can do in place: every rank gets a clear
+// ElasticRestoreNeeded naming "elastic restore needed", and nothing is
+// overwritten (the same node count afterwards still restores v2 bit-exactly).
+TEST_P(SecondSourceTest, FewerNodesIsElasticRestoreNeeded) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  Launch(n - 1);
+  std::vector<Status> st(n - 1);
+  Run([&](int r) { st[r] = cks_[r]->Restore().status(); });
+  for (int r = 0; r < n - 1; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kElasticRestoreNeeded) << "rank " << r << ": "
+                                                               << st[r].ToString();
+    EXPECT_NE(st[r].message().find("elastic restore needed"), std::string::npos)
+        << st[r].ToString();
+  }
+  Launch(n);
+  auto reports = RestoreAll("the original node count again");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  for (const auto& rep : reports) EXPECT_EQ(rep.entries[0].source, RestoreSource::kLocalMemory);
+}
+
+// A scheme the node count cannot satisfy (replica:3 on 2 nodes) is refused
+// with an error naming the scheme and the requirement, before anything is saved.
+TEST_P(SecondSourceTest, SchemeImpossibleForNodeCountIsAClearError) {
+  Launch(2);
+  std::vector<Status> st(2);
+  Run([&](int r) { st[r] = cks_[r]->Save(1); });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("replica:3"), std::string::npos) << st[r].ToString();
+    EXPECT_NE(st[r].message().find("at least"), std::string::npos) << st[r].ToString();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
                          ParamName);
 

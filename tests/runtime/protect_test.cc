@@ -281,6 +281,14 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   }
   const auto& per_node = reports[0].bytes_received_per_node;
   ASSERT_EQ(per_node.size(), static_cast<size_t>(n));
+  // The JSON record carries what was lost, where it came from, bytes per node
+  // and time per phase, for logs.
+  const std::string json = reports[0].ToJson();
+  for (const char* key : {"\"lost_nodes\"", "\"source_detail\"", "\"bytes_received_per_node\"",
+                          "\"inventory\"", "\"transfer\"", "\"reprotect\"", "\"plan\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing in " << json;
+  }
+  EXPECT_NE(json.find("\"lost_nodes\":[0]"), std::string::npos) << json;
   // Into the rebuilt node: its shard, once (a local decode would pull K' rows
   // per rebuilt piece).
   EXPECT_EQ(per_node[0], ShardBytes(0)) << reports[0].ToJson();

@@ -29,8 +29,14 @@ struct ProtectHeader {
   uint32_t data_row = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  // Replica parts: the sender's crc32c of the part (the snapshot's chunk
+  // crc). The holder seals with it instead of hashing what it received, so
+  // the seal is end to end: a byte changed on the wire or in the holder's
+  // memory fails the region check at restore.
+  uint32_t crc = 0;
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(ProtectHeader) == 40, "wire format");
+static_assert(sizeof(ProtectHeader) == 48, "wire format");
 
 }  // namespace
 
@@ -153,7 +159,7 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
 
 Status ProtectStage::SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row,
                               uint32_t data_row, uint64_t offset, const uint8_t* data,
-                              uint64_t length) {
+                              uint64_t length, uint32_t crc) {
   ProtectHeader h;
   h.version = version_;
   h.kind = kind;
@@ -162,6 +168,7 @@ Status ProtectStage::SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uin
   h.data_row = data_row;
   h.offset = offset;
   h.length = length;
+  h.crc = crc;
   std::lock_guard<std::mutex> lock(send_mu_[dest_rank]);
   MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, &h, sizeof(h)));
   MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, data, length));
@@ -178,7 +185,7 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   if (layout_->scheme().is_replica()) {
     for (int holder : replica_holders_) {
       Status s = SendPart(layout_->rank_of(holder, lane), kReplicaPart, 0, 0, 0, at, chunk.data,
-                          chunk.length);
+                          chunk.length, chunk.crc);
       if (!s.ok()) return s.WithContext("protect: replica to node " + std::to_string(holder));
     }
     return Status::Ok();
@@ -197,7 +204,8 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
       Status s =
           SendPart(layout_->rank_of(holder, lane), kParityPart, static_cast<uint32_t>(stripe),
                    static_cast<uint32_t>(t), static_cast<uint32_t>(piece),
-                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos);
+                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos,
+                   /*crc=*/0);
       if (!s.ok()) return s.WithContext("protect: parity to node " + std::to_string(holder));
     }
     pos = part_end;
@@ -253,7 +261,7 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
         MEMENTO_ASSIGN_OR_RETURN(size_t m,
                                  transport_->Recv(source_rank, kTagProtect, dst, h.length));
         if (m != h.length) return Status::Corruption("replica part length mismatch");
-        part_crcs_[region].push_back({h.offset, h.length, erasure::Crc32c(dst, h.length)});
+        part_crcs_[region].push_back({h.offset, h.length, h.crc});
         got += h.length;
       } else {  // a part of an older, failed version: drain it
         buf.resize(chunk_bytes_);
@@ -313,7 +321,7 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
     const std::vector<uint8_t> record = EncodeEntrySeals(mine);
     for (int holder : layout_->SealHolders()) {
       Status s = SendPart(layout_->rank_of(holder, layout_->lane()), kSealsPart, 0, 0, 0, 0,
-                          record.data(), record.size());
+                          record.data(), record.size(), /*crc=*/0);
       if (!s.ok() && sent.ok()) {
         sent = s.WithContext("protect: entry seals to node " + std::to_string(holder));
       }

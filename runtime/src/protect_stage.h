@@ -74,7 +74,7 @@ class ProtectStage final : public ChunkStage {
 
  private:
   Status SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row, uint32_t data_row,
-                  uint64_t offset, const uint8_t* data, uint64_t length);
+                  uint64_t offset, const uint8_t* data, uint64_t length, uint32_t crc);
   Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region);
   struct Source {
     int rank = -1;

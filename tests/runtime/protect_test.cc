@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -95,7 +96,9 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
     bufs_.assign(n, {});
     for (int r = 0; r < n; ++r) {
       auto remote = std::make_shared<DirectoryRemoteStore>(remote_dir_.string(), job_);
-      auto ck = Checkpointer::Create(MakeConfig(r), group_->transport(r), remote,
+      std::shared_ptr<Transport> transport = group_->transport(r);
+      if (wrap_) transport = wrap_(r, transport);
+      auto ck = Checkpointer::Create(MakeConfig(r), transport, remote,
                                      hooks_ ? hooks_(r) : FaultHooks());
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       cks_[r] = std::move(ck).value();
@@ -153,6 +156,8 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
 
   int replaced_rank_ = -1;
   std::function<FaultHooks(int rank)> hooks_;  // per rank, for the next Launch
+  // Wraps a rank's transport, for the next Launch.
+  std::function<std::shared_ptr<Transport>(int rank, std::shared_ptr<Transport>)> wrap_;
   std::string job_;
   std::filesystem::path remote_dir_;
   std::shared_ptr<InProcessGroup> group_;
@@ -513,6 +518,79 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
               std::string::npos)
         << rep.ToString();
   }
+}
+
+// Forwards to a rank's transport; while armed, flips one byte of the first
+// payload of at least `min_bytes` sent to `victim` (the sender's buffer is
+// left alone: the byte changes "on the wire").
+class FlipOnWireTransport : public Transport {
+ public:
+  FlipOnWireTransport(std::shared_ptr<Transport> inner, int victim, size_t min_bytes)
+      : inner_(std::move(inner)), victim_(victim), min_bytes_(min_bytes) {}
+  void Arm() { armed_ = true; }
+  bool flipped() const { return flipped_; }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
+  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
+  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
+  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
+    return inner_->Allgather(data, bytes);
+  }
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    if (peer == victim_ && bytes >= min_bytes_ && armed_.exchange(false)) {
+      std::vector<uint8_t> copy(static_cast<const uint8_t*>(data),
+                                static_cast<const uint8_t*>(data) + bytes);
+      copy[bytes / 2] ^= 0x20;
+      flipped_ = true;
+      return inner_->Send(peer, tag, copy.data(), bytes);
+    }
+    return inner_->Send(peer, tag, data, bytes);
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    return inner_->Recv(peer, tag, data, capacity);
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+  const int victim_;
+  const size_t min_bytes_;
+  std::atomic<bool> armed_{false};
+  std::atomic<bool> flipped_{false};
+};
+
+// A byte of node 0's v2 replica changed on the way to node 1: node 1 seals
+// its copy with the sender's chunk crc, not with a hash of what it received,
+// so the copy fails its region crc at restore (before any end-to-end check),
+// is marked bad, and node 0 comes back from node 2's copy.
+TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
+  const int n = GetParam().nodes;
+  std::shared_ptr<FlipOnWireTransport> wire;
+  wrap_ = [&](int r, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+    if (r != 0) return t;
+    wire = std::make_shared<FlipOnWireTransport>(std::move(t), /*victim=*/1, /*min_bytes=*/4096);
+    return wire;
+  };
+  Launch(n);
+  wrap_ = nullptr;
+  ASSERT_NE(wire, nullptr);
+  SaveOnAll(1);
+  wire->Arm();
+  SaveOnAll(2);  // commits: the holder cannot tell, it only stores and seals
+  ASSERT_TRUE(wire->flipped());
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 0's replica to node 1 changed on the wire, node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
+  std::string notes;
+  for (const auto& rep : reports) notes += rep.ToString();
+  EXPECT_NE(notes.find("region 'replica/n0' version 2: payload crc32c"), std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("end-to-end"), std::string::npos) << notes;
 }
 
 // Relaunching on fewer nodes than the checkpoint was protected for is not a

@@ -3,7 +3,8 @@
 // one entry in any order and on any thread, and seal the entry without a
 // second pass over its bytes.
 //
-// Thread-safety: pure function. Cost: O(log len2) 32x32 GF(2) matrix products.
+// Thread-safety: pure function. Cost: O(log len2) products of 32-bit
+// polynomials mod P (x^(2^k) mod P precomputed at compile time).
 #pragma once
 
 #include <cstdint>

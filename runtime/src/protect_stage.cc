@@ -49,7 +49,7 @@ ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Tra
       chunk_bytes_(chunk_bytes),
       crcs_(crcs),
       entry_bytes_(std::move(entry_bytes)),
-      send_mu_(transport->size()),
+      outboxes_(transport->size()),
       fold_mu_(store->region_count()),
       part_crcs_(store->region_count()) {
   if (layout_->scheme().is_erasure()) {
@@ -67,6 +67,15 @@ ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Tra
 }
 
 ProtectStage::~ProtectStage() {
+  WaitSent();
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    out_stop_ = true;
+  }
+  out_cv_.notify_all();
+  for (auto& box : outboxes_) {
+    if (box) box->thread.join();
+  }
   WaitReceivers();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -74,6 +83,45 @@ ProtectStage::~ProtectStage() {
   }
   cv_.notify_all();
   for (auto& t : receivers_) t.join();
+}
+
+void ProtectStage::Enqueue(int dest, const Part& part) {
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    std::unique_ptr<Outbox>& box = outboxes_.at(dest);
+    if (!box) {
+      box = std::make_unique<Outbox>();
+      box->thread = std::thread([this, dest] { SenderLoop(dest); });
+    }
+    box->parts.push_back(part);
+    ++out_pending_;
+  }
+  out_cv_.notify_all();
+}
+
+void ProtectStage::SenderLoop(int dest) {
+  Outbox& box = *outboxes_[dest];  // the slot is set before this thread starts, never reset
+  std::unique_lock<std::mutex> lock(out_mu_);
+  for (;;) {
+    out_cv_.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
+    if (box.parts.empty()) return;  // out_stop_ and nothing left
+    const Part part = box.parts.front();
+    box.parts.pop_front();
+    const bool drop = box.failed;
+    lock.unlock();
+    Status s = drop ? Status::Ok() : SendPart(dest, part);
+    lock.lock();
+    if (!s.ok()) {
+      box.failed = true;
+      if (send_status_.ok()) send_status_ = s;
+    }
+    if (--out_pending_ == 0) sent_cv_.notify_all();
+  }
+}
+
+void ProtectStage::WaitSent() {
+  std::unique_lock<std::mutex> lock(out_mu_);
+  sent_cv_.wait(lock, [this] { return out_pending_ == 0; });
 }
 
 uint8_t ProtectStage::Coefficient(int row, int data_row) const {
@@ -105,7 +153,15 @@ void ProtectStage::ReceiverLoop(Source source) {
 }
 
 Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
+  WaitSent();
   WaitReceivers();
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    send_status_ = Status::Ok();
+    for (auto& box : outboxes_) {
+      if (box) box->failed = false;
+    }
+  }
   version_ = version;
   slot_ = slot;
   if (layout_->scheme().is_replica() && replica_holders_.empty()) {
@@ -157,22 +213,26 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
   return Status::Ok();
 }
 
-Status ProtectStage::SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row,
-                              uint32_t data_row, uint64_t offset, const uint8_t* data,
-                              uint64_t length, uint32_t crc) {
+Status ProtectStage::SendPart(int dest_rank, const Part& part) {
   ProtectHeader h;
   h.version = version_;
-  h.kind = kind;
-  h.stripe = stripe;
-  h.row = row;
-  h.data_row = data_row;
-  h.offset = offset;
-  h.length = length;
-  h.crc = crc;
-  std::lock_guard<std::mutex> lock(send_mu_[dest_rank]);
-  MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, &h, sizeof(h)));
-  MEMENTO_RETURN_IF_ERROR(transport_->Send(dest_rank, kTagProtect, data, length));
-  bytes_sent_ += length;
+  h.kind = part.kind;
+  h.stripe = part.stripe;
+  h.row = part.row;
+  h.data_row = part.data_row;
+  h.offset = part.offset;
+  h.length = part.length;
+  h.crc = part.crc;
+  const char* what = part.kind == kReplicaPart  ? "replica"
+                     : part.kind == kParityPart ? "parity"
+                                                : "entry seals";
+  Status s = transport_->Send(dest_rank, kTagProtect, &h, sizeof(h));
+  if (s.ok()) s = transport_->Send(dest_rank, kTagProtect, part.data, part.length);
+  if (!s.ok()) {
+    return s.WithContext("protect of v" + std::to_string(version_) + ": " + what + " to rank " +
+                         std::to_string(dest_rank));
+  }
+  bytes_sent_ += part.length;
   return Status::Ok();
 }
 
@@ -183,11 +243,13 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   const auto& groups = layout_->groups();
   const uint64_t at = layout_->entry_base(chunk.entry) + chunk.offset;
   if (layout_->scheme().is_replica()) {
-    for (int holder : replica_holders_) {
-      Status s = SendPart(layout_->rank_of(holder, lane), kReplicaPart, 0, 0, 0, at, chunk.data,
-                          chunk.length, chunk.crc);
-      if (!s.ok()) return s.WithContext("protect: replica to node " + std::to_string(holder));
-    }
+    Part part;
+    part.kind = kReplicaPart;
+    part.offset = at;
+    part.data = chunk.data;
+    part.length = chunk.length;
+    part.crc = chunk.crc;
+    for (int holder : replica_holders_) Enqueue(layout_->rank_of(holder, lane), part);
     return Status::Ok();
   }
   const int g = groups.group_of(node);
@@ -200,13 +262,15 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
     const uint64_t part_end = std::min(end, (piece + 1) * piece_bytes);
     const int stripe = groups.StripeOfPiece(node, static_cast<int>(piece));
     for (int t = 0; t < parity; ++t) {
-      const int holder = groups.ParityHolder(g, stripe, t);
-      Status s =
-          SendPart(layout_->rank_of(holder, lane), kParityPart, static_cast<uint32_t>(stripe),
-                   static_cast<uint32_t>(t), static_cast<uint32_t>(piece),
-                   pos - piece * piece_bytes, chunk.data + (pos - at), part_end - pos,
-                   /*crc=*/0);
-      if (!s.ok()) return s.WithContext("protect: parity to node " + std::to_string(holder));
+      Part part;
+      part.kind = kParityPart;
+      part.stripe = static_cast<uint32_t>(stripe);
+      part.row = static_cast<uint32_t>(t);
+      part.data_row = static_cast<uint32_t>(piece);
+      part.offset = pos - piece * piece_bytes;
+      part.data = chunk.data + (pos - at);
+      part.length = part_end - pos;
+      Enqueue(layout_->rank_of(groups.ParityHolder(g, stripe, t), lane), part);
     }
     pos = part_end;
   }
@@ -311,21 +375,26 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
   MEMENTO_CHECK_EQ(version, version_);
   // Entry seals to every node that holds anything of this shard (sent even
   // when the snapshot failed, so that no receiver waits for its timeout; the
-  // version then fails at the commit anyway).
-  Status sent;
+  // version then fails at the commit anyway), behind the shard's parts.
   {
     std::vector<EntrySeal> mine(entry_bytes_.size());
     for (size_t i = 0; i < entry_bytes_.size(); ++i) {
       mine[i] = {entry_bytes_[i], crcs_->entry_crc(static_cast<int>(i))};
     }
-    const std::vector<uint8_t> record = EncodeEntrySeals(mine);
+    seals_record_ = EncodeEntrySeals(mine);  // stays put until WaitSent returns
+    Part part;
+    part.kind = kSealsPart;
+    part.data = seals_record_.data();
+    part.length = seals_record_.size();
     for (int holder : layout_->SealHolders()) {
-      Status s = SendPart(layout_->rank_of(holder, layout_->lane()), kSealsPart, 0, 0, 0, 0,
-                          record.data(), record.size(), /*crc=*/0);
-      if (!s.ok() && sent.ok()) {
-        sent = s.WithContext("protect: entry seals to node " + std::to_string(holder));
-      }
+      Enqueue(layout_->rank_of(holder, layout_->lane()), part);
     }
+  }
+  WaitSent();
+  Status sent;
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    sent = send_status_;
   }
   WaitReceivers();
   Status s;

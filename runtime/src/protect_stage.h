@@ -1,20 +1,29 @@
 // ProtectStage: the protect step of DESIGN §3, a ChunkStage.
 //
 // As each chunk of this rank's shard lands in the slot, OnChunk (on the
-// snapshot worker that copied it) streams it to its holders over the
-// Transport, with tag kTagProtect:
+// snapshot worker that copied it) queues its parts for their holders and
+// returns at once; one sender thread per destination rank streams them over
+// the Transport, with tag kTagProtect, straight from the slot (no copy):
 //   - replica:M  — the whole chunk to every replica holder of this node (same
-//     lane), which writes it at its offset in "replica/n<owner>";
+//     lane), which writes it at its offset in "replica/n<owner>" and seals
+//     the region with the chunk crcs the sender computed while copying
+//     (combined), so the seal is end to end;
 //   - xor / rs   — the chunk is cut at piece boundaries (P bytes, see
 //     placement/group_layout.h); each part goes to the M parity holders of the
 //     piece's stripe, which fold it into "parity/s<j>/r<t>" with
 //     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
-// In End, after the last chunk, every rank sends its entry seals (per-entry
+// The snapshot (WaitSnapshot: the application may touch its buffers again)
+// therefore ends at memory speed, while the network transfer goes on in the
+// background until the commit; the stall does not include the network.
+// In End, after the last chunk, every rank queues its entry seals (per-entry
 // size and crc32c, entry_seals.h) to every node that holds anything of its
-// shard, which stores them in "seals/n<owner>" and seals that region too.
-// Each message is a 40-byte ProtectHeader followed by the payload; a sender
-// holds a per-destination mutex across the pair so pairs never interleave
+// shard, which stores them in "seals/n<owner>" and seals that region too, and
+// waits until every queue has drained.
+// Each message is a 48-byte ProtectHeader followed by the payload; only the
+// destination's sender thread sends to it, so pairs never interleave
 // (messages of one (source, destination, tag) triple arrive in order).
+// After a failed send to a destination, its remaining parts of the version
+// are dropped (the version fails at the commit anyway).
 //
 // Receive side: one thread per source rank that this rank holds data of,
 // started by the first Begin and kept across versions (each Begin wakes them
@@ -31,12 +40,14 @@
 // A header of an older version (left over by a failed version) is skipped.
 //
 // Thread-safety: as ChunkStage. Memory: one chunk-sized receive buffer per
-// parity source thread (allocated per version; replicas land in place).
+// parity source thread (allocated per version; replicas land in place); the
+// send queues hold pointers into the slot, a few words per part.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,8 +84,25 @@ class ProtectStage final : public ChunkStage {
   uint8_t Coefficient(int row, int data_row) const;
 
  private:
-  Status SendPart(int dest_rank, uint32_t kind, uint32_t stripe, uint32_t row, uint32_t data_row,
-                  uint64_t offset, const uint8_t* data, uint64_t length, uint32_t crc);
+  // One message pair for a holder (fields as in the wire header).
+  struct Part {
+    uint32_t kind = 0;
+    uint32_t stripe = 0;
+    uint32_t row = 0;
+    uint32_t data_row = 0;
+    uint64_t offset = 0;
+    const uint8_t* data = nullptr;
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  // Queues `part` for destination rank `dest` (starts its sender thread on
+  // first use).
+  void Enqueue(int dest, const Part& part);
+  // Sender thread of one destination rank: sends its queued parts in order.
+  void SenderLoop(int dest);
+  // Until every queued part has been sent (or dropped after a failure).
+  void WaitSent();
+  Status SendPart(int dest_rank, const Part& part);
   Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region);
   struct Source {
     int rank = -1;
@@ -94,7 +122,19 @@ class ProtectStage final : public ChunkStage {
   const std::vector<uint64_t> entry_bytes_;
   int data_rows_ = 0;                // K' of this rank's group (erasure)
   std::vector<uint8_t> generator_;   // (K'+M) x K' of this rank's group (erasure)
-  std::vector<std::mutex> send_mu_;  // per destination rank
+  struct Outbox {
+    std::deque<Part> parts;
+    std::thread thread;
+    bool failed = false;  // a send to it failed in this version: drop the rest
+  };
+  std::vector<std::unique_ptr<Outbox>> outboxes_;  // per destination rank, made on first use
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;      // a part was queued, or out_stop_
+  std::condition_variable sent_cv_;     // out_pending_ reached 0
+  uint64_t out_pending_ = 0;            // parts queued and not yet sent or dropped
+  bool out_stop_ = false;
+  Status send_status_;                  // first failed send of the version
+  std::vector<uint8_t> seals_record_;   // this rank's entry seals, sent from End
   std::vector<std::mutex> fold_mu_;  // per store region
   // Replica regions: crc32c of every part as it landed (one receiver thread
   // per region, so no lock), combined at End instead of a second pass.

@@ -4,10 +4,29 @@
 //
 //   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1]
 //                              [--remote /tmp/dir] [--job NAME] [--json]
+//                              [--link-gibps X]
 //
 // Every rank registers one buffer of S bytes (its shard). One launch measures,
 // in this order and in the same process (so MPI and memento share the same
 // oversubscribed cores):
+//
+// 0. Two regimes. Without a link (--link-gibps 0, the default) the ranks talk
+//    over raw MPI; on a machine with fewer cores than ranks the run is then
+//    CPU-bound (protect spends per byte a snapshot copy, a crc32c, the MPI
+//    copies and the holder's work, the ring only the MPI copies). With
+//    --link-gibps X every node (process; needs MEMENTO_RANKS_PER_NODE=1) gets
+//    an emulated full-duplex NIC of X GiB/s per direction (LinkTransport
+//    below): each point-to-point Send books its bytes on the node's egress
+//    token bucket and returns no earlier than the booking's end, each
+//    completed Recv books its bytes on the ingress bucket and sleeps until
+//    the booking's end; buckets are shared by all threads of the process and
+//    have a depth of link_burst_bytes (1 MiB, absorbs the completion latency
+//    of the inner MPI transfer so a paced stream is not charged twice);
+//    collectives are not throttled. Protect, the MPI baseline ring (3.) and
+//    recovery (5.) all go through it, so with a link slower than the CPU can
+//    feed, protect and baseline are compared on the same network, as on a
+//    cluster whose network is the bottleneck. JSON: link_gibps (0 when off),
+//    link_burst_bytes.
 //
 // 1. protect. Checkpointer with the scheme, no remote tier. Two warm-up
 //    versions (first touch of both slots and the peers' regions), then `reps`
@@ -21,6 +40,15 @@
 //    (mean over nodes; the min over nodes is reported too), and
 //      shard_gibps              = S per node / protect_s (shard bytes protected
 //                                 per second per node).
+//    CPU: getrusage(RUSAGE_SELF) (user + system, every thread of the process)
+//    just before Save and just after Wait of each timed version, summed over
+//    versions and ranks, divided by the protect traffic of those versions
+//    summed over ranks: protect_cpu_s_per_gib (CPU seconds per GiB moved).
+//    protect_cpu_util = those CPU seconds / (cores x the summed protect_s),
+//    cores = std::thread::hardware_concurrency(). Waiting threads count:
+//    MpiTransport polls (MPI_Test, sched_yield, short sleeps) and Open MPI's
+//    blocking calls spin, so util near 1 means the cores were busy, not that
+//    they were all doing protect work.
 // 2. peak memory. VmHWM (/proc/self/status) after the protect reps, summed over
 //    a node's ranks; the node store segment size (/dev/shm); both against the
 //    scheme's formula: replica:M -> M*S*slots, xor:K / rs:K+M ->
@@ -34,10 +62,26 @@
 // 3. MPI baseline. Ring exchange: rank r sends S bytes to r+1 and receives S
 //    from r-1 (mod N), in chunk_bytes messages (MEMENTO_CHUNK_BYTES, as the
 //    protect stage streams), all posted at once with MPI_Isend / MPI_Irecv and
-//    completed with MPI_Waitall. Traffic per node 2*S; mpi_node_gibps = 2*S /
-//    ring_s (slowest rank, median of reps). Also one S-byte message per rank;
-//    the better of the two is the baseline. Ratio: protect_node_gibps /
-//    mpi_node_gibps (target >= 0.8).
+//    completed with MPI_Waitall (mpi_ring_chunked_s); also one S-byte message
+//    per rank (mpi_ring_single_s). Both are raw MPI, never throttled, slowest
+//    rank, median of reps; mpi_raw_node_gibps = 2*S / the faster of the two.
+//    With a link, the ring is run again over the emulated link
+//    (mpi_ring_link_s; 0 without a link): the same S bytes to r+1 and from
+//    r-1 in chunk_bytes messages, one sender thread calling Transport::Send
+//    and one receiver thread calling Transport::Recv concurrently (tag
+//    kTagBenchRing, outside the engine's tags). The baseline ring is the link
+//    ring when there is a link, else the faster raw ring: traffic per node
+//    2*S; mpi_node_gibps = 2*S / its time. Ratio: protect_vs_mpi =
+//    protect_node_gibps / mpi_node_gibps (target >= 0.8).
+//    CPU of the baseline ring as for protect (window: from posting the
+//    messages / starting the threads to completion, timed reps, all ranks;
+//    traffic 2*S per rank per rep): mpi_cpu_s_per_gib, mpi_cpu_util; and
+//      cpu_ratio = mpi_cpu_s_per_gib / protect_cpu_s_per_gib,
+//    the protect/MPI bandwidth ratio a machine whose cores are the bottleneck
+//    can reach at best. When both phases keep every core busy (util ~1, the
+//    CPU-bound regime), cpu_ratio ~= protect_vs_mpi by construction: it then
+//    says that the gap is CPU seconds per byte, not what it would be without
+//    the polling. ranks = MPI ranks of the job.
 // 4. remote baseline. Every rank writes its shard as a rank file of version 1
 //    to a DirectoryRemoteStore (untimed; rank 0 writes the manifest), then all
 //    ranks read their rank file at once with ReadRankFile (crc32c verified, as
@@ -61,6 +105,7 @@
 // MEMENTO_SLOTS; persist is off.
 #include <fcntl.h>
 #include <mpi.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -74,8 +119,11 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "memento/placement/group_layout.h"
@@ -131,11 +179,11 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
-// Forwards to an inner Transport and counts point-to-point payload bytes (the
-// protect and recovery traffic; collectives are a few bytes and not counted).
-class CountingTransport : public Transport {
+// Forwards every call to an inner Transport; the wrappers below override what
+// they change.
+class ForwardingTransport : public Transport {
  public:
-  explicit CountingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   Status Barrier() override { return inner_->Barrier(); }
@@ -146,12 +194,28 @@ class CountingTransport : public Transport {
     return inner_->Allgather(data, bytes);
   }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
-    Status s = inner_->Send(peer, tag, data, bytes);
+    return inner_->Send(peer, tag, data, bytes);
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    return inner_->Recv(peer, tag, data, capacity);
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
+};
+
+// Counts point-to-point payload bytes (the protect and recovery traffic;
+// collectives are a few bytes and not counted).
+class CountingTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    Status s = ForwardingTransport::Send(peer, tag, data, bytes);
     if (s.ok()) sent_ += bytes;
     return s;
   }
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
-    Result<size_t> r = inner_->Recv(peer, tag, data, capacity);
+    Result<size_t> r = ForwardingTransport::Recv(peer, tag, data, capacity);
     if (r.ok()) received_ += *r;
     return r;
   }
@@ -160,8 +224,99 @@ class CountingTransport : public Transport {
   uint64_t received() const { return received_; }
 
  private:
-  std::shared_ptr<Transport> inner_;
   std::atomic<uint64_t> sent_{0}, received_{0};
+};
+
+// One direction of a node's emulated NIC: a token bucket of `bytes_per_s`
+// with a depth of `burst_bytes`, kept as the time the link is next free.
+// Reserve(n) books n / rate seconds starting at max(next free, now - depth)
+// and returns the end of the booking; the caller sleeps until then. Shared
+// by every thread of the process (one rank per node), so concurrent messages
+// queue behind each other as on one wire.
+class LinkBucket {
+ public:
+  LinkBucket(double bytes_per_s, double burst_bytes)
+      : bytes_per_s_(bytes_per_s),
+        burst_(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(burst_bytes / bytes_per_s))) {}
+
+  Clock::time_point Reserve(size_t bytes) {
+    const auto length = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / bytes_per_s_));
+    std::lock_guard<std::mutex> lock(mu_);
+    next_free_ = std::max(next_free_, Clock::now() - burst_) + length;
+    return next_free_;
+  }
+
+ private:
+  const double bytes_per_s_;
+  const Clock::duration burst_;
+  std::mutex mu_;
+  Clock::time_point next_free_{};  // guarded by mu_
+};
+
+// Emulated full-duplex link per node (1 rank per node): every Send to
+// another rank books its bytes on the node's egress bucket before it is
+// handed to the inner transport and returns no earlier than the booking's
+// end (the inner copy overlaps the booked wire time, as a NIC's DMA would);
+// every Recv from another rank, once complete, books the received bytes on
+// the ingress bucket and sleeps until the booking's end. The bucket depth
+// absorbs the completion latency of the inner transport, so a stream that
+// is paced by its sender is not charged twice by its receiver, while
+// several senders into one node (incast) share its ingress rate.
+// Collectives are not throttled.
+class LinkTransport : public ForwardingTransport {
+ public:
+  LinkTransport(std::shared_ptr<Transport> inner, double bytes_per_s, double burst_bytes)
+      : ForwardingTransport(std::move(inner)),
+        egress_(bytes_per_s, burst_bytes),
+        ingress_(bytes_per_s, burst_bytes) {}
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    if (peer == rank()) return ForwardingTransport::Send(peer, tag, data, bytes);
+    const Clock::time_point end = egress_.Reserve(bytes);
+    Status s = ForwardingTransport::Send(peer, tag, data, bytes);
+    if (s.ok()) std::this_thread::sleep_until(end);
+    return s;
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    Result<size_t> r = ForwardingTransport::Recv(peer, tag, data, capacity);
+    if (r.ok() && peer != rank()) std::this_thread::sleep_until(ingress_.Reserve(*r));
+    return r;
+  }
+
+ private:
+  LinkBucket egress_, ingress_;
+};
+
+// Depth of the emulated link's token buckets (see LinkTransport).
+constexpr double kLinkBurstBytes = 1 << 20;
+
+// Tag of the bench's own ring over the Transport. The engine's tags
+// (runtime/src/message_tags.h): persist 100, protect 1000, recovery
+// 2000 .. 2000 + 2 * 14000 + 1; kMaxTag is 32767.
+constexpr int kTagBenchRing = 32000;
+
+// CPU seconds (user + system) of every thread of this process so far.
+double CpuSeconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& tv) { return tv.tv_sec + 1e-6 * tv.tv_usec; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+// A thread that is joined when it goes out of scope (every exit path).
+class JoiningThread {
+ public:
+  template <typename F>
+  explicit JoiningThread(F&& f) : thread_(std::forward<F>(f)) {}
+  ~JoiningThread() {
+    if (thread_.joinable()) thread_.join();
+  }
+  JoiningThread(const JoiningThread&) = delete;
+  JoiningThread& operator=(const JoiningThread&) = delete;
+
+ private:
+  std::thread thread_;
 };
 
 struct Options {
@@ -172,6 +327,7 @@ struct Options {
   int lose = 1;
   std::string remote = "/tmp";
   std::string job;
+  double link_gibps = 0;  // emulated link per direction per node; 0: off
 };
 
 // The scheme's memory factor: bytes a node holds per shard byte per slot.
@@ -229,23 +385,35 @@ struct RankStats {
   double rss_before = 0, hwm = 0, shm_bytes = 0;
   double recover_sent = 0, recover_received = 0;
   double restored_ok = 0;
-  static constexpr int kFields = 7;
+  // CPU seconds of the process and bytes sent + received, summed over the
+  // timed protect reps / the timed reps of the ring used as MPI baseline.
+  double protect_cpu_s = 0, protect_bytes_total = 0;
+  double ring_cpu_s = 0, ring_bytes_total = 0;
+  static constexpr int kFields = 11;
+};
+
+// A ring's slowest-rank time (median of the timed reps: s; summed over them:
+// wall_s), and this rank's CPU seconds and bytes sent + received summed over
+// the timed reps.
+struct RingResult {
+  double s = 0, cpu_s = 0, bytes = 0, wall_s = 0;
 };
 
 // MPI ring: S bytes to rank+1, S from rank-1, in messages of `msg` bytes, all
-// posted at once. Returns the slowest rank's time, median of `reps` after one
-// warm-up.
-double RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv, uint64_t msg,
-                    int reps) {
+// posted at once. Median of `reps` after one warm-up.
+RingResult RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv, uint64_t msg,
+                        int reps) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
   const uint64_t bytes = send.size();
   std::vector<double> times;
+  RingResult out;
   for (int r = 0; r <= reps; ++r) {
     std::vector<MPI_Request> reqs;
     MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu0 = CpuSeconds();
     auto t0 = Clock::now();
     int tag = 0;
     for (uint64_t off = 0; off < bytes; off += msg, ++tag) {
@@ -256,10 +424,69 @@ double RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv
       MPI_Isend(send.data() + off, len, MPI_BYTE, to, tag, MPI_COMM_WORLD, &reqs.back());
     }
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    const double t = MaxOverRanks(Since(t0));
-    if (r > 0) times.push_back(t);  // r == 0: warm-up
+    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
+    const double t = MaxOverRanks(own);
+    if (r == 0) continue;  // warm-up
+    times.push_back(t);
+    out.cpu_s += cpu;
+    out.bytes += 2.0 * bytes;
+    out.wall_s += t;
   }
-  return Median(times);
+  out.s = Median(times);
+  return out;
+}
+
+// The same ring over a Transport (the emulated link): one sender thread
+// sends S bytes to rank+1 in `msg`-byte messages with Transport::Send while
+// one receiver thread receives S bytes from rank-1 with Transport::Recv (tag
+// kTagBenchRing). Both threads are joined before it returns, also on error.
+Result<RingResult> TransportRing(Transport& t, const std::vector<uint8_t>& send,
+                                 std::vector<uint8_t>& recv, uint64_t msg, int reps) {
+  const int rank = t.rank(), n = t.size();
+  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
+  const uint64_t bytes = send.size();
+  std::vector<double> times;
+  RingResult out;
+  for (int r = 0; r <= reps; ++r) {
+    Status sent, received;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu0 = CpuSeconds();
+    auto t0 = Clock::now();
+    {
+      JoiningThread receiver([&] {
+        for (uint64_t off = 0; off < bytes && received.ok(); off += msg) {
+          const size_t len = std::min(msg, bytes - off);
+          Result<size_t> got = t.Recv(from, kTagBenchRing, recv.data() + off, len);
+          if (!got.ok()) {
+            received = got.status();
+          } else if (*got != len) {
+            received = Status::Internal("ring: got " + std::to_string(*got) + " bytes, expected " +
+                                        std::to_string(len));
+          }
+        }
+      });
+      JoiningThread sender([&] {
+        for (uint64_t off = 0; off < bytes && sent.ok(); off += msg) {
+          sent = t.Send(to, kTagBenchRing, send.data() + off, std::min(msg, bytes - off));
+        }
+      });
+    }  // joins both threads
+    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
+    const double tmax = MaxOverRanks(own);
+    // Every rank leaves at the same rep, so no rank waits in a later barrier.
+    int ok = sent.ok() && received.ok() ? 1 : 0, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MEMENTO_RETURN_IF_ERROR(sent.WithContext("ring send to rank " + std::to_string(to)));
+    MEMENTO_RETURN_IF_ERROR(received.WithContext("ring receive from rank " + std::to_string(from)));
+    if (!all) return Status::Unavailable("ring over the transport failed on another rank");
+    if (r == 0) continue;  // warm-up
+    times.push_back(tmax);
+    out.cpu_s += cpu;
+    out.bytes += 2.0 * bytes;
+    out.wall_s += tmax;
+  }
+  out.s = Median(times);
+  return out;
 }
 
 // Reads this rank's rank file of version 1; slowest rank's time.
@@ -285,10 +512,12 @@ Status EvictFile(const std::string& path) {
 
 // Everything one launch measures on rank 0 (the gathered view).
 struct Report {
-  int nodes = 0, ranks = 0, ranks_per_node = 1, slots = 0, threads = 0;
+  int nodes = 0, ranks = 0, ranks_per_node = 1, slots = 0, threads = 0, cores = 0;
   uint64_t chunk = 0;
   double protect_s = 0, snapshot_s = 0;
-  double ring_chunked_s = 0, ring_single_s = 0;
+  double ring_chunked_s = 0, ring_single_s = 0;  // raw MPI (never throttled)
+  double ring_link_s = 0;                        // over the emulated link; 0 when off
+  double protect_wall_s = 0, ring_wall_s = 0;    // summed over the timed reps
   double remote_warm_s = 0, remote_cold_s = 0;
   double prepare_s = 0, recover_s = 0;
   double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
@@ -337,7 +566,11 @@ class Bench {
         auto mpi, CreateMpiTransport(MpiTransportOptions{
                       MPI_COMM_WORLD,
                       std::chrono::milliseconds(static_cast<int64_t>(config_.timeout_s * 1000))}));
-    transport_ = std::make_shared<CountingTransport>(mpi);
+    link_ = mpi;
+    if (opt_.link_gibps > 0) {
+      link_ = std::make_shared<LinkTransport>(mpi, opt_.link_gibps * (1 << 30), kLinkBurstBytes);
+    }
+    transport_ = std::make_shared<CountingTransport>(link_);
     MEMENTO_ASSIGN_OR_RETURN(ck_, Checkpointer::Create(config_, transport_));
     MEMENTO_RETURN_IF_ERROR(ck_->RegisterBuffer("model", buf_.data(), buf_.size()));
     MEMENTO_RETURN_IF_ERROR(ck_->Prepare());
@@ -347,20 +580,25 @@ class Bench {
       Fill(buf_, rank_, step);  // the optimizer step: new contents every version
       MPI_Barrier(MPI_COMM_WORLD);
       transport_->Reset();
+      const double cpu0 = CpuSeconds();
       auto t0 = Clock::now();
       MEMENTO_RETURN_IF_ERROR(ck_->Save(step));
       MEMENTO_RETURN_IF_ERROR(ck_->WaitSnapshot());
       const double snap = Since(t0);
       MEMENTO_RETURN_IF_ERROR(ck_->Wait());
-      const double t = MaxOverRanks(Since(t0));
+      const double own = Since(t0), cpu = CpuSeconds() - cpu0;
+      const double t = MaxOverRanks(own);
       const double snap_max = MaxOverRanks(snap);
       if (r < 2) continue;  // warm-up
       protect.push_back(t);
       snapshot.push_back(snap_max);
       traffic.push_back(static_cast<double>(transport_->sent() + transport_->received()));
+      me.protect_cpu_s += cpu;
+      me.protect_bytes_total += traffic.back();
     }
     const uint64_t last = step - 1;
     out->protect_s = Median(protect);
+    for (double t : protect) out->protect_wall_s += t;
     out->snapshot_s = Median(snapshot);
     me.protect_bytes = Median(traffic);
 
@@ -376,8 +614,21 @@ class Bench {
     // ---- 3. MPI baseline ----
     {
       std::vector<uint8_t> recv(s, 1);
-      out->ring_chunked_s = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
-      out->ring_single_s = RingExchange(buf_, recv, s, opt_.reps);
+      const RingResult chunked = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
+      const RingResult single = RingExchange(buf_, recv, s, opt_.reps);
+      out->ring_chunked_s = chunked.s;
+      out->ring_single_s = single.s;
+      // The baseline: the ring over the emulated link when it is on, else the
+      // faster raw ring (decided on every rank alike: the times are maxima).
+      RingResult base = chunked.s <= single.s ? chunked : single;
+      if (opt_.link_gibps > 0) {
+        MEMENTO_ASSIGN_OR_RETURN(base,
+                                 TransportRing(*link_, buf_, recv, config_.chunk_bytes, opt_.reps));
+        out->ring_link_s = base.s;
+      }
+      me.ring_cpu_s = base.cpu_s;
+      out->ring_wall_s = base.wall_s;
+      me.ring_bytes_total = base.bytes;
     }
 
     // ---- 4. remote baseline ----
@@ -461,16 +712,18 @@ class Bench {
     }
 
     // ---- gather ----
-    double mine[RankStats::kFields] = {me.protect_bytes, me.rss_before,   me.hwm,
-                                       me.shm_bytes,     me.recover_sent, me.recover_received,
-                                       me.restored_ok};
+    double mine[RankStats::kFields] = {me.protect_bytes, me.rss_before,      me.hwm,
+                                       me.shm_bytes,     me.recover_sent,    me.recover_received,
+                                       me.restored_ok,   me.protect_cpu_s,   me.protect_bytes_total,
+                                       me.ring_cpu_s,    me.ring_bytes_total};
     std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
     MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);
     if (rank_ == 0) {
       for (int r = 0; r < size_; ++r) {
         const double* f = &all[RankStats::kFields * r];
-        out->per_rank.push_back(RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6]});
+        out->per_rank.push_back(
+            RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]});
       }
     }
     out->ranks = size_;
@@ -479,6 +732,7 @@ class Bench {
     out->slots = config_.slots;
     out->threads = config_.threads;
     out->chunk = config_.chunk_bytes;
+    out->cores = static_cast<int>(std::thread::hardware_concurrency());
     return Status::Ok();
   }
 
@@ -487,6 +741,7 @@ class Bench {
   Config config_;
   int rank_, size_;
   std::vector<uint8_t> buf_;
+  std::shared_ptr<Transport> link_;  // MpiTransport, behind a LinkTransport when --link-gibps
   std::shared_ptr<CountingTransport> transport_;
   std::unique_ptr<Checkpointer> ck_;
   std::unique_ptr<DirectoryRemoteStore> remote_;
@@ -539,9 +794,26 @@ void Print(const Options& opt, const Report& r, double factor,
   const double protect_gibps = mean(traffic) / r.protect_s / gib;
   const double protect_min_gibps = mn(traffic) / r.protect_s / gib;
   const double shard_gibps = node_s / r.protect_s / gib;
-  const double ring_s = std::min(r.ring_chunked_s, r.ring_single_s);
+  const double raw_ring_s = std::min(r.ring_chunked_s, r.ring_single_s);
+  const double mpi_raw_gibps = 2 * node_s / raw_ring_s / gib;
+  const double ring_s = opt.link_gibps > 0 ? r.ring_link_s : raw_ring_s;
   const double mpi_gibps = 2 * node_s / ring_s / gib;
   const double ratio = protect_gibps / mpi_gibps;
+  // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks).
+  double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
+  for (const auto& x : r.per_rank) {
+    protect_cpu += x.protect_cpu_s;
+    protect_bytes += x.protect_bytes_total;
+    ring_cpu += x.ring_cpu_s;
+    ring_bytes += x.ring_bytes_total;
+  }
+  const double protect_cpu_per_gib = protect_cpu / (protect_bytes / gib);
+  const double mpi_cpu_per_gib = ring_cpu / (ring_bytes / gib);
+  const double cpu_ratio = mpi_cpu_per_gib / protect_cpu_per_gib;
+  // Share of the machine's cores busy (CPU seconds / (cores x wall seconds)).
+  const double cores = r.cores > 0 ? r.cores : 1;
+  const double protect_util = protect_cpu / (cores * r.protect_wall_s);
+  const double mpi_util = ring_cpu / (cores * r.ring_wall_s);
   double sent = 0, recv = 0, ok = 1;
   for (const auto& x : r.per_rank) {
     sent = std::max(sent, x.recover_sent);
@@ -552,11 +824,15 @@ void Print(const Options& opt, const Report& r, double factor,
     std::printf(
         "{\"benchmark\": \"bench_cluster\", \"scheme\": \"%s\", \"nodes\": %d, "
         "\"ranks_per_node\": %d, \"shard_bytes\": %.0f, \"slots\": %d, \"threads\": %d, "
-        "\"chunk_bytes\": %llu, \"reps\": %d, "
+        "\"chunk_bytes\": %llu, \"reps\": %d, \"ranks\": %d, \"cores\": %d, "
+        "\"link_gibps\": %.4f, \"link_burst_bytes\": %.0f, "
         "\"protect_s\": %.6f, \"snapshot_s\": %.6f, \"protect_traffic_node_mean_bytes\": %.0f, "
         "\"protect_node_gibps\": %.4f, \"protect_node_min_gibps\": %.4f, "
         "\"protect_shard_gibps\": %.4f, "
-        "\"mpi_ring_chunked_s\": %.6f, \"mpi_ring_single_s\": %.6f, \"mpi_node_gibps\": %.4f, "
+        "\"mpi_ring_chunked_s\": %.6f, \"mpi_ring_single_s\": %.6f, \"mpi_ring_link_s\": %.6f, "
+        "\"mpi_raw_node_gibps\": %.4f, \"mpi_node_gibps\": %.4f, "
+        "\"protect_cpu_s_per_gib\": %.4f, \"mpi_cpu_s_per_gib\": %.4f, \"cpu_ratio\": %.4f, "
+        "\"protect_cpu_util\": %.4f, \"mpi_cpu_util\": %.4f, "
         "\"protect_vs_mpi\": %.4f, \"protect_min_vs_mpi\": %.4f, \"target_protect_vs_mpi\": 0.8, "
         "\"protect_target_met\": %s, "
         "\"lost_node\": %d, \"restored_version\": %llu, \"restore_bit_exact\": %s, "
@@ -574,9 +850,11 @@ void Print(const Options& opt, const Report& r, double factor,
         "\"protect_traffic_node_bytes\": %s, \"rss_ckpt_node_bytes\": %s, "
         "\"shm_node_bytes\": %s}\n",
         opt.scheme.c_str(), nodes, per, node_s, r.slots, r.threads,
-        static_cast<unsigned long long>(r.chunk), opt.reps, r.protect_s, r.snapshot_s,
-        mean(traffic), protect_gibps, protect_min_gibps, shard_gibps, r.ring_chunked_s,
-        r.ring_single_s, mpi_gibps, ratio, protect_min_gibps / mpi_gibps,
+        static_cast<unsigned long long>(r.chunk), opt.reps, r.ranks, r.cores, opt.link_gibps,
+        opt.link_gibps > 0 ? kLinkBurstBytes : 0.0, r.protect_s, r.snapshot_s, mean(traffic),
+        protect_gibps, protect_min_gibps, shard_gibps, r.ring_chunked_s, r.ring_single_s,
+        r.ring_link_s, mpi_raw_gibps, mpi_gibps, protect_cpu_per_gib, mpi_cpu_per_gib, cpu_ratio,
+        protect_util, mpi_util, ratio, protect_min_gibps / mpi_gibps,
         ratio >= 0.8 ? "true" : "false", opt.lose,
         static_cast<unsigned long long>(r.restored_version), ok > 0 ? "true" : "false",
         r.source_detail.c_str(), r.prepare_s, r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
@@ -587,17 +865,22 @@ void Print(const Options& opt, const Report& r, double factor,
         JsonArray(traffic).c_str(), JsonArray(ckpt).c_str(), JsonArray(shm).c_str());
   } else {
     std::printf(
-        "%s N=%d S=%.0f MiB slots=%d\n"
+        "%s N=%d S=%.0f MiB slots=%d ranks=%d cores=%d link=%s\n"
         "  protect   %.3f s (snapshot %.3f s), traffic/node %.1f MiB -> %.3f GiB/s/node "
-        "(min node %.3f); MPI ring %.3f GiB/s/node -> ratio %.3f (target 0.8)\n"
+        "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
+        "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
+        "%.3f\n"
         "  recover   node %d: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
         "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
         "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
         "(%.3f), VmHWM %.0f MiB\n",
-        opt.scheme.c_str(), nodes, s / mib, r.slots, r.protect_s, r.snapshot_s, mean(traffic) / mib,
-        protect_gibps, protect_min_gibps, mpi_gibps, ratio, opt.lose, r.recover_s, r.inventory_s,
-        r.plan_s, r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s,
-        r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
+        opt.scheme.c_str(), nodes, s / mib, r.slots, r.ranks, r.cores,
+        opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off",
+        r.protect_s, r.snapshot_s, mean(traffic) / mib, protect_gibps, protect_min_gibps,
+        opt.link_gibps > 0 ? "link" : "MPI", mpi_gibps, mpi_raw_gibps, ratio, protect_cpu_per_gib,
+        100 * protect_util, mpi_cpu_per_gib, 100 * mpi_util, cpu_ratio, opt.lose, r.recover_s,
+        r.inventory_s, r.plan_s, r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s,
+        r.remote_cold_s, r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
         ok > 0 ? "bit-exact" : "RESTORE MISMATCH", formula / mib, mx(ckpt) / mib, mx(ckpt_ratio),
         mx(shm) / mib, mx(shm_ratio), mx(hwm) / mib);
   }
@@ -607,7 +890,8 @@ void Print(const Options& opt, const Report& r, double factor,
 int Usage() {
   std::fprintf(stderr,
                "usage: mpirun -np N bench_cluster [--json] [--scheme replica:2|xor:3|rs:4+2] "
-               "[--size 64M] [--reps 3] [--lose NODE] [--remote DIR] [--job NAME]\n");
+               "[--size 64M] [--reps 3] [--lose NODE] [--remote DIR] [--job NAME] "
+               "[--link-gibps X]\n");
   return 2;
 }
 
@@ -635,6 +919,10 @@ int Main(int argc, char** argv) {
       opt.remote = v;
     } else if (a == "--job") {
       opt.job = v;
+    } else if (a == "--link-gibps") {
+      char* end = nullptr;
+      opt.link_gibps = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(opt.link_gibps >= 0)) return Usage();
     } else {
       return Usage();
     }
@@ -644,6 +932,13 @@ int Main(int argc, char** argv) {
   if (!config.ok() || !factor.ok()) {
     std::fprintf(stderr, "bench_cluster: %s\n",
                  (config.ok() ? factor.status() : config.status()).ToString().c_str());
+    return 2;
+  }
+  if (opt.link_gibps > 0 && config->ranks_per_node > 1) {
+    std::fprintf(stderr,
+                 "bench_cluster: --link-gibps models one NIC per process; it needs "
+                 "MEMENTO_RANKS_PER_NODE=1 (got %d)\n",
+                 config->ranks_per_node);
     return 2;
   }
   int provided = 0;

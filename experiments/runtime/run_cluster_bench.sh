@@ -10,9 +10,14 @@
 # Each line of output is one JSON object (--json) or a readable table row;
 # definitions of every field: the header of bench_cluster.cc.
 #
-#   run_cluster_bench.sh [--json] [--smoke] [--reps R] [--sizes "64M 256M"]
-#     --smoke   N=4, S=1 MiB, replica:2 and xor:3, 2 reps; checks the JSON
-#               fields and that every ratio is positive (ctest mpi.bench_cluster)
+#   run_cluster_bench.sh [--json] [--smoke] [--reps R] [--sizes "64M 256M"] [--link-gibps X]
+#     --link-gibps X  emulated link of X GiB/s per direction per node for every
+#               configuration (bench_cluster --link-gibps; default 0 = off):
+#               protect, the MPI baseline ring and recovery all go through it
+#     --smoke   N=4, S=1 MiB, replica:2 and xor:3, 2 reps, plus replica:2 with
+#               S=4 MiB over a 0.5 GiB/s link; checks the JSON fields, that every
+#               ratio is positive and that the link is no faster than its token
+#               buckets allow (ctest mpi.bench_cluster_smoke)
 # Environment: BUILD (build dir, default build), MPIRUN (launcher command),
 # REMOTE_ROOT (parent of the remote directory, default /tmp: a real disk here,
 # so the cold read after posix_fadvise(DONTNEED) really reads the disk).
@@ -28,13 +33,15 @@ json=0
 smoke=0
 reps=3
 sizes="64M 256M"
+link=0
 while (($#)); do
   case $1 in
     --json) json=1 ;;
     --smoke) smoke=1 ;;
     --reps) reps=$2; shift ;;
     --sizes) sizes=$2; shift ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    --link-gibps) link=$2; shift ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
   esac
   shift
 done
@@ -57,34 +64,38 @@ cleanup_job() {
 }
 trap 'cleanup_job; rm -rf "$remote" "$out" "$out.err"' EXIT
 
+# Each configuration: nodes scheme size link_gibps.
 if ((smoke)); then
-  configs=("4 replica:2 1M" "4 xor:3 1M")
+  configs=("4 replica:2 1M $link" "4 xor:3 1M $link" "4 replica:2 4M 0.5")
   reps=2
 else
   configs=()
   for s in $sizes; do
-    for c in "4 replica:2" "4 xor:3" "8 replica:2" "8 xor:3" "8 rs:4+2"; do configs+=("$c $s"); done
+    for c in "4 replica:2" "4 xor:3" "8 replica:2" "8 xor:3" "8 rs:4+2"; do
+      configs+=("$c $s $link")
+    done
   done
 fi
 
 if ((!json)); then
   echo "# /dev/shm: $(df -h --output=size,avail /dev/shm | tail -1); $(grep MemAvailable /proc/meminfo)"
-  printf '%-10s %2s %5s | %8s %8s %8s %6s | %7s %7s %7s %7s %7s %7s %6s %6s | %6s %6s\n' \
-    scheme N S protect_s prot_GB/s mpi_GB/s ratio recover inv plan transfer reprot rem_cold \
-    r/warm r/cold rss/f shm/f
+  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s | %6s %6s\n' \
+    scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r recover inv plan transfer reprot \
+    rem_cold r/warm r/cold rss/f shm/f
 fi
 status=0
 i=0
 for c in "${configs[@]}"; do
-  read -r n scheme size <<<"$c"
+  read -r n scheme size lk <<<"$c"
   job="benchc-$$-$((i++))"
   timeout 900 "${mpirun[@]}" -np "$n" "$bench" --json --scheme "$scheme" --size "$size" \
-    --reps "$reps" --lose 1 --remote "$remote" --job "$job" >"$out" 2>"$out.err"
+    --reps "$reps" --lose 1 --remote "$remote" --job "$job" --link-gibps "$lk" \
+    >"$out" 2>"$out.err"
   rc=$?
   line=$(grep '^{' "$out" | tail -1)
   cleanup_job
   if [[ $rc -ne 0 || -z $line ]]; then
-    echo "run_cluster_bench: N=$n $scheme S=$size failed (rc $rc):" >&2
+    echo "run_cluster_bench: N=$n $scheme S=$size link=$lk failed (rc $rc):" >&2
     tail -n 20 "$out.err" >&2
     status=1
     continue
@@ -98,10 +109,10 @@ r = json.loads(sys.argv[1])
 if r.get("skipped"):
     print(f"{r['scheme']:<10} {r['nodes']:2d} {r['shard_bytes'] >> 20:4d}M | SKIPPED: {r['reason']}")
     sys.exit(0)
-g = 1 << 30
-print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M | "
+link = f"{r['link_gibps']:5.2f}" if r['link_gibps'] > 0 else "  off"
+print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M {link} | "
       f"{r['protect_s']:8.3f} {r['protect_node_gibps']:8.3f} {r['mpi_node_gibps']:8.3f} "
-      f"{r['protect_vs_mpi']:6.3f} | {r['recover_s']:7.3f} {r['inventory_s']:7.4f} "
+      f"{r['protect_vs_mpi']:6.3f} {r['cpu_ratio']:6.3f} | {r['recover_s']:7.3f} {r['inventory_s']:7.4f} "
       f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['reprotect_s']:7.3f} "
       f"{r['remote_cold_s']:7.3f} {r['recover_vs_remote_warm']:6.2f} "
       f"{r['recover_vs_remote_cold']:6.2f} | {r['rss_ckpt_vs_formula_max']:6.3f} "
@@ -115,13 +126,26 @@ r = json.loads(sys.argv[1])
 need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "recover_s",
         "inventory_s", "plan_s", "transfer_s", "reprotect_s", "remote_warm_s", "remote_cold_s",
         "recover_vs_remote_warm", "recover_vs_remote_cold", "rss_ckpt_vs_formula_max",
-        "shm_vs_formula_max", "vmhwm_vs_formula_max"]
-missing = [k for k in need if k not in r]
+        "shm_vs_formula_max", "vmhwm_vs_formula_max", "link_gibps", "mpi_ring_link_s",
+        "mpi_raw_node_gibps", "protect_cpu_util", "mpi_cpu_util"]
+positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks"]
+if r.get("link_gibps", 0) > 0:
+    positive += ["link_gibps", "mpi_ring_link_s"]
+missing = [k for k in need + positive if k not in r]
 bad = [k for k in need if k in r and not r[k] >= 0]
-ratios = [k for k in need if ("_vs_" in k) and k in r and not r[k] > 0]
-if missing or bad or ratios or r.get("restore_bit_exact") is not True:
-    print("smoke FAIL: missing", missing, "negative", bad, "non-positive ratios", ratios,
-          "bit-exact", r.get("restore_bit_exact"))
+ratios = [k for k in need + positive
+          if ("_vs_" in k or k in positive) and k in r and not r[k] > 0]
+# Over a link of L GiB/s per direction with buckets of depth B bytes, a node
+# moves at most L*t + B bytes each way in t seconds.
+fast = []
+if r.get("link_gibps", 0) > 0 and not missing:
+    L, B = r["link_gibps"], r["link_burst_bytes"] / (1 << 30)
+    for rate, t in (("protect_node_gibps", r["protect_s"]), ("mpi_node_gibps", r["mpi_ring_link_s"])):
+        if r[rate] > 1.01 * (2 * L + 2 * B / t):
+            fast.append(f"{rate} {r[rate]:.3f} > {2 * L + 2 * B / t:.3f}")
+if missing or bad or ratios or fast or r.get("restore_bit_exact") is not True:
+    print("smoke FAIL: missing", missing, "negative", bad, "non-positive", ratios,
+          "faster than the link", fast, "bit-exact", r.get("restore_bit_exact"))
     sys.exit(1)
 EOF
   fi
@@ -133,7 +157,9 @@ if [[ $leftover -ne 0 ]]; then
   status=1
 fi
 if ((!json)); then
-  echo "# ratio = protect_node_GB/s / mpi_node_GB/s (target >= 0.8); r/warm, r/cold = recover_s /"
+  echo "# ratio = protect_node_GB/s / mpi_node_GB/s (target >= 0.8); mpi = the ring over the link when"
+  echo "# link is set (GiB/s per direction per node), else raw MPI; cpu_r = mpi_cpu_s_per_gib /"
+  echo "# protect_cpu_s_per_gib (CPU seconds of all ranks per GiB moved); r/warm, r/cold = recover_s /"
   echo "# remote read of all shards (page-cached / after fadvise DONTNEED); rss/f = (VmHWM - RSS"
   echo "# before the checkpointer) / formula, shm/f = segment bytes / formula (max over nodes)"
 fi

@@ -52,8 +52,7 @@ class MpiTransport final : public Transport {
   // `serialize`: MPI runs below MPI_THREAD_MULTIPLE, so every MPI call on this
   // transport is made under one mutex. With MPI_THREAD_MULTIPLE threads call
   // MPI concurrently and each progresses its own requests.
-  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout,
-               bool serialize)
+  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout, bool serialize)
       : comm_(comm), rank_(rank), size_(size), timeout_(timeout), serialize_(serialize) {}
 
   ~MpiTransport() override {

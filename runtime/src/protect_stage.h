@@ -120,8 +120,8 @@ class ProtectStage final : public ChunkStage {
   const uint64_t chunk_bytes_;
   const EntryCrcStage* crcs_;
   const std::vector<uint64_t> entry_bytes_;
-  int data_rows_ = 0;                // K' of this rank's group (erasure)
-  std::vector<uint8_t> generator_;   // (K'+M) x K' of this rank's group (erasure)
+  int data_rows_ = 0;               // K' of this rank's group (erasure)
+  std::vector<uint8_t> generator_;  // (K'+M) x K' of this rank's group (erasure)
   struct Outbox {
     std::deque<Part> parts;
     std::thread thread;
@@ -129,13 +129,13 @@ class ProtectStage final : public ChunkStage {
   };
   std::vector<std::unique_ptr<Outbox>> outboxes_;  // per destination rank, made on first use
   std::mutex out_mu_;
-  std::condition_variable out_cv_;      // a part was queued, or out_stop_
-  std::condition_variable sent_cv_;     // out_pending_ reached 0
-  uint64_t out_pending_ = 0;            // parts queued and not yet sent or dropped
+  std::condition_variable out_cv_;   // a part was queued, or out_stop_
+  std::condition_variable sent_cv_;  // out_pending_ reached 0
+  uint64_t out_pending_ = 0;         // parts queued and not yet sent or dropped
   bool out_stop_ = false;
-  Status send_status_;                  // first failed send of the version
-  std::vector<uint8_t> seals_record_;   // this rank's entry seals, sent from End
-  std::vector<std::mutex> fold_mu_;  // per store region
+  Status send_status_;                 // first failed send of the version
+  std::vector<uint8_t> seals_record_;  // this rank's entry seals, sent from End
+  std::vector<std::mutex> fold_mu_;    // per store region
   // Replica regions: crc32c of every part as it landed (one receiver thread
   // per region, so no lock), combined at End instead of a second pass.
   struct PartCrc {
@@ -151,7 +151,7 @@ class ProtectStage final : public ChunkStage {
   uint64_t version_ = 0;
   int slot_ = -1;
   std::vector<Source> sources_;
-  std::vector<int> replica_holders_;  // nodes that hold this node's replicas (replica schemes)
+  std::vector<int> replica_holders_;    // nodes that hold this node's replicas (replica schemes)
   std::vector<std::thread> receivers_;  // one per source, started by the first Begin
   std::mutex mu_;
   std::condition_variable cv_;

@@ -101,8 +101,8 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       auto remote = std::make_shared<DirectoryRemoteStore>(remote_dir_.string(), job_);
       std::shared_ptr<Transport> transport = group_->transport(r);
       if (wrap_) transport = wrap_(r, transport);
-      auto ck = Checkpointer::Create(MakeConfig(r), transport, remote,
-                                     hooks_ ? hooks_(r) : FaultHooks());
+      auto ck =
+          Checkpointer::Create(MakeConfig(r), transport, remote, hooks_ ? hooks_(r) : FaultHooks());
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       cks_[r] = std::move(ck).value();
       for (size_t e = 0; e < kEntryBytes.size(); ++e) {
@@ -712,8 +712,8 @@ TEST_P(SecondSourceTest, FewerNodesIsElasticRestoreNeeded) {
   std::vector<Status> st(n - 1);
   Run([&](int r) { st[r] = cks_[r]->Restore().status(); });
   for (int r = 0; r < n - 1; ++r) {
-    EXPECT_EQ(st[r].code(), StatusCode::kElasticRestoreNeeded) << "rank " << r << ": "
-                                                               << st[r].ToString();
+    EXPECT_EQ(st[r].code(), StatusCode::kElasticRestoreNeeded)
+        << "rank " << r << ": " << st[r].ToString();
     EXPECT_NE(st[r].message().find("elastic restore needed"), std::string::npos)
         << st[r].ToString();
   }

@@ -9,7 +9,8 @@
 //     the region with the chunk crcs the sender computed while copying
 //     (combined), so the seal is end to end;
 //   - xor / rs   — the chunk is cut at piece boundaries (P bytes, see
-//     placement/group_layout.h); each part goes to the M parity holders of the
+//     placement/group_layout.h) and into parts of at most 256 KiB (the
+//     holder's receive buffer per source); each part goes to the M parity holders of the
 //     piece's stripe, which fold it into "parity/s<j>/r<t>" with
 //     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
 // The snapshot (WaitSnapshot: the application may touch its buffers again)
@@ -39,8 +40,8 @@
 // which fails the version on this rank (and hence everywhere by the commit).
 // A header of an older version (left over by a failed version) is skipped.
 //
-// Thread-safety: as ChunkStage. Memory: one chunk-sized receive buffer per
-// parity source thread (allocated per version; replicas land in place); the
+// Thread-safety: as ChunkStage. Memory: one receive buffer of min(256 KiB,
+// chunk) per parity source thread (replicas land in place); the
 // send queues hold pointers into the slot, a few words per part.
 #pragma once
 

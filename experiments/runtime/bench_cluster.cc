@@ -179,31 +179,6 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
-// Forwards every call to an inner Transport; the wrappers below override what
-// they change.
-class ForwardingTransport : public Transport {
- public:
-  explicit ForwardingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Status Barrier() override { return inner_->Barrier(); }
-  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
-  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
-  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
-  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
-    return inner_->Allgather(data, bytes);
-  }
-  Status Send(int peer, int tag, const void* data, size_t bytes) override {
-    return inner_->Send(peer, tag, data, bytes);
-  }
-  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
-    return inner_->Recv(peer, tag, data, capacity);
-  }
-
- private:
-  std::shared_ptr<Transport> inner_;
-};
-
 // Counts point-to-point payload bytes (the protect and recovery traffic;
 // collectives are a few bytes and not counted).
 class CountingTransport : public ForwardingTransport {

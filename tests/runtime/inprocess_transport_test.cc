@@ -56,6 +56,40 @@ TEST_P(InProcessTransportTest, CollectivesAgree) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// ForwardingTransport passes every call through unchanged: the same
+// collectives and a point-to-point ring over wrapped transports give the
+// same answers as over the bare ones.
+TEST_P(InProcessTransportTest, ForwardingTransportPassesEveryCallThrough) {
+  const int n = GetParam();
+  auto group = InProcessGroup::Create(n);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ForwardingTransport t(group->transport(r));
+      auto fail = [&] { failures++; };
+      if (t.rank() != r || t.size() != n) fail();
+      if (!t.Barrier().ok()) fail();
+      auto all = t.AllTrue(r != 0);
+      if (!all.ok() || *all) fail();
+      auto mx = t.AllReduceMax(r);
+      auto mn = t.AllReduceMin(r);
+      if (!mx.ok() || *mx != n - 1 || !mn.ok() || *mn != 0) fail();
+      const uint8_t mine = static_cast<uint8_t>(r + 1);
+      auto gathered = t.Allgather(&mine, 1);
+      if (!gathered.ok() || (*gathered)[n - 1] != std::vector<uint8_t>{static_cast<uint8_t>(n)})
+        fail();
+      const uint32_t out = 1000u + r;
+      if (!t.Send((r + 1) % n, 7, &out, sizeof(out)).ok()) fail();
+      uint32_t in = 0;
+      auto got = t.Recv((r + n - 1) % n, 7, &in, sizeof(in));
+      if (!got.ok() || *got != sizeof(in) || in != 1000u + (r + n - 1) % n) fail();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
 TEST_P(InProcessTransportTest, RingSendRecvKeepsOrderPerTag) {
   const int n = GetParam();
   auto group = InProcessGroup::Create(n);

@@ -555,37 +555,24 @@ TEST_P(MinimalReprotectTest, ChunksLargerThanAParityPart) {
 // Forwards to a rank's transport; while armed, flips one byte of the first
 // payload of at least `min_bytes` sent to `victim` (the sender's buffer is
 // left alone: the byte changes "on the wire").
-class FlipOnWireTransport : public Transport {
+class FlipOnWireTransport : public ForwardingTransport {
  public:
   FlipOnWireTransport(std::shared_ptr<Transport> inner, int victim, size_t min_bytes)
-      : inner_(std::move(inner)), victim_(victim), min_bytes_(min_bytes) {}
+      : ForwardingTransport(std::move(inner)), victim_(victim), min_bytes_(min_bytes) {}
   void Arm() { armed_ = true; }
   bool flipped() const { return flipped_; }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Status Barrier() override { return inner_->Barrier(); }
-  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
-  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
-  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
-  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
-    return inner_->Allgather(data, bytes);
-  }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     if (peer == victim_ && bytes >= min_bytes_ && armed_.exchange(false)) {
       std::vector<uint8_t> copy(static_cast<const uint8_t*>(data),
                                 static_cast<const uint8_t*>(data) + bytes);
       copy[bytes / 2] ^= 0x20;
       flipped_ = true;
-      return inner_->Send(peer, tag, copy.data(), bytes);
+      return ForwardingTransport::Send(peer, tag, copy.data(), bytes);
     }
-    return inner_->Send(peer, tag, data, bytes);
-  }
-  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
-    return inner_->Recv(peer, tag, data, capacity);
+    return ForwardingTransport::Send(peer, tag, data, bytes);
   }
 
  private:
-  std::shared_ptr<Transport> inner_;
   const int victim_;
   const size_t min_bytes_;
   std::atomic<bool> armed_{false};
@@ -594,9 +581,10 @@ class FlipOnWireTransport : public Transport {
 
 // Forwards to a rank's transport; while closed, every protect message
 // (tag kTagProtect) waits until the gate opens: a network that is not moving.
-class GatedTransport : public Transport {
+class GatedTransport : public ForwardingTransport {
  public:
-  explicit GatedTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  explicit GatedTransport(std::shared_ptr<Transport> inner)
+      : ForwardingTransport(std::move(inner)) {}
   void Close() {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = false;
@@ -609,29 +597,16 @@ class GatedTransport : public Transport {
     cv_.notify_all();
   }
   int held() const { return held_; }  // protect sends that found the gate closed
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Status Barrier() override { return inner_->Barrier(); }
-  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
-  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
-  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
-  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
-    return inner_->Allgather(data, bytes);
-  }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     if (tag == kTagProtect) {
       std::unique_lock<std::mutex> lock(mu_);
       if (!open_) ++held_;
       cv_.wait(lock, [this] { return open_; });
     }
-    return inner_->Send(peer, tag, data, bytes);
-  }
-  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
-    return inner_->Recv(peer, tag, data, capacity);
+    return ForwardingTransport::Send(peer, tag, data, bytes);
   }
 
  private:
-  std::shared_ptr<Transport> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -79,6 +80,33 @@ class Transport {
   // is consumed). Blocks until the message arrives, the peer is known to be
   // gone (Unavailable) or the timeout passes (Timeout).
   virtual Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) = 0;
+};
+
+// Forwards every call to an inner Transport. Base of transports that wrap
+// another to observe or shape its traffic (byte counters, an emulated link,
+// fault injection in tests): a subclass overrides only what it changes and
+// calls ForwardingTransport::Send / Recv for the rest.
+class ForwardingTransport : public Transport {
+ public:
+  explicit ForwardingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Result<bool> AllTrue(bool mine) override { return inner_->AllTrue(mine); }
+  Result<int64_t> AllReduceMax(int64_t mine) override { return inner_->AllReduceMax(mine); }
+  Result<int64_t> AllReduceMin(int64_t mine) override { return inner_->AllReduceMin(mine); }
+  Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
+    return inner_->Allgather(data, bytes);
+  }
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    return inner_->Send(peer, tag, data, bytes);
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    return inner_->Recv(peer, tag, data, capacity);
+  }
+
+ private:
+  std::shared_ptr<Transport> inner_;
 };
 
 }  // namespace memento::runtime

@@ -2,7 +2,7 @@
 // scheme on a real MPI job with virtual nodes (DESIGN §9, issue 5 "Benchmark").
 // Launched by run_cluster_bench.sh (one mpirun per configuration):
 //
-//   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1]
+//   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1[,2...]]
 //                              [--remote /tmp/dir] [--job NAME] [--json]
 //                              [--link-gibps X]
 //
@@ -89,8 +89,9 @@
 //    remote_cold_s (after fdatasync + posix_fadvise(DONTNEED) on the file, which
 //    evicts its pages without root; dropping the whole page cache is not
 //    possible here). The slowest rank counts.
-// 5. recovery of one lost node. Every rank destroys its Checkpointer; the ranks
-//    of node `--lose` unlink their segment (NodeStore::Destroy: the node's
+// 5. recovery of the lost nodes (default 1 node; `--lose 1,2` loses M nodes).
+//    Every rank destroys its Checkpointer; the ranks of the nodes in `--lose`
+//    unlink their segment (NodeStore::Destroy: the node's
 //    memory is gone) and scribble over their buffer; a new Checkpointer is
 //    created on every rank; Prepare() (timed apart: prepare_s, the lost node
 //    creates and zeroes a fresh store) then Restore() (timed: recover_s,
@@ -294,12 +295,24 @@ class JoiningThread {
   std::thread thread_;
 };
 
+// "[1, 2]" / "1,2" for the JSON record and the readable block.
+std::string LostNodesJson(const std::vector<int>& nodes) {
+  std::string out = "[";
+  for (size_t i = 0; i < nodes.size(); ++i) out += (i ? ", " : "") + std::to_string(nodes[i]);
+  return out + "]";
+}
+std::string LostNodesText(const std::vector<int>& nodes) {
+  std::string out;
+  for (size_t i = 0; i < nodes.size(); ++i) out += (i ? "," : "") + std::to_string(nodes[i]);
+  return out;
+}
+
 struct Options {
   bool json = false;
   std::string scheme = "replica:2";
   uint64_t size = 64ull << 20;
   int reps = 3;
-  int lose = 1;
+  std::vector<int> lose = {1};  // nodes lost before the recovery (--lose 1 or 1,2)
   std::string remote = "/tmp";
   std::string job;
   double link_gibps = 0;  // emulated link per direction per node; 0: off
@@ -531,6 +544,14 @@ class Bench {
 
   Status Run(Report* out) {
     RankStats me;
+    const int nodes = size_ / config_.ranks_per_node;
+    for (int n : opt_.lose) {
+      if (n >= nodes) {
+        return Status::InvalidArgument("bench_cluster: --lose " + std::to_string(n) +
+                                       " is not a node of this job (0.." +
+                                       std::to_string(nodes - 1) + ")");
+      }
+    }
     const uint64_t s = opt_.size;
     buf_.assign(s, 0);
     Fill(buf_, rank_, 0);
@@ -641,10 +662,10 @@ class Bench {
       if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
     }
 
-    // ---- 5. recovery of node `lose` ----
+    // ---- 5. recovery of the nodes in `lose` ----
     ck_.reset();
     MPI_Barrier(MPI_COMM_WORLD);
-    if (node() == opt_.lose) {
+    if (std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0) {
       MEMENTO_RETURN_IF_ERROR(NodeStore::Destroy(Id()));
       std::fill(buf_.begin(), buf_.end(), 0xEE);
     }
@@ -670,18 +691,18 @@ class Bench {
     me.recover_received = static_cast<double>(rep.bytes_received);
     me.restored_ok = rep.version == last && Checksum(buf_) == expect_sum ? 1 : 0;
     // The lost node's detail is the interesting one; pass it to rank 0.
-    if (node() == opt_.lose && LocalRank(config_, rank_) == 0 && rank_ != 0) {
+    if (node() == opt_.lose[0] && LocalRank(config_, rank_) == 0 && rank_ != 0) {
       const std::string& d = rep.source_detail;
       int len = static_cast<int>(d.size());
       MPI_Send(&len, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
       MPI_Send(d.data(), len, MPI_CHAR, 0, 8, MPI_COMM_WORLD);
     }
-    if (rank_ == 0 && opt_.lose * config_.ranks_per_node != 0) {
+    if (rank_ == 0 && opt_.lose[0] * config_.ranks_per_node != 0) {
       int len = 0;
-      MPI_Recv(&len, 1, MPI_INT, opt_.lose * config_.ranks_per_node, 7, MPI_COMM_WORLD,
+      MPI_Recv(&len, 1, MPI_INT, opt_.lose[0] * config_.ranks_per_node, 7, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
       std::string d(len, ' ');
-      MPI_Recv(d.data(), len, MPI_CHAR, opt_.lose * config_.ranks_per_node, 8, MPI_COMM_WORLD,
+      MPI_Recv(d.data(), len, MPI_CHAR, opt_.lose[0] * config_.ranks_per_node, 8, MPI_COMM_WORLD,
                MPI_STATUS_IGNORE);
       out->source_detail = d;
     }
@@ -810,7 +831,8 @@ void Print(const Options& opt, const Report& r, double factor,
         "\"protect_cpu_util\": %.4f, \"mpi_cpu_util\": %.4f, "
         "\"protect_vs_mpi\": %.4f, \"protect_min_vs_mpi\": %.4f, \"target_protect_vs_mpi\": 0.8, "
         "\"protect_target_met\": %s, "
-        "\"lost_node\": %d, \"restored_version\": %llu, \"restore_bit_exact\": %s, "
+        "\"lost_node\": %d, \"lost_nodes\": %s, \"restored_version\": %llu, \"restore_bit_exact\": "
+        "%s, "
         "\"recover_source\": \"%s\", \"prepare_s\": %.6f, \"recover_s\": %.6f, "
         "\"inventory_s\": %.6f, \"plan_s\": %.6f, \"transfer_s\": %.6f, \"reprotect_s\": %.6f, "
         "\"recover_max_sent_bytes\": %.0f, \"recover_max_received_bytes\": %.0f, "
@@ -830,7 +852,7 @@ void Print(const Options& opt, const Report& r, double factor,
         protect_gibps, protect_min_gibps, shard_gibps, r.ring_chunked_s, r.ring_single_s,
         r.ring_link_s, mpi_raw_gibps, mpi_gibps, protect_cpu_per_gib, mpi_cpu_per_gib, cpu_ratio,
         protect_util, mpi_util, ratio, protect_min_gibps / mpi_gibps,
-        ratio >= 0.8 ? "true" : "false", opt.lose,
+        ratio >= 0.8 ? "true" : "false", opt.lose[0], LostNodesJson(opt.lose).c_str(),
         static_cast<unsigned long long>(r.restored_version), ok > 0 ? "true" : "false",
         r.source_detail.c_str(), r.prepare_s, r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
         r.reprotect_s, sent, recv, s * r.ranks, r.remote_warm_s, r.remote_cold_s,
@@ -845,7 +867,7 @@ void Print(const Options& opt, const Report& r, double factor,
         "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
         "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
         "%.3f\n"
-        "  recover   node %d: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
+        "  recover   node(s) %s: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
         "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
         "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
         "(%.3f), VmHWM %.0f MiB\n",
@@ -853,11 +875,11 @@ void Print(const Options& opt, const Report& r, double factor,
         opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off",
         r.protect_s, r.snapshot_s, mean(traffic) / mib, protect_gibps, protect_min_gibps,
         opt.link_gibps > 0 ? "link" : "MPI", mpi_gibps, mpi_raw_gibps, ratio, protect_cpu_per_gib,
-        100 * protect_util, mpi_cpu_per_gib, 100 * mpi_util, cpu_ratio, opt.lose, r.recover_s,
-        r.inventory_s, r.plan_s, r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s,
-        r.remote_cold_s, r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
-        ok > 0 ? "bit-exact" : "RESTORE MISMATCH", formula / mib, mx(ckpt) / mib, mx(ckpt_ratio),
-        mx(shm) / mib, mx(shm_ratio), mx(hwm) / mib);
+        100 * protect_util, mpi_cpu_per_gib, 100 * mpi_util, cpu_ratio,
+        LostNodesText(opt.lose).c_str(), r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
+        r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s, r.recover_s / r.remote_warm_s,
+        r.recover_s / r.remote_cold_s, ok > 0 ? "bit-exact" : "RESTORE MISMATCH", formula / mib,
+        mx(ckpt) / mib, mx(ckpt_ratio), mx(shm) / mib, mx(shm_ratio), mx(hwm) / mib);
   }
   std::fflush(stdout);
 }
@@ -865,7 +887,7 @@ void Print(const Options& opt, const Report& r, double factor,
 int Usage() {
   std::fprintf(stderr,
                "usage: mpirun -np N bench_cluster [--json] [--scheme replica:2|xor:3|rs:4+2] "
-               "[--size 64M] [--reps 3] [--lose NODE] [--remote DIR] [--job NAME] "
+               "[--size 64M] [--reps 3] [--lose NODE[,NODE...]] [--remote DIR] [--job NAME] "
                "[--link-gibps X]\n");
   return 2;
 }
@@ -889,7 +911,15 @@ int Main(int argc, char** argv) {
     } else if (a == "--reps") {
       opt.reps = std::max(1, std::stoi(v));
     } else if (a == "--lose") {
-      opt.lose = std::stoi(v);
+      opt.lose.clear();
+      std::stringstream list(v);
+      for (std::string item; std::getline(list, item, ',');) {
+        char* end = nullptr;
+        const long n = std::strtol(item.c_str(), &end, 10);
+        if (end == item.c_str() || *end != '\0' || n < 0) return Usage();
+        opt.lose.push_back(static_cast<int>(n));
+      }
+      if (opt.lose.empty()) return Usage();
     } else if (a == "--remote") {
       opt.remote = v;
     } else if (a == "--job") {

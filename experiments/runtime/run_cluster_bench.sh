@@ -5,6 +5,7 @@
 #   MEMENTO_BUILD_DIR=build scripts/setup && experiments/runtime/run_cluster_bench.sh
 #
 # Configurations: N=4 {replica:2, xor:3} and N=8 {replica:2, xor:3, rs:4+2}
+# losing node 1, and rs:4+2 on N=8 losing M = 2 nodes (1 and 2)
 # (rs:4+2 needs groups of K+M = 6 nodes, so N >= 6: N=8 only; its nodes 6,7
 # form the partial last group), each with S = 64 MiB and 256 MiB per rank.
 # Each line of output is one JSON object (--json) or a readable table row;
@@ -15,7 +16,8 @@
 #               configuration (bench_cluster --link-gibps; default 0 = off):
 #               protect, the MPI baseline ring and recovery all go through it
 #     --smoke   N=4, S=1 MiB, replica:2 and xor:3, 2 reps, plus replica:2 with
-#               S=4 MiB over a 0.5 GiB/s link; checks the JSON fields, that every
+#               S=4 MiB over a 0.5 GiB/s link and rs:4+2 on N=6 losing 2 nodes
+#               (1,2); checks the JSON fields, that every
 #               ratio is positive and that the link is no faster than its token
 #               buckets allow (ctest mpi.bench_cluster_smoke)
 # Environment: BUILD (build dir, default build), MPIRUN (launcher command),
@@ -64,9 +66,9 @@ cleanup_job() {
 }
 trap 'cleanup_job; rm -rf "$remote" "$out" "$out.err"' EXIT
 
-# Each configuration: nodes scheme size link_gibps.
+# Each configuration: nodes scheme size link_gibps [lost nodes, default 1].
 if ((smoke)); then
-  configs=("4 replica:2 1M $link" "4 xor:3 1M $link" "4 replica:2 4M 0.5")
+  configs=("4 replica:2 1M $link" "4 xor:3 1M $link" "4 replica:2 4M 0.5" "6 rs:4+2 1M $link 1,2")
   reps=2
 else
   configs=()
@@ -74,28 +76,30 @@ else
     for c in "4 replica:2" "4 xor:3" "8 replica:2" "8 xor:3" "8 rs:4+2"; do
       configs+=("$c $s $link")
     done
+    configs+=("8 rs:4+2 $s $link 1,2")  # M = 2 nodes of one group lost
   done
 fi
 
 if ((!json)); then
   echo "# /dev/shm: $(df -h --output=size,avail /dev/shm | tail -1); $(grep MemAvailable /proc/meminfo)"
-  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s | %6s %6s\n' \
+  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s | %6s %6s %s\n' \
     scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r recover inv plan transfer reprot \
-    rem_cold r/warm r/cold rss/f shm/f
+    rem_cold r/warm r/cold rss/f shm/f lost
 fi
 status=0
 i=0
 for c in "${configs[@]}"; do
-  read -r n scheme size lk <<<"$c"
+  read -r n scheme size lk lose <<<"$c"
+  lose=${lose:-1}
   job="benchc-$$-$((i++))"
   timeout 900 "${mpirun[@]}" -np "$n" "$bench" --json --scheme "$scheme" --size "$size" \
-    --reps "$reps" --lose 1 --remote "$remote" --job "$job" --link-gibps "$lk" \
+    --reps "$reps" --lose "$lose" --remote "$remote" --job "$job" --link-gibps "$lk" \
     >"$out" 2>"$out.err"
   rc=$?
   line=$(grep '^{' "$out" | tail -1)
   cleanup_job
   if [[ $rc -ne 0 || -z $line ]]; then
-    echo "run_cluster_bench: N=$n $scheme S=$size link=$lk failed (rc $rc):" >&2
+    echo "run_cluster_bench: N=$n $scheme S=$size link=$lk lose=$lose failed (rc $rc):" >&2
     tail -n 20 "$out.err" >&2
     status=1
     continue
@@ -116,7 +120,7 @@ print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M {lin
       f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['reprotect_s']:7.3f} "
       f"{r['remote_cold_s']:7.3f} {r['recover_vs_remote_warm']:6.2f} "
       f"{r['recover_vs_remote_cold']:6.2f} | {r['rss_ckpt_vs_formula_max']:6.3f} "
-      f"{r['shm_vs_formula_max']:6.3f}")
+      f"{r['shm_vs_formula_max']:6.3f} {','.join(map(str, r['lost_nodes']))}")
 EOF
   fi
   if ((smoke)); then
@@ -143,9 +147,14 @@ if r.get("link_gibps", 0) > 0 and not missing:
     for rate, t in (("protect_node_gibps", r["protect_s"]), ("mpi_node_gibps", r["mpi_ring_link_s"])):
         if r[rate] > 1.01 * (2 * L + 2 * B / t):
             fast.append(f"{rate} {r[rate]:.3f} > {2 * L + 2 * B / t:.3f}")
-if missing or bad or ratios or fast or r.get("restore_bit_exact") is not True:
+# Every smoke configuration is recoverable from memory (rs:4+2 losing 2 nodes
+# of its group too): the lost node must come back from a replica or a decode.
+source = r.get("recover_source", "")
+memory = source.startswith("replica from node") or source.startswith("decode of")
+if missing or bad or ratios or fast or r.get("restore_bit_exact") is not True or not memory:
     print("smoke FAIL: missing", missing, "negative", bad, "non-positive", ratios,
-          "faster than the link", fast, "bit-exact", r.get("restore_bit_exact"))
+          "faster than the link", fast, "bit-exact", r.get("restore_bit_exact"),
+          "recovered from", repr(source))
     sys.exit(1)
 EOF
   fi

@@ -474,19 +474,21 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
     my_slot = store_.FindVersion(version);
     const uint64_t my_shard_bytes = pl.shard_bytes(me_node, me_lane);
 
-    // What this rank sends for transfer t (payload into *out).
-    auto payload = [&](const Transfer& t, std::vector<uint8_t>* out) -> Status {
+    // What this rank sends for transfer t: its replica of the owner's shard,
+    // straight from the slot, with the crc32c it was sealed with (the
+    // inventory verified it against these bytes for this plan).
+    auto payload = [&](const Transfer& t) -> Result<RegionView> {
       if (!my_slot) return Status::NotFound("v" + std::to_string(version) + " not in this store");
-      if (t.replica) {
-        const int region = pl.ReplicaRegion(t.owner);
-        if (region < 0)
-          return Status::Internal("no replica region for node " + std::to_string(t.owner));
-        MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_.ReadRegion(*my_slot, region));
-        out->assign(view.data, view.data + view.length);
-        return Status::Ok();
-      }
-      return Status::Internal("restore transfer that is not a replica");
+      if (!t.replica) return Status::Internal("restore transfer that is not a replica");
+      const int region = pl.ReplicaRegion(t.owner);
+      if (region < 0)
+        return Status::Internal("no replica region for node " + std::to_string(t.owner));
+      return store_.ReadRegion(*my_slot, region);
     };
+    // Payloads travel in pieces of one chunk (the MPI count limit is 2 GiB; a
+    // shard may be larger), received in order into one buffer and hashed as
+    // they land.
+    const uint64_t piece_bytes = config_.chunk_bytes;
 
     std::vector<std::thread> senders;
     std::vector<Status> send_status(transfers.size());
@@ -495,16 +497,18 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
       senders.emplace_back([&, i] {
         const Transfer& t = transfers[i];
         const int tag = kTagRecoverBase + 2 * static_cast<int>(i % kRecoverTagSpan);
-        std::vector<uint8_t> data;
-        Status s = payload(t, &data);
+        Result<RegionView> view = payload(t);
         TransferHeader h;
-        h.ok = s.ok() ? 1 : 0;
-        h.length = s.ok() ? data.size() : 0;
-        h.crc = s.ok() ? erasure::Crc32c(data.data(), data.size()) : 0;
+        h.ok = view.ok() ? 1 : 0;
+        h.length = view.ok() ? view->length : 0;
+        h.crc = view.ok() ? view->crc : 0;
         Status w = transport_->Send(t.dst, tag, &h, sizeof(h));
-        if (w.ok() && h.ok) w = transport_->Send(t.dst, tag + 1, data.data(), data.size());
-        if (w.ok() && h.ok) sent += data.size();
-        send_status[i] = s.ok() ? w : s;
+        for (uint64_t off = 0; w.ok() && h.ok && off < h.length; off += piece_bytes) {
+          const uint64_t n = std::min(piece_bytes, h.length - off);
+          w = transport_->Send(t.dst, tag + 1, view->data + off, n);
+          if (w.ok()) sent += n;
+        }
+        send_status[i] = view.ok() ? w : view.status();
       });
     }
     // Receive in list order.
@@ -528,13 +532,26 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
         continue;
       }
       std::vector<uint8_t> buf(h.length);
-      auto m = transport_->Recv(t.src, tag + 1, buf.data(), buf.size());
-      if (!m.ok() || *m != h.length || erasure::Crc32c(buf.data(), buf.size()) != h.crc) {
-        if (got.ok()) {
-          got = m.ok() ? Status::Corruption("restore: part from rank " + std::to_string(t.src) +
-                                            " fails its crc32c")
-                       : m.status();
+      erasure::Crc32cStream crc;
+      Status m = Status::Ok();
+      for (uint64_t off = 0; m.ok() && off < h.length; off += piece_bytes) {
+        const uint64_t n = std::min(piece_bytes, h.length - off);
+        auto r = transport_->Recv(t.src, tag + 1, buf.data() + off, n);
+        if (!r.ok()) {
+          m = r.status();
+        } else if (*r != n) {
+          m = Status::Corruption("restore: piece of " + std::to_string(*r) + " bytes from rank " +
+                                 std::to_string(t.src) + ", expected " + std::to_string(n));
+        } else {
+          crc.Update(buf.data() + off, n);
         }
+      }
+      if (m.ok() && crc.value() != h.crc) {
+        m = Status::Corruption("restore: part from rank " + std::to_string(t.src) +
+                               " fails its crc32c");
+      }
+      if (!m.ok()) {
+        if (got.ok()) got = m;
         continue;
       }
       received_bytes += buf.size();

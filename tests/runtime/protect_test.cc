@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "memento/placement/group_layout.h"
+#include "memento/placement/placement_map.h"
 #include "memento/placement/recoverability.h"
 #include "memento/placement/topology.h"
 #include "memento/runtime/checkpointer.h"
@@ -232,6 +233,41 @@ TEST_P(ProtectRecoveryTest, EveryFailureCombination) {
   EXPECT_GT(recoverable, 0);
   if (scheme.tolerance() < n) {
     EXPECT_GT(unrecoverable, 0);
+  }
+}
+
+// Memory: every node's store holds exactly what the placement map gives it
+// (its shard, the replicas or parity it protects) in each of its slots,
+// preallocated, plus a fixed overhead (header, layout, slot control blocks,
+// seal records) that does not grow with the shard.
+TEST_P(ProtectRecoveryTest, StoreIsSizedByThePlacementMap) {
+  const int n = GetParam().nodes;
+  auto layout = placement::GroupLayout::Build(placement::Topology::Uniform(n).value(),
+                                              placement::Scheme::Parse(GetParam().scheme).value())
+                    .value();
+  std::vector<uint64_t> shards(n);
+  for (int r = 0; r < n; ++r) shards[r] = ShardBytes(r);
+  auto map = placement::PlacementMap::Build(layout, shards);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  Launch(n);
+  SaveOnAll(1);
+  cks_.clear();
+  for (int node = 0; node < n; ++node) {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(node), node), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    uint64_t data = 0, seals = 0;
+    for (const RegionSpec& spec : store->layout().regions) {
+      if (spec.kind == RegionKind::kSeals) {
+        seals += spec.capacity;
+      } else {
+        data += spec.capacity;
+      }
+    }
+    EXPECT_EQ(data, map->bytes_at(node)) << "node " << node;
+    const uint64_t formula = map->bytes_at(node) * store->slot_count();
+    EXPECT_GE(store->segment_bytes(), formula) << "node " << node;
+    EXPECT_LE(store->segment_bytes(), formula + seals * store->slot_count() + (64u << 10))
+        << "node " << node << ": overhead beyond the formula";
   }
 }
 

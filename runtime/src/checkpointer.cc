@@ -373,10 +373,6 @@ int Checkpointer::Impl::ChooseSlot() {
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   const int slot = ChooseSlot();
-  // A failed earlier attempt at the same version must not be found later.
-  if (auto old = store_.FindVersion(version); old && *old != slot) {
-    MEMENTO_RETURN_IF_ERROR(store_.Invalidate(*old));
-  }
   MEMENTO_RETURN_IF_ERROR(store_.BeginWriteSlot(slot, version));
   for (CopyTask& t : tasks_) t.dst = store_.MutableRegion(slot, t.entry) + t.offset;
   if (any_device_) {
@@ -499,6 +495,13 @@ Status Checkpointer::Impl::CommitOne(uint64_t version, int slot, bool persistabl
                                " not committed: another rank failed to seal it");
   }
   MEMENTO_RETURN_IF_ERROR(store_.MarkCommitted(slot, version));
+  // An older copy of the same version (the one a reseed replaced, or a failed
+  // attempt left sealed) goes only now that this one is committed.
+  for (const SlotState& st : store_.Inventory().slots) {
+    if (st.slot != slot && (st.sealed || st.writing) && st.version == version) {
+      (void)store_.Invalidate(st.slot);
+    }
+  }
   bool persist = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -213,16 +213,20 @@ Status Checkpointer::Impl::GatherEntrySeals(
 }
 
 Status Checkpointer::Impl::Reseed(uint64_t version) {
-  {
+  // A copy of `version` this store already holds (a survivor's) stays the
+  // committed slot, so the new copy goes elsewhere and the old one is dropped
+  // only once the new one is committed (CommitOne): a failure during the
+  // reseed still leaves `version` in memory. Without one, the slot of the
+  // newest committed version is kept the same way.
+  if (std::optional<int> held = store_.FindVersion(version)) {
     std::lock_guard<std::mutex> lock(mu_);
-    latest_committed_.reset();
-    committed_slot_ = -1;
+    committed_slot_ = *held;
   }
   Status started = StartVersion(version, /*persistable=*/false);
   Status committed = Wait();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    latest_committed_ = version;
+    latest_committed_ = version;  // the job's newest checkpoint, in memory or not
   }
   return started.ok() ? committed : started;
 }

@@ -209,20 +209,11 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
     } else {
       // Back into memory, committed like any version, so that a crash right
       // after this restore is served from memory again.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        latest_committed_.reset();
-        committed_slot_ = -1;
+      Status reseeded = Reseed(c.version);
+      if (!reseeded.ok()) {
+        report.notes.push_back("restored v" + std::to_string(c.version) +
+                               " not re-seeded in memory: " + reseeded.ToString());
       }
-      Status started = StartVersion(c.version, /*persistable=*/false);
-      Status committed = Wait();
-      if (!started.ok() || !committed.ok()) {
-        report.notes.push_back(
-            "restored v" + std::to_string(c.version) +
-            " not re-seeded in memory: " + (started.ok() ? committed : started).ToString());
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      latest_committed_ = c.version;
     }
     Log(LogLevel::kInfo, report.ToString());
     return report;

@@ -561,6 +561,42 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
   }
 }
 
+// A full re-protect that fails keeps the restored version in memory: after
+// node 0 is lost, the minimal re-protect is refused (rank 1) and the full
+// one's commit too (rank 2 fails to seal it). The survivors must still hold
+// v2 as it was, so the next relaunch, with no remote tier, restores v2 from
+// memory; a reseed that dropped the old copy before the new one committed
+// would leave nothing to restore.
+TEST_P(MinimalReprotectTest, FailedFullReprotectKeepsTheRestoredVersion) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    h.at_stage = [rank](Stage stage, uint64_t) {
+      if (rank == 1 && stage == Stage::kReprotect) return Status::Unavailable("test: refused");
+      if (rank == 2 && stage == Stage::kSeal) return Status::Unavailable("test: seal refused");
+      return Status::Ok();
+    };
+    return h;
+  };
+  Launch(n);
+  auto reports = RestoreAll("lost {0}, minimal and full re-protect fail");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_NE(reports[1].ToString().find("not re-protected"), std::string::npos)
+      << reports[1].ToString();
+
+  hooks_ = nullptr;
+  cks_.clear();
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  RestoreAll("relaunch after the failed re-protect");
+}
+
 // Chunks larger than a parity part (1 MiB chunks, 256 KiB parts): every
 // parity part is cut to the holder's receive buffer, at piece boundaries and
 // inside them; v2 still decodes bit-exactly after the loss of node 0, and

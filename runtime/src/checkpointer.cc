@@ -373,7 +373,19 @@ int Checkpointer::Impl::ChooseSlot() {
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   const int slot = ChooseSlot();
-  MEMENTO_RETURN_IF_ERROR(store_.BeginWriteSlot(slot, version));
+  if (Status s = store_.BeginWriteSlot(slot, version); !s.ok()) {
+    // Still through the commit thread, so that this rank votes "false" in the
+    // version's commit collective instead of leaving the others waiting.
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = true;
+    job_ready_ = true;
+    job_version_ = version;
+    job_slot_ = slot;
+    job_persistable_ = persistable;
+    job_status_ = s;
+    cv_.notify_all();
+    return s;
+  }
   for (CopyTask& t : tasks_) t.dst = store_.MutableRegion(slot, t.entry) + t.offset;
   if (any_device_) {
     for (size_t i = 0; i < entries_.size(); ++i) {
@@ -399,6 +411,7 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
     job_version_ = version;
     job_slot_ = slot;
     job_persistable_ = persistable;
+    job_status_ = Status::Ok();
   }
   cv_.notify_all();
   // A stage refusing to begin still goes through the commit thread, so that
@@ -438,6 +451,7 @@ void Checkpointer::Impl::CommitLoop() {
     uint64_t version;
     int slot;
     bool persistable;
+    Status not_started;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || job_ready_; });
@@ -446,8 +460,9 @@ void Checkpointer::Impl::CommitLoop() {
       version = job_version_;
       slot = job_slot_;
       persistable = job_persistable_;
+      not_started = job_status_;
     }
-    Status s = CommitOne(version, slot, persistable);
+    Status s = CommitOne(version, slot, persistable, not_started);
     if (!s.ok())
       Log(LogLevel::kWarn, "v" + std::to_string(version) + " not committed: " + s.ToString());
     {
@@ -459,7 +474,14 @@ void Checkpointer::Impl::CommitLoop() {
   }
 }
 
-Status Checkpointer::Impl::CommitOne(uint64_t version, int slot, bool persistable) {
+Status Checkpointer::Impl::CommitOne(uint64_t version, int slot, bool persistable,
+                                     const Status& not_started) {
+  if (!not_started.ok()) {
+    // Nothing was begun (no stage, no slot): vote "false" and report why.
+    auto all = transport_->AllTrue(false);
+    if (!all.ok()) return all.status().WithContext("commit of v" + std::to_string(version));
+    return not_started.WithContext("v" + std::to_string(version) + " (this rank)");
+  }
   // Seal locally; any failure becomes this rank's "false" vote.
   Status local = pipeline_->WaitCopied();
   {

@@ -64,7 +64,7 @@ class Checkpointer::Impl {
   // one pinned by the persister; blocks (counted as stall) if none is free.
   int ChooseSlot();
   void CommitLoop();
-  Status CommitOne(uint64_t version, int slot, bool persistable);
+  Status CommitOne(uint64_t version, int slot, bool persistable, const Status& not_started);
   Status RunHook(Stage stage, uint64_t version) const;
 
   // restore.cc
@@ -130,6 +130,7 @@ class Checkpointer::Impl {
   uint64_t job_version_ = 0;
   int job_slot_ = -1;
   bool job_persistable_ = false;
+  Status job_status_;  // a failure before the pipeline started: vote "false" at once
   Status version_status_;  // outcome of the last finished version
   std::optional<uint64_t> latest_committed_;
   int committed_slot_ = -1;  // slot of latest_committed_, -1 if not in memory

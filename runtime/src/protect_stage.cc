@@ -287,7 +287,11 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
   std::vector<uint8_t> buf;
   uint64_t got = 0;
   bool seals = false;
-  while (got < expected || !seals) {
+  // The entry seals are the last message of a version on this channel (one
+  // sender thread per destination queues them after every part), so they end
+  // the version: a source whose snapshot failed stops early, and that is
+  // known at once instead of after a timeout.
+  while (!seals) {
     ProtectHeader h;
     MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
     if (n != sizeof(h))
@@ -362,6 +366,11 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
     got += h.length;
   }
   bytes_received_ += got;
+  if (got != expected) {
+    return Status::Unavailable("rank " + std::to_string(source_rank) + " sent " +
+                               std::to_string(got) + " of " + std::to_string(expected) +
+                               " bytes before its entry seals (its snapshot failed)");
+  }
   return Status::Ok();
 }
 
@@ -413,8 +422,8 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
     s = receive_status_;
   }
   if (!snapshot.ok()) return snapshot;
-  MEMENTO_RETURN_IF_ERROR(s);
-  MEMENTO_RETURN_IF_ERROR(sent);
+  if (!s.ok()) return s;  // already names the source rank and version
+  if (!sent.ok()) return sent;
   for (const SealsRegion& r : layout_->seals()) {
     const uint8_t* data = store_->MutableRegion(slot_, r.region);
     MEMENTO_RETURN_IF_ERROR(

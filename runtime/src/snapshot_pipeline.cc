@@ -32,7 +32,17 @@ SnapshotPipeline::~SnapshotPipeline() {
 
 Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks) {
   for (ChunkStage* stage : stages_) {
-    MEMENTO_RETURN_IF_ERROR(stage->Begin(version, slot, static_cast<int>(tasks->size())));
+    Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
+    if (!begun.ok()) {
+      // Nothing is copied; WaitCopied reports this version's failure (not the
+      // previous version's outcome), so the rank votes "false" at the commit.
+      std::lock_guard<std::mutex> lock(mu_);
+      MEMENTO_CHECK(!running_);
+      version_ = version;
+      slot_ = slot;
+      error_ = begun.WithContext("snapshot of v" + std::to_string(version) + " not started");
+      return begun;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

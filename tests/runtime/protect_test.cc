@@ -26,6 +26,7 @@
 #include "memento/placement/recoverability.h"
 #include "memento/placement/topology.h"
 #include "memento/runtime/checkpointer.h"
+#include "memento/runtime/chunk_stage.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/node_identity.h"
@@ -558,6 +559,60 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
     EXPECT_NE(rep.ToString().find("fails the end-to-end check; its sources are marked bad"),
               std::string::npos)
         << rep.ToString();
+  }
+}
+
+// A chunk stage that refuses to begin one version.
+class RefusingStage : public ChunkStage {
+ public:
+  explicit RefusingStage(uint64_t refuse) : refuse_(refuse) {}
+  Status Begin(uint64_t version, int, int) override {
+    return version == refuse_
+               ? Status::Unavailable("test: stage refuses v" + std::to_string(version))
+               : Status::Ok();
+  }
+  Status OnChunk(const Chunk&) override { return Status::Ok(); }
+  Status End(uint64_t, const Status&) override { return Status::Ok(); }
+
+ private:
+  const uint64_t refuse_;
+};
+
+// A stage of rank 1 refuses to begin v2: rank 1 copies nothing, votes
+// "false" with this version's error (not the previous version's outcome),
+// and its holders learn it from its entry seals at once (not from a
+// timeout); v2 commits nowhere and v1 stays restorable from memory.
+TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  RefusingStage stage(2);
+  ASSERT_TRUE(cks_[1]->AddChunkStage(&stage).ok());
+  SaveOnAll(1);
+  if (HasFatalFailure()) return;
+  std::vector<Status> save(n), wait(n);
+  Run([&](int r) {
+    Fill(r, 2);
+    save[r] = cks_[r]->Save(2);
+    wait[r] = cks_[r]->Wait();
+  });
+  EXPECT_NE(save[1].message().find("stage refuses v2"), std::string::npos) << save[1].ToString();
+  bool told_by_seals = false;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(wait[r].ok()) << "rank " << r;
+    EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
+    told_by_seals |= wait[r].message().find("before its entry seals") != std::string::npos;
+  }
+  EXPECT_NE(wait[1].message().find("stage refuses v2"), std::string::npos) << wait[1].ToString();
+  EXPECT_TRUE(told_by_seals) << wait[0].ToString();
+  cks_.clear();  // before `stage` goes
+  Launch(n);
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  Run([&](int r) { out[r] = cks_[r]->Restore(); });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok()) << out[r].status().ToString();
+    EXPECT_EQ(out[r]->version, 1u);
+    EXPECT_TRUE(Exact(r, 1)) << "rank " << r;
+    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kLocalMemory);
   }
 }
 

@@ -8,7 +8,12 @@
 namespace memento::placement {
 namespace {
 
-constexpr int kMaxGf = 255;  // rows of one GF(2^8) codeword: K + M <= 255
+// Largest group the erasure codecs encode and decode (erasure/: RsCodec and
+// XorCodec take at most 128 data rows, RsCodec at most 32 parity rows). A
+// group may gain up to M extra data rows when GroupLayout folds the last,
+// partial group into it, so K + M itself must fit in 128 data rows.
+constexpr int kMaxGroupRows = 128;
+constexpr int kMaxParity = 32;
 
 Status BadScheme(std::string_view text, const std::string& why) {
   return Status::InvalidArgument("bad scheme '" + std::string(text) + "' (" + why +
@@ -37,14 +42,15 @@ Scheme Scheme::Replica(int copies, ReplicaPlacement placement) {
 
 Scheme Scheme::Xor(int data) {
   MEMENTO_CHECK_GE(data, 1);
-  MEMENTO_CHECK_LE(data + 1, kMaxGf);
+  MEMENTO_CHECK_LE(data + 1, kMaxGroupRows);
   return Scheme(SchemeKind::kXor, 1, 1, data, ReplicaPlacement::kGroup);
 }
 
 Scheme Scheme::ReedSolomon(int data, int parity) {
   MEMENTO_CHECK_GE(data, 1);
   MEMENTO_CHECK_GE(parity, 1);
-  MEMENTO_CHECK_LE(data + parity, kMaxGf);
+  MEMENTO_CHECK_LE(data + parity, kMaxGroupRows);
+  MEMENTO_CHECK_LE(parity, kMaxParity);
   return Scheme(SchemeKind::kReedSolomon, 1, parity, data, ReplicaPlacement::kGroup);
 }
 
@@ -76,7 +82,11 @@ Result<Scheme> Scheme::Parse(std::string_view text) {
   if (kind == "xor") {
     int k = 0;
     if (!ParseCount(rest, &k)) return BadScheme(text, "K must be a positive integer");
-    if (k + 1 > kMaxGf) return BadScheme(text, "K+1 must be <= 255");
+    if (k + 1 > kMaxGroupRows) {
+      return BadScheme(text,
+                       "K+1 must be <= 128 (the codecs' largest group, partial groups "
+                       "folded in)");
+    }
     return Xor(k);
   }
   if (kind == "rs") {
@@ -87,7 +97,12 @@ Result<Scheme> Scheme::Parse(std::string_view text) {
     if (!ParseCount(rest.substr(0, plus), &k) || !ParseCount(rest.substr(plus + 1), &m)) {
       return BadScheme(text, "K and M must be positive integers");
     }
-    if (k + m > kMaxGf) return BadScheme(text, "K+M must be <= 255");
+    if (m > kMaxParity) return BadScheme(text, "M must be <= 32 (the codec's parity rows)");
+    if (k + m > kMaxGroupRows) {
+      return BadScheme(text,
+                       "K+M must be <= 128 (the codecs' largest group, partial groups "
+                       "folded in)");
+    }
     return ReedSolomon(k, m);
   }
   return BadScheme(text, "unknown kind '" + std::string(kind) + "'");

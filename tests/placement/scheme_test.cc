@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace memento::placement {
 namespace {
 
@@ -50,6 +53,26 @@ TEST(SchemeTest, BadStringsNameTheStringAndTheAcceptedForms) {
         << s.status().message();
     EXPECT_NE(s.status().message().find("accepted forms are"), std::string::npos);
     EXPECT_NE(s.status().message().find("rs:K+M"), std::string::npos);
+  }
+}
+
+// Groups must fit the codecs (at most 128 data rows, 32 parity rows), also
+// after GroupLayout folds a partial group of up to M nodes into the last
+// full one: K + M <= 128 and M <= 32. The boundary is accepted, one beyond is
+// an error naming the limit.
+TEST(SchemeTest, SchemesBeyondTheCodecLimitsAreRefused) {
+  for (const char* ok : {"xor:127", "rs:96+32", "rs:127+1"}) {
+    EXPECT_TRUE(Scheme::Parse(ok).ok()) << ok;
+  }
+  for (const auto& [bad, limit] :
+       std::vector<std::pair<const char*, const char*>>{{"xor:128", "<= 128"},
+                                                        {"rs:97+32", "<= 128"},
+                                                        {"rs:129+1", "<= 128"},
+                                                        {"rs:4+33", "<= 32"},
+                                                        {"rs:200+10", "<= 128"}}) {
+    auto s = Scheme::Parse(bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find(limit), std::string::npos) << s.status().message();
   }
 }
 

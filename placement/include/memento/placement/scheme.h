@@ -24,8 +24,8 @@ class Scheme {
  public:
   // The forms Parse accepts, for error messages and --help.
   static constexpr const char* kAcceptedForms =
-      "none, replica:M, replica:M:group, replica:M:ring (M >= 2), xor:K (K >= 1), "
-      "rs:K+M (K >= 1, M >= 1, K+M <= 255)";
+      "none, replica:M, replica:M:group, replica:M:ring (M >= 2), xor:K (1 <= K <= 127), "
+      "rs:K+M (K >= 1, 1 <= M <= 32, K+M <= 128)";
 
   // Parses the text forms above (case-sensitive, no spaces). A malformed string is
   // InvalidArgument naming the string and kAcceptedForms.

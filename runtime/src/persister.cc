@@ -168,24 +168,39 @@ Status Persister::CollectAndPublish(uint64_t version, RankFileInfo own, const St
   Status all = own_status.WithContext("rank 0");
   std::vector<uint8_t> buf(kMaxRecord);
   for (int r = 1; r < size; ++r) {
-    auto got = transport_->Recv(r, kTagPersistDone, buf.data(), buf.size());
-    if (!got.ok()) {
-      // A dead rank: its record never comes; later ones cannot be paired.
-      return got.status().WithContext("persist v" + std::to_string(version) +
-                                      ": waiting for rank " + std::to_string(r));
+    // A record of an older version is one rank 0 stopped waiting for (it
+    // timed out there): drop it and read on, so that one late rank does not
+    // pair every later record with the wrong version. Every rank is asked,
+    // whatever failed before, so that no record stays behind for the next
+    // version.
+    Status rank_status;
+    for (;;) {
+      auto got = transport_->Recv(r, kTagPersistDone, buf.data(), buf.size());
+      if (!got.ok()) {
+        rank_status = got.status().WithContext("waiting for rank " + std::to_string(r));
+        break;
+      }
+      uint64_t their_version = 0;
+      bool ok = false;
+      rank_status = DecodeRecord(buf.data(), *got, &their_version, &ok, &ranks[r]);
+      if (!rank_status.ok()) break;
+      if (their_version < version) {
+        Log(LogLevel::kWarn, "persist v" + std::to_string(version) + ": dropping rank " +
+                                 std::to_string(r) + "'s late record of v" +
+                                 std::to_string(their_version));
+        continue;
+      }
+      if (their_version > version) {  // versions are persisted in commit order on every rank
+        rank_status = Status::Internal("rank " + std::to_string(r) + " reported v" +
+                                       std::to_string(their_version));
+      } else if (!ok) {
+        rank_status =
+            Status::Unavailable("rank " + std::to_string(r) + " failed to write its file");
+      }
+      break;
     }
-    uint64_t their_version = 0;
-    bool ok = false;
-    MEMENTO_RETURN_IF_ERROR(DecodeRecord(buf.data(), *got, &their_version, &ok, &ranks[r]));
     ranks[r].rank = r;
-    if (their_version != version) {  // versions are persisted in commit order on every rank
-      return Status::Internal("persist: rank " + std::to_string(r) + " reported v" +
-                              std::to_string(their_version) + " while rank 0 persists v" +
-                              std::to_string(version));
-    }
-    if (!ok && all.ok()) {
-      all = Status::Unavailable("rank " + std::to_string(r) + " failed to write its file");
-    }
+    if (!rank_status.ok() && all.ok()) all = rank_status;
   }
   if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
   if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));

@@ -96,7 +96,7 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
 
   void Launch(int n) {
     cks_.clear();
-    group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
+    group_ = InProcessGroup::Create(n, transport_timeout_);
     cks_.resize(n);
     bufs_.assign(n, {});
     for (int r = 0; r < n; ++r) {
@@ -160,9 +160,10 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
   }
 
   int replaced_rank_ = -1;
-  uint64_t chunk_bytes_ = 4096;                    // for the next Launch
-  std::vector<size_t> entry_bytes_ = kEntryBytes;  // per rank r: + 13 r bytes each
-  std::function<FaultHooks(int rank)> hooks_;      // per rank, for the next Launch
+  std::chrono::milliseconds transport_timeout_{20000};  // for the next Launch
+  uint64_t chunk_bytes_ = 4096;                         // for the next Launch
+  std::vector<size_t> entry_bytes_ = kEntryBytes;       // per rank r: + 13 r bytes each
+  std::function<FaultHooks(int rank)> hooks_;           // per rank, for the next Launch
   // Wraps a rank's transport, for the next Launch.
   std::function<std::shared_ptr<Transport>(int rank, std::shared_ptr<Transport>)> wrap_;
   std::string job_;
@@ -852,6 +853,41 @@ TEST_P(SecondSourceTest, FewerNodesIsElasticRestoreNeeded) {
   auto reports = RestoreAll("the original node count again");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
   for (const auto& rep : reports) EXPECT_EQ(rep.entries[0].source, RestoreSource::kLocalMemory);
+}
+
+// Rank 1 writes its v1 rank file after rank 0 has stopped waiting for it
+// (transport timeout 2 s, rank 1 late by 3 s): v1 gets no manifest, and its
+// late "done" record must not be taken for v2's, so v2 and v3 persist.
+TEST_P(SecondSourceTest, ALatePersistRecordDoesNotStopLaterPersists) {
+  const int n = GetParam().nodes;
+  transport_timeout_ = std::chrono::milliseconds(2000);
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [](Stage stage, uint64_t version) {
+        if (stage == Stage::kPersist && version == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+        }
+        return Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  Run([&](int r) {
+    Fill(r, 1);
+    ASSERT_TRUE(cks_[r]->Save(1).ok());
+    ASSERT_TRUE(cks_[r]->Wait().ok());
+    (void)cks_[r]->WaitPersist();  // rank 0: v1 times out waiting for rank 1
+  });
+  for (uint64_t step : {2, 3}) {
+    SaveOnAll(step);  // asserts that every persist succeeds
+    if (HasFatalFailure()) return;
+  }
+  DirectoryRemoteStore remote(remote_dir_.string(), job_);
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok()) << complete.status().ToString();
+  EXPECT_EQ(*complete, (std::vector<uint64_t>{2, 3}));
 }
 
 // A scheme the node count cannot satisfy (replica:3 on 2 nodes) is refused

@@ -414,6 +414,10 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       // Lost a creation race with another process of the same lane: attach.
       if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) continue;
       return created;
+    } else if (existing.status().code() == StatusCode::kIoError) {
+      // Could not open or map it (descriptors, memory): says nothing about
+      // its content, which may be committed data; never replace it for that.
+      return existing.status();
     } else {
       reason = existing.status().ToString();
     }

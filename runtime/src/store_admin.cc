@@ -36,9 +36,14 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
     for (const auto& slot : rep.inventory.slots) {
       auto& out = rep.verified[slot.slot];
       out.resize(slot.regions.size());
-      if (!verify) continue;
       for (const auto& r : slot.regions) {
-        if (r.ok) out[r.region] = store->VerifyRegion(slot.slot, r.region);
+        if (slot.sealed && !r.ok) {
+          // A sealed slot whose seal record (or header) does not validate is
+          // damaged whether or not the payloads are hashed.
+          out[r.region] = Status::Corruption(r.problem.empty() ? slot.problem : r.problem);
+        } else if (verify && r.ok) {
+          out[r.region] = store->VerifyRegion(slot.slot, r.region);
+        }
       }
     }
     reports.push_back(std::move(rep));

@@ -1,6 +1,7 @@
 #include "memento/runtime/node_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -354,6 +355,31 @@ TEST_F(NodeStoreTest, OpenOrCreateRejectsOrReplacesIncompatible) {
   EXPECT_FALSE(attached);
   EXPECT_EQ(replaced->layout(), other);
   EXPECT_EQ(replaced->Inventory().NewestSealed(), -1);
+}
+
+// A segment this process cannot open (no file descriptor left) says nothing
+// about its content: even with StalePolicy::kReplace it is an IoError and the
+// segment, with its committed version, stays (a child process runs out of
+// descriptors; the parent checks the segment afterwards).
+TEST_F(NodeStoreTest, OpenFailureIsNotStale) {
+  auto a = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int slot = WriteVersion(*a, 5);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit none = {3, 3};  // stdin/out/err only: the next open fails with EMFILE
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0) _exit(3);
+    auto r = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kReplace);
+    _exit(!r.ok() && r.status().code() == StatusCode::kIoError ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "OpenOrCreate without descriptors was not an IoError";
+  auto again = NodeStore::Attach(id_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectVersion(*again, slot, 5);
 }
 
 TEST_F(NodeStoreTest, IncompleteSegmentIsStale) {

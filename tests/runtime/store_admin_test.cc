@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
 #include "memento/erasure/crc32c.h"
+#include "memento/runtime/shm_segment.h"
+#include "node_store_format.h"
 #include "store_test_util.h"
 
 namespace memento::runtime {
@@ -13,6 +16,7 @@ namespace {
 
 using testing::JobCleaner;
 using testing::UniqueJob;
+namespace f = format;
 
 StoreLayout OneRegion() {
   StoreLayout l;
@@ -67,6 +71,27 @@ TEST(StoreAdmin, InspectReportsAndVerifiesEverySegment) {
   EXPECT_EQ(bad, 1);
   EXPECT_NE(FormatReports(*deep).find("BAD: Corruption"), std::string::npos);
   EXPECT_EQ(FormatReports(*quick).find("BAD"), std::string::npos);
+
+  // A damaged seal record of `b` is reported with or without --verify.
+  auto raw = ShmSegment::Open(b.segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  f::SegmentHeader h;
+  std::memcpy(&h, raw->data(), sizeof(h));
+  const int b_slot = *b.FindVersion(3);
+  const uint64_t seal0 =
+      h.slot_table_offset + h.slot_control_bytes * b_slot + sizeof(f::SlotHeader);
+  raw->data()[seal0 + offsetof(f::RegionSeal, payload_crc)] ^= 0x40;
+  for (bool verify : {false, true}) {
+    auto again = InspectJob(job.job(), verify);
+    ASSERT_TRUE(again.ok());
+    int damaged = 0;
+    for (const auto& r : *again) {
+      for (const auto& slot_status : r.verified) {
+        for (const auto& s : slot_status) damaged += s.ok() ? 0 : 1;
+      }
+    }
+    EXPECT_EQ(damaged, verify ? 2 : 1) << "verify " << verify << "\n" << FormatReports(*again);
+  }
 }
 
 TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {

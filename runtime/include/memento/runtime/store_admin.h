@@ -24,8 +24,10 @@ struct SegmentReport {
   std::vector<std::string> region_names;  // layout order
   uint64_t payload_bytes = 0;             // one slot's region capacities
   StoreInventory inventory;               // when status ok
-  // With verify: per slot, per region, the result of VerifyRegion for sealed
-  // regions (OK otherwise). Same shape as inventory.
+  // Per slot, per region: Corruption for a region of a sealed slot whose seal
+  // record or slot header does not validate; with verify, the result of
+  // VerifyRegion for the sealed regions that do; OK otherwise. Same shape as
+  // inventory.
   std::vector<std::vector<Status>> verified;
 };
 

@@ -77,7 +77,9 @@ ProtectStage::~ProtectStage() {
     std::lock_guard<std::mutex> lock(out_mu_);
     out_stop_ = true;
   }
-  out_cv_.notify_all();
+  for (auto& box : outboxes_) {
+    if (box) box->cv.notify_one();
+  }
   for (auto& box : outboxes_) {
     if (box) box->thread.join();
   }
@@ -91,24 +93,26 @@ ProtectStage::~ProtectStage() {
 }
 
 void ProtectStage::Enqueue(int dest, const Part& part) {
+  Outbox* box = nullptr;
   {
     std::lock_guard<std::mutex> lock(out_mu_);
-    std::unique_ptr<Outbox>& box = outboxes_.at(dest);
-    if (!box) {
-      box = std::make_unique<Outbox>();
-      box->thread = std::thread([this, dest] { SenderLoop(dest); });
+    std::unique_ptr<Outbox>& slot = outboxes_.at(dest);
+    if (!slot) {
+      slot = std::make_unique<Outbox>();
+      slot->thread = std::thread([this, dest] { SenderLoop(dest); });
     }
+    box = slot.get();
     box->parts.push_back(part);
     ++out_pending_;
   }
-  out_cv_.notify_all();
+  box->cv.notify_one();
 }
 
 void ProtectStage::SenderLoop(int dest) {
   Outbox& box = *outboxes_[dest];  // the slot is set before this thread starts, never reset
   std::unique_lock<std::mutex> lock(out_mu_);
   for (;;) {
-    out_cv_.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
+    box.cv.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
     if (box.parts.empty()) return;  // out_stop_ and nothing left
     const Part part = box.parts.front();
     box.parts.pop_front();
@@ -140,6 +144,7 @@ void ProtectStage::WaitReceivers() {
 
 void ProtectStage::ReceiverLoop(Source source) {
   uint64_t seen = 0;
+  std::vector<uint8_t> buf;  // parity parts land here, one allocation per thread
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -147,7 +152,7 @@ void ProtectStage::ReceiverLoop(Source source) {
       if (stop_) return;
       seen = generation_;
     }
-    Status s = ReceiveFrom(source.rank, source.bytes, source.seals_region);
+    Status s = ReceiveFrom(source.rank, source.bytes, source.seals_region, &buf);
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.ok() && receive_status_.ok()) {
       receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
@@ -283,8 +288,9 @@ Status ProtectStage::OnChunk(const Chunk& chunk) {
   return Status::Ok();
 }
 
-Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_region) {
-  std::vector<uint8_t> buf;
+Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_region,
+                                 std::vector<uint8_t>* part_buf) {
+  std::vector<uint8_t>& buf = *part_buf;
   uint64_t got = 0;
   bool seals = false;
   // The entry seals are the last message of a version on this channel (one
@@ -405,7 +411,8 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
     part.kind = kSealsPart;
     part.data = seals_record_.data();
     part.length = seals_record_.size();
-    for (int holder : layout_->SealHolders()) {
+    if (seal_holders_.empty()) seal_holders_ = layout_->SealHolders();  // once, not per version
+    for (int holder : seal_holders_) {
       Enqueue(layout_->rank_of(holder, layout_->lane()), part);
     }
   }

@@ -104,7 +104,9 @@ class ProtectStage final : public ChunkStage {
   // Until every queued part has been sent (or dropped after a failure).
   void WaitSent();
   Status SendPart(int dest_rank, const Part& part);
-  Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region);
+  // `buf`: the receiver thread's part buffer, kept across versions.
+  Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region,
+                     std::vector<uint8_t>* buf);
   struct Source {
     int rank = -1;
     uint64_t bytes = 0;  // payload bytes per version
@@ -125,12 +127,12 @@ class ProtectStage final : public ChunkStage {
   std::vector<uint8_t> generator_;  // (K'+M) x K' of this rank's group (erasure)
   struct Outbox {
     std::deque<Part> parts;
+    std::condition_variable cv;  // a part was queued, or out_stop_ (guarded by out_mu_)
     std::thread thread;
     bool failed = false;  // a send to it failed in this version: drop the rest
   };
   std::vector<std::unique_ptr<Outbox>> outboxes_;  // per destination rank, made on first use
   std::mutex out_mu_;
-  std::condition_variable out_cv_;   // a part was queued, or out_stop_
   std::condition_variable sent_cv_;  // out_pending_ reached 0
   uint64_t out_pending_ = 0;         // parts queued and not yet sent or dropped
   bool out_stop_ = false;
@@ -153,6 +155,7 @@ class ProtectStage final : public ChunkStage {
   int slot_ = -1;
   std::vector<Source> sources_;
   std::vector<int> replica_holders_;    // nodes that hold this node's replicas (replica schemes)
+  std::vector<int> seal_holders_;       // nodes that keep this node's entry seals (computed once)
   std::vector<std::thread> receivers_;  // one per source, started by the first Begin
   std::mutex mu_;
   std::condition_variable cv_;

@@ -622,12 +622,12 @@ Result<RestoreReport> Checkpointer::Impl::RestoreProtected() {
           local = Status::Corruption("no replica received");
           for (auto& [i, buf] : received) {
             if (transfers[i].replica && transfers[i].owner == me_node) {
-              restored_shard = buf;
               local =
                   buf.size() == my_shard_bytes
                       ? verified(buf)
                       : Status::Corruption("replica of " + std::to_string(buf.size()) +
                                            " bytes, shard has " + std::to_string(my_shard_bytes));
+              restored_shard = std::move(buf);  // for the re-protect; not copied
             }
           }
           break;

@@ -783,8 +783,14 @@ TEST_P(MinimalReprotectTest, SnapshotDoesNotWaitForTheNetwork) {
     std::unique_lock<std::mutex> lock(mu);
     all_snapshotted = cv.wait_for(lock, std::chrono::seconds(10), [&] { return snapshotted == n; });
   }
+  // The background senders reach the closed gate in their own time: wait
+  // (bounded) until one has, so the check below is not a race.
   int held = 0;
-  for (auto& g : gates) held += g->held();
+  for (int i = 0; i < 1000 && held == 0; ++i) {
+    held = 0;
+    for (auto& g : gates) held += g->held();
+    if (held == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   for (auto& g : gates) g->Open();
   for (auto& t : ranks) t.join();
   ASSERT_TRUE(all_snapshotted) << "WaitSnapshot waited for the held-back protect messages";

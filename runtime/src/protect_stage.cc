@@ -39,7 +39,10 @@ struct ProtectHeader {
   // the seal is end to end: a byte changed on the wire or in the holder's
   // memory fails the region check at restore.
   uint32_t crc = 0;
-  uint32_t reserved = 0;
+  // How many times this rank began this version before (a Save retried
+  // after a failed attempt): parts of a failed attempt still in flight are
+  // drained, never taken for the retry's.
+  uint32_t attempt = 0;
 };
 static_assert(sizeof(ProtectHeader) == 48, "wire format");
 
@@ -172,6 +175,7 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
       if (box) box->failed = false;
     }
   }
+  attempt_ = version == version_ && slot_ >= 0 ? attempt_ + 1 : 0;
   version_ = version;
   slot_ = slot;
   if (layout_->scheme().is_replica() && replica_holders_.empty()) {
@@ -226,6 +230,7 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
 Status ProtectStage::SendPart(int dest_rank, const Part& part) {
   ProtectHeader h;
   h.version = version_;
+  h.attempt = attempt_;
   h.kind = part.kind;
   h.stripe = part.stripe;
   h.row = part.row;
@@ -305,9 +310,11 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
     if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
       return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
     }
+    // Anything else is left over from an older or failed attempt: drained.
+    const bool current = h.version == version_ && h.attempt == attempt_;
     if (h.kind == kSealsPart) {
       uint8_t* dst = nullptr;
-      if (h.version == version_) {
+      if (current) {
         if (seals || h.length != store_->layout().regions[seals_region].capacity) {
           return Status::Corruption("entry seals of " + std::to_string(h.length) +
                                     " bytes from rank " + std::to_string(source_rank));
@@ -323,9 +330,9 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
       if (m != h.length) return Status::Corruption("entry seals length mismatch");
       continue;
     }
-    if (h.version != version_ || h.kind == kReplicaPart) {
+    if (!current || h.kind == kReplicaPart) {
       int region = -1;
-      if (h.version == version_) {
+      if (current) {
         // Replica parts land in place.
         for (int node = 0; node < layout_->num_nodes(); ++node) {
           if (layout_->rank_of(node, layout_->lane()) == source_rank) {

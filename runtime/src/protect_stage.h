@@ -38,7 +38,8 @@
 //
 // Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
 // which fails the version on this rank (and hence everywhere by the commit).
-// A header of an older version (left over by a failed version) is skipped.
+// A header of an older version, or of an earlier failed attempt at this one
+// (ProtectHeader::attempt), left over on the channel is drained.
 //
 // Thread-safety: as ChunkStage. Memory: one receive buffer of min(256 KiB,
 // chunk) per parity source thread (replicas land in place); the
@@ -152,6 +153,7 @@ class ProtectStage final : public ChunkStage {
   std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
 
   uint64_t version_ = 0;
+  uint32_t attempt_ = 0;  // Begins of version_ before this one (ProtectHeader::attempt)
   int slot_ = -1;
   std::vector<Source> sources_;
   std::vector<int> replica_holders_;    // nodes that hold this node's replicas (replica schemes)

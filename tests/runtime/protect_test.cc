@@ -861,6 +861,69 @@ TEST_P(SecondSourceTest, FewerNodesIsElasticRestoreNeeded) {
   for (const auto& rep : reports) EXPECT_EQ(rep.entries[0].source, RestoreSource::kLocalMemory);
 }
 
+// Forwards to a rank's transport; while armed, the first protect receive
+// from `peer` fails without taking the message (a receiver that gave up
+// mid-version): what that peer sent stays queued.
+class FailOnceRecvTransport : public ForwardingTransport {
+ public:
+  FailOnceRecvTransport(std::shared_ptr<Transport> inner, int peer)
+      : ForwardingTransport(std::move(inner)), peer_(peer) {}
+  void Arm() { armed_ = true; }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    if (peer == peer_ && tag == kTagProtect && armed_.exchange(false)) {
+      return Status::Corruption("test: receive failed");
+    }
+    return ForwardingTransport::Recv(peer, tag, data, capacity);
+  }
+
+ private:
+  const int peer_;
+  std::atomic<bool> armed_{false};
+};
+
+// Save(2) fails because node 1 stopped receiving node 0's parts, which stay
+// queued; Save(2) is then retried with new buffer contents. Node 1 must drain
+// the failed attempt's parts and keep the retry's: after node 0 is lost, its
+// v2 comes back from node 1's copy with the retry's contents.
+TEST_P(SecondSourceTest, RetriedVersionDoesNotTakeAFailedAttemptsParts) {
+  const int n = GetParam().nodes;
+  std::shared_ptr<FailOnceRecvTransport> rank1;
+  wrap_ = [&](int r, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+    if (r != 1) return t;
+    rank1 = std::make_shared<FailOnceRecvTransport>(std::move(t), /*peer=*/0);
+    return rank1;
+  };
+  Launch(n);
+  wrap_ = nullptr;
+  SaveOnAll(1);
+  if (HasFatalFailure()) return;
+  rank1->Arm();
+  std::vector<Status> first(n);
+  Run([&](int r) {
+    Fill(r, 2);
+    Status s = cks_[r]->Save(2);
+    first[r] = s.ok() ? cks_[r]->Wait() : s;
+  });
+  for (int r = 0; r < n; ++r) ASSERT_FALSE(first[r].ok()) << "rank " << r << " committed v2";
+  std::vector<Status> retry(n);
+  Run([&](int r) {
+    Fill(r, 3);  // other contents, same version
+    Status s = cks_[r]->Save(2);
+    retry[r] = s.ok() ? cks_[r]->Wait() : s;
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(retry[r].ok()) << retry[r].ToString();
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::filesystem::remove_all(remote_dir_);
+  Launch(n);
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  Run([&](int r) { out[r] = cks_[r]->Restore(); });
+  ASSERT_TRUE(out[0].ok()) << out[0].status().ToString();
+  EXPECT_EQ(out[0]->version, 2u);
+  EXPECT_EQ(out[0]->source_detail, "replica from node 1") << out[0]->ToJson();
+  EXPECT_TRUE(Exact(0, 3)) << "node 0's v2 is not the retry's contents";
+}
+
 // Rank 1 writes its v1 rank file after rank 0 has stopped waiting for it
 // (transport timeout 2 s, rank 1 late by 3 s): v1 gets no manifest, and its
 // late "done" record must not be taken for v2's, so v2 and v3 persist.

@@ -160,11 +160,39 @@ int main(int argc, char** argv) {
   size_t mib = 256;
   std::string dir = "/tmp";
   int reps = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--mib") mib = std::stoul(argv[i + 1]);
-    if (a == "--dir") dir = argv[i + 1];
-    if (a == "--reps") reps = std::stoi(argv[i + 1]);
+  constexpr char kUsage[] =
+      "usage: bench_remote_compress [--mib N (1..65536)] [--dir D] [--reps R (1..100)]\n";
+  // A whole number in [lo, hi], or an error naming the flag and the value.
+  auto number = [&](const std::string& flag, const char* text, long lo, long hi, long* out) {
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < lo || v > hi) {
+      std::fprintf(stderr, "bench_remote_compress: %s '%s': need %ld..%ld\n%s", flag.c_str(), text,
+                   lo, hi, kUsage);
+      return false;
+    }
+    *out = v;
+    return true;
+  };
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_remote_compress: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    long v = 0;
+    if (a == "--mib") {
+      if (!number(a, argv[i + 1], 1, 65536, &v)) return 2;
+      mib = static_cast<size_t>(v);
+    } else if (a == "--reps") {
+      if (!number(a, argv[i + 1], 1, 100, &v)) return 2;
+      reps = static_cast<int>(v);
+    } else if (a == "--dir") {
+      dir = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "bench_remote_compress: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
   }
   const size_t bytes = mib << 20;
   struct Data {

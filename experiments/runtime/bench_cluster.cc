@@ -902,24 +902,32 @@ int Main(int argc, char** argv) {
     }
     if (i + 1 >= argc) return Usage();
     std::string v = argv[++i];
+    // Names the flag and the value before the usage text.
+    auto bad = [&](const std::string& why) {
+      std::fprintf(stderr, "bench_cluster: %s '%s': %s\n", a.c_str(), v.c_str(), why.c_str());
+      return Usage();
+    };
     if (a == "--scheme") {
       opt.scheme = v;
     } else if (a == "--size") {
       auto b = ParseByteSize(v);
-      if (!b.ok()) return Usage();
+      if (!b.ok()) return bad(b.status().message());
       opt.size = *b;
     } else if (a == "--reps") {
-      opt.reps = std::max(1, std::stoi(v));
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1000) return bad("need 1..1000");
+      opt.reps = static_cast<int>(n);
     } else if (a == "--lose") {
       opt.lose.clear();
       std::stringstream list(v);
       for (std::string item; std::getline(list, item, ',');) {
         char* end = nullptr;
         const long n = std::strtol(item.c_str(), &end, 10);
-        if (end == item.c_str() || *end != '\0' || n < 0) return Usage();
+        if (end == item.c_str() || *end != '\0' || n < 0) return bad("need node indices, e.g. 1,2");
         opt.lose.push_back(static_cast<int>(n));
       }
-      if (opt.lose.empty()) return Usage();
+      if (opt.lose.empty()) return bad("need at least one node");
     } else if (a == "--remote") {
       opt.remote = v;
     } else if (a == "--job") {
@@ -927,7 +935,7 @@ int Main(int argc, char** argv) {
     } else if (a == "--link-gibps") {
       char* end = nullptr;
       opt.link_gibps = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(opt.link_gibps >= 0)) return Usage();
+      if (end == v.c_str() || *end != '\0' || !(opt.link_gibps >= 0)) return bad("need GiB/s >= 0");
     } else {
       return Usage();
     }

@@ -21,8 +21,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,7 +115,18 @@ Result<Result1> RunOne(const Options& opt, uint64_t bytes, int index) {
   r.threads = config.threads;
   r.chunk = config.chunk_bytes;
   auto group = InProcessGroup::Create(1);
-  MEMENTO_ASSIGN_OR_RETURN(auto ck, Checkpointer::Create(config, group->transport(0)));
+  std::unique_ptr<Checkpointer> ck;
+  // Every exit, early error returns included, closes the engine and unlinks
+  // this job's segment (stores outlive their process by design).
+  struct Cleanup {
+    std::unique_ptr<Checkpointer>* ck;
+    const std::string job;
+    ~Cleanup() {
+      ck->reset();
+      (void)CleanJob(job);
+    }
+  } cleanup{&ck, config.job};
+  MEMENTO_ASSIGN_OR_RETURN(ck, Checkpointer::Create(config, group->transport(0)));
   MEMENTO_RETURN_IF_ERROR(ck->RegisterBuffer("model", buf.data(), buf.size()));
   MEMENTO_RETURN_IF_ERROR(ck->Prepare());  // allocation, outside the measured loop
 
@@ -155,14 +168,25 @@ Result<Result1> RunOne(const Options& opt, uint64_t bytes, int index) {
   for (double s : stalls) sum += s;
   r.stall_mean_s = sum / stalls.size();
   r.stall_max_s = *std::max_element(stalls.begin(), stalls.end());
-  ck.reset();
-  (void)CleanJob(config.job);
   return r;
 }
 
 Result<uint64_t> ParseSize(const std::string& s) { return ParseByteSize(s); }
 
+// A finite number > 0, or an error naming the flag and the value.
+bool PositiveNumber(const std::string& flag, const std::string& text, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    std::fprintf(stderr, "%s '%s': need a number > 0\n", flag.c_str(), text.c_str());
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 int Main(int argc, char** argv) {
+  double number = 0;
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -191,13 +215,14 @@ int Main(int argc, char** argv) {
         pos = comma + 1;
       }
     } else if (a == "--iters") {
-      opt.iters = std::max(1, std::stoi(next()));
+      if (!PositiveNumber(a, next(), &number)) return 2;
+      opt.iters = static_cast<int>(std::min(number, 1e9));
     } else if (a == "--compute-factor") {
-      opt.compute_factor = std::stod(next());
+      if (!PositiveNumber(a, next(), &opt.compute_factor)) return 2;
     } else if (a == "--dir") {
       opt.dir = next();
     } else if (a == "--max-seconds") {
-      opt.max_seconds = std::stod(next());
+      if (!PositiveNumber(a, next(), &opt.max_seconds)) return 2;
     } else {
       std::fprintf(stderr,
                    "usage: bench_runtime [--json] [--sizes 256M,1G] [--iters N] "

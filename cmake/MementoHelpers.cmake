@@ -18,23 +18,67 @@ function(memento_add_module name)
   set_property(GLOBAL APPEND PROPERTY MEMENTO_EXPORTED_TARGETS memento_${name})
 endfunction()
 
-# memento_add_gtest(<target> LABEL <label> [TIMEOUT s] [FILTER pattern] [PREFIX p])
-# Registers the GoogleTest cases of <target> with ctest, each with a label and a timeout.
+# memento_add_gtest(<target> LABEL <label> [TIMEOUT s] [PREFIX p])
+# Registers every GoogleTest case of <target> with ctest, each with the label and a
+# timeout. The label belongs to the whole target (no filter), so a new suite in the
+# target is always registered; memento_check_test_labels() refuses a test target
+# that was never registered.
 function(memento_add_gtest target)
-  cmake_parse_arguments(ARG "" "LABEL;TIMEOUT;FILTER;PREFIX" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABEL;TIMEOUT;PREFIX" "" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "memento_add_gtest(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_LABEL)
+    message(FATAL_ERROR "memento_add_gtest(${target}): LABEL is required")
+  endif()
+  if(NOT ARG_LABEL MATCHES "^(unit|local|mpi|fault|python)$")
+    message(FATAL_ERROR "memento_add_gtest(${target}): unknown label '${ARG_LABEL}'")
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
   set(extra)
-  if(ARG_FILTER)
-    list(APPEND extra TEST_FILTER "${ARG_FILTER}")
-  endif()
   if(ARG_PREFIX)
     list(APPEND extra TEST_PREFIX "${ARG_PREFIX}")
   endif()
   gtest_discover_tests(${target} ${extra}
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${ARG_LABEL}" TIMEOUT ${ARG_TIMEOUT})
+  set_property(TARGET ${target} PROPERTY MEMENTO_TEST_LABEL "${ARG_LABEL}")
+endfunction()
+
+# memento_check_test_labels(<dir>...)
+# Configure-time check: every executable that links GoogleTest under <dir> is
+# registered with memento_add_gtest, or names the add_test that runs it in its
+# MEMENTO_TEST_DRIVEN_BY property. A test binary nobody registered fails the
+# configure step instead of silently never running. (Labels of single tests are
+# checked by the ctest test unit.every_test_labelled, which sees discovered tests.)
+function(memento_check_test_labels)
+  set(dirs ${ARGN})
+  set(problems)
+  while(dirs)
+    list(POP_FRONT dirs dir)
+    get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+    list(APPEND dirs ${subdirs})
+    get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(target IN LISTS targets)
+      get_target_property(type ${target} TYPE)
+      get_target_property(libs ${target} LINK_LIBRARIES)
+      if(NOT type STREQUAL "EXECUTABLE" OR NOT libs MATCHES "GTest::")
+        continue()
+      endif()
+      get_target_property(label ${target} MEMENTO_TEST_LABEL)
+      get_target_property(driven ${target} MEMENTO_TEST_DRIVEN_BY)
+      if(NOT label AND NOT driven)
+        list(APPEND problems "test executable '${target}' (${dir}) is never registered: "
+                             "call memento_add_gtest(${target} LABEL ...)")
+      endif()
+    endforeach()
+  endwhile()
+  if(problems)
+    list(JOIN problems "\n  " text)
+    message(FATAL_ERROR "tests without a label:\n  ${text}")
+  endif()
 endfunction()
 
 # Installs the exported targets and a package config so that another project can

@@ -681,14 +681,14 @@ class Bench {
     t0 = Clock::now();
     MEMENTO_ASSIGN_OR_RETURN(RestoreReport rep, ck_->Restore());
     out->recover_s = MaxOverRanks(Since(t0));
-    out->inventory_s = MaxOverRanks(rep.inventory_s);
-    out->plan_s = MaxOverRanks(rep.plan_s);
-    out->transfer_s = MaxOverRanks(rep.transfer_s);
-    out->reprotect_s = MaxOverRanks(rep.reprotect_s);
+    out->inventory_s = MaxOverRanks(rep.stats.inventory_s);
+    out->plan_s = MaxOverRanks(rep.stats.plan_s);
+    out->transfer_s = MaxOverRanks(rep.stats.transfer_s);
+    out->reprotect_s = MaxOverRanks(rep.stats.reprotect_s);
     out->restored_version = rep.version;
     if (rank_ == 0) out->source_detail = rep.source_detail;
-    me.recover_sent = static_cast<double>(rep.bytes_sent);
-    me.recover_received = static_cast<double>(rep.bytes_received);
+    me.recover_sent = static_cast<double>(rep.stats.bytes_sent);
+    me.recover_received = static_cast<double>(rep.stats.bytes_received);
     me.restored_ok = rep.version == last && Checksum(buf_) == expect_sum ? 1 : 0;
     // The lost node's detail is the interesting one; pass it to rank 0.
     if (node() == opt_.lose[0] && LocalRank(config_, rank_) == 0 && rank_ != 0) {

@@ -80,90 +80,12 @@
 #include "memento/runtime/chunk_stage.h"
 #include "memento/runtime/config.h"
 #include "memento/runtime/remote_store.h"
+#include "memento/runtime/restore_report.h"
+#include "memento/runtime/stage.h"
 #include "memento/runtime/store_layout.h"
 #include "memento/runtime/transport.h"
 
 namespace memento::runtime {
-
-// Where a restored entry came from.
-enum class RestoreSource {
-  kLocalMemory,  // this node's store
-  kRemote,       // the remote tier
-  kReplica,      // a peer node's replica
-  kDecode,       // rebuilt by an erasure decode from the group's survivors
-};
-
-// "local-memory", "remote", "replica", "decode".
-const char* RestoreSourceName(RestoreSource source);
-
-struct RestoredEntry {
-  std::string name;
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-  RestoreSource source = RestoreSource::kLocalMemory;
-};
-
-struct RestoreReport {
-  uint64_t version = 0;
-  std::vector<RestoredEntry> entries;  // in registration order
-  // Why newer candidates were passed over (e.g. "v12: rank 3 lacks it"), for logs.
-  std::vector<std::string> notes;
-
-  // Recovery under a protecting scheme (empty / zero otherwise).
-  std::vector<int> lost_nodes;  // node indices whose memory was gone
-  std::string source_detail;    // e.g. "replica from node 2", "decode of 3 stripes"
-  uint64_t bytes_sent = 0;      // this rank, restore transfers (payload)
-  uint64_t bytes_received = 0;  // this rank, restore transfers (payload)
-  std::vector<uint64_t> plan_read_bytes_per_node;  // planner's bytes served per node
-  // Restore transfers received per node (all its lanes; replica copies, decode
-  // chain hops and decoded rows), from one allgather at the end of Restore.
-  std::vector<uint64_t> bytes_received_per_node;
-  // Re-protect: "none" (nothing was lost), "minimal" (only what lost nodes
-  // held was rebuilt, see reprotect.cc) or "full" (the version re-snapshotted
-  // and protected again). Bytes this rank sent / received for it (payload),
-  // and bytes received per node (all lanes).
-  std::string reprotect_mode = "none";
-  uint64_t reprotect_bytes_sent = 0;
-  uint64_t reprotect_bytes_received = 0;
-  std::vector<uint64_t> reprotect_bytes_received_per_node;
-  double inventory_s = 0;  // phase times on this rank
-  double plan_s = 0;
-  double transfer_s = 0;  // fetch + decode + copy into buffers
-  double reprotect_s = 0;
-  std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
-
-  // One line: "restored v12: 3 entries (w local-memory, ...)".
-  std::string ToString() const;
-  // A JSON object with every field above (the recovery report record).
-  std::string ToJson() const;
-};
-
-// Stages at which FaultHooks are invoked (fault injection in tests; also a
-// tracing point).
-enum class Stage {
-  kSnapshot,   // a worker thread, after the first chunk of the version landed
-  kSeal,       // commit thread, before sealing
-  kCommit,     // commit thread, after sealing, before the commit collective
-  kCommitted,  // commit thread, after the version is committed
-  kPersist,    // persist thread, before writing the rank file
-  kManifest,   // rank 0's persist thread, after every rank reported, before the manifest
-  kRecover,    // application thread in Restore (protecting schemes), after planning,
-               // before any recovery transfer
-  kReprotect,  // application thread in Restore, after this rank's part of the minimal
-               // re-protect, before its commit agreement; a failure makes the engine
-               // re-protect the whole version instead
-};
-
-// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover",
-// "reprotect".
-const char* StageName(Stage stage);
-
-struct FaultHooks {
-  // Called at every Stage with the version; a non-OK result is an injected
-  // failure of that stage (e.g. "this rank fails to seal"). May be empty.
-  // Called from the thread named in Stage; must be thread-safe.
-  std::function<Status(Stage, uint64_t version)> at_stage;
-};
 
 class Checkpointer {
  public:

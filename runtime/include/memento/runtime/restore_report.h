@@ -1,0 +1,71 @@
+// RestoreReport: what Checkpointer::Restore restored, from where, and what it
+// cost. A plain value: copy it, log it (ToString), record it (ToJson).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memento::runtime {
+
+// Where a restored entry came from.
+enum class RestoreSource {
+  kLocalMemory,  // this node's store
+  kRemote,       // the remote tier
+  kReplica,      // a peer node's replica
+  kDecode,       // rebuilt by an erasure decode from the group's survivors
+};
+
+// "local-memory", "remote", "replica", "decode".
+const char* RestoreSourceName(RestoreSource source);
+
+struct RestoredEntry {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;  // crc32c of the restored bytes
+  RestoreSource source = RestoreSource::kLocalMemory;
+};
+
+// Bytes and seconds of one restore (this rank unless "per node").
+struct RestoreStats {
+  uint64_t bytes_sent = 0;      // restore transfers (payload)
+  uint64_t bytes_received = 0;  // restore transfers (payload)
+  std::vector<uint64_t> plan_read_bytes_per_node;  // planner's bytes served per node
+  // Restore transfers received per node (all its lanes; replica copies, decode
+  // chain hops and decoded rows).
+  std::vector<uint64_t> bytes_received_per_node;
+  // Re-protect: "none" (nothing was lost), "minimal" (only what lost nodes
+  // held was rebuilt) or "full" (the version re-snapshotted and protected
+  // again). Bytes this rank sent / received for it (payload), and bytes
+  // received per node (all lanes).
+  std::string reprotect_mode = "none";
+  uint64_t reprotect_bytes_sent = 0;
+  uint64_t reprotect_bytes_received = 0;
+  std::vector<uint64_t> reprotect_bytes_received_per_node;
+  double inventory_s = 0;  // phase times on this rank
+  double plan_s = 0;
+  double transfer_s = 0;  // fetch + decode + copy into buffers
+  double reprotect_s = 0;
+};
+
+struct RestoreReport {
+  uint64_t version = 0;
+  std::vector<RestoredEntry> entries;  // in registration order
+  // Why newer candidates were passed over (e.g. "v12: rank 3 lacks it"), for logs.
+  std::vector<std::string> notes;
+  std::vector<int> lost_nodes;  // node indices whose memory was gone
+  std::string source_detail;    // e.g. "replica from node 2", "decode of 3 stripes"
+  RestoreStats stats;
+  std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
+
+  // One line: "restored v12: 3 entries (w local-memory, ...)".
+  std::string ToString() const;
+  // A JSON object with every field above (the recovery report record): version,
+  // entries, lost_nodes, source_detail, bytes_sent, bytes_received,
+  // plan_read_bytes_per_node, bytes_received_per_node, reprotect {mode,
+  // bytes_sent, bytes_received, bytes_received_per_node}, seconds {inventory,
+  // plan, transfer, reprotect}, plan (when planned).
+  std::string ToJson() const;
+};
+
+}  // namespace memento::runtime

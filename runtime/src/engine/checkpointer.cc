@@ -1,0 +1,354 @@
+#include "memento/runtime/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/checkpointer_impl.h"
+#include "memento/common/check.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/log.h"
+#include "memento/runtime/node_identity.h"
+#include "recovery/recovery_executor.h"
+#include "recovery/reprotector.h"
+#include "recovery/shard_io.h"
+#include "snapshot/device_copy.h"
+
+namespace memento::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+// ---- Checkpointer: forwards to Impl -------------------------------------------------------
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(Config config,
+                                                           std::shared_ptr<Transport> transport,
+                                                           std::shared_ptr<RemoteStore> remote,
+                                                           FaultHooks hooks) {
+  MEMENTO_RETURN_IF_ERROR(config.Validate());
+  if (!transport) return Status::InvalidArgument("Checkpointer::Create: transport is null");
+  if (!remote && !config.remote_dir.empty()) {
+    remote = std::make_shared<DirectoryRemoteStore>(config.remote_dir, config.job);
+  }
+  auto impl = std::make_unique<Impl>(std::move(config), std::move(transport), std::move(remote),
+                                     std::move(hooks));
+  return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+}
+
+Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpointer::~Checkpointer() = default;
+
+Status Checkpointer::RegisterBuffer(const std::string& name, void* data, uint64_t bytes,
+                                    EntryLayout layout) {
+  return impl_->RegisterBuffer(name, data, bytes, std::move(layout));
+}
+Status Checkpointer::AddChunkStage(ChunkStage* stage) { return impl_->AddChunkStage(stage); }
+Status Checkpointer::Prepare() { return impl_->Prepare(); }
+Status Checkpointer::Save(uint64_t step) { return impl_->Save(step); }
+Status Checkpointer::WaitSnapshot() { return impl_->WaitSnapshot(); }
+Status Checkpointer::Wait() { return impl_->Wait(); }
+Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
+Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
+std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
+double Checkpointer::BlockedSeconds() const { return impl_->BlockedSeconds(); }
+int Checkpointer::rank() const { return impl_->rank(); }
+const std::string& Checkpointer::node() const { return impl_->node(); }
+
+// ---- Impl ----------------------------------------------------------------------------------
+
+Checkpointer::Impl::Impl(Config config, std::shared_ptr<Transport> transport,
+                         std::shared_ptr<RemoteStore> remote, FaultHooks hooks)
+    : config_(std::move(config)),
+      transport_(std::move(transport)),
+      remote_(std::move(remote)),
+      hooks_(std::move(hooks)) {}
+
+Checkpointer::Impl::~Impl() {
+  committer_.reset();  // waits for the in-flight version
+  persister_.reset();  // finishes queued persists
+  pipeline_.reset();
+  protect_stage_.reset();
+  for (void* p : pinned_ptrs_) UnpinHostMemory(p);
+}
+
+Status Checkpointer::Impl::RunHook(Stage stage, uint64_t version) const {
+  if (!hooks_.at_stage) return Status::Ok();
+  return hooks_.at_stage(stage, version)
+      .WithContext(std::string("injected at ") + StageName(stage));
+}
+
+Status Checkpointer::Impl::RegisterBuffer(const std::string& name, void* data, uint64_t bytes,
+                                          EntryLayout layout) {
+  if (prepared_) {
+    return Status::FailedPrecondition("RegisterBuffer('" + name +
+                                      "'): the layout is fixed once Prepare/Save/Restore ran");
+  }
+  if (name.empty() || name.size() > 1024) {
+    return Status::InvalidArgument("RegisterBuffer: name must have 1..1024 bytes");
+  }
+  if (data == nullptr && bytes > 0) {
+    return Status::InvalidArgument("RegisterBuffer('" + name + "'): null data");
+  }
+  for (const auto& e : entries_) {
+    if (e.name == name) return Status::InvalidArgument("RegisterBuffer: '" + name + "' twice");
+  }
+  MEMENTO_RETURN_IF_ERROR(layout.Validate().WithContext("RegisterBuffer('" + name + "')"));
+  RegisteredEntry entry;
+  entry.name = name;
+  entry.data = static_cast<uint8_t*>(data);
+  entry.bytes = bytes;
+  entry.layout = std::move(layout);
+  entry.device = bytes > 0 && IsDevicePointer(data);
+  entries_.push_back(std::move(entry));
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::AddChunkStage(ChunkStage* stage) {
+  if (prepared_) return Status::FailedPrecondition("AddChunkStage after Prepare");
+  if (stage == nullptr) return Status::InvalidArgument("AddChunkStage: null stage");
+  extra_stages_.push_back(stage);
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::Prepare() {
+  if (prepared_) return Status::Ok();
+  if (entries_.empty()) {
+    return Status::FailedPrecondition("no buffer registered (RegisterBuffer before Save/Restore)");
+  }
+  const int rank = transport_->rank();
+  // Node identities of every rank: this rank's lane and node index.
+  node_ = NodeIdentity(config_, rank);
+  MEMENTO_ASSIGN_OR_RETURN(auto gathered, transport_->Allgather(node_.data(), node_.size()));
+  std::vector<std::string> identities;
+  for (const auto& g : gathered) identities.emplace_back(g.begin(), g.end());
+  int lane = LocalRank(config_, rank);
+  if (lane < 0) lane = LocalRankAmong(identities, rank);
+
+  // What a surviving store of this rank says about the topology it was
+  // written for (node index, node count); see protection_layout.h.
+  RankRecord record;
+  record.identity = node_;
+  record.lane = lane;
+  for (const auto& e : entries_) record.shard_bytes += e.bytes;
+  record.entries = static_cast<uint32_t>(entries_.size());
+  {
+    StoreId old_id{config_.job, node_, static_cast<uint32_t>(lane)};
+    auto old = NodeStore::Attach(old_id, ShmSegment::Access::kReadOnly);
+    if (old.ok()) {
+      const auto& regions = old->layout().regions;
+      if (!regions.empty() && regions[0].kind == RegionKind::kShard) {
+        record.old_index = static_cast<int32_t>(regions[0].owner_node);
+      }
+      const int topo = old->layout().Find("topology");
+      if (topo >= 0 && regions[topo].kind == RegionKind::kParity) {
+        record.old_nodes = regions[topo].owner_node;
+      }
+    }
+  }
+  auto blob = wire::EncodeRankRecord(record);
+  MEMENTO_ASSIGN_OR_RETURN(auto records_raw, transport_->Allgather(blob.data(), blob.size()));
+  std::vector<RankRecord> records;
+  for (const auto& raw : records_raw) {
+    MEMENTO_ASSIGN_OR_RETURN(RankRecord r, wire::DecodeRankRecord(raw));
+    records.push_back(std::move(r));
+  }
+  std::vector<uint64_t> entry_bytes;
+  for (const auto& e : entries_) entry_bytes.push_back(e.bytes);
+  MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
+                           ProtectionLayout::Build(config_.scheme, records, rank, entry_bytes));
+  protection_.emplace(std::move(protection));
+  const uint32_t node_index = static_cast<uint32_t>(protection_->node());
+
+  StoreLayout layout;
+  for (const auto& e : entries_) {
+    RegionSpec spec;
+    spec.kind = RegionKind::kShard;
+    spec.name = e.name;
+    spec.capacity = e.bytes;
+    spec.owner_node = node_index;
+    spec.owner_lane = static_cast<uint32_t>(lane);
+    spec.layout = e.layout;
+    layout.regions.push_back(std::move(spec));
+  }
+  if (protection_->protects()) protection_->ExtendStoreLayout(&layout);
+  StoreId id{config_.job, node_, static_cast<uint32_t>(lane)};
+  bool attached = false;
+  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached);
+  Status mine = store.status();
+  MEMENTO_ASSIGN_OR_RETURN(bool all_ok, transport_->AllTrue(mine.ok()));
+  if (!mine.ok()) return mine.WithContext("Prepare: node store " + id.ToString());
+  if (!all_ok) return Status::FailedPrecondition("Prepare: another rank failed to open its store");
+  store_ = std::move(store).value();
+  slots_ = std::make_unique<SlotAllocator>(&store_);
+  Log(LogLevel::kInfo, std::string(attached ? "attached" : "created") + " node store " +
+                           store_.segment_name() + " (" + std::to_string(store_.segment_bytes()) +
+                           " bytes)");
+
+  // The chunk list, fixed for the lifetime of the layout.
+  std::vector<int> chunk_entry;
+  std::vector<uint64_t> chunk_length;
+  const uint64_t chunk = config_.chunk_bytes;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    any_device_ = any_device_ || e.device;
+    for (uint64_t off = 0; off < e.bytes; off += chunk) {
+      CopyTask t;
+      t.src = e.data + off;
+      t.length = std::min(chunk, e.bytes - off);
+      t.offset = off;
+      t.entry = static_cast<int>(i);
+      t.device = e.device;
+      tasks_.push_back(t);
+      chunk_entry.push_back(t.entry);
+      chunk_length.push_back(t.length);
+    }
+  }
+  crc_stage_.Reset(static_cast<int>(entries_.size()), std::move(chunk_entry),
+                   std::move(chunk_length));
+  std::vector<ChunkStage*> stages{&crc_stage_};
+  if (protection_->protects()) {
+    protect_stage_ = std::make_unique<ProtectStage>(&*protection_, &store_, transport_.get(),
+                                                    config_.chunk_bytes, &crc_stage_, entry_bytes);
+    stages.push_back(protect_stage_.get());
+  }
+  stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());
+  std::function<Status(Stage, uint64_t)> hook;
+  if (hooks_.at_stage) hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  pipeline_ = std::make_unique<SnapshotPipeline>(config_.threads, std::move(stages), hook);
+  if (remote_) {
+    std::vector<std::string> names;
+    std::vector<EntryLayout> layouts;
+    for (const auto& e : entries_) {
+      names.push_back(e.name);
+      layouts.push_back(e.layout);
+    }
+    persister_ = std::make_unique<Persister>(remote_, transport_, &store_, slots_.get(),
+                                             std::move(names), std::move(layouts),
+                                             config_.persist_keep, hook);
+  }
+  Committer::Parts parts;
+  parts.transport = transport_.get();
+  parts.store = &store_;
+  parts.pipeline = pipeline_.get();
+  parts.crcs = &crc_stage_;
+  if (protect_stage_) parts.stages.push_back(protect_stage_.get());
+  parts.stages.insert(parts.stages.end(), extra_stages_.begin(), extra_stages_.end());
+  parts.entry_bytes = entry_bytes;
+  parts.slots = slots_.get();
+  parts.persister = persister_.get();
+  parts.persist_every = config_.persist_every;
+  parts.hook = hook;
+  committer_ = std::make_unique<Committer>(std::move(parts));
+  prepared_ = true;
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::Save(uint64_t step) {
+  const auto t0 = Clock::now();
+  MEMENTO_RETURN_IF_ERROR(Prepare());
+  (void)Wait();  // at most one version in flight; its outcome is Wait()'s to report
+  if (const std::optional<uint64_t> latest = committer_->latest(); latest && step <= *latest) {
+    blocked_seconds_ += SecondsSince(t0);
+    return Status::InvalidArgument("Save(" + std::to_string(step) +
+                                   "): steps must increase; latest committed is v" +
+                                   std::to_string(*latest));
+  }
+  Status s = StartVersion(step, /*persistable=*/true);
+  blocked_seconds_ += SecondsSince(t0);
+  return s;
+}
+
+Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
+  const int slot = slots_->Acquire();
+  if (Status s = store_.BeginWriteSlot(slot, version); !s.ok()) {
+    // Still through the commit thread, so that this rank votes "false" in the
+    // version's commit collective instead of leaving the others waiting.
+    committer_->Submit(version, slot, persistable, s);
+    return s;
+  }
+  for (CopyTask& t : tasks_) t.dst = store_.MutableRegion(slot, t.entry) + t.offset;
+  if (any_device_) {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const int region = static_cast<int>(i);
+      if (!entries_[i].device || !pinned_regions_.insert({slot, region}).second) continue;
+      uint8_t* p = store_.MutableRegion(slot, region);
+      Status pin = PinHostMemory(p, entries_[i].bytes);
+      if (pin.ok()) {
+        pinned_ptrs_.push_back(p);
+      } else {
+        Log(LogLevel::kWarn, "pinning slot memory: " + pin.ToString());
+      }
+    }
+  }
+  committer_->Begin();
+  Status started = pipeline_->Start(version, slot, &tasks_);
+  committer_->Submit(version, slot, persistable, Status::Ok());
+  // A stage refusing to begin still goes through the commit thread, so that
+  // this rank votes "false" in the version's commit collective.
+  return started;
+}
+
+Status Checkpointer::Impl::WaitSnapshot() {
+  if (!pipeline_) return Status::Ok();
+  const auto t0 = Clock::now();
+  Status s = pipeline_->WaitCopied();
+  blocked_seconds_ += SecondsSince(t0);
+  return s;
+}
+
+Status Checkpointer::Impl::Wait() { return committer_ ? committer_->Wait() : Status::Ok(); }
+
+Status Checkpointer::Impl::WaitPersist() {
+  MEMENTO_RETURN_IF_ERROR(Wait());
+  if (!persister_) return Status::Ok();
+  return persister_->WaitIdle();
+}
+
+std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
+  return committer_ ? committer_->latest() : std::nullopt;
+}
+
+double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
+
+Result<RestoreReport> Checkpointer::Impl::Restore() {
+  MEMENTO_RETURN_IF_ERROR(Prepare());
+  (void)Wait();
+  if (persister_) (void)persister_->WaitIdle();
+  ShardIo io(&entries_, &store_, &*protection_, remote_.get(), transport_.get());
+  Reprotector::Parts rp;
+  rp.transport = transport_.get();
+  rp.store = &store_;
+  rp.layout = &*protection_;
+  rp.io = &io;
+  rp.slots = slots_.get();
+  rp.chunk_bytes = config_.chunk_bytes;
+  rp.resnapshot = [this](uint64_t version) { return Resnapshot(version); };
+  rp.protect = protect_stage_.get();
+  Reprotector reprotector(std::move(rp));
+  RecoveryExecutor::Parts parts;
+  parts.transport = transport_.get();
+  parts.store = &store_;
+  parts.layout = &*protection_;
+  parts.io = &io;
+  parts.slots = slots_.get();
+  parts.reprotector = &reprotector;
+  parts.chunk_bytes = config_.chunk_bytes;
+  if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  RecoveryExecutor executor(std::move(parts));
+  MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, executor.Run());
+  committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
+  return report;
+}
+
+Status Checkpointer::Impl::Resnapshot(uint64_t version) {
+  Status started = StartVersion(version, /*persistable=*/false);
+  Status committed = Wait();
+  return started.ok() ? committed : started;
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,91 @@
+// The inside of Checkpointer: owns the parts of the engine and wires them
+// together (registration, Prepare, Save, Restore). The work is done by the
+// parts, each in its own folder: snapshot/ (SnapshotPipeline), protect/
+// (ProtectStage), engine/committer.h (the commit thread), persist/
+// (Persister), store/slot_allocator.h (which slot a version may use) and
+// recovery/ (RecoveryExecutor, Reprotector). See checkpointer.h for the
+// contract and runtime/README.md for the threading model.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "snapshot/entry_crc_stage.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_store.h"
+#include "engine/committer.h"
+#include "persist/persister.h"
+#include "protect/protect_stage.h"
+#include "protect/protection_layout.h"
+#include "snapshot/registered_entry.h"
+#include "snapshot/snapshot_pipeline.h"
+#include "store/slot_allocator.h"
+
+namespace memento::runtime {
+
+class Checkpointer::Impl {
+ public:
+  Impl(Config config, std::shared_ptr<Transport> transport, std::shared_ptr<RemoteStore> remote,
+       FaultHooks hooks);
+  ~Impl();
+
+  Status RegisterBuffer(const std::string& name, void* data, uint64_t bytes, EntryLayout layout);
+  Status AddChunkStage(ChunkStage* stage);
+  Status Prepare();
+  Status Save(uint64_t step);
+  Status WaitSnapshot();
+  Status Wait();
+  Status WaitPersist();
+  Result<RestoreReport> Restore();
+  std::optional<uint64_t> LatestCommitted() const;
+  double BlockedSeconds() const;
+  int rank() const { return transport_->rank(); }
+  const std::string& node() const { return node_; }
+
+ private:
+  // Starts the pipeline for `version` (the Save path minus its argument
+  // checks). `persistable`: whether this version counts for persist_every.
+  Status StartVersion(uint64_t version, bool persistable);
+  Status RunHook(Stage stage, uint64_t version) const;
+  // Re-snapshots the restored buffers as `version` (protecting it like any
+  // Save) and waits for its commit: the full re-protect after a restore.
+  Status Resnapshot(uint64_t version);
+
+  Config config_;
+  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<RemoteStore> remote_;
+  FaultHooks hooks_;
+
+  // Fixed by Prepare().
+  std::vector<RegisteredEntry> entries_;
+  std::vector<ChunkStage*> extra_stages_;
+  bool prepared_ = false;
+  bool any_device_ = false;
+  std::string node_;
+  NodeStore store_;
+  EntryCrcStage crc_stage_;
+  std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
+  std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA
+  std::vector<void*> pinned_ptrs_;                // their addresses, unpinned at destruction
+  std::unique_ptr<SnapshotPipeline> pipeline_;
+  std::unique_ptr<SlotAllocator> slots_;
+  std::unique_ptr<Persister> persister_;
+  std::optional<ProtectionLayout> protection_;   // node indices, groups, held regions
+  std::unique_ptr<ProtectStage> protect_stage_;  // only when the scheme protects
+
+  std::unique_ptr<Committer> committer_;  // the commit thread; after the stages it ends
+
+  double blocked_seconds_ = 0;  // application thread only
+};
+
+}  // namespace memento::runtime

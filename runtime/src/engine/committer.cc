@@ -1,0 +1,150 @@
+#include "engine/committer.h"
+
+#include <string>
+
+#include "memento/runtime/log.h"
+
+namespace memento::runtime {
+
+Committer::Committer(Parts parts) : parts_(std::move(parts)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Committer::~Committer() {
+  (void)Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Committer::Begin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_ = true;
+}
+
+void Committer::Submit(uint64_t version, int slot, bool persistable, Status not_started) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = true;
+    job_ = Job{version, slot, persistable, std::move(not_started)};
+  }
+  cv_.notify_all();
+}
+
+Status Committer::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !in_flight_; });
+  return last_;
+}
+
+std::optional<uint64_t> Committer::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+void Committer::SetLatest(uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  latest_ = version;
+}
+
+void Committer::Loop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || job_.has_value(); });
+      if (!job_) return;
+      job = std::move(*job_);
+      job_.reset();
+    }
+    Status s = CommitOne(job);
+    if (!s.ok()) {
+      Log(LogLevel::kWarn, "v" + std::to_string(job.version) + " not committed: " + s.ToString());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_ = s;
+      in_flight_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status Committer::RunHook(Stage stage, uint64_t version) const {
+  if (!parts_.hook) return Status::Ok();
+  return parts_.hook(stage, version);
+}
+
+Status Committer::CommitOne(const Job& job) {
+  const std::string v = "v" + std::to_string(job.version);
+  if (!job.not_started.ok()) {
+    // Nothing was begun (no stage, no slot): vote "false" and report why.
+    auto all = parts_.transport->AllTrue(false);
+    if (!all.ok()) return all.status().WithContext("commit of " + v);
+    return job.not_started.WithContext(v + " (this rank)");
+  }
+  const Status local = SealLocal(job);
+  auto all = parts_.transport->AllTrue(local.ok());
+  if (!all.ok()) {
+    // The collective itself failed (a dead peer): the outcome elsewhere is
+    // unknown, so the sealed slot stays as it is; Restore's agreement decides.
+    return all.status().WithContext("commit of " + v);
+  }
+  if (!*all) {
+    (void)parts_.store->Invalidate(job.slot);  // never restorable, and free for the next version
+    if (!local.ok()) return local.WithContext(v + " (this rank)");
+    return Status::Unavailable(v + " not committed: another rank failed to seal it");
+  }
+  MEMENTO_RETURN_IF_ERROR(MarkCommitted(job));
+  return RunHook(Stage::kCommitted, job.version);
+}
+
+Status Committer::SealLocal(const Job& job) {
+  // Every stage is ended, whatever failed before, so that each can drain its
+  // version; the first failure is this rank's "false" vote.
+  Status local = parts_.pipeline->WaitCopied();
+  auto keep_first = [&local](const Status& s) {
+    if (local.ok()) local = s;
+  };
+  keep_first(parts_.crcs->End(job.version, local));
+  for (ChunkStage* stage : parts_.stages) keep_first(stage->End(job.version, local));
+  if (local.ok()) local = RunHook(Stage::kSeal, job.version);
+  for (size_t i = 0; local.ok() && i < parts_.entry_bytes.size(); ++i) {
+    const int entry = static_cast<int>(i);
+    local = parts_.store->SealRegion(job.slot, entry, parts_.entry_bytes[i],
+                                     parts_.crcs->entry_crc(entry));
+  }
+  if (local.ok()) local = parts_.store->SealSlot(job.slot, job.version);
+  if (local.ok()) local = RunHook(Stage::kCommit, job.version);
+  return local;
+}
+
+Status Committer::MarkCommitted(const Job& job) {
+  NodeStore* store = parts_.store;
+  MEMENTO_RETURN_IF_ERROR(store->MarkCommitted(job.slot, job.version));
+  // An older copy of the same version (the one a full re-protect replaced, or
+  // a failed attempt left sealed) goes only now that this one is committed.
+  for (const SlotState& st : store->Inventory().slots) {
+    if (st.slot != job.slot && (st.sealed || st.writing) && st.version == job.version) {
+      (void)store->Invalidate(st.slot);
+    }
+  }
+  parts_.slots->SetCommitted(job.slot);
+  bool persist = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    latest_ = job.version;
+    if (job.persistable) {
+      ++commits_;
+      persist = parts_.persister != nullptr && parts_.persist_every > 0 &&
+                commits_ % static_cast<uint64_t>(parts_.persist_every) == 0;
+    }
+  }
+  if (persist) parts_.persister->Enqueue(job.version, job.slot);
+  return Status::Ok();
+}
+
+}  // namespace memento::runtime

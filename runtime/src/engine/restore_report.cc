@@ -1,0 +1,68 @@
+#include "memento/runtime/restore_report.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace memento::runtime {
+
+const char* RestoreSourceName(RestoreSource source) {
+  switch (source) {
+    case RestoreSource::kLocalMemory:
+      return "local-memory";
+    case RestoreSource::kRemote:
+      return "remote";
+    case RestoreSource::kReplica:
+      return "replica";
+    case RestoreSource::kDecode:
+      return "decode";
+  }
+  return "unknown";
+}
+
+std::string RestoreReport::ToString() const {
+  std::ostringstream os;
+  os << "restored v" << version << ": " << entries.size() << " entries (";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i) os << ", ";
+    os << entries[i].name << " " << RestoreSourceName(entries[i].source);
+  }
+  os << ")";
+  for (const auto& n : notes) os << "; " << n;
+  return os.str();
+}
+
+std::string RestoreReport::ToJson() const {
+  using nlohmann::json;
+  json j;
+  j["version"] = version;
+  j["entries"] = json::array();
+  for (const RestoredEntry& e : entries) {
+    j["entries"].push_back({{"name", e.name},
+                            {"bytes", e.bytes},
+                            {"crc", e.crc},
+                            {"source", RestoreSourceName(e.source)}});
+  }
+  j["lost_nodes"] = lost_nodes;
+  j["source_detail"] = source_detail;
+  j["bytes_sent"] = stats.bytes_sent;
+  j["bytes_received"] = stats.bytes_received;
+  j["plan_read_bytes_per_node"] = stats.plan_read_bytes_per_node;
+  j["bytes_received_per_node"] = stats.bytes_received_per_node;
+  j["reprotect"] = {{"mode", stats.reprotect_mode},
+                    {"bytes_sent", stats.reprotect_bytes_sent},
+                    {"bytes_received", stats.reprotect_bytes_received},
+                    {"bytes_received_per_node", stats.reprotect_bytes_received_per_node}};
+  j["seconds"] = {{"inventory", stats.inventory_s},
+                  {"plan", stats.plan_s},
+                  {"transfer", stats.transfer_s},
+                  {"reprotect", stats.reprotect_s}};
+  if (!plan_json.empty()) {
+    // The plan is JSON already; a text that does not parse is kept as a string.
+    json plan = json::parse(plan_json, nullptr, /*allow_exceptions=*/false);
+    j["plan"] = plan.is_discarded() ? json(plan_json) : plan;
+  }
+  // Names are the application's: replace invalid UTF-8 instead of throwing.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,164 @@
+#include "persist/persister.h"
+
+#include <cstring>
+
+#include "memento/common/check.h"
+#include "memento/runtime/log.h"
+#include "transport/wire.h"
+
+namespace memento::runtime {
+
+Persister::Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transport> transport,
+                     const NodeStore* store, SlotAllocator* slots, std::vector<std::string> names,
+                     std::vector<EntryLayout> layouts, int keep, StageHook hook)
+    : remote_(std::move(remote)),
+      transport_(std::move(transport)),
+      store_(store),
+      slots_(slots),
+      names_(std::move(names)),
+      layouts_(std::move(layouts)),
+      keep_(keep),
+      hook_(std::move(hook)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Persister::~Persister() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Persister::Enqueue(uint64_t version, int slot) {
+  slots_->Pin(slot);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({version, slot});
+  }
+  cv_.notify_all();
+}
+
+Status Persister::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  return last_;
+}
+
+void Persister::Loop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Queued work is finished before stopping: a persist that was promised
+      // is not dropped by a clean shutdown.
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    Status local;
+    Status s = PersistOne(job, &local);
+    if (!s.ok())
+      Log(LogLevel::kWarn, "persist of v" + std::to_string(job.version) + ": " + s.ToString());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_ = s;
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+Status Persister::PersistOne(const Job& job, Status* local) {
+  RankFileInfo info;
+  *local = WriteLocal(job, &info);
+  // The slot has been read: release it before the (possibly slow) exchange.
+  slots_->Unpin(job.slot);
+  return CollectAndPublish(job.version, info, *local);
+}
+
+Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
+  if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kPersist, job.version));
+  std::vector<RemoteEntrySource> sources;
+  sources.reserve(names_.size());
+  for (size_t i = 0; i < names_.size(); ++i) {
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(job.slot, static_cast<int>(i)));
+    if (view.version != job.version) {
+      return Status::FailedPrecondition("slot " + std::to_string(job.slot) + " holds v" +
+                                        std::to_string(view.version) + ", not v" +
+                                        std::to_string(job.version));
+    }
+    sources.push_back({names_[i], view.data, view.length, layouts_[i]});
+  }
+  MEMENTO_ASSIGN_OR_RETURN(*info, remote_->WriteRankFile(job.version, transport_->rank(), sources));
+  if (!store_->StillSealed(job.slot, job.version)) {
+    // Cannot happen while the slot is pinned; guard the remote tier anyway.
+    return Status::Internal("slot " + std::to_string(job.slot) + " was rewritten during persist");
+  }
+  return Status::Ok();
+}
+
+Status Persister::CollectAndPublish(uint64_t version, RankFileInfo own, const Status& own_status) {
+  const int rank = transport_->rank();
+  const int size = transport_->size();
+  own.rank = rank;
+  if (rank != 0) {
+    auto record = wire::EncodePersistRecord({version, own_status.ok(), own});
+    MEMENTO_RETURN_IF_ERROR(transport_->Send(0, wire::kTagPersistDone, record.data(), record.size()));
+    return own_status;
+  }
+  std::vector<RankFileInfo> ranks(size);
+  ranks[0] = own;
+  Status all = own_status.WithContext("rank 0");
+  std::vector<uint8_t> buf(wire::kMaxPersistRecord);
+  for (int r = 1; r < size; ++r) {
+    // A record of an older version is one rank 0 stopped waiting for (it
+    // timed out there): drop it and read on, so that one late rank does not
+    // pair every later record with the wrong version. Every rank is asked,
+    // whatever failed before, so that no record stays behind for the next
+    // version.
+    Status rank_status;
+    for (;;) {
+      auto got = transport_->Recv(r, wire::kTagPersistDone, buf.data(), buf.size());
+      if (!got.ok()) {
+        rank_status = got.status().WithContext("waiting for rank " + std::to_string(r));
+        break;
+      }
+      auto record = wire::DecodePersistRecord(buf.data(), *got);
+      if (!record.ok()) {
+        rank_status = record.status();
+        break;
+      }
+      const uint64_t their_version = record->version;
+      const bool ok = record->ok;
+      ranks[r] = record->file;
+      if (their_version < version) {
+        Log(LogLevel::kWarn, "persist v" + std::to_string(version) + ": dropping rank " +
+                                 std::to_string(r) + "'s late record of v" +
+                                 std::to_string(their_version));
+        continue;
+      }
+      if (their_version > version) {  // versions are persisted in commit order on every rank
+        rank_status = Status::Internal("rank " + std::to_string(r) + " reported v" +
+                                       std::to_string(their_version));
+      } else if (!ok) {
+        rank_status =
+            Status::Unavailable("rank " + std::to_string(r) + " failed to write its file");
+      }
+      break;
+    }
+    ranks[r].rank = r;
+    if (!rank_status.ok() && all.ok()) all = rank_status;
+  }
+  if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
+  if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));
+  MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks));
+  Log(LogLevel::kInfo, "persisted v" + std::to_string(version) + " to " + remote_->Describe());
+  MEMENTO_RETURN_IF_ERROR(remote_->Prune(keep_));
+  return Status::Ok();
+}
+
+}  // namespace memento::runtime

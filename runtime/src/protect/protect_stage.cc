@@ -1,0 +1,439 @@
+#include "protect/protect_stage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "snapshot/crc32c_combine.h"
+#include "protect/entry_seals.h"
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "memento/erasure/gf256.h"
+#include "memento/erasure/rs_codec.h"
+#include "memento/erasure/xor_codec.h"
+#include "transport/wire.h"
+
+namespace memento::runtime {
+namespace {
+
+using wire::kParityPart;
+using wire::kReplicaPart;
+using wire::kSealsPart;
+using wire::kTagProtect;
+using wire::ProtectHeader;
+
+constexpr uint64_t kMaxSealsPart = 1ull << 26;
+// Parity parts are cut to at most this many bytes: the holder receives each
+// into a buffer of this size per source (not a whole chunk per source: 7
+// sources x 4 MiB was 16 % of an rs 6+2 node's formula at 64 MiB shards) and
+// folds it while it is still in cache.
+constexpr uint64_t kMaxParityPart = 256 << 10;
+
+
+}  // namespace
+
+ProtectStage::ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
+                           uint64_t chunk_bytes, const EntryCrcStage* crcs,
+                           std::vector<uint64_t> entry_bytes)
+    : layout_(layout),
+      store_(store),
+      transport_(transport),
+      chunk_bytes_(chunk_bytes),
+      crcs_(crcs),
+      entry_bytes_(std::move(entry_bytes)),
+      outboxes_(transport->size()),
+      fold_mu_(store->region_count()),
+      part_crcs_(store->region_count()) {
+  if (layout_->scheme().is_erasure()) {
+    const auto& g = layout_->groups().group(layout_->groups().group_of(layout_->node()));
+    data_rows_ = g.data;
+    if (layout_->scheme().kind() == placement::SchemeKind::kXor) {
+      // Identity rows, then a row of ones (XorCodec's generator).
+      generator_.assign(static_cast<size_t>(g.data + 1) * g.data, 0);
+      for (int r = 0; r < g.data; ++r) generator_[r * g.data + r] = 1;
+      for (int r = 0; r < g.data; ++r) generator_[g.data * g.data + r] = 1;
+    } else {
+      generator_ = erasure::RsCodec::Create(g.data, g.parity).value().generator();
+    }
+  }
+}
+
+ProtectStage::~ProtectStage() {
+  WaitSent();
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    out_stop_ = true;
+  }
+  for (auto& box : outboxes_) {
+    if (box) box->cv.notify_one();
+  }
+  for (auto& box : outboxes_) {
+    if (box) box->thread.join();
+  }
+  WaitReceivers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : receivers_) t.join();
+}
+
+void ProtectStage::Enqueue(int dest, const Part& part) {
+  Outbox* box = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    std::unique_ptr<Outbox>& slot = outboxes_.at(dest);
+    if (!slot) {
+      slot = std::make_unique<Outbox>();
+      slot->thread = std::thread([this, dest] { SenderLoop(dest); });
+    }
+    box = slot.get();
+    box->parts.push_back(part);
+    ++out_pending_;
+  }
+  box->cv.notify_one();
+}
+
+void ProtectStage::SenderLoop(int dest) {
+  Outbox& box = *outboxes_[dest];  // the slot is set before this thread starts, never reset
+  std::unique_lock<std::mutex> lock(out_mu_);
+  for (;;) {
+    box.cv.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
+    if (box.parts.empty()) return;  // out_stop_ and nothing left
+    const Part part = box.parts.front();
+    box.parts.pop_front();
+    const bool drop = box.failed;
+    lock.unlock();
+    Status s = drop ? Status::Ok() : SendPart(dest, part);
+    lock.lock();
+    if (!s.ok()) {
+      box.failed = true;
+      if (send_status_.ok()) send_status_ = s;
+    }
+    if (--out_pending_ == 0) sent_cv_.notify_all();
+  }
+}
+
+void ProtectStage::WaitSent() {
+  std::unique_lock<std::mutex> lock(out_mu_);
+  sent_cv_.wait(lock, [this] { return out_pending_ == 0; });
+}
+
+uint8_t ProtectStage::Coefficient(int row, int data_row) const {
+  return generator_.at(static_cast<size_t>(data_rows_ + row) * data_rows_ + data_row);
+}
+
+void ProtectStage::WaitReceivers() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return busy_ == 0; });
+}
+
+void ProtectStage::ReceiverLoop(Source source) {
+  uint64_t seen = 0;
+  std::vector<uint8_t> buf;  // parity parts land here, one allocation per thread
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    Status s = ReceiveFrom(source.rank, source.bytes, source.seals_region, &buf);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok() && receive_status_.ok()) {
+      receive_status_ = s.WithContext("protect of v" + std::to_string(version_) +
+                                      ": receiving from rank " + std::to_string(source.rank));
+    }
+    if (--busy_ == 0) cv_.notify_all();
+  }
+}
+
+Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
+  WaitSent();
+  WaitReceivers();
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    send_status_ = Status::Ok();
+    for (auto& box : outboxes_) {
+      if (box) box->failed = false;
+    }
+  }
+  attempt_ = version == version_ && slot_ >= 0 ? attempt_ + 1 : 0;
+  version_ = version;
+  slot_ = slot;
+  if (layout_->scheme().is_replica() && replica_holders_.empty()) {
+    replica_holders_ = layout_->groups().ReplicaHolders(layout_->node());  // once, not per chunk
+  }
+  bytes_sent_ = 0;
+  bytes_received_ = 0;
+  for (auto& parts : part_crcs_) parts.clear();
+  for (const HeldRegion& h : layout_->held()) {
+    if (h.item.kind == placement::ItemKind::kParity) {
+      std::memset(store_->MutableRegion(slot, h.region), 0, h.capacity);
+    }
+  }
+  if (receivers_.empty()) {
+    // Bytes to expect from every source node: the same for every version, so
+    // one receiver thread per source serves them all (started once).
+    const int lane = layout_->lane();
+    const auto& groups = layout_->groups();
+    const auto& map = layout_->map(lane);
+    std::map<int, uint64_t> expected;
+    for (const HeldRegion& h : layout_->held()) {
+      if (h.item.kind == placement::ItemKind::kReplica) {
+        expected[h.item.owner] += layout_->shard_bytes(h.item.owner, lane);
+      } else {
+        const int g = groups.group_of(layout_->node());
+        for (int r = 0; r < groups.group(g).data; ++r) {
+          const int owner = groups.DataRowNode(g, h.item.stripe, r);
+          expected[owner] += map.DataPieceBytes(owner, r);
+        }
+      }
+    }
+    for (const SealsRegion& r : layout_->seals()) expected.emplace(r.owner, 0);
+    for (const auto& [node, bytes] : expected) {
+      Source source{layout_->rank_of(node, lane), bytes, layout_->SealsRegionOf(node)};
+      MEMENTO_CHECK_GE(source.seals_region, 0);
+      sources_.push_back(source);
+    }
+    for (const Source& source : sources_) {
+      receivers_.emplace_back([this, source] { ReceiverLoop(source); });
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    receive_status_ = Status::Ok();
+    busy_ = static_cast<int>(sources_.size());
+    ++generation_;
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status ProtectStage::SendPart(int dest_rank, const Part& part) {
+  ProtectHeader h;
+  h.version = version_;
+  h.attempt = attempt_;
+  h.kind = part.kind;
+  h.stripe = part.stripe;
+  h.row = part.row;
+  h.data_row = part.data_row;
+  h.offset = part.offset;
+  h.length = part.length;
+  h.crc = part.crc;
+  const char* what = part.kind == kReplicaPart  ? "replica"
+                     : part.kind == kParityPart ? "parity"
+                                                : "entry seals";
+  Status s = transport_->Send(dest_rank, kTagProtect, &h, sizeof(h));
+  if (s.ok()) s = transport_->Send(dest_rank, kTagProtect, part.data, part.length);
+  if (!s.ok()) {
+    return s.WithContext("protect of v" + std::to_string(version_) + ": " + what + " to rank " +
+                         std::to_string(dest_rank));
+  }
+  bytes_sent_ += part.length;
+  return Status::Ok();
+}
+
+Status ProtectStage::OnChunk(const Chunk& chunk) {
+  if (chunk.length == 0) return Status::Ok();
+  const int node = layout_->node();
+  const int lane = layout_->lane();
+  const auto& groups = layout_->groups();
+  const uint64_t at = layout_->entry_base(chunk.entry) + chunk.offset;
+  if (layout_->scheme().is_replica()) {
+    Part part;
+    part.kind = kReplicaPart;
+    part.offset = at;
+    part.data = chunk.data;
+    part.length = chunk.length;
+    part.crc = chunk.crc;
+    for (int holder : replica_holders_) Enqueue(layout_->rank_of(holder, lane), part);
+    return Status::Ok();
+  }
+  const int g = groups.group_of(node);
+  const uint64_t piece_bytes = layout_->map(lane).piece_bytes(g);
+  const int parity = groups.group(g).parity;
+  uint64_t pos = at;
+  const uint64_t end = at + chunk.length;
+  while (pos < end) {
+    const uint64_t piece = pos / piece_bytes;
+    const uint64_t part_end =
+        std::min({end, (piece + 1) * piece_bytes, pos + std::min(kMaxParityPart, chunk_bytes_)});
+    const int stripe = groups.StripeOfPiece(node, static_cast<int>(piece));
+    for (int t = 0; t < parity; ++t) {
+      Part part;
+      part.kind = kParityPart;
+      part.stripe = static_cast<uint32_t>(stripe);
+      part.row = static_cast<uint32_t>(t);
+      part.data_row = static_cast<uint32_t>(piece);
+      part.offset = pos - piece * piece_bytes;
+      part.data = chunk.data + (pos - at);
+      part.length = part_end - pos;
+      Enqueue(layout_->rank_of(groups.ParityHolder(g, stripe, t), lane), part);
+    }
+    pos = part_end;
+  }
+  return Status::Ok();
+}
+
+Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_region,
+                                 std::vector<uint8_t>* part_buf) {
+  std::vector<uint8_t>& buf = *part_buf;
+  uint64_t got = 0;
+  bool seals = false;
+  // The entry seals are the last message of a version on this channel (one
+  // sender thread per destination queues them after every part), so they end
+  // the version: a source whose snapshot failed stops early, and that is
+  // known at once instead of after a timeout.
+  while (!seals) {
+    ProtectHeader h;
+    MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
+    if (n != sizeof(h))
+      return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
+    if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
+      return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
+    }
+    // Anything else is left over from an older or failed attempt: drained.
+    const bool current = h.version == version_ && h.attempt == attempt_;
+    if (h.kind == kSealsPart) {
+      uint8_t* dst = nullptr;
+      if (current) {
+        if (seals || h.length != store_->layout().regions[seals_region].capacity) {
+          return Status::Corruption("entry seals of " + std::to_string(h.length) +
+                                    " bytes from rank " + std::to_string(source_rank));
+        }
+        dst = store_->MutableRegion(slot_, seals_region);
+        seals = true;
+      } else {  // of an older, failed version: drain it
+        buf.resize(std::max<uint64_t>(h.length, 1));
+        dst = buf.data();
+      }
+      MEMENTO_ASSIGN_OR_RETURN(size_t m, transport_->Recv(source_rank, kTagProtect, dst,
+                                                          std::max<uint64_t>(h.length, 1)));
+      if (m != h.length) return Status::Corruption("entry seals length mismatch");
+      continue;
+    }
+    if (!current || h.kind == kReplicaPart) {
+      int region = -1;
+      if (current) {
+        // Replica parts land in place.
+        for (int node = 0; node < layout_->num_nodes(); ++node) {
+          if (layout_->rank_of(node, layout_->lane()) == source_rank) {
+            region = layout_->ReplicaRegion(node);
+          }
+        }
+        if (region < 0)
+          return Status::Corruption("replica part from a rank this node does not protect");
+        if (h.offset + h.length > store_->layout().regions[region].capacity) {
+          return Status::Corruption("replica part beyond the region");
+        }
+        uint8_t* dst = store_->MutableRegion(slot_, region) + h.offset;
+        MEMENTO_ASSIGN_OR_RETURN(size_t m,
+                                 transport_->Recv(source_rank, kTagProtect, dst, h.length));
+        if (m != h.length) return Status::Corruption("replica part length mismatch");
+        part_crcs_[region].push_back({h.offset, h.length, h.crc});
+        got += h.length;
+      } else {  // a part of an older, failed version: drain it
+        buf.resize(chunk_bytes_);
+        MEMENTO_RETURN_IF_ERROR(
+            transport_->Recv(source_rank, kTagProtect, buf.data(), buf.size()).status());
+      }
+      continue;
+    }
+    const int region = layout_->ParityRegion(static_cast<int>(h.stripe), static_cast<int>(h.row));
+    if (region < 0 || h.offset + h.length > store_->layout().regions[region].capacity) {
+      return Status::Corruption("parity part for stripe " + std::to_string(h.stripe) + " row " +
+                                std::to_string(h.row) + " that this node does not hold");
+    }
+    if (h.length > kMaxParityPart) {
+      return Status::Corruption("parity part of " + std::to_string(h.length) + " bytes (at most " +
+                                std::to_string(kMaxParityPart) + ")");
+    }
+    buf.resize(std::min(kMaxParityPart, chunk_bytes_));
+    MEMENTO_ASSIGN_OR_RETURN(size_t m,
+                             transport_->Recv(source_rank, kTagProtect, buf.data(), h.length));
+    if (m != h.length) return Status::Corruption("parity part length mismatch");
+    const uint8_t coef = Coefficient(static_cast<int>(h.row), static_cast<int>(h.data_row));
+    {
+      std::lock_guard<std::mutex> lock(fold_mu_[region]);
+      erasure::GfMultiplyAdd(coef, buf.data(), store_->MutableRegion(slot_, region) + h.offset,
+                             h.length);
+    }
+    got += h.length;
+  }
+  bytes_received_ += got;
+  if (got != expected) {
+    return Status::Unavailable("rank " + std::to_string(source_rank) + " sent " +
+                               std::to_string(got) + " of " + std::to_string(expected) +
+                               " bytes before its entry seals (its snapshot failed)");
+  }
+  return Status::Ok();
+}
+
+std::optional<uint32_t> ProtectStage::CombinedCrc(int region, uint64_t capacity) {
+  std::vector<PartCrc>& parts = part_crcs_[region];
+  if (capacity == 0 || parts.empty()) return std::nullopt;
+  std::sort(parts.begin(), parts.end(),
+            [](const PartCrc& a, const PartCrc& b) { return a.offset < b.offset; });
+  uint64_t end = 0;
+  uint32_t crc = 0;
+  for (const PartCrc& p : parts) {
+    if (p.offset != end) return std::nullopt;  // a gap or an overlap: hash the region instead
+    crc = end == 0 ? p.crc : Crc32cCombine(crc, p.crc, p.length);
+    end += p.length;
+  }
+  if (end != capacity) return std::nullopt;
+  return crc;
+}
+
+Status ProtectStage::End(uint64_t version, const Status& snapshot) {
+  MEMENTO_CHECK_EQ(version, version_);
+  // Entry seals to every node that holds anything of this shard (sent even
+  // when the snapshot failed, so that no receiver waits for its timeout; the
+  // version then fails at the commit anyway), behind the shard's parts.
+  {
+    std::vector<EntrySeal> mine(entry_bytes_.size());
+    for (size_t i = 0; i < entry_bytes_.size(); ++i) {
+      mine[i] = {entry_bytes_[i], crcs_->entry_crc(static_cast<int>(i))};
+    }
+    seals_record_ = EncodeEntrySeals(mine);  // stays put until WaitSent returns
+    Part part;
+    part.kind = kSealsPart;
+    part.data = seals_record_.data();
+    part.length = seals_record_.size();
+    if (seal_holders_.empty()) seal_holders_ = layout_->SealHolders();  // once, not per version
+    for (int holder : seal_holders_) {
+      Enqueue(layout_->rank_of(holder, layout_->lane()), part);
+    }
+  }
+  WaitSent();
+  Status sent;
+  {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    sent = send_status_;
+  }
+  WaitReceivers();
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = receive_status_;
+  }
+  if (!snapshot.ok()) return snapshot;
+  if (!s.ok()) return s;  // already names the source rank and version
+  if (!sent.ok()) return sent;
+  for (const SealsRegion& r : layout_->seals()) {
+    const uint8_t* data = store_->MutableRegion(slot_, r.region);
+    MEMENTO_RETURN_IF_ERROR(
+        store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
+  }
+  for (const HeldRegion& h : layout_->held()) {
+    std::optional<uint32_t> crc;
+    if (h.item.kind == placement::ItemKind::kReplica) crc = CombinedCrc(h.region, h.capacity);
+    if (!crc) crc = erasure::Crc32c(store_->MutableRegion(slot_, h.region), h.capacity);
+    MEMENTO_RETURN_IF_ERROR(store_->SealRegion(slot_, h.region, h.capacity, *crc));
+  }
+  return store_->SealRegion(slot_, layout_->topology_region(), 0, 0);
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,172 @@
+// ProtectStage: the protect step of DESIGN §3, a ChunkStage.
+//
+// As each chunk of this rank's shard lands in the slot, OnChunk (on the
+// snapshot worker that copied it) queues its parts for their holders and
+// returns at once; one sender thread per destination rank streams them over
+// the Transport, with tag kTagProtect, straight from the slot (no copy):
+//   - replica:M  — the whole chunk to every replica holder of this node (same
+//     lane), which writes it at its offset in "replica/n<owner>" and seals
+//     the region with the chunk crcs the sender computed while copying
+//     (combined), so the seal is end to end;
+//   - xor / rs   — the chunk is cut at piece boundaries (P bytes, see
+//     placement/group_layout.h) and into parts of at most 256 KiB (the
+//     holder's receive buffer per source); each part goes to the M parity holders of the
+//     piece's stripe, which fold it into "parity/s<j>/r<t>" with
+//     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
+// The snapshot (WaitSnapshot: the application may touch its buffers again)
+// therefore ends at memory speed, while the network transfer goes on in the
+// background until the commit; the stall does not include the network.
+// In End, after the last chunk, every rank queues its entry seals (per-entry
+// size and crc32c, entry_seals.h) to every node that holds anything of its
+// shard, which stores them in "seals/n<owner>" and seals that region too, and
+// waits until every queue has drained.
+// Each message is a 48-byte ProtectHeader followed by the payload; only the
+// destination's sender thread sends to it, so pairs never interleave
+// (messages of one (source, destination, tag) triple arrive in order).
+// After a failed send to a destination, its remaining parts of the version
+// are dropped (the version fails at the commit anyway).
+//
+// Receive side: one thread per source rank that this rank holds data of,
+// started by the first Begin and kept across versions (each Begin wakes them
+// for the new version, End waits until they are done); each knows how many bytes it must receive
+// (the owner's shard for a replica, the real bytes of the owner's pieces for parity) plus the
+// owner's entry seals, and stops there. Parity regions are zeroed in Begin; folds into one parity
+// region are serialised by a mutex per region (sources fold in any order: XOR / GF adds commute).
+// End joins the receivers, computes each held region's crc32c and seals it (and the topology
+// marker); the engine then seals its own entries and the slot, and the all-true commit makes the
+// version committed only when every rank has sealed its shard and everything it holds.
+//
+// Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
+// which fails the version on this rank (and hence everywhere by the commit).
+// A header of an older version, or of an earlier failed attempt at this one
+// (ProtectHeader::attempt), left over on the channel is drained.
+//
+// Thread-safety: as ChunkStage. Memory: one receive buffer of min(256 KiB,
+// chunk) per parity source thread (replicas land in place); the
+// send queues hold pointers into the slot, a few words per part.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "snapshot/entry_crc_stage.h"
+#include "memento/erasure/rs_codec.h"
+#include "memento/runtime/chunk_stage.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/transport.h"
+#include "protect/protection_layout.h"
+
+namespace memento::runtime {
+
+class ProtectStage final : public ChunkStage {
+ public:
+  // All pointers are borrowed and must outlive the stage.
+  // `crcs` gives this rank's per-entry crc32c once its End ran (the engine
+  // ends it before this stage); `entry_bytes` are this rank's entry sizes.
+  ProtectStage(const ProtectionLayout* layout, NodeStore* store, Transport* transport,
+               uint64_t chunk_bytes, const EntryCrcStage* crcs, std::vector<uint64_t> entry_bytes);
+  ~ProtectStage() override;
+
+  Status Begin(uint64_t version, int slot, int chunks) override;
+  Status OnChunk(const Chunk& chunk) override;
+  Status End(uint64_t version, const Status& snapshot) override;
+
+  // Bytes sent / received by this rank for the last version (payload only).
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+  // Coefficient of data row `data_row` in parity row `row` of this rank's group.
+  uint8_t Coefficient(int row, int data_row) const;
+
+ private:
+  // One message pair for a holder (fields as in the wire header).
+  struct Part {
+    uint32_t kind = 0;
+    uint32_t stripe = 0;
+    uint32_t row = 0;
+    uint32_t data_row = 0;
+    uint64_t offset = 0;
+    const uint8_t* data = nullptr;
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  // Queues `part` for destination rank `dest` (starts its sender thread on
+  // first use).
+  void Enqueue(int dest, const Part& part);
+  // Sender thread of one destination rank: sends its queued parts in order.
+  void SenderLoop(int dest);
+  // Until every queued part has been sent (or dropped after a failure).
+  void WaitSent();
+  Status SendPart(int dest_rank, const Part& part);
+  // `buf`: the receiver thread's part buffer, kept across versions.
+  Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region,
+                     std::vector<uint8_t>* buf);
+  struct Source {
+    int rank = -1;
+    uint64_t bytes = 0;  // payload bytes per version
+    int seals_region = -1;
+  };
+  // Receiver thread of one source: one ReceiveFrom per Begin, until stop_.
+  void ReceiverLoop(Source source);
+  // Until every receiver finished the current version.
+  void WaitReceivers();
+
+  const ProtectionLayout* layout_;
+  NodeStore* store_;
+  Transport* transport_;
+  const uint64_t chunk_bytes_;
+  const EntryCrcStage* crcs_;
+  const std::vector<uint64_t> entry_bytes_;
+  int data_rows_ = 0;               // K' of this rank's group (erasure)
+  std::vector<uint8_t> generator_;  // (K'+M) x K' of this rank's group (erasure)
+  struct Outbox {
+    std::deque<Part> parts;
+    std::condition_variable cv;  // a part was queued, or out_stop_ (guarded by out_mu_)
+    std::thread thread;
+    bool failed = false;  // a send to it failed in this version: drop the rest
+  };
+  std::vector<std::unique_ptr<Outbox>> outboxes_;  // per destination rank, made on first use
+  std::mutex out_mu_;
+  std::condition_variable sent_cv_;  // out_pending_ reached 0
+  uint64_t out_pending_ = 0;         // parts queued and not yet sent or dropped
+  bool out_stop_ = false;
+  Status send_status_;                 // first failed send of the version
+  std::vector<uint8_t> seals_record_;  // this rank's entry seals, sent from End
+  std::vector<std::mutex> fold_mu_;    // per store region
+  // Replica regions: crc32c of every part as it landed (one receiver thread
+  // per region, so no lock), combined at End instead of a second pass.
+  struct PartCrc {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  std::vector<std::vector<PartCrc>> part_crcs_;  // per store region; capacity kept across versions
+  // crc32c of replica region `region` from its parts, if they tile
+  // [0, capacity) exactly.
+  std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
+
+  uint64_t version_ = 0;
+  uint32_t attempt_ = 0;  // Begins of version_ before this one (ProtectHeader::attempt)
+  int slot_ = -1;
+  std::vector<Source> sources_;
+  std::vector<int> replica_holders_;    // nodes that hold this node's replicas (replica schemes)
+  std::vector<int> seal_holders_;       // nodes that keep this node's entry seals (computed once)
+  std::vector<std::thread> receivers_;  // one per source, started by the first Begin
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;  // bumped by Begin: receivers start the version
+  int busy_ = 0;             // receivers still in the current version
+  bool stop_ = false;
+  Status receive_status_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+}  // namespace memento::runtime

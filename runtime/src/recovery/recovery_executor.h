@@ -1,0 +1,149 @@
+// RecoveryExecutor: one collective Restore, for every scheme (DESIGN-level
+// notes in runtime/README.md, "Restore"). Named steps, in order:
+//
+//  1. Inventory. Every rank reports every item of every sealed slot (its
+//     shard, everything it holds for peers) from the seal records alone
+//     (length + crc32c, no payload hashing) and allgathers them with the
+//     newest complete remote version it sees. A node none of whose ranks
+//     reports anything lost its memory.
+//  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
+//  3. Verify. Each rank verifies (crc32c, one pass) only what the plan reads
+//     from it, plus its own shard of the plan's version; the failures are
+//     allgathered, marked bad in the inventory and the plan is made again,
+//     until no new failure shows. A corrupt copy is never chosen, and the
+//     cost is that of the bytes the restore reads, not of every slot.
+//  4. Transfer. Replica sources become transfers (holder -> owner, the whole
+//     shard) with a PayloadHeader (length, crc32c) then the payload in chunk
+//     pieces on wire::RecoverTag(2i) / (2i + 1); every outgoing transfer runs
+//     on its own thread and the incoming ones are received in list order on
+//     the calling thread, so no ordering between ranks can deadlock. Decodes
+//     run as partial-product reduce chains (partial_decode.h). A copied or
+//     decoded shard is checked entry by entry against its owner's entry seals
+//     (one allgather collects them from any holder) before a byte of it
+//     reaches the buffers. Local shards are copied from the slot (crc32c
+//     verified), remote ones read from the remote tier.
+//  5. Agree (allgather of each rank's outcome). When every failure is an
+//     end-to-end mismatch, the copies the mismatched shards were rebuilt from
+//     are marked bad and the restore goes back to step 2. Otherwise every
+//     rank falls back to the newest remote version if there is one.
+//  6. Re-protect (reprotector.h): nothing when every shard was local and
+//     nothing held for peers was lost; else minimal when possible, else full.
+//     Either way the version is committed before Restore returns.
+//  7. Bytes received per node (restore and re-protect) are allgathered into
+//     the report.
+//
+// Thread-safety: one Run per executor, on the application thread, while no
+// version is in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/placement/recovery_planner.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/stage.h"
+#include "memento/runtime/transport.h"
+#include "protect/protection_layout.h"
+#include "protect/reduce_chain.h"
+#include "recovery/partial_decode.h"
+#include "recovery/reprotector.h"
+#include "recovery/shard_io.h"
+#include "store/slot_allocator.h"
+
+namespace memento::runtime {
+
+class RecoveryExecutor {
+ public:
+  // Everything is borrowed and must outlive the executor.
+  struct Parts {
+    Transport* transport = nullptr;
+    NodeStore* store = nullptr;
+    const ProtectionLayout* layout = nullptr;
+    const ShardIo* io = nullptr;
+    SlotAllocator* slots = nullptr;
+    Reprotector* reprotector = nullptr;
+    uint64_t chunk_bytes = 0;
+    StageHook hook;  // may be empty
+  };
+  explicit RecoveryExecutor(Parts parts);
+
+  // Collective. The restored version is committed (and the allocator's
+  // committed slot set) when it returns OK. NotFound "nothing to restore"
+  // when no version can be rebuilt from memory or read from the remote tier.
+  Result<RestoreReport> Run();
+
+ private:
+  // A replica transfer of step 4: `src` sends its copy of `owner`'s shard to `dst`.
+  struct Transfer {
+    int src = -1;  // world ranks
+    int dst = -1;
+    int owner = -1;
+  };
+  // Every rank's outcome of one attempt (step 5).
+  struct Agreement {
+    bool everyone = false;       // every rank restored its shard
+    bool other_failure = false;  // some failure is not an end-to-end mismatch
+    std::vector<uint8_t> outcomes;  // per rank: 0 restored, 1 mismatch, 2 other
+  };
+
+  Status TakeInventory();                                  // 1
+  Result<placement::RecoveryPlan> PlanVerified();          // 2 + 3
+  Result<bool> VerifyPlanReads(const placement::RecoveryPlan& plan);  // 3: any new failure
+  Status GatherEntrySeals();                               // 4 (collective part)
+  Status TransferAndRestore();                             // 4
+  Status ExchangeReplicas(std::map<size_t, std::vector<uint8_t>>* received);
+  Status SendReplica(size_t index);
+  Status ReceiveReplica(size_t index, std::vector<uint8_t>* payload);
+  Status RunDecodes();
+  Status RestoreMyShard(std::map<size_t, std::vector<uint8_t>>* received);
+  Status CheckAndScatter(const std::vector<uint8_t>& shard);
+  Result<Agreement> Agree(const Status& local);            // 5
+  bool MarkMismatchedSources(const Agreement& agreed, int attempt);
+  Status FallBackToRemote();
+  Status Reprotect();                                      // 6
+  Status GatherByteCounts();                               // 7
+
+  // Marks an item of the agreed inventory as not valid; true if it was valid.
+  bool MarkBad(const placement::InventoryItem& bad);
+  // Whether `plan` reads `item` held by this rank: a replica it copies, or a
+  // parity row it decodes from.
+  bool PlanReadsMine(const placement::RecoveryPlan& plan, const placement::HeldItem& item) const;
+  // Verifies (slot, region) once per Run; a failure is noted.
+  bool RegionOk(int slot, int region);
+  Status RunHook(Stage stage, uint64_t version) const;
+
+  const Parts parts_;
+  const ProtectionLayout& pl_;
+  RestoreReport report_;
+
+  // Steps 1 - 3.
+  placement::RecoveryInput input_;
+  int64_t remote_agreed_ = -1;
+  std::map<std::pair<int, int>, bool> region_ok_;  // (slot, region) -> verified
+
+  // One attempt (steps 4 - 5).
+  placement::RecoveryPlan plan_;
+  const placement::ShardSource* mine_ = nullptr;
+  bool all_local_ = true;
+  std::optional<int> my_slot_;
+  std::vector<Transfer> transfers_;
+  SealsByOwner seals_of_;
+  std::vector<ReduceChain> chains_;
+  std::vector<DecodeChainInfo> chain_info_;
+  std::vector<std::vector<uint8_t>> chain_rows_;
+  std::vector<uint32_t> crcs_;          // this rank's restored entries
+  std::vector<uint8_t> restored_shard_;  // replica / decode: the shard as rebuilt
+  RestoreSource source_ = RestoreSource::kLocalMemory;
+  bool mismatch_ = false;  // this rank's rebuilt shard failed the end-to-end check
+  bool fell_back_ = false;  // restored from the remote tier after the plan failed
+
+  std::atomic<uint64_t> sent_{0};
+  uint64_t received_ = 0;
+};
+
+}  // namespace memento::runtime

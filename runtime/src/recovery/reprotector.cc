@@ -1,0 +1,209 @@
+#include "recovery/reprotector.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "memento/erasure/rs_codec.h"
+
+namespace memento::runtime {
+
+bool MinimalReprotectPossible(const placement::RecoveryPlan& plan) {
+  if (plan.memory_cannot_serve) return false;
+  const std::set<int> failed(plan.failed_nodes.begin(), plan.failed_nodes.end());
+  for (const placement::ShardSource& s : plan.shards) {
+    if (s.kind == placement::SourceKind::kRemote) return false;
+    if (s.kind != placement::SourceKind::kLocal && failed.count(s.node) == 0) return false;
+  }
+  for (const placement::ReprotectItem& item : plan.reprotect) {
+    if (failed.count(item.node) == 0) return false;
+  }
+  return true;
+}
+
+Status BuildReprotectChains(const placement::RecoveryPlan& plan, const ProtectionLayout& layout,
+                            std::vector<ReduceChain>* chains,
+                            std::vector<ReprotectChainInfo>* info) {
+  chains->clear();
+  info->clear();
+  const auto& groups = layout.groups();
+  for (size_t i = 0; i < plan.reprotect.size(); ++i) {
+    const placement::ReprotectItem& item = plan.reprotect[i];
+    ReduceChain chain;
+    chain.dst_rank = layout.rank_of(item.node, item.lane);
+    ReprotectChainInfo ci;
+    ci.item = static_cast<int>(i);
+    if (item.kind == placement::ItemKind::kReplica) {
+      chain.length = layout.shard_bytes(item.owner, item.lane);
+      chain.terms.push_back({layout.rank_of(item.owner, item.lane), -1, 1});
+    } else if (item.kind == placement::ItemKind::kParity) {
+      const placement::ProtectionGroup& g = groups.group(item.group);
+      const int k = g.data;
+      ci.piece_bytes = layout.map(item.lane).piece_bytes(item.group);
+      chain.length = ci.piece_bytes;
+      std::vector<uint8_t> coefs(k, 1);  // xor: the parity row is all ones
+      if (layout.scheme().kind() == placement::SchemeKind::kReedSolomon) {
+        MEMENTO_ASSIGN_OR_RETURN(auto codec, erasure::RsCodec::Create(k, g.parity));
+        for (int r = 0; r < k; ++r) {
+          coefs[r] = codec.generator().at(static_cast<size_t>(k + item.row) * k + r);
+        }
+      }
+      for (int r = 0; r < k; ++r) {
+        const int node = groups.DataRowNode(item.group, item.stripe, r);
+        chain.terms.push_back({layout.rank_of(node, item.lane), r, coefs[r]});
+      }
+    } else {
+      return Status::Internal("re-protect item of kind shard");
+    }
+    if (chain.length == 0) continue;
+    chains->push_back(std::move(chain));
+    info->push_back(ci);
+  }
+  return Status::Ok();
+}
+
+Reprotector::Reprotector(Parts parts) : parts_(std::move(parts)) {}
+
+Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
+                            const std::vector<uint8_t>* restored_shard,
+                            const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes,
+                            int* slot_out) {
+  const ProtectionLayout& pl = *parts_.layout;
+  const uint64_t version = plan.version;
+  const bool fresh = std::find(plan.failed_nodes.begin(), plan.failed_nodes.end(), pl.node()) !=
+                     plan.failed_nodes.end();
+  *slot_out = -1;
+  // 1. A lost node's rank: its restored shard into a fresh slot; a survivor
+  // serves from its slot of the version.
+  Status local;
+  int slot = -1;
+  if (fresh) {
+    local = restored_shard == nullptr
+                ? Status::Internal("lost node's rank has no restored shard")
+                : WriteRestoredShard(version, *restored_shard, &slot);
+  } else if (const std::optional<int> found = parts_.store->FindVersion(version)) {
+    slot = *found;
+  } else {
+    local = Status::NotFound("v" + std::to_string(version) + " vanished from this store");
+  }
+
+  // 2. Every rank takes part in the chains, whatever its own state.
+  std::vector<ReduceChain> chains;
+  std::vector<ReprotectChainInfo> info;
+  Status built = BuildReprotectChains(plan, pl, &chains, &info);
+  std::vector<std::vector<uint8_t>> rows;
+  if (built.ok()) {
+    const bool can_read = local.ok() && slot >= 0;
+    auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
+                      uint8_t* dst) -> Status {
+      if (!can_read) {
+        return Status::Unavailable("this rank has no copy of v" + std::to_string(version));
+      }
+      const uint64_t base =
+          term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
+      return parts_.io->ReadRange(slot, fresh ? restored_shard : nullptr, base + off, len, dst);
+    };
+    built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &rows,
+                            bytes);
+  }
+  if (local.ok()) local = built;
+
+  // 3. A lost node's rank: everything it holds, then the seals, then the slot.
+  if (fresh && local.ok()) local = WriteHeld(plan, slot, chains, info, rows);
+  if (fresh && local.ok()) local = WriteSeals(slot, seals_of);
+  if (fresh && local.ok()) local = parts_.store->SealRegion(slot, pl.topology_region(), 0, 0);
+  if (fresh && local.ok()) local = parts_.store->SealSlot(slot, version);
+  if (!local.ok() && fresh && slot >= 0) (void)parts_.store->Invalidate(slot);
+  if (local.ok()) *slot_out = slot;
+  return local;
+}
+
+Status Reprotector::WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard,
+                                       int* slot) {
+  NodeStore* store = parts_.store;
+  const int chosen = parts_.slots->Acquire();
+  MEMENTO_RETURN_IF_ERROR(store->BeginWriteSlot(chosen, version));
+  *slot = chosen;
+  const std::vector<RegisteredEntry>& entries = parts_.io->entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int entry = static_cast<int>(i);
+    const uint64_t n = entries[i].bytes;
+    uint8_t* dst = store->MutableRegion(chosen, entry);
+    const uint8_t* src = shard.data() + parts_.layout->entry_base(entry);
+    if (n > 0) std::memcpy(dst, src, n);
+    MEMENTO_RETURN_IF_ERROR(store->SealRegion(chosen, entry, n, erasure::Crc32c(dst, n)));
+  }
+  return Status::Ok();
+}
+
+Status Reprotector::WriteHeld(const placement::RecoveryPlan& plan, int slot,
+                              const std::vector<ReduceChain>& chains,
+                              const std::vector<ReprotectChainInfo>& info,
+                              const std::vector<std::vector<uint8_t>>& rows) {
+  NodeStore* store = parts_.store;
+  const int me = parts_.transport->rank();
+  for (const HeldRegion& h : parts_.layout->held()) {
+    const std::vector<uint8_t>* row = nullptr;
+    for (size_t c = 0; c < chains.size(); ++c) {
+      const placement::ReprotectItem& item = plan.reprotect[info[c].item];
+      if (chains[c].dst_rank != me || item.kind != h.item.kind) continue;
+      const bool match = item.kind == placement::ItemKind::kReplica
+                             ? item.owner == h.item.owner
+                             : item.stripe == h.item.stripe && item.row == h.item.row;
+      if (match) row = &rows[c];
+    }
+    uint8_t* dst = store->MutableRegion(slot, h.region);
+    if (h.capacity > 0) {
+      if (row == nullptr || row->size() != h.capacity) {
+        return Status::Internal("held region " + store->layout().regions[h.region].name +
+                                " is not rebuilt by the re-protect plan");
+      }
+      std::memcpy(dst, row->data(), h.capacity);
+    }
+    MEMENTO_RETURN_IF_ERROR(
+        store->SealRegion(slot, h.region, h.capacity, erasure::Crc32c(dst, h.capacity)));
+  }
+  return Status::Ok();
+}
+
+Status Reprotector::WriteSeals(int slot, const SealsByOwner& seals_of) {
+  NodeStore* store = parts_.store;
+  const ProtectionLayout& pl = *parts_.layout;
+  for (const SealsRegion& r : pl.seals()) {
+    auto it = seals_of.find({r.owner, pl.lane()});
+    if (it == seals_of.end()) {
+      return Status::NotFound("no entry seals of node " + std::to_string(r.owner) + " survive");
+    }
+    const std::vector<uint8_t> rec = EncodeEntrySeals(it->second);
+    if (rec.size() != r.capacity) {
+      return Status::Corruption("entry seals of node " + std::to_string(r.owner) + " have " +
+                                std::to_string(rec.size()) + " bytes, the region " +
+                                std::to_string(r.capacity));
+    }
+    std::memcpy(store->MutableRegion(slot, r.region), rec.data(), rec.size());
+    MEMENTO_RETURN_IF_ERROR(
+        store->SealRegion(slot, r.region, rec.size(), erasure::Crc32c(rec.data(), rec.size())));
+  }
+  return Status::Ok();
+}
+
+Status Reprotector::Full(uint64_t version, ReduceBytes* bytes) {
+  // A copy of `version` this store already holds (a survivor's) stays the
+  // committed slot, so the new copy goes elsewhere and the old one is dropped
+  // only once the new one is committed: a failure during the re-protect
+  // still leaves `version` in memory. Without one, the slot of the newest
+  // committed version is kept the same way.
+  if (std::optional<int> held = parts_.store->FindVersion(version)) {
+    parts_.slots->SetCommitted(*held);
+  }
+  Status s = parts_.resnapshot(version);
+  if (parts_.protect != nullptr) {
+    bytes->sent += parts_.protect->bytes_sent();
+    bytes->received += parts_.protect->bytes_received();
+  }
+  return s;
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,159 @@
+#include "recovery/shard_io.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "snapshot/device_copy.h"
+
+namespace memento::runtime {
+namespace {
+
+// Bytes hashed per step while copying out of a slot (stays in cache).
+constexpr uint64_t kPiece = 256 << 10;
+
+}  // namespace
+
+ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
+                 const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport)
+    : entries_(entries), store_(store), layout_(layout), remote_(remote), transport_(transport) {}
+
+Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const {
+  crcs->assign(entries_->size(), 0);
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(slot, static_cast<int>(i)));
+    if (view.version != version || view.length != e.bytes) {
+      return Status::Corruption("entry '" + e.name + "' in slot " + std::to_string(slot) +
+                                ": holds v" + std::to_string(view.version) + " with " +
+                                std::to_string(view.length) + " bytes, expected v" +
+                                std::to_string(version) + " with " + std::to_string(e.bytes));
+    }
+    // Hash the bytes as they land (host) or as they leave the slot (device).
+    erasure::Crc32cStream crc;
+    for (uint64_t done = 0; done < e.bytes; done += kPiece) {
+      const uint64_t n = std::min(kPiece, e.bytes - done);
+      if (e.device) {
+        crc.Update(view.data + done, n);
+        MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, view.data + done, n, true));
+      } else {
+        std::memcpy(e.data + done, view.data + done, n);
+        crc.Update(e.data + done, n);
+      }
+    }
+    if (crc.value() != view.crc) {
+      return Status::Corruption("entry '" + e.name + "' of v" + std::to_string(version) + " in " +
+                                store_->segment_name() + " slot " + std::to_string(slot) +
+                                ": crc32c " + std::to_string(crc.value()) + " != sealed " +
+                                std::to_string(view.crc));
+    }
+    (*crcs)[i] = view.crc;
+  }
+  if (!store_->StillSealed(slot, version)) {
+    return Status::Corruption("slot " + std::to_string(slot) + " changed while restoring v" +
+                              std::to_string(version));
+  }
+  return Status::Ok();
+}
+
+Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const {
+  if (remote_ == nullptr) return Status::NotFound("no remote tier");
+  MEMENTO_ASSIGN_OR_RETURN(RemoteManifest manifest, remote_->ReadManifest(version));
+  if (manifest.world_size != transport_->size()) {
+    return Status::ElasticRestoreNeeded("remote v" + std::to_string(version) + " was written by " +
+                                        std::to_string(manifest.world_size) +
+                                        " ranks, the job now has " +
+                                        std::to_string(transport_->size()));
+  }
+  const int rank = transport_->rank();
+  MEMENTO_ASSIGN_OR_RETURN(auto infos, remote_->ListEntries(version, rank));
+  std::map<std::string, uint32_t> crc_by_name;
+  for (const auto& info : infos) crc_by_name[info.name] = info.crc;
+  std::vector<RemoteEntryTarget> targets;
+  std::vector<std::vector<uint8_t>> staging;  // device entries go through host memory
+  staging.reserve(entries_->size());
+  for (const RegisteredEntry& e : *entries_) {
+    void* dst = e.data;
+    if (e.device) {
+      staging.emplace_back(e.bytes);
+      dst = staging.back().data();
+    }
+    targets.push_back({e.name, dst, e.bytes});
+  }
+  MEMENTO_RETURN_IF_ERROR(remote_->ReadRankFile(version, rank, targets));
+  size_t staged = 0;
+  crcs->assign(entries_->size(), 0);
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    if (e.device) {
+      MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, staging[staged++].data(), e.bytes, true));
+    }
+    (*crcs)[i] = crc_by_name[e.name];
+  }
+  return Status::Ok();
+}
+
+Status ShardIo::ScatterToBuffers(const std::vector<uint8_t>& shard,
+                                 std::vector<uint32_t>* crcs) const {
+  crcs->assign(entries_->size(), 0);
+  uint64_t at = 0;
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    MEMENTO_CHECK_LE(at + e.bytes, shard.size());
+    MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, shard.data() + at, e.bytes, e.device));
+    (*crcs)[i] = erasure::Crc32c(shard.data() + at, e.bytes);
+    at += e.bytes;
+  }
+  return Status::Ok();
+}
+
+Status ShardIo::VerifyAgainstSeals(const std::vector<uint8_t>& shard,
+                                   const std::vector<EntrySeal>& seals) const {
+  std::vector<uint64_t> sizes;
+  std::vector<std::string> names;
+  for (const RegisteredEntry& e : *entries_) {
+    sizes.push_back(e.bytes);
+    names.push_back(e.name);
+  }
+  return VerifyShardAgainstSeals(shard, sizes, names, seals);
+}
+
+Status ShardIo::ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin,
+                          uint64_t len, uint8_t* dst) const {
+  std::memset(dst, 0, len);
+  const uint64_t end = begin + len;
+  if (shard != nullptr) {
+    if (begin < shard->size()) {
+      std::memcpy(dst, shard->data() + begin, std::min<uint64_t>(end, shard->size()) - begin);
+    }
+    return Status::Ok();
+  }
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    const uint64_t eb = layout_->entry_base(static_cast<int>(i));
+    const uint64_t ee = eb + e.bytes;
+    const uint64_t lo = std::max(eb, begin), hi = std::min(ee, end);
+    if (lo >= hi) continue;
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(slot, static_cast<int>(i)));
+    if (view.length != e.bytes) {
+      return Status::Corruption("entry '" + e.name + "' holds " + std::to_string(view.length) +
+                                " bytes, expected " + std::to_string(e.bytes));
+    }
+    std::memcpy(dst + (lo - begin), view.data + (lo - eb), hi - lo);
+  }
+  return Status::Ok();
+}
+
+int64_t ShardIo::NewestRemoteVersion(std::vector<std::string>* notes) const {
+  if (remote_ == nullptr) return -1;
+  auto newest = remote_->NewestComplete();
+  if (!newest.ok()) {
+    notes->push_back("remote: " + newest.status().ToString());
+    return -1;
+  }
+  return newest->has_value() ? static_cast<int64_t>(**newest) : -1;
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,135 @@
+#include "snapshot/snapshot_pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "snapshot/device_copy.h"
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+
+namespace memento::runtime {
+namespace {
+// Piece size for copy-then-hash: small enough to still be in L2 when hashed.
+constexpr uint64_t kPiece = 256 << 10;
+}  // namespace
+
+SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
+                                   std::function<Status(Stage, uint64_t)> hook)
+    : stages_(std::move(stages)), hook_(std::move(hook)) {
+  MEMENTO_CHECK_GE(threads, 1);
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+SnapshotPipeline::~SnapshotPipeline() {
+  (void)WaitCopied();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks) {
+  for (ChunkStage* stage : stages_) {
+    Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
+    if (!begun.ok()) {
+      // Nothing is copied; WaitCopied reports this version's failure (not the
+      // previous version's outcome), so the rank votes "false" at the commit.
+      std::lock_guard<std::mutex> lock(mu_);
+      MEMENTO_CHECK(!running_);
+      version_ = version;
+      slot_ = slot;
+      error_ = begun.WithContext("snapshot of v" + std::to_string(version) + " not started");
+      return begun;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MEMENTO_CHECK(!running_);
+    tasks_ = tasks;
+    version_ = version;
+    slot_ = slot;
+    error_ = Status::Ok();
+    next_.store(0);
+    first_landed_.store(false);
+    remaining_ = tasks->size();
+    running_ = remaining_ > 0;
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  return Status::Ok();
+}
+
+Status SnapshotPipeline::WaitCopied() {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [this] { return !running_; });
+  return error_;
+}
+
+void SnapshotPipeline::WorkerLoop() {
+  uint64_t seen = 0;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && running_); });
+      if (stop_) return;
+      seen = generation_;
+    }
+    while (true) {
+      size_t i = next_.fetch_add(1);
+      if (i >= tasks_.load()->size()) break;
+      RunTask(i);
+    }
+  }
+}
+
+void SnapshotPipeline::RunTask(size_t index) {
+  const CopyTask& task = (*tasks_.load())[index];
+  const uint64_t version = version_.load();
+  Status status;
+  uint32_t crc = 0;
+  if (task.device) {
+    status = CopyBytes(task.dst, task.src, task.length, true);
+    if (status.ok()) crc = erasure::Crc32c(task.dst, task.length);
+  } else {
+    erasure::Crc32cStream stream;
+    for (uint64_t done = 0; done < task.length; done += kPiece) {
+      const uint64_t n = std::min(kPiece, task.length - done);
+      std::memcpy(task.dst + done, task.src + done, n);
+      stream.Update(task.dst + done, n);
+    }
+    crc = stream.value();
+  }
+  if (status.ok()) {
+    Chunk chunk;
+    chunk.version = version;
+    chunk.slot = slot_.load();
+    chunk.entry = task.entry;
+    chunk.offset = task.offset;
+    chunk.length = task.length;
+    chunk.data = task.dst;
+    chunk.crc = crc;
+    chunk.index = static_cast<int>(index);
+    for (ChunkStage* stage : stages_) {
+      Status s = stage->OnChunk(chunk);
+      if (!s.ok() && status.ok()) status = s;
+    }
+    if (hook_ && !first_landed_.exchange(true)) {
+      Status s = hook_(Stage::kSnapshot, version);
+      if (!s.ok() && status.ok()) status = s.WithContext("fault hook at snapshot");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status.ok() && error_.ok()) {
+    error_ =
+        status.WithContext("snapshot of v" + std::to_string(version) + " entry #" +
+                           std::to_string(task.entry) + " offset " + std::to_string(task.offset));
+  }
+  if (--remaining_ == 0) {
+    running_ = false;
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace memento::runtime

@@ -1,0 +1,83 @@
+// SnapshotPipeline: copies one version's chunks into its slot on a pool of
+// worker threads and hands each landed chunk to the ChunkStages.
+//
+// The chunk list of a version is built by the Checkpointer from the fixed
+// layout (its vector is reused across versions: no allocation per Save).
+// Workers claim chunks with one atomic counter, so big and small entries
+// spread evenly; each chunk is copied in cache-sized pieces and its crc32c is
+// computed on the destination right after each piece is copied, while the
+// piece is still in cache: one pass over memory for copy + hash.
+//
+// Thread-safety: Start and the version lifecycle are driven by one thread at
+// a time (the Checkpointer's application thread); WaitCopied may be called
+// from any thread, concurrently.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/stage.h"
+#include "memento/runtime/chunk_stage.h"
+
+namespace memento::runtime {
+
+struct CopyTask {
+  const uint8_t* src = nullptr;  // registered buffer (+ offset)
+  uint8_t* dst = nullptr;        // slot region (+ offset)
+  uint64_t length = 0;
+  uint64_t offset = 0;  // within the entry
+  int entry = 0;
+  bool device = false;  // src is device memory
+};
+
+class SnapshotPipeline {
+ public:
+  // `stages` are called for every chunk, in order; `hook` (may be empty) at
+  // Stage::kSnapshot after the first landed chunk of each version.
+  SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
+                   std::function<Status(Stage, uint64_t)> hook);
+  ~SnapshotPipeline();  // finishes the running version, joins the workers
+
+  // Starts copying `*tasks` (kept alive and unchanged by the caller until
+  // WaitCopied returns) for `version` into `slot`. Calls every stage's Begin
+  // first. Precondition (a bug otherwise): the previous version was waited for.
+  Status Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks);
+
+  // Blocks until every chunk of the last started version has landed and been
+  // handed to the stages; returns the first error of a copy or a stage
+  // (OK when nothing was started).
+  Status WaitCopied();
+
+ private:
+  void WorkerLoop();
+  void RunTask(size_t index);
+
+  const std::vector<ChunkStage*> stages_;
+  const std::function<Status(Stage, uint64_t)> hook_;
+  std::vector<std::thread> workers_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;  // bumped by Start
+  bool stop_ = false;
+  bool running_ = false;
+  size_t remaining_ = 0;  // chunks not yet finished
+  Status error_;          // first error of the running version
+
+  // Read by workers without the lock: a worker may claim a chunk of the next
+  // version straight after the last one (stores happen before next_ resets).
+  std::atomic<const std::vector<CopyTask>*> tasks_{nullptr};
+  std::atomic<uint64_t> version_{0};
+  std::atomic<int> slot_{0};
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> first_landed_{false};
+};
+
+}  // namespace memento::runtime

@@ -1,0 +1,207 @@
+#include "transport/wire.h"
+
+#include <cstring>
+
+namespace memento::runtime::wire {
+namespace {
+
+// Appends the bytes of `value`.
+template <typename T>
+void Put(std::vector<uint8_t>* out, const T& value) {
+  const size_t at = out->size();
+  out->resize(at + sizeof(T));
+  std::memcpy(out->data() + at, &value, sizeof(T));
+}
+
+template <typename T>
+T Get(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+constexpr size_t kInventoryFields = 8;
+constexpr size_t kBadFields = 5;
+
+}  // namespace
+
+int RecoverTag(size_t index) {
+  return kTagRecoverBase + static_cast<int>(index % static_cast<size_t>(kRecoverTagSpan));
+}
+
+std::vector<uint8_t> EncodePersistRecord(const PersistRecord& r) {
+  std::vector<uint8_t> out;
+  out.reserve(25 + r.file.file.size());
+  Put(&out, r.version);
+  Put(&out, static_cast<uint8_t>(r.ok ? 1 : 0));
+  Put(&out, r.file.bytes);
+  Put(&out, r.file.crc);
+  Put(&out, static_cast<uint32_t>(r.file.file.size()));
+  out.insert(out.end(), r.file.file.begin(), r.file.file.end());
+  return out;
+}
+
+Result<PersistRecord> DecodePersistRecord(const uint8_t* p, size_t n) {
+  if (n < 25) return Status::Corruption("persist record of " + std::to_string(n) + " bytes");
+  PersistRecord r;
+  r.version = Get<uint64_t>(p);
+  r.ok = p[8] != 0;
+  r.file.bytes = Get<uint64_t>(p + 9);
+  r.file.crc = Get<uint32_t>(p + 17);
+  const uint32_t name_len = Get<uint32_t>(p + 21);
+  if (25 + static_cast<size_t>(name_len) != n) {
+    return Status::Corruption("persist record: name length " + std::to_string(name_len) +
+                              " does not match " + std::to_string(n) + " bytes");
+  }
+  r.file.file.assign(reinterpret_cast<const char*>(p + 25), name_len);
+  return r;
+}
+
+std::vector<uint8_t> EncodeRankRecord(const RankRecord& r) {
+  std::vector<uint8_t> out;
+  out.reserve(24 + r.identity.size());
+  Put(&out, r.lane);
+  Put(&out, r.old_index);
+  Put(&out, r.old_nodes);
+  Put(&out, r.entries);
+  Put(&out, r.shard_bytes);
+  out.insert(out.end(), r.identity.begin(), r.identity.end());
+  return out;
+}
+
+Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < 25) {
+    return Status::Corruption("rank record of " + std::to_string(bytes.size()) + " bytes");
+  }
+  const uint8_t* p = bytes.data();
+  RankRecord r;
+  r.lane = Get<int32_t>(p);
+  r.old_index = Get<int32_t>(p + 4);
+  r.old_nodes = Get<uint32_t>(p + 8);
+  r.entries = Get<uint32_t>(p + 12);
+  r.shard_bytes = Get<uint64_t>(p + 16);
+  r.identity.assign(bytes.begin() + 24, bytes.end());
+  return r;
+}
+
+std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
+  std::vector<uint8_t> out;
+  out.reserve(8 * (1 + kInventoryFields * inv.items.size()));
+  Put(&out, inv.remote_newest);
+  for (const placement::InventoryItem& it : inv.items) {
+    for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
+                      static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
+                      static_cast<int64_t>(it.row), static_cast<int64_t>(it.bytes),
+                      static_cast<int64_t>(it.crc_ok ? 1 : 0), int64_t{0}}) {
+      Put(&out, f);
+    }
+  }
+  return out;
+}
+
+Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane) {
+  const size_t n = bytes.size() / 8;
+  if (bytes.size() % 8 != 0 || n < 1 || (n - 1) % kInventoryFields != 0) {
+    return Status::Corruption("restore inventory of " + std::to_string(bytes.size()) + " bytes");
+  }
+  const uint8_t* p = bytes.data();
+  Inventory inv;
+  inv.remote_newest = Get<int64_t>(p);
+  for (size_t i = 1; i < n; i += kInventoryFields) {
+    auto f = [&](size_t k) { return Get<int64_t>(p + 8 * (i + k)); };
+    placement::InventoryItem it;
+    it.node = node;
+    it.lane = lane;
+    it.version = static_cast<uint64_t>(f(0));
+    it.kind = static_cast<placement::ItemKind>(f(1));
+    it.owner = static_cast<int>(f(2));
+    it.stripe = static_cast<int>(f(3));
+    it.row = static_cast<int>(f(4));
+    it.bytes = static_cast<uint64_t>(f(5));
+    it.sealed = true;
+    it.crc_ok = f(6) != 0;
+    inv.items.push_back(it);
+  }
+  return inv;
+}
+
+std::vector<uint8_t> EncodeBadItems(const std::vector<placement::InventoryItem>& items) {
+  std::vector<uint8_t> out;
+  out.reserve(8 * kBadFields * items.size());
+  for (const placement::InventoryItem& it : items) {
+    for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
+                      static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
+                      static_cast<int64_t>(it.row)}) {
+      Put(&out, f);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<placement::InventoryItem>> DecodeBadItems(const std::vector<uint8_t>& bytes,
+                                                             int node, int lane) {
+  if (bytes.size() % (8 * kBadFields) != 0) {
+    return Status::Corruption("restore verification record of " + std::to_string(bytes.size()) +
+                              " bytes");
+  }
+  std::vector<placement::InventoryItem> items;
+  for (size_t at = 0; at < bytes.size(); at += 8 * kBadFields) {
+    auto f = [&](size_t k) { return Get<int64_t>(bytes.data() + at + 8 * k); };
+    placement::InventoryItem it;
+    it.node = node;
+    it.lane = lane;
+    it.version = static_cast<uint64_t>(f(0));
+    it.kind = static_cast<placement::ItemKind>(f(1));
+    it.owner = static_cast<int>(f(2));
+    it.stripe = static_cast<int>(f(3));
+    it.row = static_cast<int>(f(4));
+    items.push_back(it);
+  }
+  return items;
+}
+
+void AppendSealsRecord(const SealsRecord& r, std::vector<uint8_t>* out) {
+  Put(out, static_cast<int32_t>(r.node));
+  Put(out, static_cast<int32_t>(r.lane));
+  Put(out, static_cast<uint32_t>(r.seals.size()));
+  out->insert(out->end(), r.seals.begin(), r.seals.end());
+}
+
+Result<std::vector<SealsRecord>> DecodeSealsRecords(const std::vector<uint8_t>& bytes) {
+  std::vector<SealsRecord> out;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    if (at + 12 > bytes.size()) return Status::Corruption("entry seals record header cut short");
+    SealsRecord r;
+    r.node = Get<int32_t>(bytes.data() + at);
+    r.lane = Get<int32_t>(bytes.data() + at + 4);
+    const uint32_t len = Get<uint32_t>(bytes.data() + at + 8);
+    if (at + 12 + len > bytes.size()) {
+      return Status::Corruption("entry seals record of " + std::to_string(len) +
+                                " bytes overruns the " + std::to_string(bytes.size()) +
+                                "-byte allgather entry");
+    }
+    r.seals.assign(bytes.begin() + at + 12, bytes.begin() + at + 12 + len);
+    out.push_back(std::move(r));
+    at += 12 + len;
+  }
+  return out;
+}
+
+std::vector<uint8_t> EncodeCounters(const std::vector<uint64_t>& counters) {
+  std::vector<uint8_t> out;
+  for (uint64_t c : counters) Put(&out, c);
+  return out;
+}
+
+Result<std::vector<uint64_t>> DecodeCounters(const std::vector<uint8_t>& bytes, size_t count) {
+  if (bytes.size() != 8 * count) {
+    return Status::Corruption("counters record of " + std::to_string(bytes.size()) +
+                              " bytes, expected " + std::to_string(8 * count));
+  }
+  std::vector<uint64_t> out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = Get<uint64_t>(bytes.data() + 8 * i);
+  return out;
+}
+
+}  // namespace memento::runtime::wire

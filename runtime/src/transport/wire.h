@@ -1,0 +1,140 @@
+// Every message format the engine sends over a Transport, in one place: the
+// point-to-point tags, the fixed headers, and the records of the collectives
+// (allgathers). A record is encoded by one function and decoded by its twin
+// here, so a format changes in one file and is tested in wire_test.cc.
+//
+// All integers are little-endian as the hosts write them (every rank runs the
+// same binary on the same architecture); fixed headers are sent as their
+// bytes and guarded by static_asserts on their size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/placement/recovery_planner.h"
+#include "memento/runtime/remote_store.h"
+
+namespace memento::runtime::wire {
+
+// ---- tags ----------------------------------------------------------------------------------
+// Stages pick disjoint ranges, so messages of different stages never match.
+
+// Persist: rank r -> rank 0, "my rank file of version v is written" (a PersistRecord).
+inline constexpr int kTagPersistDone = 100;
+
+// Protect: owner -> holder, a ProtectHeader then its payload, both with this
+// tag. Only the destination's sender thread sends to it, so a header and its
+// payload never interleave with another pair on the (source, destination, tag)
+// channel, which delivers in order.
+inline constexpr int kTagProtect = 1000;
+
+// Recovery and re-protect: message i of a restore (a replica transfer's header
+// or payload, a reduce chain's pieces) uses RecoverTag(i); the span wraps so
+// that any number of messages stays inside the range.
+inline constexpr int kTagRecoverBase = 2000;
+inline constexpr int kRecoverTagSpan = 14000;
+int RecoverTag(size_t index);
+
+// ---- fixed headers -------------------------------------------------------------------------
+
+// Part kinds of a ProtectHeader.
+inline constexpr uint32_t kReplicaPart = 1;
+inline constexpr uint32_t kParityPart = 2;
+inline constexpr uint32_t kSealsPart = 3;
+
+// Precedes every protect payload (protect_stage.cc).
+struct ProtectHeader {
+  uint64_t version = 0;
+  uint32_t kind = 0;  // kReplicaPart, kParityPart or kSealsPart
+  uint32_t stripe = 0;
+  uint32_t row = 0;
+  uint32_t data_row = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  // Replica parts: the sender's crc32c of the part (the snapshot's chunk
+  // crc). The holder seals with it instead of hashing what it received, so
+  // the seal is end to end: a byte changed on the wire or in the holder's
+  // memory fails the region check at restore.
+  uint32_t crc = 0;
+  // How many times this rank began this version before (a Save retried
+  // after a failed attempt): parts of a failed attempt still in flight are
+  // drained, never taken for the retry's.
+  uint32_t attempt = 0;
+};
+static_assert(sizeof(ProtectHeader) == 48, "wire format");
+
+// Precedes a payload of a restore transfer or a reduce-chain piece: its
+// length and crc32c, or ok = 0 when the sender cannot serve it (no payload
+// follows then).
+struct PayloadHeader {
+  uint64_t length = 0;
+  uint32_t crc = 0;
+  uint32_t ok = 0;
+};
+static_assert(sizeof(PayloadHeader) == 16, "wire format");
+
+// ---- records -------------------------------------------------------------------------------
+
+// Persist "done" record of one rank: u64 version, u8 ok, u64 file bytes,
+// u32 crc, u32 name length, name.
+struct PersistRecord {
+  uint64_t version = 0;
+  bool ok = false;
+  RankFileInfo file;  // rank is not sent (the receiver knows the source)
+};
+inline constexpr size_t kMaxPersistRecord = 4096;
+std::vector<uint8_t> EncodePersistRecord(const PersistRecord& record);
+Result<PersistRecord> DecodePersistRecord(const uint8_t* data, size_t bytes);
+
+// What a rank says about itself in Prepare (one allgather): its node identity,
+// lane, and what a surviving store of it records about the topology it was
+// written for. i32 lane, i32 old_index, u32 old_nodes, u32 entries,
+// u64 shard_bytes, identity (the rest).
+struct RankRecord {
+  std::string identity;
+  int32_t lane = 0;
+  int32_t old_index = -1;    // node index recorded in its surviving store, -1 if none
+  uint32_t old_nodes = 0;    // node count recorded in its surviving store, 0 if none
+  uint64_t shard_bytes = 0;  // sum of its registered entries
+  uint32_t entries = 0;      // number of its registered entries
+};
+std::vector<uint8_t> EncodeRankRecord(const RankRecord& record);
+Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
+
+// Restore inventory of one rank (one allgather): the newest complete remote
+// version it sees (-1: none) and every item of its sealed slots. i64
+// remote_newest, then per item 8 x i64: version, kind, owner, stripe, row,
+// bytes, crc_ok, 0. Node and lane are the sender's, known to the receiver.
+struct Inventory {
+  int64_t remote_newest = -1;
+  std::vector<placement::InventoryItem> items;
+};
+std::vector<uint8_t> EncodeInventory(const Inventory& inventory);
+// Items get (node, lane) and sealed = true.
+Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane);
+
+// Items found bad by verification or by an end-to-end mismatch (one
+// allgather): per item 5 x i64: version, kind, owner, stripe, row.
+std::vector<uint8_t> EncodeBadItems(const std::vector<placement::InventoryItem>& items);
+// Items get (node, lane); bytes, sealed and crc_ok are not sent.
+Result<std::vector<placement::InventoryItem>> DecodeBadItems(const std::vector<uint8_t>& bytes,
+                                                             int node, int lane);
+
+// Entry seals a rank vouches for (one allgather): per owner i32 node,
+// i32 lane, u32 length, then `length` bytes of EncodeEntrySeals.
+struct SealsRecord {
+  int node = -1;
+  int lane = 0;
+  std::vector<uint8_t> seals;
+};
+void AppendSealsRecord(const SealsRecord& record, std::vector<uint8_t>* out);
+Result<std::vector<SealsRecord>> DecodeSealsRecords(const std::vector<uint8_t>& bytes);
+
+// A fixed number of u64 counters (e.g. bytes received by a rank).
+std::vector<uint8_t> EncodeCounters(const std::vector<uint64_t>& counters);
+Result<std::vector<uint64_t>> DecodeCounters(const std::vector<uint8_t>& bytes, size_t count);
+
+}  // namespace memento::runtime::wire

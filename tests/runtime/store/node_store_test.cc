@@ -1,0 +1,548 @@
+#include "memento/runtime/node_store.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "memento/common/check.h"
+#include "memento/erasure/crc32c.h"
+#include "store/node_store_format.h"
+#include "store_test_util.h"
+
+namespace memento::runtime {
+namespace {
+
+using erasure::Crc32c;
+using testing::JobCleaner;
+using testing::UniqueJob;
+namespace f = format;
+
+StoreLayout TestLayout() {
+  StoreLayout l;
+  RegionSpec w;
+  w.name = "model.w";
+  w.capacity = 10007;  // odd size
+  w.owner_node = 3;
+  w.owner_lane = 1;
+  w.layout = {"float32", {100, 400}, {25, 100}, {50, 0}};
+  RegionSpec empty;
+  empty.name = "empty";
+  empty.capacity = 0;
+  RegionSpec step;
+  step.name = "step";
+  step.capacity = 8;
+  step.layout.dtype = "int64";
+  RegionSpec parity;
+  parity.kind = RegionKind::kParity;
+  parity.name = "parity/0";
+  parity.capacity = 4096;
+  parity.owner_node = 2;
+  parity.piece = 1;
+  l.regions = {w, empty, step, parity};
+  return l;
+}
+
+std::vector<uint8_t> Pattern(uint64_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Writes version `v` into a slot chosen by BeginWrite, seals it; returns the slot.
+int WriteVersion(NodeStore& store, uint64_t v, bool commit = true) {
+  auto slot = store.BeginWrite(v);
+  MEMENTO_CHECK(slot.ok());
+  for (int r = 0; r < store.region_count(); ++r) {
+    const uint64_t cap = store.layout().regions[r].capacity;
+    auto data = Pattern(cap, static_cast<uint32_t>(v * 100 + r));
+    if (cap > 0) std::memcpy(store.MutableRegion(*slot, r), data.data(), cap);
+    MEMENTO_CHECK(store.SealRegion(*slot, r, cap, Crc32c(data.data(), cap)).ok());
+  }
+  MEMENTO_CHECK(store.SealSlot(*slot, v).ok());
+  if (commit) MEMENTO_CHECK(store.MarkCommitted(*slot, v).ok());
+  return *slot;
+}
+
+void ExpectVersion(const NodeStore& store, int slot, uint64_t v) {
+  for (int r = 0; r < store.region_count(); ++r) {
+    auto view = store.ReadRegion(slot, r);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    const uint64_t cap = store.layout().regions[r].capacity;
+    auto expect = Pattern(cap, static_cast<uint32_t>(v * 100 + r));
+    ASSERT_EQ(view->length, cap);
+    EXPECT_EQ(view->version, v);
+    EXPECT_TRUE(cap == 0 || std::memcmp(view->data, expect.data(), cap) == 0) << "region " << r;
+    EXPECT_TRUE(store.VerifyRegion(slot, r).ok());
+  }
+}
+
+TEST(StoreLayout, ValidateNamesTheBadRegion) {
+  StoreLayout l = TestLayout();
+  EXPECT_TRUE(l.Validate().ok());
+  EXPECT_EQ(l.Find("step"), 2);
+  EXPECT_EQ(l.Find("nope"), -1);
+  EXPECT_EQ(l.PayloadBytes(), 10007u + 0 + 8 + 4096);
+  StoreLayout dup = l;
+  dup.regions[2].name = "model.w";
+  Status s = dup.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("duplicate"), std::string::npos);
+  StoreLayout slice = l;
+  slice.regions[0].layout.offsets[0] = 80;  // 80 + 25 > 100
+  s = slice.Validate();
+  EXPECT_NE(s.message().find("model.w"), std::string::npos) << s.ToString();
+  StoreLayout ranks = l;
+  ranks.regions[0].layout.shape.pop_back();
+  EXPECT_FALSE(ranks.Validate().ok());
+  StoreLayout unnamed = l;
+  unnamed.regions[1].name.clear();
+  EXPECT_FALSE(unnamed.Validate().ok());
+  EXPECT_EQ(NodeStore::Create({"j", "n", 0}, unnamed, 2).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ShmSegment, CreateOpenListUnlink) {
+  const std::string name = "/memento.tshm-" + std::to_string(getpid()) + ".x";
+  auto seg = ShmSegment::Create(name, 5000);
+  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+  EXPECT_EQ(seg->size(), 5000u);
+  seg->data()[4999] = 9;
+  auto ro = ShmSegment::Open(name, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->data()[4999], 9);
+  EXPECT_FALSE(ro->writable());
+  auto list = ShmSegment::List("memento.tshm-" + std::to_string(getpid()));
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(*list, std::vector<std::string>{name});
+  EXPECT_EQ(ShmSegment::Create("no-slash", 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmSegment::Create(name + "2", 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ShmSegment::Unlink(name).ok());
+  EXPECT_EQ(ShmSegment::Unlink(name).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ShmSegment::Open(name, ShmSegment::Access::kReadOnly).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ro->data()[4999], 9);  // mappings outlive the name
+}
+
+class NodeStoreTest : public ::testing::Test {
+ protected:
+  NodeStoreTest() : cleaner_(UniqueJob("ns")), id_{cleaner_.job(), "host/1", 0} {}
+  JobCleaner cleaner_;
+  StoreId id_;
+};
+
+TEST_F(NodeStoreTest, SegmentNameIsSanitizedUniqueAndBounded) {
+  auto a = NodeStore::SegmentName({"job", "rack1/node 7", 3});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->rfind("/memento.job.rack1_node_7-", 0), 0u) << *a;
+  EXPECT_EQ(a->substr(a->size() - 3), ".r3");
+  EXPECT_EQ(a->find('/', 1), std::string::npos);
+  auto b = NodeStore::SegmentName({"job", "rack1_node 7", 3});
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(*a, *b);  // same readable part, different hash
+  auto longest = NodeStore::SegmentName({std::string(48, 'j'), std::string(200, 'n'), 4000000000u});
+  ASSERT_TRUE(longest.ok());
+  EXPECT_LE(longest->size(), 255u);
+  EXPECT_FALSE(NodeStore::SegmentName({"j.b", "n", 0}).ok());
+  EXPECT_FALSE(NodeStore::SegmentName({"j", "", 0}).ok());
+}
+
+TEST_F(NodeStoreTest, RoundTripAndReattach) {
+  const StoreLayout layout = TestLayout();
+  {
+    auto store = NodeStore::Create(id_, layout, 2);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(store->segment_bytes(), NodeStore::SegmentBytes(layout, 2));
+    int slot = WriteVersion(*store, 42);
+    ExpectVersion(*store, slot, 42);
+    StoreInventory inv = store->Inventory();
+    ASSERT_EQ(inv.slots.size(), 2u);
+    EXPECT_EQ(inv.NewestCommitted(), slot);
+    EXPECT_TRUE(inv.slots[slot].ok);
+    EXPECT_TRUE(inv.slots[slot].committed);
+    EXPECT_EQ(inv.slots[slot].regions[0].length, 10007u);
+    EXPECT_EQ(inv.slots[slot].regions[3].kind, RegionKind::kParity);
+    EXPECT_EQ(inv.slots[slot].regions[3].piece, 1u);
+    EXPECT_EQ(inv.slots[1 - slot].problem, "empty");
+  }  // unmapped, not unlinked: a restarted process re-attaches
+  auto again = NodeStore::Attach(id_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->layout(), layout);  // names, kinds, owners, dtype/shape/offsets
+  auto slot = again->FindVersion(42);
+  ASSERT_TRUE(slot.has_value());
+  ExpectVersion(*again, *slot, 42);
+  EXPECT_FALSE(again->FindVersion(41).has_value());
+}
+
+TEST_F(NodeStoreTest, SurvivesProcessExit) {
+  const StoreLayout layout = TestLayout();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto store = NodeStore::Create(id_, layout, 2);
+    if (!store.ok()) _exit(1);
+    WriteVersion(*store, 9);
+    _exit(0);  // no destructors, like a crash after sealing
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto store = NodeStore::Attach(id_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto slot = store->FindVersion(9);
+  ASSERT_TRUE(slot.has_value());
+  ExpectVersion(*store, *slot, 9);
+}
+
+TEST_F(NodeStoreTest, ModeIs0600) {
+  mode_t old = umask(0);  // the mode must not depend on the umask
+  auto store = NodeStore::Create(id_, TestLayout(), 2);
+  umask(old);
+  ASSERT_TRUE(store.ok());
+  struct stat st;
+  ASSERT_EQ(stat((std::string("/dev/shm") + store->segment_name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(NodeStoreTest, CreateClashesWithExisting) {
+  auto a = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(a.ok());
+  auto b = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(b.status().message().find(a->segment_name()), std::string::npos);
+}
+
+TEST_F(NodeStoreTest, TwoJobsOnOneMachineStayApart) {
+  JobCleaner other(UniqueJob("ns"));
+  StoreId id_b{other.job(), id_.node, id_.local_rank};
+  auto a = NodeStore::Create(id_, TestLayout(), 2);
+  auto b = NodeStore::Create(id_b, TestLayout(), 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->segment_name(), b->segment_name());
+  int sa = WriteVersion(*a, 1);
+  int sb = WriteVersion(*b, 2);
+  ExpectVersion(*a, sa, 1);
+  ExpectVersion(*b, sb, 2);
+  EXPECT_FALSE(a->FindVersion(2).has_value());
+  auto list_a = ListJobSegments(id_.job);
+  ASSERT_TRUE(list_a.ok());
+  EXPECT_EQ(*list_a, std::vector<std::string>{a->segment_name()});
+  // Even renamed under the other job's name, a segment is refused.
+  ASSERT_TRUE(NodeStore::Destroy(id_b).ok());
+  auto raw = ShmSegment::Create(*NodeStore::SegmentName(id_b), a->segment_bytes());
+  ASSERT_TRUE(raw.ok());
+  std::memcpy(raw->data(),
+              ShmSegment::Open(a->segment_name(), ShmSegment::Access::kReadOnly)->data(),
+              a->segment_bytes());
+  auto wrong = NodeStore::Attach(id_b);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong.status().message().find("belongs to job"), std::string::npos);
+}
+
+TEST_F(NodeStoreTest, SlotLifecycleKeepsNewestCommitted) {
+  auto store = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(store.ok());
+  int s1 = WriteVersion(*store, 1);
+  // v2 is being written: v1 stays readable, v2 is never handed out.
+  auto s2 = store->BeginWrite(2);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_NE(*s2, s1);
+  auto unsealed = store->ReadRegion(*s2, 0);
+  EXPECT_EQ(unsealed.status().code(), StatusCode::kFailedPrecondition);
+  StoreInventory inv = store->Inventory();
+  EXPECT_TRUE(inv.slots[*s2].writing);
+  EXPECT_EQ(inv.NewestCommitted(), s1);
+  ExpectVersion(*store, s1, 1);
+  // Sealing needs every region.
+  EXPECT_EQ(store->SealSlot(*s2, 2).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->SealRegion(*s2, 2, 9, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->SealSlot(*s2, 3).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->MarkCommitted(*s2, 2).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->Invalidate(*s2).ok());
+  EXPECT_THROW(store->MutableRegion(*s2, 0), CheckError);  // not being written
+
+  int s2b = WriteVersion(*store, 2);
+  EXPECT_NE(s2b, s1);
+  int s3 = WriteVersion(*store, 3);
+  EXPECT_EQ(s3, s1);  // the older slot, never the newest committed one
+  ExpectVersion(*store, s2b, 2);
+  EXPECT_EQ(store->BeginWrite(3).status().code(), StatusCode::kAlreadyExists);
+
+  // v4 sealed but its commit failed elsewhere: v5 overwrites v4, never v3.
+  int s4 = WriteVersion(*store, 4, /*commit=*/false);
+  EXPECT_EQ(s4, s2b);
+  int s5 = WriteVersion(*store, 5);
+  EXPECT_EQ(s5, s4);
+  ExpectVersion(*store, s3, 3);
+}
+
+TEST_F(NodeStoreTest, MoreSlotsPreferEmptyThenOldest) {
+  auto store = NodeStore::Create(id_, TestLayout(), 3);
+  ASSERT_TRUE(store.ok());
+  std::vector<int> used;
+  for (uint64_t v = 1; v <= 3; ++v) used.push_back(WriteVersion(*store, v));
+  EXPECT_EQ(used, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(WriteVersion(*store, 4), 0);  // oldest
+  EXPECT_EQ(WriteVersion(*store, 5), 1);
+  ExpectVersion(*store, 2, 3);
+}
+
+TEST_F(NodeStoreTest, ReadOnlyAttachCannotWrite) {
+  auto store = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(store.ok());
+  WriteVersion(*store, 1);
+  auto ro = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->BeginWrite(2).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ro->FindVersion(1).has_value());
+}
+
+TEST_F(NodeStoreTest, RefusesWhenDevShmIsTooSmall) {
+  auto free_bytes = ShmSegment::FreeBytes();
+  ASSERT_TRUE(free_bytes.ok());
+  StoreLayout huge;
+  huge.regions.push_back({RegionKind::kShard, "huge", *free_bytes / 2 + (1ull << 30), 0, 0, 0, {}});
+  auto store = NodeStore::Create(id_, huge, 2);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(store.status().message().find("/dev/shm"), std::string::npos);
+  EXPECT_NE(store.status().message().find(std::to_string(NodeStore::SegmentBytes(huge, 2))),
+            std::string::npos)
+      << store.status().ToString();
+  EXPECT_EQ(NodeStore::Attach(id_).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(NodeStoreTest, OpenOrCreateAttachesIdenticalLayout) {
+  bool attached = true;
+  auto a = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError, &attached);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(attached);
+  int slot = WriteVersion(*a, 5);
+  auto b = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError, &attached);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(attached);
+  ExpectVersion(*b, slot, 5);
+}
+
+TEST_F(NodeStoreTest, OpenOrCreateRejectsOrReplacesIncompatible) {
+  auto a = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(a.ok());
+  int slot = WriteVersion(*a, 5);
+  StoreLayout other = TestLayout();
+  other.regions[0].layout.offsets[0] = 75;  // only the metadata differs
+  auto refused = NodeStore::OpenOrCreate(id_, other, 2, StalePolicy::kError);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("memento clean --job " + id_.job), std::string::npos);
+  ExpectVersion(*a, slot, 5);  // untouched
+  auto more_slots = NodeStore::OpenOrCreate(id_, TestLayout(), 3, StalePolicy::kError);
+  EXPECT_NE(more_slots.status().message().find("slots"), std::string::npos);
+
+  bool attached = true;
+  auto replaced = NodeStore::OpenOrCreate(id_, other, 2, StalePolicy::kReplace, &attached);
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_FALSE(attached);
+  EXPECT_EQ(replaced->layout(), other);
+  EXPECT_EQ(replaced->Inventory().NewestSealed(), -1);
+}
+
+// A segment this process cannot open (no file descriptor left) says nothing
+// about its content: even with StalePolicy::kReplace it is an IoError and the
+// segment, with its committed version, stays (a child process runs out of
+// descriptors; the parent checks the segment afterwards).
+TEST_F(NodeStoreTest, OpenFailureIsNotStale) {
+  auto a = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int slot = WriteVersion(*a, 5);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit none = {3, 3};  // stdin/out/err only: the next open fails with EMFILE
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0) _exit(3);
+    auto r = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kReplace);
+    _exit(!r.ok() && r.status().code() == StatusCode::kIoError ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "OpenOrCreate without descriptors was not an IoError";
+  auto again = NodeStore::Attach(id_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectVersion(*again, slot, 5);
+}
+
+TEST_F(NodeStoreTest, IncompleteSegmentIsStale) {
+  // A creator that died between shm_open and finishing the header.
+  auto raw = ShmSegment::Create(*NodeStore::SegmentName(id_), 8192);
+  ASSERT_TRUE(raw.ok());
+  auto attach = NodeStore::Attach(id_);
+  EXPECT_EQ(attach.status().code(), StatusCode::kCorruption);
+  EXPECT_FALSE(NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError).ok());
+  auto replaced = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kReplace);
+  EXPECT_TRUE(replaced.ok()) << replaced.status().ToString();
+}
+
+// ---- corruption: every header field, every record byte, a payload byte ----
+
+class NodeStoreCorruptionTest : public NodeStoreTest {
+ protected:
+  void SetUp() override {
+    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    ASSERT_TRUE(store.ok());
+    store_ = std::move(*store);
+    slot_ = WriteVersion(store_, 7);
+    auto raw = ShmSegment::Open(store_.segment_name(), ShmSegment::Access::kReadWrite);
+    ASSERT_TRUE(raw.ok());
+    raw_ = std::move(*raw);
+  }
+  // Flips byte `offset` of the segment, runs `check`, restores the byte.
+  template <typename F>
+  void WithFlipped(uint64_t offset, F check) {
+    raw_.data()[offset] ^= 0x5A;
+    check();
+    raw_.data()[offset] ^= 0x5A;
+  }
+  NodeStore store_;
+  ShmSegment raw_;
+  int slot_ = 0;
+};
+
+TEST_F(NodeStoreCorruptionTest, EverySegmentHeaderByteIsDetected) {
+  for (uint64_t off = 0; off < sizeof(f::SegmentHeader); ++off) {
+    WithFlipped(off, [&] {
+      auto a = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+      EXPECT_FALSE(a.ok()) << "header byte " << off << " flipped went unnoticed";
+    });
+  }
+  EXPECT_TRUE(NodeStore::Attach(id_).ok());
+}
+
+TEST_F(NodeStoreCorruptionTest, EveryLayoutRecordByteIsDetected) {
+  f::SegmentHeader h;
+  std::memcpy(&h, raw_.data(), sizeof(h));
+  for (uint64_t off = h.layout_offset; off < h.layout_offset + h.layout_bytes; ++off) {
+    WithFlipped(off, [&] {
+      auto a = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+      ASSERT_FALSE(a.ok()) << "layout byte " << off << " flipped went unnoticed";
+      EXPECT_EQ(a.status().code(), StatusCode::kCorruption);
+    });
+  }
+}
+
+TEST_F(NodeStoreCorruptionTest, EverySlotHeaderFieldIsDetected) {
+  f::SegmentHeader h;
+  std::memcpy(&h, raw_.data(), sizeof(h));
+  const uint64_t slot_off = h.slot_table_offset + h.slot_control_bytes * slot_;
+  // Every field except `generation` (a reader-side change counter, not data)
+  // and the trailing padding.
+  for (uint64_t off = 0; off < offsetof(f::SlotHeader, generation); ++off) {
+    WithFlipped(slot_off + off, [&] {
+      StoreInventory inv = store_.Inventory();
+      EXPECT_FALSE(inv.slots[slot_].ok) << "slot header byte " << off;
+      EXPECT_FALSE(inv.slots[slot_].problem.empty());
+      EXPECT_FALSE(store_.ReadRegion(slot_, 0).ok()) << "slot header byte " << off;
+      EXPECT_FALSE(store_.FindVersion(7).has_value());
+    });
+  }
+  EXPECT_TRUE(store_.FindVersion(7).has_value());
+}
+
+TEST_F(NodeStoreCorruptionTest, EverySealRecordByteIsDetected) {
+  f::SegmentHeader h;
+  std::memcpy(&h, raw_.data(), sizeof(h));
+  const uint64_t seals = h.slot_table_offset + h.slot_control_bytes * slot_ + sizeof(f::SlotHeader);
+  for (int r = 0; r < store_.region_count(); ++r) {
+    for (uint64_t off = 0; off < sizeof(f::RegionSeal); ++off) {
+      WithFlipped(seals + r * sizeof(f::RegionSeal) + off, [&] {
+        StoreInventory inv = store_.Inventory();
+        EXPECT_FALSE(inv.slots[slot_].regions[r].ok) << "region " << r << " byte " << off;
+        EXPECT_FALSE(inv.slots[slot_].ok);
+        auto view = store_.ReadRegion(slot_, r);
+        ASSERT_FALSE(view.ok());
+        EXPECT_EQ(view.status().code(), StatusCode::kCorruption);
+        // The other regions' records are still fine.
+        for (int o = 0; o < store_.region_count(); ++o) {
+          if (o != r) {
+            EXPECT_TRUE(inv.slots[slot_].regions[o].ok);
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST_F(NodeStoreCorruptionTest, PayloadByteIsDetected) {
+  f::SegmentHeader h;
+  std::memcpy(&h, raw_.data(), sizeof(h));
+  const uint64_t data = h.slot_data_offset + h.slot_stride * slot_;
+  // First, last and a middle byte of region 0 (offset 0 in the slot).
+  for (uint64_t off : {uint64_t{0}, uint64_t{5000}, uint64_t{10006}}) {
+    WithFlipped(data + off, [&] {
+      EXPECT_TRUE(store_.Inventory().slots[slot_].ok);  // headers alone cannot see it
+      Status s = store_.VerifyRegion(slot_, 0);
+      ASSERT_EQ(s.code(), StatusCode::kCorruption) << off;
+      EXPECT_NE(s.message().find("model.w"), std::string::npos) << s.ToString();
+      EXPECT_TRUE(store_.VerifyRegion(slot_, 2).ok());
+    });
+  }
+  EXPECT_TRUE(store_.VerifyRegion(slot_, 0).ok());
+}
+
+TEST_F(NodeStoreCorruptionTest, OtherFormatVersionIsRejected) {
+  auto* hdr = reinterpret_cast<f::SegmentHeader*>(raw_.data());
+  hdr->format = kNodeStoreFormat + 1;
+  hdr->header_crc = Crc32c(hdr, f::kHeaderCrcBytes);  // a valid header of another format
+  auto a = NodeStore::Attach(id_);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(a.status().message().find("format version"), std::string::npos);
+  EXPECT_EQ(NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+// A reader verifying while a writer rewrites the same slot gets OK (a whole,
+// matching version) or an error — never a crash, never torn data as OK.
+TEST_F(NodeStoreTest, VerifyRacingARewriteNeverPassesTornData) {
+  StoreLayout layout;
+  layout.regions.push_back({RegionKind::kShard, "big", 1 << 20, 0, 0, 0, {}});
+  auto store = NodeStore::Create(id_, layout, 2);
+  ASSERT_TRUE(store.ok());
+  auto reader = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(reader.ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::vector<uint8_t> buf(1 << 20);
+    for (uint64_t v = 1; !stop.load(); ++v) {
+      int slot = *store->BeginWrite(v);
+      std::memset(buf.data(), static_cast<int>(v), buf.size());
+      std::memcpy(store->MutableRegion(slot, 0), buf.data(), buf.size());
+      (void)store->SealRegion(slot, 0, buf.size(), Crc32c(buf.data(), buf.size()));
+      (void)store->SealSlot(slot, v);
+      (void)store->MarkCommitted(slot, v);
+    }
+  });
+  int passed = 0;
+  for (int i = 0; i < 2000; ++i) {
+    for (int slot = 0; slot < 2; ++slot) {
+      Status s = reader->VerifyRegion(slot, 0);
+      if (s.ok()) ++passed;
+    }
+  }
+  stop = true;
+  writer.join();
+  SUCCEED() << passed << " verifications passed";
+}
+
+}  // namespace
+}  // namespace memento::runtime

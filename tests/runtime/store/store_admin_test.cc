@@ -1,0 +1,166 @@
+#include "memento/runtime/store_admin.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "memento/erasure/crc32c.h"
+#include "memento/runtime/shm_segment.h"
+#include "store/node_store_format.h"
+#include "store_test_util.h"
+
+namespace memento::runtime {
+namespace {
+
+using testing::JobCleaner;
+using testing::UniqueJob;
+namespace f = format;
+
+StoreLayout OneRegion() {
+  StoreLayout l;
+  l.regions.push_back(
+      {RegionKind::kShard, "weights", 1000, 0, 0, 0, {"float32", {250}, {250}, {0}}});
+  return l;
+}
+
+// Creates a store for (job, node, lane) with version `v` sealed in one slot.
+NodeStore MakeStore(const std::string& job, const std::string& node, uint32_t lane, uint64_t v) {
+  auto store = NodeStore::Create({job, node, lane}, OneRegion(), 2);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  int slot = *store->BeginWrite(v);
+  uint8_t* p = store->MutableRegion(slot, 0);
+  std::memset(p, 7, 1000);
+  EXPECT_TRUE(store->SealRegion(slot, 0, 1000, erasure::Crc32c(p, 1000)).ok());
+  EXPECT_TRUE(store->SealSlot(slot, v).ok());
+  EXPECT_TRUE(store->MarkCommitted(slot, v).ok());
+  return std::move(*store);
+}
+
+TEST(StoreAdmin, InspectReportsAndVerifiesEverySegment) {
+  JobCleaner job(UniqueJob("adm"));
+  JobCleaner other(UniqueJob("adm"));
+  NodeStore a = MakeStore(job.job(), "h/0", 0, 3);
+  NodeStore b = MakeStore(job.job(), "h/1", 1, 3);
+  NodeStore c = MakeStore(other.job(), "h/0", 0, 9);
+  auto reports = InspectJob(job.job(), /*verify=*/true);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 2u);  // the other job's segment is not listed
+  for (const auto& r : *reports) {
+    EXPECT_TRUE(r.status.ok());
+    EXPECT_EQ(r.inventory.NewestCommitted() >= 0, true);
+    EXPECT_EQ(r.payload_bytes, 1000u);
+  }
+  EXPECT_EQ((*reports)[0].node == "h/0" ? (*reports)[1].node : (*reports)[0].node, "h/1");
+
+  // Flip a payload byte of `a`: only --verify sees it.
+  auto slot = a.FindVersion(3);
+  ASSERT_TRUE(slot.has_value());
+  auto view = a.ReadRegion(*slot, 0);
+  const_cast<uint8_t*>(view->data)[10] ^= 1;
+  auto quick = InspectJob(job.job(), false);
+  auto deep = InspectJob(job.job(), true);
+  ASSERT_TRUE(quick.ok() && deep.ok());
+  int bad = 0;
+  for (const auto& r : *deep) {
+    for (const auto& slot_status : r.verified) {
+      for (const auto& s : slot_status) bad += s.ok() ? 0 : 1;
+    }
+  }
+  EXPECT_EQ(bad, 1);
+  EXPECT_NE(FormatReports(*deep).find("BAD: Corruption"), std::string::npos);
+  EXPECT_EQ(FormatReports(*quick).find("BAD"), std::string::npos);
+
+  // A damaged seal record of `b` is reported with or without --verify.
+  auto raw = ShmSegment::Open(b.segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  f::SegmentHeader h;
+  std::memcpy(&h, raw->data(), sizeof(h));
+  const int b_slot = *b.FindVersion(3);
+  const uint64_t seal0 =
+      h.slot_table_offset + h.slot_control_bytes * b_slot + sizeof(f::SlotHeader);
+  raw->data()[seal0 + offsetof(f::RegionSeal, payload_crc)] ^= 0x40;
+  for (bool verify : {false, true}) {
+    auto again = InspectJob(job.job(), verify);
+    ASSERT_TRUE(again.ok());
+    int damaged = 0;
+    for (const auto& r : *again) {
+      for (const auto& slot_status : r.verified) {
+        for (const auto& s : slot_status) damaged += s.ok() ? 0 : 1;
+      }
+    }
+    EXPECT_EQ(damaged, verify ? 2 : 1) << "verify " << verify << "\n" << FormatReports(*again);
+  }
+}
+
+TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {
+  JobCleaner job(UniqueJob("adm"));
+  JobCleaner other(UniqueJob("adm"));
+  NodeStore a = MakeStore(job.job(), "h/0", 0, 1);
+  NodeStore b = MakeStore(job.job(), "h/1", 0, 1);
+  NodeStore c = MakeStore(other.job(), "h/0", 0, 1);
+  auto removed = CleanJob(job.job());
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), 2u);
+  EXPECT_TRUE(ListJobSegments(job.job())->empty());
+  EXPECT_EQ(ListJobSegments(other.job())->size(), 1u);
+  // Mappings that exist stay valid after unlinking.
+  EXPECT_TRUE(a.FindVersion(1).has_value());
+  EXPECT_FALSE(CleanJob("bad/job").ok());
+}
+
+TEST(StoreAdmin, InspectReportsAnUnusableSegment) {
+  JobCleaner job(UniqueJob("adm"));
+  auto name = NodeStore::SegmentName({job.job(), "h", 0});
+  auto raw = ShmSegment::Create(*name, 4096);  // garbage: no header
+  ASSERT_TRUE(raw.ok());
+  auto reports = InspectJob(job.job(), true);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_FALSE((*reports)[0].status.ok());
+  EXPECT_EQ((*reports)[0].bytes, 4096u);
+  EXPECT_NE(FormatReports(*reports).find("UNUSABLE"), std::string::npos);
+}
+
+#ifdef MEMENTO_CLI_PATH
+// Runs `cmd`, returns its exit code and stdout.
+int RunCommand(const std::string& cmd, std::string* out) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(StoreAdminCli, InspectAndCleanOnRealSegments) {
+  JobCleaner job(UniqueJob("cli"));
+  NodeStore a = MakeStore(job.job(), "vnode/0", 0, 12);
+  NodeStore b = MakeStore(job.job(), "vnode/1", 0, 12);
+  const std::string cli = MEMENTO_CLI_PATH;
+  std::string out;
+  ASSERT_EQ(RunCommand(cli + " inspect --job " + job.job() + " --verify", &out), 0) << out;
+  EXPECT_NE(out.find(a.segment_name()), std::string::npos) << out;
+  EXPECT_NE(out.find("node=vnode/1"), std::string::npos) << out;
+  EXPECT_NE(out.find("version 12 committed"), std::string::npos) << out;
+  EXPECT_NE(out.find("'weights'"), std::string::npos) << out;
+
+  auto view = a.ReadRegion(*a.FindVersion(12), 0);
+  const_cast<uint8_t*>(view->data)[999] ^= 0x80;
+  EXPECT_EQ(RunCommand(cli + " inspect --job " + job.job() + " --verify", &out), 1) << out;
+  EXPECT_NE(out.find("crc32c"), std::string::npos) << out;
+
+  EXPECT_EQ(RunCommand(cli + " inspect 2>/dev/null", &out), 2);  // --job missing
+  ASSERT_EQ(RunCommand(cli + " clean --job " + job.job(), &out), 0) << out;
+  EXPECT_NE(out.find("2 segment(s)"), std::string::npos) << out;
+  EXPECT_TRUE(ListJobSegments(job.job())->empty());
+  ASSERT_EQ(RunCommand(cli + " inspect --job " + job.job(), &out), 0);
+  EXPECT_NE(out.find("no segments"), std::string::npos) << out;
+}
+#endif
+
+}  // namespace
+}  // namespace memento::runtime

@@ -1,0 +1,201 @@
+// Every record of transport/wire.h survives encode -> decode, and every
+// decoder refuses a record of the wrong size with Corruption.
+#include "transport/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace memento::runtime::wire {
+namespace {
+
+TEST(Wire, RecoverTagStaysInsideItsRange) {
+  EXPECT_EQ(RecoverTag(0), kTagRecoverBase);
+  EXPECT_EQ(RecoverTag(5), kTagRecoverBase + 5);
+  EXPECT_EQ(RecoverTag(kRecoverTagSpan), kTagRecoverBase);
+  for (size_t i : {size_t{0}, size_t{13999}, size_t{14000}, size_t{1} << 40}) {
+    EXPECT_GE(RecoverTag(i), kTagRecoverBase);
+    EXPECT_LT(RecoverTag(i), kTagRecoverBase + kRecoverTagSpan);
+  }
+  // The ranges of the stages are disjoint.
+  EXPECT_LT(kTagPersistDone, kTagProtect);
+  EXPECT_LT(kTagProtect, kTagRecoverBase);
+}
+
+TEST(Wire, PersistRecordRoundTrips) {
+  PersistRecord r;
+  r.version = 1ull << 40;
+  r.ok = true;
+  r.file.file = "rank-00003.bin";
+  r.file.bytes = 123456789012ull;
+  r.file.crc = 0xDEADBEEF;
+  auto bytes = EncodePersistRecord(r);
+  EXPECT_EQ(bytes.size(), 25 + r.file.file.size());
+  auto back = DecodePersistRecord(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->version, r.version);
+  EXPECT_TRUE(back->ok);
+  EXPECT_EQ(back->file.file, r.file.file);
+  EXPECT_EQ(back->file.bytes, r.file.bytes);
+  EXPECT_EQ(back->file.crc, r.file.crc);
+
+  r.ok = false;
+  r.file.file.clear();
+  bytes = EncodePersistRecord(r);
+  back = DecodePersistRecord(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->ok);
+  EXPECT_TRUE(back->file.file.empty());
+}
+
+TEST(Wire, PersistRecordOfWrongLengthIsCorruption) {
+  PersistRecord r;
+  r.file.file = "f";
+  auto bytes = EncodePersistRecord(r);
+  EXPECT_EQ(DecodePersistRecord(bytes.data(), 10).status().code(), StatusCode::kCorruption);
+  bytes.push_back(0);
+  auto bad = DecodePersistRecord(bytes.data(), bytes.size());
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(bad.status().message().find("name length"), std::string::npos);
+}
+
+TEST(Wire, RankRecordRoundTrips) {
+  RankRecord r;
+  r.identity = "node-a:lane";
+  r.lane = 3;
+  r.old_index = -1;
+  r.old_nodes = 8;
+  r.shard_bytes = 5ull << 33;
+  r.entries = 17;
+  auto back = DecodeRankRecord(EncodeRankRecord(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->identity, r.identity);
+  EXPECT_EQ(back->lane, 3);
+  EXPECT_EQ(back->old_index, -1);
+  EXPECT_EQ(back->old_nodes, 8u);
+  EXPECT_EQ(back->shard_bytes, r.shard_bytes);
+  EXPECT_EQ(back->entries, 17u);
+  EXPECT_EQ(DecodeRankRecord(std::vector<uint8_t>(24)).status().code(), StatusCode::kCorruption);
+}
+
+placement::InventoryItem Item(uint64_t version, placement::ItemKind kind, int owner, int stripe,
+                              int row, uint64_t bytes, bool ok) {
+  placement::InventoryItem it;
+  it.version = version;
+  it.kind = kind;
+  it.owner = owner;
+  it.stripe = stripe;
+  it.row = row;
+  it.bytes = bytes;
+  it.crc_ok = ok;
+  return it;
+}
+
+TEST(Wire, InventoryRoundTripsWithTheSendersNodeAndLane) {
+  Inventory inv;
+  inv.remote_newest = 41;
+  inv.items.push_back(Item(42, placement::ItemKind::kShard, 2, -1, -1, 1000, true));
+  inv.items.push_back(Item(42, placement::ItemKind::kParity, -1, 3, 1, 256, false));
+  inv.items.push_back(Item(40, placement::ItemKind::kReplica, 5, -1, -1, 1000, true));
+  auto back = DecodeInventory(EncodeInventory(inv), /*node=*/2, /*lane=*/1);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->remote_newest, 41);
+  ASSERT_EQ(back->items.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& a = inv.items[i];
+    const auto& b = back->items[i];
+    EXPECT_EQ(b.node, 2);
+    EXPECT_EQ(b.lane, 1);
+    EXPECT_EQ(b.version, a.version);
+    EXPECT_EQ(b.kind, a.kind);
+    EXPECT_EQ(b.owner, a.owner);
+    EXPECT_EQ(b.stripe, a.stripe);
+    EXPECT_EQ(b.row, a.row);
+    EXPECT_EQ(b.bytes, a.bytes);
+    EXPECT_TRUE(b.sealed);
+    EXPECT_EQ(b.crc_ok, a.crc_ok);
+  }
+  Inventory empty;
+  auto none = DecodeInventory(EncodeInventory(empty), 0, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->remote_newest, -1);
+  EXPECT_TRUE(none->items.empty());
+}
+
+TEST(Wire, InventoryOfWrongSizeIsCorruption) {
+  Inventory inv;
+  inv.items.push_back(Item(1, placement::ItemKind::kShard, 0, -1, -1, 8, true));
+  auto bytes = EncodeInventory(inv);
+  bytes.resize(bytes.size() - 8);
+  EXPECT_EQ(DecodeInventory(bytes, 0, 0).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeInventory({}, 0, 0).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(DecodeInventory(std::vector<uint8_t>(13), 0, 0).status().code(),
+            StatusCode::kCorruption);
+}
+
+TEST(Wire, BadItemsRoundTrip) {
+  std::vector<placement::InventoryItem> bad = {
+      Item(7, placement::ItemKind::kReplica, 3, -1, -1, 0, false),
+      Item(7, placement::ItemKind::kParity, -1, 2, 1, 0, false)};
+  auto back = DecodeBadItems(EncodeBadItems(bad), 4, 0);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].node, 4);
+  EXPECT_EQ((*back)[0].kind, placement::ItemKind::kReplica);
+  EXPECT_EQ((*back)[0].owner, 3);
+  EXPECT_EQ((*back)[1].stripe, 2);
+  EXPECT_EQ((*back)[1].row, 1);
+  EXPECT_EQ((*back)[1].version, 7u);
+  auto empty = DecodeBadItems({}, 0, 0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(DecodeBadItems(std::vector<uint8_t>(39), 0, 0).status().code(),
+            StatusCode::kCorruption);
+}
+
+TEST(Wire, SealsRecordsRoundTripAndRefuseOverruns) {
+  std::vector<uint8_t> blob;
+  AppendSealsRecord({1, 0, {1, 2, 3}}, &blob);
+  AppendSealsRecord({2, 1, {}}, &blob);
+  AppendSealsRecord({3, 0, std::vector<uint8_t>(100, 9)}, &blob);
+  auto back = DecodeSealsRecords(blob);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[0].node, 1);
+  EXPECT_EQ((*back)[0].seals, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ((*back)[1].lane, 1);
+  EXPECT_TRUE((*back)[1].seals.empty());
+  EXPECT_EQ((*back)[2].seals.size(), 100u);
+
+  std::vector<uint8_t> cut(blob.begin(), blob.end() - 1);
+  EXPECT_EQ(DecodeSealsRecords(cut).status().code(), StatusCode::kCorruption);
+  std::vector<uint8_t> short_header(blob.begin(), blob.begin() + 20);
+  EXPECT_EQ(DecodeSealsRecords(short_header).status().code(), StatusCode::kCorruption);
+}
+
+TEST(Wire, CountersRoundTripAndCheckTheirCount) {
+  auto bytes = EncodeCounters({1, 1ull << 63, 0});
+  auto back = DecodeCounters(bytes, 3);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, (std::vector<uint64_t>{1, 1ull << 63, 0}));
+  EXPECT_EQ(DecodeCounters(bytes, 2).status().code(), StatusCode::kCorruption);
+}
+
+TEST(Wire, FixedHeadersAreSentAsTheirBytes) {
+  ProtectHeader h;
+  h.version = 9;
+  h.kind = kParityPart;
+  h.attempt = 2;
+  uint8_t raw[sizeof(ProtectHeader)];
+  std::memcpy(raw, &h, sizeof(h));
+  ProtectHeader back;
+  std::memcpy(&back, raw, sizeof(back));
+  EXPECT_EQ(back.version, 9u);
+  EXPECT_EQ(back.kind, kParityPart);
+  EXPECT_EQ(back.attempt, 2u);
+  EXPECT_NE(kReplicaPart, kParityPart);
+  EXPECT_NE(kParityPart, kSealsPart);
+}
+
+}  // namespace
+}  // namespace memento::runtime::wire

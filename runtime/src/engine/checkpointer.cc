@@ -120,6 +120,15 @@ Status Checkpointer::Impl::Prepare() {
   if (entries_.empty()) {
     return Status::FailedPrecondition("no buffer registered (RegisterBuffer before Save/Restore)");
   }
+  int lane = -1;
+  MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
+  MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
+  BuildStages();
+  prepared_ = true;
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   const int rank = transport_->rank();
   // Node identities of every rank: this rank's lane and node index.
   node_ = NodeIdentity(config_, rank);
@@ -128,6 +137,7 @@ Status Checkpointer::Impl::Prepare() {
   for (const auto& g : gathered) identities.emplace_back(g.begin(), g.end());
   int lane = LocalRank(config_, rank);
   if (lane < 0) lane = LocalRankAmong(identities, rank);
+  *lane_out = lane;
 
   // What a surviving store of this rank says about the topology it was
   // written for (node index, node count); see protection_layout.h.
@@ -157,13 +167,20 @@ Status Checkpointer::Impl::Prepare() {
     MEMENTO_ASSIGN_OR_RETURN(RankRecord r, wire::DecodeRankRecord(raw));
     records.push_back(std::move(r));
   }
-  std::vector<uint64_t> entry_bytes;
-  for (const auto& e : entries_) entry_bytes.push_back(e.bytes);
   MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
-                           ProtectionLayout::Build(config_.scheme, records, rank, entry_bytes));
+                           ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
   protection_.emplace(std::move(protection));
-  const uint32_t node_index = static_cast<uint32_t>(protection_->node());
+  return Status::Ok();
+}
 
+std::vector<uint64_t> Checkpointer::Impl::EntryBytes() const {
+  std::vector<uint64_t> bytes;
+  for (const auto& e : entries_) bytes.push_back(e.bytes);
+  return bytes;
+}
+
+Status Checkpointer::Impl::OpenStore(int lane) {
+  const uint32_t node_index = static_cast<uint32_t>(protection_->node());
   StoreLayout layout;
   for (const auto& e : entries_) {
     RegionSpec spec;
@@ -188,7 +205,11 @@ Status Checkpointer::Impl::Prepare() {
   Log(LogLevel::kInfo, std::string(attached ? "attached" : "created") + " node store " +
                            store_.segment_name() + " (" + std::to_string(store_.segment_bytes()) +
                            " bytes)");
+  return Status::Ok();
+}
 
+void Checkpointer::Impl::BuildStages() {
+  const std::vector<uint64_t> entry_bytes = EntryBytes();
   // The chunk list, fixed for the lifetime of the layout.
   std::vector<int> chunk_entry;
   std::vector<uint64_t> chunk_length;
@@ -244,8 +265,6 @@ Status Checkpointer::Impl::Prepare() {
   parts.persist_every = config_.persist_every;
   parts.hook = hook;
   committer_ = std::make_unique<Committer>(std::move(parts));
-  prepared_ = true;
-  return Status::Ok();
 }
 
 Status Checkpointer::Impl::Save(uint64_t step) {

@@ -53,6 +53,13 @@ class Checkpointer::Impl {
   const std::string& node() const { return node_; }
 
  private:
+  // Prepare, step by step: node identities and the protection layout (two
+  // allgathers); this rank's node store (one AllTrue); the chunk list, the
+  // stages and the threads that run them.
+  Status LearnTopology(int* lane);
+  Status OpenStore(int lane);
+  void BuildStages();
+  std::vector<uint64_t> EntryBytes() const;
   // Starts the pipeline for `version` (the Save path minus its argument
   // checks). `persistable`: whether this version counts for persist_every.
   Status StartVersion(uint64_t version, bool persistable);

@@ -16,9 +16,9 @@
 // Used for erasure decode (coefficients from DecodeCoefficients, chain ->
 // owner of the rebuilt row; recovery_executor.cc) and for recomputing a lost
 // parity piece (generator coefficients over the stripe's data rows, chain ->
-// the new parity holder; reprotect.cc).
+// the new parity holder; reprotector.cc).
 //
-// Wire: per piece, a 16-byte header {length, crc32c of the payload, ok} then,
+// Wire: per piece, a wire::PayloadHeader {length, crc32c of the payload, ok} then,
 // if ok, the payload, both with the chain's tag. A rank that cannot read its
 // row (or got a failed / corrupt piece) sends ok = 0 for every remaining
 // piece, so the destination learns the chain failed without a timeout and

@@ -67,4 +67,9 @@ void SlotAllocator::Unpin(int slot) {
   cv_.notify_all();
 }
 
+int SlotAllocator::pins(int slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pins_.at(slot);
+}
+
 }  // namespace memento::runtime

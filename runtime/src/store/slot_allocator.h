@@ -40,6 +40,7 @@ class SlotAllocator {
   // Keeps `slot` from being rewritten until a matching Unpin (counted).
   void Pin(int slot);
   void Unpin(int slot);
+  int pins(int slot) const;
 
   // The policy alone, for tests and for Acquire: the slot to write given the
   // store's slots, the committed slot and the pins; -1 when none may be used.

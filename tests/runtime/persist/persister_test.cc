@@ -1,0 +1,132 @@
+// Persister on its own, ranks as threads over the in-process transport, real
+// node stores and a directory remote tier: a committed version becomes a
+// complete remote version; its slot stays pinned until its rank file is
+// written; one rank failing means no manifest at all.
+#include "persist/persister.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "memento/erasure/crc32c.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/inprocess_transport.h"
+#include "store/store_test_util.h"
+
+namespace memento::runtime {
+namespace {
+
+constexpr uint64_t kBytes = 4096;
+
+class PersisterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/memento-persister-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A store of rank r holding `version` sealed in slot 0.
+  NodeStore SealedStore(int r, uint64_t version) {
+    StoreLayout layout;
+    RegionSpec spec;
+    spec.name = "w";
+    spec.capacity = kBytes;
+    layout.regions.push_back(spec);
+    auto store = NodeStore::Create({cleaner_.job(), "node-" + std::to_string(r), 0}, layout, 2);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE(store->BeginWriteSlot(0, version).ok());
+    uint8_t* p = store->MutableRegion(0, 0);
+    for (uint64_t i = 0; i < kBytes; ++i) p[i] = static_cast<uint8_t>(r + i);
+    EXPECT_TRUE(store->SealRegion(0, 0, kBytes, erasure::Crc32c(p, kBytes)).ok());
+    EXPECT_TRUE(store->SealSlot(0, version).ok());
+    return std::move(store).value();
+  }
+
+  // Persists `version` on `n` ranks; `hook` runs on every rank's persist thread.
+  using RankHook = std::function<Status(int rank, Stage, uint64_t)>;
+  std::vector<Status> PersistOnThreads(int n, uint64_t version, const RankHook& hook,
+                                       std::vector<int>* pins_at_persist) {
+    auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+    std::vector<Status> out(n);
+    pins_at_persist->assign(n, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        NodeStore store = SealedStore(r, version);
+        SlotAllocator slots(&store);
+        slots.SetCommitted(0);
+        auto remote = std::make_shared<DirectoryRemoteStore>(dir_, cleaner_.job());
+        StageHook rank_hook = [&, r](Stage s, uint64_t v) -> Status {
+          if (s == Stage::kPersist) (*pins_at_persist)[r] = slots.pins(0);
+          return hook ? hook(r, s, v) : Status::Ok();
+        };
+        {
+          Persister persister(remote, group->transport(r), &store, &slots, {"w"},
+                              {EntryLayout()}, /*keep=*/2, rank_hook);
+          persister.Enqueue(version, 0);
+          out[r] = persister.WaitIdle();
+        }
+        EXPECT_EQ(slots.pins(0), 0);  // released once the rank file is written
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  }
+
+  testing::JobCleaner cleaner_{testing::UniqueJob("persister")};
+  std::string dir_;
+};
+
+TEST_F(PersisterTest, ACommittedVersionBecomesCompleteRemotely) {
+  std::vector<int> pins;
+  auto out = PersistOnThreads(3, 7, nullptr, &pins);
+  for (const Status& s : out) EXPECT_TRUE(s.ok()) << s.ToString();
+  for (int p : pins) EXPECT_EQ(p, 1);  // the slot was pinned while it was read
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, std::vector<uint64_t>{7});
+  auto manifest = remote.ReadManifest(7);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(manifest->world_size, 3);
+}
+
+TEST_F(PersisterTest, ARankThatFailsToWriteMeansNoManifest) {
+  std::vector<int> pins;
+  auto out = PersistOnThreads(
+      3, 9,
+      [](int rank, Stage s, uint64_t) {
+        return rank == 2 && s == Stage::kPersist ? Status::IoError("disk full") : Status::Ok();
+      },
+      &pins);
+  EXPECT_FALSE(out[0].ok());  // rank 0 writes no manifest and says why
+  EXPECT_NE(out[0].message().find("rank 2"), std::string::npos) << out[0].ToString();
+  EXPECT_FALSE(out[2].ok());
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_TRUE(complete->empty());
+}
+
+TEST_F(PersisterTest, AFailingManifestHookLeavesTheVersionInvisible) {
+  std::vector<int> pins;
+  auto out = PersistOnThreads(
+      2, 4,
+      [](int, Stage s, uint64_t) {
+        return s == Stage::kManifest ? Status::Unavailable("injected") : Status::Ok();
+      },
+      &pins);
+  EXPECT_EQ(out[0].code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(out[1].ok());  // its file was written; only rank 0 publishes
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_TRUE(complete->empty());
+}
+
+}  // namespace
+}  // namespace memento::runtime

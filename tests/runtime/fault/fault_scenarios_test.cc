@@ -1,0 +1,204 @@
+// Fault scenarios written once, run under both harnesses (harness/spawn.h):
+// as threads over the in-process transport (label local) and as processes
+// under real mpirun (labels mpi;fault). Each scenario is a sequence of
+// launches of the same job: train (a rank may crash at an injected stage),
+// lose nodes (their segments unlinked), restore, and the restore must give
+// exactly the right version, bit-exact on every rank. fault_test.sh runs the
+// remaining scenarios (remote-tier kills, corruption, replacement nodes)
+// with the fault_worker binary.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "harness/spawn.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_identity.h"
+#include "test_pattern.h"
+
+namespace memento::runtime {
+namespace {
+
+using testing::Pattern;
+using testing::RankContext;
+using testing::Spawn;
+
+const std::vector<size_t> kEntryBytes = {30011, 4096 * 3, 77};
+
+struct Job {
+  int ranks = 4;
+  int ranks_per_node = 2;
+  std::string scheme = "none";
+};
+
+Config MakeConfig(const Job& job) {
+  Config c;
+  c.job = testing::SpawnJob();
+  c.ranks_per_node = job.ranks_per_node;
+  c.scheme = job.scheme;
+  c.chunk_bytes = 4096;
+  c.threads = 2;
+  c.persist_every = 0;
+  c.timeout_s = 20;
+  return c;
+}
+
+// Where a rank crashes: at `stage` of version `version`, rank `rank`.
+struct CrashPoint {
+  Stage stage = Stage::kSnapshot;
+  uint64_t version = 0;  // 0: nobody crashes
+  int rank = -1;
+};
+
+struct RankState {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::unique_ptr<Checkpointer> ck;
+};
+
+RankState Open(RankContext& ctx, const Job& job, const CrashPoint& crash = CrashPoint()) {
+  RankState st;
+  FaultHooks hooks;
+  if (crash.version > 0 && crash.rank == ctx.rank()) {
+    hooks.at_stage = [&ctx, crash](Stage s, uint64_t v) {
+      return s == crash.stage && v == crash.version ? ctx.Crash() : Status::Ok();
+    };
+  }
+  auto ck = Checkpointer::Create(MakeConfig(job), ctx.transport(), nullptr, hooks);
+  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+  if (!ck.ok()) return st;
+  st.ck = std::move(ck).value();
+  for (size_t e = 0; e < kEntryBytes.size(); ++e) {
+    st.bufs.emplace_back(kEntryBytes[e] + ctx.rank());
+    EXPECT_TRUE(st.ck->RegisterBuffer("e" + std::to_string(e), st.bufs[e].data(),
+                                      st.bufs[e].size())
+                    .ok());
+  }
+  return st;
+}
+
+// Saves versions 1..steps; stops at the first failure, which only a launch
+// with a crash may have, and only from the crashed version on.
+void Train(RankContext& ctx, const Job& job, uint64_t steps, const CrashPoint& crash) {
+  RankState st = Open(ctx, job, crash);
+  if (!st.ck) return;
+  for (uint64_t step = 1; step <= steps; ++step) {
+    for (size_t e = 0; e < st.bufs.size(); ++e) {
+      for (size_t i = 0; i < st.bufs[e].size(); ++i) st.bufs[e][i] = Pattern(ctx.rank(), step, e, i);
+    }
+    Status s = st.ck->Save(step);
+    if (s.ok()) s = st.ck->Wait();
+    if (!s.ok() || ctx.crashed()) {
+      EXPECT_GT(crash.version, 0u) << "v" << step << ": " << s.ToString();
+      EXPECT_GE(step, crash.version) << s.ToString();
+      return;
+    }
+  }
+  EXPECT_EQ(crash.version, 0u) << "no rank crashed";
+}
+
+// Restores; requires a version in [min, max] from memory, bit-exact, the
+// same on every rank.
+void Restore(RankContext& ctx, const Job& job, uint64_t min, uint64_t max) {
+  RankState st = Open(ctx, job);
+  if (!st.ck) return;
+  auto report = st.ck->Restore();
+  ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
+  EXPECT_GE(report->version, min) << report->ToString();
+  EXPECT_LE(report->version, max) << report->ToString();
+  for (const RestoredEntry& e : report->entries) {
+    EXPECT_NE(e.source, RestoreSource::kRemote) << report->ToString();
+  }
+  for (size_t e = 0; e < st.bufs.size(); ++e) {
+    size_t bad = 0;
+    for (size_t i = 0; i < st.bufs[e].size(); ++i) {
+      bad += st.bufs[e][i] != Pattern(ctx.rank(), report->version, e, i);
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << ctx.rank() << " entry " << e;
+  }
+  auto lo = ctx.transport()->AllReduceMin(static_cast<int64_t>(report->version));
+  auto hi = ctx.transport()->AllReduceMax(static_cast<int64_t>(report->version));
+  ASSERT_TRUE(lo.ok() && hi.ok());
+  EXPECT_EQ(*lo, *hi) << "ranks restored different versions";
+}
+
+// Unlinks the segments of the virtual nodes `nodes` (driver only).
+void LoseNodes(const Job& job, const std::vector<int>& nodes) {
+  testing::OnDriver([&] {
+    const Config c = MakeConfig(job);
+    for (int node : nodes) {
+      testing::LoseNode(c.job, NodeIdentity(c, node * job.ranks_per_node));
+    }
+  });
+}
+
+class FaultScenario : public ::testing::Test {
+ protected:
+  void TearDown() override { testing::SpawnCleanup(); }
+};
+
+TEST_F(FaultScenario, Basic) {
+  const Job job;
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, KillDuringSnapshot) {  // v3 committed; rank 1 dies in v4's snapshot
+  const Job job;
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 6, {Stage::kSnapshot, 4, 1}); },
+        {/*expect_death=*/true});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, KillBeforeSeal) {  // rank 2 dies after v4's snapshot, before sealing
+  const Job job;
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 6, {Stage::kSeal, 4, 2}); },
+        {/*expect_death=*/true});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, KillBeforeCommit) {  // rank 2 dies after sealing v4: v3 or v4, one version
+  const Job job;
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 6, {Stage::kCommit, 4, 2}); },
+        {/*expect_death=*/true});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 4); });
+}
+
+TEST_F(FaultScenario, ReplicaNodeLost) {  // replica:2, 4 nodes x 1: node 3 lost -> its replica
+  const Job job{4, 1, "replica:2"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  LoseNodes(job, {3});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, XorNodeLost) {  // xor:3, 4 nodes x 2 ranks: node 1 lost -> decoded
+  const Job job{8, 2, "xor:3"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  LoseNodes(job, {1});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, ReedSolomonTwoNodesLost) {  // rs:4+2, 6 nodes x 1: two lost -> decoded
+  const Job job{6, 1, "rs:4+2"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  LoseNodes(job, {0, 1});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+}
+
+TEST_F(FaultScenario, KillDuringProtectThenNodeLost) {  // replica:2: rank 1 dies streaming v4
+  const Job job{4, 1, "replica:2"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 6, {Stage::kSnapshot, 4, 1}); },
+        {/*expect_death=*/true});
+  LoseNodes(job, {1});
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 4); });
+}
+
+}  // namespace
+}  // namespace memento::runtime
+
+int main(int argc, char** argv) {
+  memento::runtime::testing::InitHarness(&argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

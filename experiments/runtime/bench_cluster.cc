@@ -1,5 +1,5 @@
 // bench_cluster: protect bandwidth, recovery time and memory of a protecting
-// scheme on a real MPI job with virtual nodes (DESIGN §9, issue 5 "Benchmark").
+// scheme on a real MPI job with virtual nodes (docs/architecture.md §9).
 // Launched by run_cluster_bench.sh (one mpirun per configuration):
 //
 //   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1[,2...]]

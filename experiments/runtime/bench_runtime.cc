@@ -1,4 +1,4 @@
-// bench_runtime: what a checkpoint costs the training loop (DESIGN §9).
+// bench_runtime: what a checkpoint costs the training loop (docs/architecture.md §9).
 //
 // One rank (in-process transport), scheme none. Per shard size S:
 //   memcpy       S bytes into a warmed buffer                -> memcpy GB/s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cluster benchmark of issue 5 / DESIGN §9: one mpirun of bench_cluster per
+# Cluster benchmark (docs/architecture.md §9): one mpirun of bench_cluster per
 # configuration (virtual nodes, 1 rank per node). Reproduce everything with
 #
 #   MEMENTO_BUILD_DIR=build scripts/setup && experiments/runtime/run_cluster_bench.sh

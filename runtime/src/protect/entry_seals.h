@@ -1,5 +1,5 @@
 // Entry seals: an owner's per-entry sizes and crc32c, the end-to-end check of
-// a shard rebuilt elsewhere (DESIGN §6 step 3).
+// a shard rebuilt elsewhere (docs/architecture.md §6 step 3).
 //
 // At the end of each version's protect stream every owner sends its entry
 // seals to every node that holds anything of its shard (replica holders; the

@@ -1,4 +1,4 @@
-// ProtectStage: the protect step of DESIGN §3, a ChunkStage.
+// ProtectStage: the protect step of docs/architecture.md §3, a ChunkStage.
 //
 // As each chunk of this rank's shard lands in the slot, OnChunk (on the
 // snapshot worker that copied it) queues its parts for their holders and

@@ -7,7 +7,7 @@
 //     owner_node); nodes without a usable old index (fresh job, replacement
 //     nodes with a new identity) fill the free indices in sorted identity
 //     order. A fresh job therefore numbers nodes in sorted identity order
-//     (DESIGN §5), and a replacement node takes the index of the node it
+//     (docs/architecture.md §5), and a replacement node takes the index of the node it
 //     replaces. Every old store also records the node count it was written
 //     for (the "topology" region); a different node count now is
 //     ElasticRestoreNeeded.

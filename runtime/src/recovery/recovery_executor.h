@@ -1,4 +1,4 @@
-// RecoveryExecutor: one collective Restore, for every scheme (DESIGN-level
+// RecoveryExecutor: one collective Restore, for every scheme (the design
 // notes in runtime/README.md, "Restore"). Named steps, in order:
 //
 //  1. Inventory. Every rank reports every item of every sealed slot (its

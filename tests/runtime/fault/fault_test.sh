@@ -5,7 +5,7 @@
 # right version. Usage: fault_test.sh WORKER SCENARIO
 #   WORKER   path of fault_worker
 #   SCENARIO basic | kill-snapshot | kill-seal | kill-commit | all-unlinked | kill-remote-write | kill-manifest
-#            | protect-* (peer protection, issue 5; see the case list)
+#            | protect-* (peer protection; see the case list)
 # Environment: MPIRUN (the mpirun command line, ctest sets it), NP (ranks, 4).
 set -uo pipefail
 worker=$1

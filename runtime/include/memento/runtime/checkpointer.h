@@ -1,4 +1,8 @@
-// Checkpointer: the engine a training job calls (DESIGN §3).
+// Checkpointer: the engine a training job calls. It keeps the newest
+// checkpoints of the buffers registered with it in CPU shared memory, protected
+// across nodes by the configured scheme (Config::scheme), persisted every
+// Config::persist_every versions to a remote tier, and restores the newest
+// version the job can still rebuild after a relaunch.
 //
 //   auto ck = Checkpointer::Create(Config::FromEnv().value(), transport).value();
 //   ck->RegisterBuffer("w", w.data(), w.size() * 4, {"float32", {N}, {n}, {off}});
@@ -10,63 +14,16 @@
 //     if (step % k == 0) ck->Save(step);                        // returns at once
 //   }
 //
-// Pipeline of one version (Save(v)):
-//   snapshot  the registered buffers are copied in chunks (Config::chunk_bytes)
-//             by Config::threads background threads into a slot of this rank's
-//             NodeStore, preallocated at registration; each chunk's crc32c is
-//             computed while it is in cache and handed to the ChunkStages
-//             (chunk_stage.h; part 2 adds protect there).
-//   seal      per entry: length + crc32c (chunk crcs combined, no second pass),
-//             then the slot's sealed flag.
-//   commit    one collective AllTrue("my shard is sealed"); true on every rank
-//             -> the slot is marked committed and LatestCommitted() moves to v.
-//             false -> the slot is invalidated on every rank; the previous
-//             committed version stays the newest.
-//   persist   every Config::persist_every-th committed version is written from
-//             the slot (never from the live buffers) to the RemoteStore in the
-//             background; see "Persist" below.
-//
-// Blocking (lazy blocking, DataStates-LLM):
-//   - Save(v) returns once the snapshot is scheduled. It blocks only if
-//       (a) a previous version is still in flight: it first waits for that
-//           version to commit (at most one version is in flight), or
-//       (b) Config::slots == 2 and the slot it must reuse is still being
-//           persisted: it waits for that persist (see "Persist").
-//   - WaitSnapshot() blocks until every chunk of the in-flight version has
-//     been copied: call it before modifying registered memory.
-//   - Wait() blocks until the in-flight version is committed (or failed).
-//
-// Persist. Every rank writes its rank file from its sealed slot on the
-// persist thread, then sends a small "done" record (file size, crc) to rank 0
-// point-to-point; rank 0's persist thread collects all of them, checks the
-// files and writes the manifest last, then prunes to Config::persist_keep. A
-// rank that fails or dies -> no manifest -> the version is never visible.
-// The slot being persisted is protected from reuse: a Save picks a slot that
-// is neither the newest committed one nor being persisted; with the default 2
-// slots there may be no such slot, and Save then waits for the persist to end.
-// Stall cost: max(0, persist time - time between the two Saves), and only on
-// every persist_every-th version; set MEMENTO_SLOTS=3 to never stall.
-//
-// Restore (collective): every rank reports its sealed, valid versions (one
-// allgather); the newest version held by every rank is copied back bit-exactly
-// (crc32c verified while copying), and all ranks agree with one AllTrue; on
-// disagreement the next older common version is tried, then the newest
-// complete remote version if it is newer or memory cannot serve. All ranks
-// restore the same version or all fail.
-//
-// Threading model. Save, WaitSnapshot, Wait, Restore, RegisterBuffer and
-// LatestCommitted are called from one application thread (the training
-// loop). Save, Prepare and Restore are collective: every rank calls them in
-// the same order. Inside: `threads` copy workers; one commit thread that
-// issues every collective of a version; one persist thread (point-to-point
-// only). Collectives are therefore never issued by two threads of a rank at
-// once (the transport contract): Prepare and Restore run on the application
-// thread only while no version is in flight.
+// Collective calls (Prepare, Save, Restore) must be made by every rank, in the
+// same order. Every call is made from one application thread; the engine's own
+// threads never call the application. How the engine works inside (threads,
+// commit, persist, restore protocols): runtime/README.md.
 //
 // Ownership: the registered buffers are owned by the caller and must stay
-// valid (and not be freed) while the Checkpointer lives. The Checkpointer owns
-// its node store mapping (never unlinks it) and its threads; destruction
-// waits for the in-flight version and the running persist.
+// valid while the Checkpointer lives. The Checkpointer owns its node store
+// mapping (never unlinks it: the memory outlives the process on purpose) and
+// its threads; destruction waits for the in-flight version and the persists
+// already scheduled.
 #pragma once
 
 #include <cstdint>
@@ -89,11 +46,13 @@ namespace memento::runtime {
 
 class Checkpointer {
  public:
-  // `transport` is shared with the caller (it may use it too, but must not
-  // issue collectives concurrently with Save/Restore). `remote`: the remote
-  // tier; when null and config.remote_dir is set, a DirectoryRemoteStore over
-  // it is made; when both are empty there is no remote tier. Cost: starts the
-  // worker, commit and persist threads.
+  // Makes a Checkpointer for this rank. `config` is validated (InvalidArgument
+  // naming the field). `transport` is shared with the caller, who may use it
+  // too but must not issue collectives concurrently with Save/Restore.
+  // `remote`: the remote tier; when null and config.remote_dir is set, a
+  // DirectoryRemoteStore over it is made; when both are empty there is none.
+  // `hooks`: fault injection (stage.h), empty in production. Cheap: nothing is
+  // allocated or started before Prepare.
   static Result<std::unique_ptr<Checkpointer>> Create(Config config,
                                                       std::shared_ptr<Transport> transport,
                                                       std::shared_ptr<RemoteStore> remote = nullptr,
@@ -104,55 +63,76 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Registers `bytes` bytes at `data` as entry `name` (unique, 1..1024 bytes)
-  // with its tensor layout (stored in metadata for elastic restore). Host
-  // memory, or device memory when built with CUDA. Only before Prepare():
-  // FailedPrecondition afterwards (the layout is fixed).
+  // with its tensor layout (kept with every copy, for elastic restore). Host
+  // memory, or device memory when built with CUDA. Entries are checkpointed in
+  // registration order. Only before Prepare(): FailedPrecondition afterwards
+  // (the layout is fixed); InvalidArgument for a bad or repeated name, null
+  // data or an invalid layout.
   Status RegisterBuffer(const std::string& name, void* data, uint64_t bytes,
                         EntryLayout layout = EntryLayout());
 
-  // Registers a stage that sees every landed chunk (chunk_stage.h). Only
-  // before Prepare(). The stage must outlive the Checkpointer.
+  // Registers a stage that sees every landed chunk of every version
+  // (chunk_stage.h); a failing stage fails the version. Only before Prepare().
+  // The stage must outlive the Checkpointer.
   Status AddChunkStage(ChunkStage* stage);
 
-  // Collective. Fixes the layout, learns the node identities (one allgather),
-  // and creates or re-attaches this rank's node store with Config::slots
-  // slots (the only allocation; cost: zeroing slots x registered bytes).
-  // Called by the first Save or Restore if not called before.
+  // Collective. Fixes the layout, learns every rank's node identity and lane
+  // (two allgathers), and creates or re-attaches this rank's node store with
+  // Config::slots slots (the only allocation: slots x (registered bytes + what
+  // the scheme holds for peers); cost: zeroing it once). Called by the first
+  // Save or Restore if not called before. FailedPrecondition when nothing is
+  // registered or another rank failed; ElasticRestoreNeeded when the surviving
+  // stores were written for another node count.
   Status Prepare();
 
   // Collective. Starts checkpoint `step` (> LatestCommitted(), else
-  // InvalidArgument) and returns once its snapshot is scheduled (see
-  // "Blocking"). An error of the previous version is reported by Wait(), not
-  // here; Save only fails for its own reasons.
+  // InvalidArgument) and returns once its snapshot is scheduled; the copy,
+  // protection, commit and persist go on in the background. Blocks only while
+  // the previous version is still in flight (it waits for its commit), or,
+  // with Config::slots == 2, while the slot it must reuse is being persisted.
+  // An error of the previous version is reported by Wait(), not here; Save
+  // only fails for its own reasons. The blocked time counts in
+  // BlockedSeconds().
   Status Save(uint64_t step);
 
   // Returns when the registered memory may be modified again: the in-flight
-  // version's snapshot is complete (or there is none). Returns the snapshot's
-  // status (a failed copy is reported here and again by Wait()).
+  // version's snapshot is complete (or there is none). Call it before writing
+  // registered buffers. Returns the snapshot's status (a failed copy is
+  // reported here and again by Wait()).
   Status WaitSnapshot();
 
-  // Returns when the in-flight version is committed (OK) or has failed (the
-  // reason; the version then exists on no rank). OK when none is in flight.
+  // Returns when the in-flight version is committed on every rank (OK) or has
+  // failed (the reason; the version is then restorable on no rank). OK when
+  // none is in flight.
   Status Wait();
 
-  // Returns when every persist scheduled so far has finished; its status is
-  // the last persist's (OK when none failed).
+  // Returns when every persist scheduled so far has finished; the last
+  // persist's status (a version whose persist failed is not visible remotely).
   Status WaitPersist();
 
-  // Collective. Waits for anything in flight, then restores (see "Restore").
-  // NotFound "nothing to restore" when no version is held by every rank in
-  // memory and none is complete remotely.
+  // Collective. Waits for anything in flight, then copies the newest version
+  // the job can rebuild into the registered buffers, bit-exact (crc32c
+  // checked): from this node's memory, from peers' replicas or parity, or
+  // from the remote tier when memory cannot serve. Every rank restores the
+  // same version or every rank fails. Before it returns the version is
+  // committed and protected again, so a failure right after is survivable.
+  // NotFound "nothing to restore" when no version can be rebuilt from memory
+  // and none is complete remotely; ElasticRestoreNeeded when the remote
+  // version was written by another number of ranks. The report says where
+  // each entry came from (restore_report.h).
   Result<RestoreReport> Restore();
 
-  // The newest version committed (or restored) by this Checkpointer.
+  // The newest version committed (or restored) by this Checkpointer; empty
+  // before the first one. Thread-safe.
   std::optional<uint64_t> LatestCommitted() const;
 
-  // Blocked time of the application thread in Save and WaitSnapshot, summed
-  // since creation (seconds); for benchmarks and the stall report.
+  // Seconds the application thread was blocked in Save and WaitSnapshot,
+  // summed since creation: the stall training pays for checkpointing.
   double BlockedSeconds() const;
 
+  // This rank's number in the transport.
   int rank() const;
-  // The node identity and lane of this rank's store (after Prepare()).
+  // This rank's node identity, the name of its failure domain (after Prepare()).
   const std::string& node() const;
 
   class Impl;

@@ -1,5 +1,5 @@
 // ChunkStage: what runs on each chunk of a snapshot as soon as it has landed
-// in the slot (DESIGN §3: the protect stage streams chunks to replica and
+// in the slot (docs/architecture.md §3: the protect stage streams chunks to replica and
 // parity holders while later chunks are still being copied).
 //
 // The snapshot pipeline cuts every registered entry into chunks of
@@ -7,7 +7,7 @@
 // threads and, for each chunk, computes its crc32c while it is still in cache.
 // It then hands the landed chunk to every stage in order. The engine's own
 // sealing is such a stage (it folds chunk crcs into each entry's crc32c);
-// part 2's protect stage is another.
+// the protect stage (runtime/src/protect/) is another.
 //
 // Thread-safety: OnChunk is called concurrently from the pipeline's worker
 // threads for distinct chunks of the same version (in no particular order);

@@ -9,7 +9,7 @@
 // never finalizes it.
 //
 // Threads. The engine calls the transport from background threads (the commit
-// and persist coordinator; in part 2 the protect stage). Every MPI call of this
+// and persist coordinator, the protect stage). Every MPI call of this
 // class is made under one internal mutex, and every operation is issued
 // non-blocking (MPI_Isend / MPI_Irecv / MPI_Iallreduce / MPI_Iallgatherv /
 // MPI_Ibarrier) and completed by polling MPI_Test, releasing the mutex between
@@ -27,7 +27,7 @@
 //
 // Process failures: under Open MPI's mpirun a rank killed by a signal makes
 // mpirun terminate the whole job; memento's answer is a relaunch and
-// Restore(), not in-job recovery (DESIGN §8).
+// Restore(), not in-job recovery (docs/architecture.md §8).
 #pragma once
 
 #include <mpi.h>

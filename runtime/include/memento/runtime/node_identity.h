@@ -1,4 +1,4 @@
-// Node identity and local rank (DESIGN §4).
+// Node identity and local rank (docs/architecture.md §4).
 //
 // A node is a failure domain. Its identity names the node's shared-memory
 // segments, so it must be the same after a relaunch: MEMENTO_NODE if set, else

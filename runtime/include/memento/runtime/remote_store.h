@@ -1,5 +1,5 @@
 // RemoteStore: the tier below memory — persisted versions that survive the loss
-// of every node (DESIGN §3 stage 5).
+// of every node (docs/architecture.md §3 stage 5).
 //
 // A persisted version is one file per rank plus a manifest. Each rank writes
 // its own file (WriteRankFile) from memory buffers — the engine points at the

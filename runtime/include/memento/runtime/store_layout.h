@@ -1,8 +1,8 @@
 // StoreLayout: the fixed set of regions that every slot of a node store holds.
 //
 // A region is one contiguous byte range of a slot: an entry of this rank's own
-// shard (kShard), a copy of a peer's shard entry (kReplica, issue 5) or one
-// parity piece of a stripe (kParity, issue 5). The layout is fixed when the
+// shard (kShard), a copy of a peer's shard entry (kReplica) or one
+// parity piece of a stripe (kParity). The layout is fixed when the
 // store is created — memory is allocated once per layout, never on the
 // checkpoint path — and it is stored in the segment so that a relaunched rank
 // can check it registers the same shard before reusing the data.

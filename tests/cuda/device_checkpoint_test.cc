@@ -193,19 +193,30 @@ TEST_F(DeviceCheckpointTest, LostNodeOfDeviceShardsIsRebuiltFromPeers) {
   }
 }
 
-// The caller queues the step's last write on the legacy default stream behind
+// The caller queues the step's last write on the producing stream behind
 // 200 ms of host work and calls Save at once: the snapshot must copy what the
-// stream produces, not what the buffer held when Save was called.
-TEST_F(DeviceCheckpointTest, SnapshotIsOrderedAfterTheProducingStream) {
+// stream produces, not what the buffer held when Save was called. Parameter:
+// false = the legacy default stream; true = a non-blocking stream of the
+// caller's, which the legacy stream does not cover, named by SetDeviceStream.
+class ProducerStreamTest : public DeviceCheckpointTest,
+                           public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
+  const bool own_stream = GetParam();
   const Config config = MakeConfig("none");
   Launch(1, config);
   SaveAll(1);
   Fill(0, 1);
+  cudaStream_t stream = nullptr;
+  if (own_stream) {
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cks_[0]->SetDeviceStream(stream);
+  }
   CUDA_OK(cudaLaunchHostFunc(
-      nullptr, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+      stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
       nullptr));
   for (size_t e = 0; e < kEntryBytes.size(); ++e) {
-    CUDA_OK(cudaMemsetAsync(bufs_[0][e], 0x5A, kEntryBytes[e], nullptr));
+    CUDA_OK(cudaMemsetAsync(bufs_[0][e], 0x5A, kEntryBytes[e], stream));
   }
   ASSERT_TRUE(cks_[0]->Save(2).ok());
   ASSERT_TRUE(cks_[0]->Wait().ok());
@@ -222,7 +233,13 @@ TEST_F(DeviceCheckpointTest, SnapshotIsOrderedAfterTheProducingStream) {
                                << ": the snapshot ran ahead of the producing stream";
     }
   }
+  if (stream != nullptr) cudaStreamDestroy(stream);
 }
+
+INSTANTIATE_TEST_SUITE_P(Streams, ProducerStreamTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return std::string(info.param ? "NonBlockingStream" : "LegacyDefault");
+                         });
 
 }  // namespace
 }  // namespace memento::runtime

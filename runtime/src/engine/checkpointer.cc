@@ -55,6 +55,7 @@ Status Checkpointer::Wait() { return impl_->Wait(); }
 Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
 Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
 std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
+void Checkpointer::SetDeviceStream(void* cuda_stream) { impl_->SetDeviceStream(cuda_stream); }
 double Checkpointer::BlockedSeconds() const { return impl_->BlockedSeconds(); }
 int Checkpointer::rank() const { return impl_->rank(); }
 const std::string& Checkpointer::node() const { return impl_->node(); }
@@ -305,7 +306,7 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
     }
   }
   committer_->Begin();
-  Status started = pipeline_->Start(version, slot, &tasks_);
+  Status started = pipeline_->Start(version, slot, &tasks_, device_stream_);
   committer_->Submit(version, slot, persistable, Status::Ok());
   // A stage refusing to begin still goes through the commit thread, so that
   // this rank votes "false" in the version's commit collective.

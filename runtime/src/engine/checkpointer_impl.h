@@ -49,6 +49,7 @@ class Checkpointer::Impl {
   Result<RestoreReport> Restore();
   std::optional<uint64_t> LatestCommitted() const;
   double BlockedSeconds() const;
+  void SetDeviceStream(void* cuda_stream) { device_stream_ = cuda_stream; }
   int rank() const { return transport_->rank(); }
   const std::string& node() const { return node_; }
 
@@ -93,6 +94,7 @@ class Checkpointer::Impl {
   std::unique_ptr<Committer> committer_;  // the commit thread; after the stages it ends
 
   double blocked_seconds_ = 0;  // application thread only
+  void* device_stream_ = nullptr;  // cudaStream_t producing device buffers; application thread
 };
 
 }  // namespace memento::runtime

@@ -61,13 +61,34 @@ void UnpinHostMemory(void* ptr) {
   if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
 }
 
-Status CopyBytes(void* dst, const void* src, size_t bytes, bool device) {
+DeviceFence::~DeviceFence() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+Status DeviceFence::Record(void* stream) {
+  if (event_ == nullptr) {
+    cudaEvent_t event = nullptr;
+    MEMENTO_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
+    event_ = event;
+  }
+  cudaStream_t producer = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+  return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(event_), producer),
+                    "cudaEventRecord on the producing stream");
+}
+
+Status CopyBytes(void* dst, const void* src, size_t bytes, bool device, const DeviceFence* after) {
   if (bytes == 0) return Status::Ok();
   if (!device) {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
   MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream());
+  if (after != nullptr && after->event() != nullptr) {
+    MEMENTO_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),
+                   "cudaStreamWaitEvent on the producing stream"));
+  }
   MEMENTO_RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync"));
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -30,19 +30,15 @@ SnapshotPipeline::~SnapshotPipeline() {
   for (auto& t : workers_) t.join();
 }
 
-Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks) {
+Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
+                               void* producer_stream) {
+  if (std::any_of(tasks->begin(), tasks->end(), [](const CopyTask& t) { return t.device; })) {
+    Status fenced = fence_.Record(producer_stream);
+    if (!fenced.ok()) return FailToStart(version, slot, fenced);
+  }
   for (ChunkStage* stage : stages_) {
     Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
-    if (!begun.ok()) {
-      // Nothing is copied; WaitCopied reports this version's failure (not the
-      // previous version's outcome), so the rank votes "false" at the commit.
-      std::lock_guard<std::mutex> lock(mu_);
-      MEMENTO_CHECK(!running_);
-      version_ = version;
-      slot_ = slot;
-      error_ = begun.WithContext("snapshot of v" + std::to_string(version) + " not started");
-      return begun;
-    }
+    if (!begun.ok()) return FailToStart(version, slot, begun);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,6 +55,17 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
   }
   work_cv_.notify_all();
   return Status::Ok();
+}
+
+Status SnapshotPipeline::FailToStart(uint64_t version, int slot, const Status& why) {
+  // Nothing is copied; WaitCopied reports this version's failure (not the
+  // previous version's outcome), so the rank votes "false" at the commit.
+  std::lock_guard<std::mutex> lock(mu_);
+  MEMENTO_CHECK(!running_);
+  version_ = version;
+  slot_ = slot;
+  error_ = why.WithContext("snapshot of v" + std::to_string(version) + " not started");
+  return why;
 }
 
 Status SnapshotPipeline::WaitCopied() {
@@ -90,7 +97,7 @@ void SnapshotPipeline::RunTask(size_t index) {
   Status status;
   uint32_t crc = 0;
   if (task.device) {
-    status = CopyBytes(task.dst, task.src, task.length, true);
+    status = CopyBytes(task.dst, task.src, task.length, true, &fence_);
     if (status.ok()) crc = erasure::Crc32c(task.dst, task.length);
   } else {
     erasure::Crc32cStream stream;

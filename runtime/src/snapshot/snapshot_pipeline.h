@@ -24,6 +24,7 @@
 #include "memento/common/status.h"
 #include "memento/runtime/stage.h"
 #include "memento/runtime/chunk_stage.h"
+#include "snapshot/device_copy.h"
 
 namespace memento::runtime {
 
@@ -46,8 +47,12 @@ class SnapshotPipeline {
 
   // Starts copying `*tasks` (kept alive and unchanged by the caller until
   // WaitCopied returns) for `version` into `slot`. Calls every stage's Begin
-  // first. Precondition (a bug otherwise): the previous version was waited for.
-  Status Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks);
+  // first. Device copies start only after the work queued on
+  // `producer_stream` (a cudaStream_t, nullptr = the legacy default stream)
+  // before this call. Precondition (a bug otherwise): the previous version
+  // was waited for.
+  Status Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
+               void* producer_stream = nullptr);
 
   // Blocks until every chunk of the last started version has landed and been
   // handed to the stages; returns the first error of a copy or a stage
@@ -55,10 +60,13 @@ class SnapshotPipeline {
   Status WaitCopied();
 
  private:
+  // Records `why` as the outcome of `version`, which copies nothing.
+  Status FailToStart(uint64_t version, int slot, const Status& why);
   void WorkerLoop();
   void RunTask(size_t index);
 
   const std::vector<ChunkStage*> stages_;
+  DeviceFence fence_;  // recorded by Start when the version has device tasks
   const std::function<Status(Stage, uint64_t)> hook_;
   std::vector<std::thread> workers_;
 

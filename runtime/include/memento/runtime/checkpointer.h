@@ -95,6 +95,17 @@ class Checkpointer {
   // BlockedSeconds().
   Status Save(uint64_t step);
 
+  // Device buffers: the CUDA stream (a cudaStream_t) on which the training
+  // queues the work that writes the registered device buffers. Each Save
+  // records an event on it and the snapshot's device copies wait for that
+  // event, so they copy what the work queued before Save produces, without
+  // blocking the application thread. nullptr (the default) = the legacy
+  // default stream, which also covers every blocking stream (not streams
+  // created with cudaStreamNonBlocking, such as PyTorch's side streams: pass
+  // those here). Application thread; takes effect at the next Save. No-op
+  // without CUDA.
+  void SetDeviceStream(void* cuda_stream);
+
   // Returns when the registered memory may be modified again: the in-flight
   // version's snapshot is complete (or there is none). Call it before writing
   // registered buffers. Returns the snapshot's status (a failed copy is

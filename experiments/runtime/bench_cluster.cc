@@ -127,6 +127,9 @@
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "memento/placement/group_layout.h"
 #include "memento/placement/scheme.h"
 #include "memento/placement/topology.h"
@@ -296,11 +299,6 @@ class JoiningThread {
 };
 
 // "[1, 2]" / "1,2" for the JSON record and the readable block.
-std::string LostNodesJson(const std::vector<int>& nodes) {
-  std::string out = "[";
-  for (size_t i = 0; i < nodes.size(); ++i) out += (i ? ", " : "") + std::to_string(nodes[i]);
-  return out + "]";
-}
 std::string LostNodesText(const std::vector<int>& nodes) {
   std::string out;
   for (size_t i = 0; i < nodes.size(); ++i) out += (i ? "," : "") + std::to_string(nodes[i]);
@@ -745,14 +743,6 @@ class Bench {
 };
 
 // "[1, 2, 3]" (integers).
-std::string JsonArray(const std::vector<double>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(static_cast<long long>(v[i]));
-  }
-  return out + "]";
-}
-
 // Prints the gathered report (rank 0).
 void Print(const Options& opt, const Report& r, double factor,
            const std::vector<double>& node_factor) {
@@ -817,49 +807,77 @@ void Print(const Options& opt, const Report& r, double factor,
     ok = std::min(ok, x.restored_ok);
   }
   if (opt.json) {
-    std::printf(
-        "{\"benchmark\": \"bench_cluster\", \"scheme\": \"%s\", \"nodes\": %d, "
-        "\"ranks_per_node\": %d, \"shard_bytes\": %.0f, \"slots\": %d, \"threads\": %d, "
-        "\"chunk_bytes\": %llu, \"reps\": %d, \"ranks\": %d, \"cores\": %d, "
-        "\"link_gibps\": %.4f, \"link_burst_bytes\": %.0f, "
-        "\"protect_s\": %.6f, \"snapshot_s\": %.6f, \"protect_traffic_node_mean_bytes\": %.0f, "
-        "\"protect_node_gibps\": %.4f, \"protect_node_min_gibps\": %.4f, "
-        "\"protect_shard_gibps\": %.4f, "
-        "\"mpi_ring_chunked_s\": %.6f, \"mpi_ring_single_s\": %.6f, \"mpi_ring_link_s\": %.6f, "
-        "\"mpi_raw_node_gibps\": %.4f, \"mpi_node_gibps\": %.4f, "
-        "\"protect_cpu_s_per_gib\": %.4f, \"mpi_cpu_s_per_gib\": %.4f, \"cpu_ratio\": %.4f, "
-        "\"protect_cpu_util\": %.4f, \"mpi_cpu_util\": %.4f, "
-        "\"protect_vs_mpi\": %.4f, \"protect_min_vs_mpi\": %.4f, \"target_protect_vs_mpi\": 0.8, "
-        "\"protect_target_met\": %s, "
-        "\"lost_node\": %d, \"lost_nodes\": %s, \"restored_version\": %llu, \"restore_bit_exact\": "
-        "%s, "
-        "\"recover_source\": \"%s\", \"prepare_s\": %.6f, \"recover_s\": %.6f, "
-        "\"inventory_s\": %.6f, \"plan_s\": %.6f, \"transfer_s\": %.6f, \"reprotect_s\": %.6f, "
-        "\"recover_max_sent_bytes\": %.0f, \"recover_max_received_bytes\": %.0f, "
-        "\"remote_bytes\": %.0f, \"remote_warm_s\": %.6f, \"remote_cold_s\": %.6f, "
-        "\"recover_vs_remote_warm\": %.4f, \"recover_vs_remote_cold\": %.4f, "
-        "\"recover_incl_prepare_vs_remote_cold\": %.4f, "
-        "\"rss_formula_nominal_node_bytes\": %.0f, \"rss_formula_node_bytes\": %.0f, "
-        "\"vmhwm_node_max_bytes\": %.0f, "
-        "\"rss_ckpt_node_max_bytes\": %.0f, \"shm_node_max_bytes\": %.0f, "
-        "\"rss_ckpt_vs_formula_max\": %.4f, \"rss_ckpt_vs_formula_min\": %.4f, "
-        "\"shm_vs_formula_max\": %.4f, \"vmhwm_vs_formula_max\": %.4f, "
-        "\"protect_traffic_node_bytes\": %s, \"rss_ckpt_node_bytes\": %s, "
-        "\"shm_node_bytes\": %s}\n",
-        opt.scheme.c_str(), nodes, per, node_s, r.slots, r.threads,
-        static_cast<unsigned long long>(r.chunk), opt.reps, r.ranks, r.cores, opt.link_gibps,
-        opt.link_gibps > 0 ? kLinkBurstBytes : 0.0, r.protect_s, r.snapshot_s, mean(traffic),
-        protect_gibps, protect_min_gibps, shard_gibps, r.ring_chunked_s, r.ring_single_s,
-        r.ring_link_s, mpi_raw_gibps, mpi_gibps, protect_cpu_per_gib, mpi_cpu_per_gib, cpu_ratio,
-        protect_util, mpi_util, ratio, protect_min_gibps / mpi_gibps,
-        ratio >= 0.8 ? "true" : "false", opt.lose[0], LostNodesJson(opt.lose).c_str(),
-        static_cast<unsigned long long>(r.restored_version), ok > 0 ? "true" : "false",
-        r.source_detail.c_str(), r.prepare_s, r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
-        r.reprotect_s, sent, recv, s * r.ranks, r.remote_warm_s, r.remote_cold_s,
-        r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
-        (r.prepare_s + r.recover_s) / r.remote_cold_s, formula_nominal, formula, mx(hwm), mx(ckpt),
-        mx(shm), mx(ckpt_ratio), mn(ckpt_ratio), mx(shm_ratio), mx(hwm_ratio),
-        JsonArray(traffic).c_str(), JsonArray(ckpt).c_str(), JsonArray(shm).c_str());
+    auto ints = [](const std::vector<double>& v) {
+      std::vector<long long> out;
+      for (double x : v) out.push_back(static_cast<long long>(x));
+      return out;
+    };
+    nlohmann::ordered_json j;
+    j["benchmark"] = "bench_cluster";
+    j["scheme"] = opt.scheme;
+    j["nodes"] = nodes;
+    j["ranks_per_node"] = per;
+    j["shard_bytes"] = node_s;
+    j["slots"] = r.slots;
+    j["threads"] = r.threads;
+    j["chunk_bytes"] = r.chunk;
+    j["reps"] = opt.reps;
+    j["ranks"] = r.ranks;
+    j["cores"] = r.cores;
+    j["link_gibps"] = opt.link_gibps;
+    j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
+    j["protect_s"] = r.protect_s;
+    j["snapshot_s"] = r.snapshot_s;
+    j["protect_traffic_node_mean_bytes"] = mean(traffic);
+    j["protect_node_gibps"] = protect_gibps;
+    j["protect_node_min_gibps"] = protect_min_gibps;
+    j["protect_shard_gibps"] = shard_gibps;
+    j["mpi_ring_chunked_s"] = r.ring_chunked_s;
+    j["mpi_ring_single_s"] = r.ring_single_s;
+    j["mpi_ring_link_s"] = r.ring_link_s;
+    j["mpi_raw_node_gibps"] = mpi_raw_gibps;
+    j["mpi_node_gibps"] = mpi_gibps;
+    j["protect_cpu_s_per_gib"] = protect_cpu_per_gib;
+    j["mpi_cpu_s_per_gib"] = mpi_cpu_per_gib;
+    j["cpu_ratio"] = cpu_ratio;
+    j["protect_cpu_util"] = protect_util;
+    j["mpi_cpu_util"] = mpi_util;
+    j["protect_vs_mpi"] = ratio;
+    j["protect_min_vs_mpi"] = protect_min_gibps / mpi_gibps;
+    j["target_protect_vs_mpi"] = 0.8;
+    j["protect_target_met"] = ratio >= 0.8;
+    j["lost_node"] = opt.lose[0];
+    j["lost_nodes"] = opt.lose;
+    j["restored_version"] = r.restored_version;
+    j["restore_bit_exact"] = ok > 0;
+    j["recover_source"] = r.source_detail;
+    j["prepare_s"] = r.prepare_s;
+    j["recover_s"] = r.recover_s;
+    j["inventory_s"] = r.inventory_s;
+    j["plan_s"] = r.plan_s;
+    j["transfer_s"] = r.transfer_s;
+    j["reprotect_s"] = r.reprotect_s;
+    j["recover_max_sent_bytes"] = sent;
+    j["recover_max_received_bytes"] = recv;
+    j["remote_bytes"] = s * r.ranks;
+    j["remote_warm_s"] = r.remote_warm_s;
+    j["remote_cold_s"] = r.remote_cold_s;
+    j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
+    j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
+    j["recover_incl_prepare_vs_remote_cold"] = (r.prepare_s + r.recover_s) / r.remote_cold_s;
+    j["rss_formula_nominal_node_bytes"] = formula_nominal;
+    j["rss_formula_node_bytes"] = formula;
+    j["vmhwm_node_max_bytes"] = mx(hwm);
+    j["rss_ckpt_node_max_bytes"] = mx(ckpt);
+    j["shm_node_max_bytes"] = mx(shm);
+    j["rss_ckpt_vs_formula_max"] = mx(ckpt_ratio);
+    j["rss_ckpt_vs_formula_min"] = mn(ckpt_ratio);
+    j["shm_vs_formula_max"] = mx(shm_ratio);
+    j["vmhwm_vs_formula_max"] = mx(hwm_ratio);
+    j["protect_traffic_node_bytes"] = ints(traffic);
+    j["rss_ckpt_node_bytes"] = ints(ckpt);
+    j["shm_node_bytes"] = ints(shm);
+    std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
         "%s N=%d S=%.0f MiB slots=%d ranks=%d cores=%d link=%s\n"
@@ -884,61 +902,39 @@ void Print(const Options& opt, const Report& r, double factor,
   std::fflush(stdout);
 }
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: mpirun -np N bench_cluster [--json] [--scheme replica:2|xor:3|rs:4+2] "
-               "[--size 64M] [--reps 3] [--lose NODE[,NODE...]] [--remote DIR] [--job NAME] "
-               "[--link-gibps X]\n");
-  return 2;
-}
-
 int Main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--json") {
-      opt.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) return Usage();
-    std::string v = argv[++i];
-    // Names the flag and the value before the usage text.
-    auto bad = [&](const std::string& why) {
-      std::fprintf(stderr, "bench_cluster: %s '%s': %s\n", a.c_str(), v.c_str(), why.c_str());
-      return Usage();
-    };
-    if (a == "--scheme") {
-      opt.scheme = v;
-    } else if (a == "--size") {
-      auto b = ParseByteSize(v);
-      if (!b.ok()) return bad(b.status().message());
-      opt.size = *b;
-    } else if (a == "--reps") {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1000) return bad("need 1..1000");
-      opt.reps = static_cast<int>(n);
-    } else if (a == "--lose") {
-      opt.lose.clear();
-      std::stringstream list(v);
-      for (std::string item; std::getline(list, item, ',');) {
-        char* end = nullptr;
-        const long n = std::strtol(item.c_str(), &end, 10);
-        if (end == item.c_str() || *end != '\0' || n < 0) return bad("need node indices, e.g. 1,2");
-        opt.lose.push_back(static_cast<int>(n));
-      }
-      if (opt.lose.empty()) return bad("need at least one node");
-    } else if (a == "--remote") {
-      opt.remote = v;
-    } else if (a == "--job") {
-      opt.job = v;
-    } else if (a == "--link-gibps") {
-      char* end = nullptr;
-      opt.link_gibps = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(opt.link_gibps >= 0)) return bad("need GiB/s >= 0");
-    } else {
-      return Usage();
-    }
+  CLI::App app{"bench_cluster: protect bandwidth vs MPI, recovery vs a remote read, memory vs "
+               "the scheme's formula; one rank per process under mpirun -np N"};
+  app.add_flag("--json", opt.json, "one JSON object per run on stdout");
+  app.add_option("--scheme", opt.scheme, "replica:M[:ring], xor:K or rs:K+M");
+  app.add_option("--size", opt.size, "shard bytes per rank (K/M/G suffixes)")
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            auto v = ParseByteSize(text);
+            if (!v.ok()) return v.status().message();
+            text = std::to_string(*v);
+            return std::string();
+          },
+          "BYTES"));
+  app.add_option("--reps", opt.reps, "repetitions of the protect measurement")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--lose", opt.lose, "node indices lost before the recovery, e.g. 1,2")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--remote", opt.remote, "remote tier folder (the read compared against)");
+  app.add_option("--job", opt.job, "job id of the segments");
+  app.add_option("--link-gibps", opt.link_gibps,
+                 "emulated per-node link bandwidth in GiB/s; 0 = no emulation")
+      ->check(CLI::Range(0.0, 1e6));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (opt.lose.empty()) {
+    std::fprintf(stderr, "bench_cluster: --lose needs at least one node\n");
+    return 2;
   }
   auto config = Config::FromEnv();
   auto factor = SchemeFactor(opt.scheme);
@@ -981,13 +977,20 @@ int Main(int argc, char** argv) {
         statvfs("/dev/shm", &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize : 0;
     const double avail = static_cast<double>(MemAvailableBytes());
     if (need_shm > 0.9 * shm_free || need_mem > 0.85 * avail) {
-      std::printf(
-          "%s{\"benchmark\": \"bench_cluster\", \"scheme\": \"%s\", \"nodes\": %d, "
-          "\"shard_bytes\": %llu, \"skipped\": true, \"reason\": \"needs %.1f GiB shm / %.1f GiB "
-          "memory, /dev/shm has %.1f GiB free, MemAvailable %.1f GiB\"}\n",
-          opt.json ? "" : "SKIPPED ", opt.scheme.c_str(), size / config->ranks_per_node,
-          static_cast<unsigned long long>(opt.size), need_shm / (1 << 30), need_mem / (1 << 30),
-          shm_free / (1 << 30), avail / (1 << 30));
+      char reason[200];
+      std::snprintf(reason, sizeof(reason),
+                    "needs %.1f GiB shm / %.1f GiB memory, /dev/shm has %.1f GiB free, "
+                    "MemAvailable %.1f GiB",
+                    need_shm / (1 << 30), need_mem / (1 << 30), shm_free / (1 << 30),
+                    avail / (1 << 30));
+      nlohmann::ordered_json j;
+      j["benchmark"] = "bench_cluster";
+      j["scheme"] = opt.scheme;
+      j["nodes"] = size / config->ranks_per_node;
+      j["shard_bytes"] = opt.size;
+      j["skipped"] = true;
+      j["reason"] = reason;
+      std::printf("%s%s\n", opt.json ? "" : "SKIPPED ", j.dump().c_str());
       skip = 1;
     }
   }

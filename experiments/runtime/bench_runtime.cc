@@ -29,6 +29,9 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
@@ -171,64 +174,45 @@ Result<Result1> RunOne(const Options& opt, uint64_t bytes, int index) {
   return r;
 }
 
-Result<uint64_t> ParseSize(const std::string& s) { return ParseByteSize(s); }
-
-// A finite number > 0, or an error naming the flag and the value.
-bool PositiveNumber(const std::string& flag, const std::string& text, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
-    std::fprintf(stderr, "%s '%s': need a number > 0\n", flag.c_str(), text.c_str());
-    return false;
-  }
-  *out = v;
-  return true;
-}
+// A finite number > 0; the error names the value (CLI11 adds the flag).
+const CLI::Validator kPositive(
+    [](std::string& text) {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+        return "'" + text + "': need a number > 0";
+      }
+      return std::string();
+    },
+    "> 0");
 
 int Main(int argc, char** argv) {
-  double number = 0;
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--json") {
-      opt.json = true;
-    } else if (a == "--sizes") {
-      opt.sizes.clear();
-      std::string list = next();
-      size_t pos = 0;
-      while (pos <= list.size()) {
-        size_t comma = list.find(',', pos);
-        if (comma == std::string::npos) comma = list.size();
-        auto v = ParseSize(list.substr(pos, comma - pos));
-        if (!v.ok()) {
-          std::fprintf(stderr, "--sizes: %s\n", v.status().ToString().c_str());
-          return 2;
-        }
-        opt.sizes.push_back(*v);
-        pos = comma + 1;
-      }
-    } else if (a == "--iters") {
-      if (!PositiveNumber(a, next(), &number)) return 2;
-      opt.iters = static_cast<int>(std::min(number, 1e9));
-    } else if (a == "--compute-factor") {
-      if (!PositiveNumber(a, next(), &opt.compute_factor)) return 2;
-    } else if (a == "--dir") {
-      opt.dir = next();
-    } else if (a == "--max-seconds") {
-      if (!PositiveNumber(a, next(), &opt.max_seconds)) return 2;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_runtime [--json] [--sizes 256M,1G] [--iters N] "
-                   "[--compute-factor F] [--dir D] [--max-seconds S]\n");
-      return 2;
-    }
+  CLI::App app{"bench_runtime: what a checkpoint costs the training loop (stall per Save + "
+               "WaitSnapshot vs a synchronous write + fsync, snapshot vs memcpy)"};
+  app.add_flag("--json", opt.json, "one JSON object on stdout instead of text lines");
+  std::vector<std::string> sizes;
+  app.add_option("--sizes", sizes, "shard sizes, comma-separated (K/M/G suffixes), e.g. 256M,1G")
+      ->delimiter(',')
+      ->check([](const std::string& text) {
+        auto v = ParseByteSize(text);
+        return v.ok() ? std::string() : v.status().ToString();
+      });
+  app.add_option("--iters", opt.iters, "checkpoints per size")->check(kPositive);
+  app.add_option("--compute-factor", opt.compute_factor,
+                 "simulated compute between Saves, as a multiple of the snapshot time")
+      ->check(kPositive);
+  app.add_option("--dir", opt.dir, "folder for the synchronous write (its file system matters)");
+  app.add_option("--max-seconds", opt.max_seconds, "stop a size's loop after this long")
+      ->check(kPositive);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!sizes.empty()) {
+    opt.sizes.clear();
+    for (const std::string& text : sizes) opt.sizes.push_back(*ParseByteSize(text));
   }
   std::vector<Result1> results;
   for (size_t i = 0; i < opt.sizes.size(); ++i) {
@@ -240,27 +224,28 @@ int Main(int argc, char** argv) {
     results.push_back(*r);
   }
   const double gib = 1024.0 * 1024 * 1024;
-  if (opt.json)
-    std::printf(
-        "{\"benchmark\": \"bench_runtime\", \"scheme\": \"none\", \"nodes\": 1, \"runs\": [\n");
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result1& r = results[i];
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const Result1& r : results) {
     const double memcpy_gbps = r.bytes / r.memcpy_s / gib;
     const double snap_gbps = r.bytes / r.snapshot_s / gib;
     const double ratio = r.stall_mean_s / r.sync_write_s;
     if (opt.json) {
-      std::printf(
-          "  {\"bytes\": %llu, \"threads\": %d, \"chunk_bytes\": %llu, \"iters\": %d,\n"
-          "   \"memcpy_s\": %.6f, \"memcpy_gibps\": %.3f, \"snapshot_s\": %.6f, "
-          "\"snapshot_gibps\": %.3f, \"snapshot_vs_memcpy\": %.3f,\n"
-          "   \"sync_write_fsync_s\": %.6f, \"compute_between_saves_s\": %.6f,\n"
-          "   \"stall_mean_s\": %.6f, \"stall_max_s\": %.6f, \"stall_vs_sync_write\": %.4f, "
-          "\"target_stall_vs_sync_write\": 0.05, \"target_met\": %s}%s\n",
-          static_cast<unsigned long long>(r.bytes), r.threads,
-          static_cast<unsigned long long>(r.chunk), r.iters, r.memcpy_s, memcpy_gbps, r.snapshot_s,
-          snap_gbps, snap_gbps / memcpy_gbps, r.sync_write_s, r.compute_s, r.stall_mean_s,
-          r.stall_max_s, ratio, ratio <= 0.05 ? "true" : "false",
-          i + 1 < results.size() ? "," : "");
+      runs.push_back({{"bytes", r.bytes},
+                      {"threads", r.threads},
+                      {"chunk_bytes", r.chunk},
+                      {"iters", r.iters},
+                      {"memcpy_s", r.memcpy_s},
+                      {"memcpy_gibps", memcpy_gbps},
+                      {"snapshot_s", r.snapshot_s},
+                      {"snapshot_gibps", snap_gbps},
+                      {"snapshot_vs_memcpy", snap_gbps / memcpy_gbps},
+                      {"sync_write_fsync_s", r.sync_write_s},
+                      {"compute_between_saves_s", r.compute_s},
+                      {"stall_mean_s", r.stall_mean_s},
+                      {"stall_max_s", r.stall_max_s},
+                      {"stall_vs_sync_write", ratio},
+                      {"target_stall_vs_sync_write", 0.05},
+                      {"target_met", ratio <= 0.05}});
     } else {
       std::printf(
           "S=%llu MiB: memcpy %.2f GiB/s, snapshot %.2f GiB/s (%.2fx memcpy), sync write %.3f s, "
@@ -269,7 +254,11 @@ int Main(int argc, char** argv) {
           snap_gbps / memcpy_gbps, r.sync_write_s, r.stall_mean_s, r.stall_max_s, ratio);
     }
   }
-  if (opt.json) std::printf("]}\n");
+  if (opt.json) {
+    const nlohmann::ordered_json out = {
+        {"benchmark", "bench_runtime"}, {"scheme", "none"}, {"nodes", 1}, {"runs", runs}};
+    std::printf("%s\n", out.dump(1).c_str());
+  }
   return 0;
 }
 

@@ -32,7 +32,7 @@ std::string RestoreReport::ToString() const {
 }
 
 std::string RestoreReport::ToJson() const {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;
   json j;
   j["version"] = version;
   j["entries"] = json::array();

@@ -272,6 +272,10 @@ Status Checkpointer::Impl::Save(uint64_t step) {
   const auto t0 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();  // at most one version in flight; its outcome is Wait()'s to report
+  if (Status broken = committer_->broken(); !broken.ok()) {
+    blocked_seconds_ += SecondsSince(t0);
+    return broken.WithContext("Save(" + std::to_string(step) + ")");
+  }
   if (const std::optional<uint64_t> latest = committer_->latest(); latest && step <= *latest) {
     blocked_seconds_ += SecondsSince(t0);
     return Status::InvalidArgument("Save(" + std::to_string(step) +
@@ -318,6 +322,7 @@ Status Checkpointer::Impl::WaitSnapshot() {
   const auto t0 = Clock::now();
   Status s = pipeline_->WaitCopied();
   blocked_seconds_ += SecondsSince(t0);
+  if (s.ok() && committer_) s = committer_->broken();
   return s;
 }
 

@@ -40,6 +40,11 @@ Status Committer::Wait() {
   return last_;
 }
 
+Status Committer::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
 std::optional<uint64_t> Committer::latest() const {
   std::lock_guard<std::mutex> lock(mu_);
   return latest_;
@@ -73,6 +78,12 @@ void Committer::Loop() {
   }
 }
 
+Status Committer::Broke(Status failed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_.ok()) broken_ = failed.WithContext("checkpointing stopped (relaunch the job to restore)");
+  return failed;
+}
+
 Status Committer::RunHook(Stage stage, uint64_t version) const {
   if (!parts_.hook) return Status::Ok();
   return parts_.hook(stage, version);
@@ -83,7 +94,7 @@ Status Committer::CommitOne(const Job& job) {
   if (!job.not_started.ok()) {
     // Nothing was begun (no stage, no slot): vote "false" and report why.
     auto all = parts_.transport->AllTrue(false);
-    if (!all.ok()) return all.status().WithContext("commit of " + v);
+    if (!all.ok()) return Broke(all.status().WithContext("commit of " + v));
     return job.not_started.WithContext(v + " (this rank)");
   }
   const Status local = SealLocal(job);
@@ -91,7 +102,7 @@ Status Committer::CommitOne(const Job& job) {
   if (!all.ok()) {
     // The collective itself failed (a dead peer): the outcome elsewhere is
     // unknown, so the sealed slot stays as it is; Restore's agreement decides.
-    return all.status().WithContext("commit of " + v);
+    return Broke(all.status().WithContext("commit of " + v));
   }
   if (!*all) {
     (void)parts_.store->Invalidate(job.slot);  // never restorable, and free for the next version

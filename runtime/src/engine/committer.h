@@ -66,6 +66,12 @@ class Committer {
   // Blocks until no version is in flight; the last decided version's outcome.
   Status Wait();
 
+  // OK, or why checkpointing has stopped for good: a commit collective
+  // failed (a peer is gone or timed out), which leaves the transport unusable
+  // (transport.h), so no later version can commit until the job is relaunched
+  // and restores. Sticky once set.
+  Status broken() const;
+
   // The newest version committed (or restored, SetLatest).
   std::optional<uint64_t> latest() const;
   void SetLatest(uint64_t version);
@@ -84,13 +90,17 @@ class Committer {
   // After a true AllTrue: the slot becomes the committed one.
   Status MarkCommitted(const Job& job);
   Status RunHook(Stage stage, uint64_t version) const;
+  // A commit collective failed: the transport is unusable from now on, so
+  // checkpointing has stopped (broken()). Returns `failed`.
+  Status Broke(Status failed);
 
   const Parts parts_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool in_flight_ = false;
   std::optional<Job> job_;
-  Status last_;  // outcome of the last decided version
+  Status last_;    // outcome of the last decided version
+  Status broken_;  // see broken()
   std::optional<uint64_t> latest_;
   uint64_t commits_ = 0;  // persistable commits, for persist_every
   bool stop_ = false;

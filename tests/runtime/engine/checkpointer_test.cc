@@ -250,6 +250,35 @@ TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   }
 }
 
+// After a commit collective failed the transport is unusable: the next Save
+// and WaitSnapshot say so (naming the failed commit) instead of returning OK
+// for versions that can never commit.
+TEST_F(CheckpointerTest, BrokenCheckpointerSaysSoAtTheNextSave) {
+  const int n = 3;
+  Launch(n, MakeConfig());
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  group_->Kill(2);
+  std::vector<Status> waits(n), next_saves(n), snapshots(n);
+  Run([&](int r) {
+    if (r == 2) return;
+    ranks_[r].Fill(r, 2);
+    ASSERT_TRUE(ranks_[r].ck->Save(2).ok());
+    waits[r] = ranks_[r].ck->Wait();
+    next_saves[r] = ranks_[r].ck->Save(3);
+    snapshots[r] = ranks_[r].ck->WaitSnapshot();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(waits[r].ok()) << "rank " << r;
+    EXPECT_EQ(next_saves[r].code(), StatusCode::kUnavailable) << next_saves[r].ToString();
+    EXPECT_NE(next_saves[r].message().find("checkpointing stopped"), std::string::npos)
+        << next_saves[r].ToString();
+    EXPECT_NE(next_saves[r].message().find("commit of v2"), std::string::npos)
+        << next_saves[r].ToString();
+    EXPECT_FALSE(snapshots[r].ok()) << "rank " << r;
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(1));
+  }
+}
+
 TEST_F(CheckpointerTest, SaveWhileInFlightWaitsForTheCommit) {
   const int n = 2;
   std::atomic<bool> v1_committed{false};

@@ -91,7 +91,10 @@ class Checkpointer {
   // the previous version is still in flight (it waits for its commit), or,
   // with Config::slots == 2, while the slot it must reuse is being persisted.
   // An error of the previous version is reported by Wait(), not here; Save
-  // only fails for its own reasons. The blocked time counts in
+  // fails for its own reasons, and once checkpointing has stopped for good (a
+  // commit collective failed: a peer is gone or timed out, and the transport
+  // is unusable), every later Save and WaitSnapshot returns that failure
+  // instead of pretending: relaunch the job and Restore(). The blocked time counts in
   // BlockedSeconds().
   Status Save(uint64_t step);
 

@@ -1,6 +1,7 @@
 #include "memento/runtime/config.h"
 
 #include "memento/placement/scheme.h"
+#include "memento/runtime/directory_remote_store.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -312,6 +313,17 @@ Result<Config> Config::FromEnv() {
   Result<Config> parsed = FromMap(known);
   if (!parsed.ok()) return parsed.status();
   Config c = std::move(parsed).value();
+  if (!c.remote_dir.empty()) {
+    // Resolved once, against the working directory of this call, and checked
+    // now rather than at the first persist.
+    Result<std::string> root = DirectoryRemoteStore::ResolveRoot(c.remote_dir);
+    Status usable = root.ok() ? DirectoryRemoteStore::CheckRoot(*root) : root.status();
+    if (!usable.ok()) {
+      return Status::InvalidArgument(std::string(kRemote) + "='" + c.remote_dir +
+                                     "': " + usable.message());
+    }
+    c.remote_dir = *root;
+  }
   SetLogLevel(c.log_level);
   for (const auto& var : unknown) {
     Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored (" + kAllowUnknown + "=1)");

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "memento/runtime/node_identity.h"
 
@@ -165,6 +170,41 @@ TEST(Config, UnknownVariableInEnvironmentIsAnError) {
   unsetenv("MEMENTO_TEST_ANYTHING");
   unsetenv("MEMENTO_BUILD_DIR");
   SetLogLevel(LogLevel::kWarn);
+}
+
+// A remote directory that persists could not use is refused when read, and a
+// relative one is resolved once against the working directory.
+TEST(Config, UnusableRemoteIsRefusedWhenRead) {
+  char tmpl[] = "/tmp/memento-cfg-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string file = dir + "/a-file";
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  for (const std::string& bad :
+       {file, std::string("/dev/null"), std::string("/proc/self"), dir + "/missing/parent"}) {
+    ASSERT_EQ(setenv("MEMENTO_REMOTE", bad.c_str(), 1), 0);
+    auto c = Config::FromEnv();
+    ASSERT_FALSE(c.ok()) << bad << " accepted";
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("MEMENTO_REMOTE='" + bad + "'"), std::string::npos)
+        << c.status().ToString();
+  }
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  ASSERT_EQ(setenv("MEMENTO_REMOTE", "relative", 1), 0);
+  auto c = Config::FromEnv();
+  ASSERT_EQ(chdir(cwd), 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->remote_dir, dir + "/relative");
+  struct stat st;
+  EXPECT_EQ(stat(c->remote_dir.c_str(), &st), 0);
+  unsetenv("MEMENTO_REMOTE");
+  SetLogLevel(LogLevel::kWarn);
+  std::string rm = "rm -rf " + dir;
+  ASSERT_EQ(std::system(rm.c_str()), 0);
 }
 
 // Numbers are plain decimals: blanks, signs and hexadecimal are refused.

@@ -125,6 +125,10 @@ struct Config {
   // MEMENTO_ALLOW_UNKNOWN=1 (then a warning); names of the build scripts and
   // test harness (MEMENTO_BUILD_DIR, MEMENTO_TEST_*) are not Config's and are
   // ignored. Numbers are strict decimals: no blanks, '+' or hex.
+  // MEMENTO_REMOTE is resolved here, once, against the working directory if
+  // relative (remote_dir is then absolute) and checked: it must be a
+  // directory where this user can create files (created if missing, its
+  // parent must exist); otherwise InvalidArgument naming it and the reason.
   static Result<Config> FromEnv();
 
   // As FromEnv() but from an explicit map {"MEMENTO_SLOTS": "3", ...}; keys

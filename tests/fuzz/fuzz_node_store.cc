@@ -9,6 +9,7 @@
 
 #include "fuzz_target.h"
 #include "memento/erasure/crc32c.h"
+#include "memento/runtime/log.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/shm_segment.h"
 
@@ -17,6 +18,11 @@ using namespace memento::runtime;
 namespace {
 
 const StoreId& Id() {
+  static const bool quiet = [] {  // rejected inputs are the normal case here
+    SetLogLevel(LogLevel::kError);
+    return true;
+  }();
+  (void)quiet;
   static const StoreId id{"fuzz-" + std::to_string(getpid()), "node/0", 0};
   return id;
 }

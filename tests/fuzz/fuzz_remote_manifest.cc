@@ -11,6 +11,7 @@
 
 #include "fuzz_target.h"
 #include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/log.h"
 
 using namespace memento::runtime;
 
@@ -22,6 +23,7 @@ DirectoryRemoteStore& Store() {
   static const std::string& root = *[] {
     std::string t = "/tmp/memento-fuzz-manifest-" + std::to_string(getpid());
     mkdir(t.c_str(), 0700);
+    SetLogLevel(LogLevel::kError);  // rejected inputs are the normal case here
     g_root = new std::string(t);  // never destroyed: the exit handler uses it
     std::atexit([] { std::filesystem::remove_all(*g_root); });
     return g_root;

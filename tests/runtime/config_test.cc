@@ -232,7 +232,7 @@ TEST(Config, ErrorsDoNotExposeInternalExpressions) {
            {"MEMENTO_THREADS", "99"}, {"MEMENTO_SCHEME", "raid"}}) {
     auto c = Config::FromMap({{var, value}});
     ASSERT_FALSE(c.ok());
-    const std::string& m = c.status().message();
+    const std::string m = c.status().message();
     for (const char* internal : {"FromMap", "ParseInt", "ValidateJobId", "Validate(", "value,"}) {
       EXPECT_EQ(m.find(internal), std::string::npos) << m;
     }

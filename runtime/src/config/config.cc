@@ -1,7 +1,9 @@
 #include "memento/runtime/config.h"
 
 #include "memento/placement/scheme.h"
+#include "memento/runtime/directory_remote_store.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -26,6 +28,10 @@ constexpr char kChunkBytes[] = "MEMENTO_CHUNK_BYTES";
 constexpr char kThreads[] = "MEMENTO_THREADS";
 constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
 constexpr char kStale[] = "MEMENTO_STALE";
+// Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
+// a warning.
+constexpr char kAllowUnknown[] = "MEMENTO_ALLOW_UNKNOWN";
+constexpr char kTimeoutForms[] = "seconds in [0.001, 86400], e.g. 300 or 0.5";
 
 // MEMENTO_* variables that belong to tooling, not to the runtime (no warning).
 // MEMENTO_* names owned by other tools: the build scripts and the fault-injection
@@ -37,10 +43,15 @@ Status Bad(const std::string& var, const std::string& value, const std::string& 
   return Status::InvalidArgument(var + "='" + value + "' is invalid; accepted: " + accepted);
 }
 
-// Strict decimal integer in [lo, hi].
+// Strict decimal integer in [lo, hi]: digits only, with a leading '-' when
+// lo < 0 (no blanks, no '+', no hexadecimal or octal prefixes).
 Result<long long> ParseInt(const std::string& var, const std::string& value, long long lo,
                            long long hi, const std::string& accepted) {
-  if (value.empty()) return Bad(var, value, accepted);
+  if (value.empty() || value.size() > 19) return Bad(var, value, accepted);
+  for (size_t i = 0; i < value.size(); ++i) {
+    const bool sign = i == 0 && value[i] == '-' && lo < 0 && value.size() > 1;
+    if (!sign && (value[i] < '0' || value[i] > '9')) return Bad(var, value, accepted);
+  }
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(value.c_str(), &end, 10);
@@ -50,7 +61,77 @@ Result<long long> ParseInt(const std::string& var, const std::string& value, lon
   return v;
 }
 
+// Strict decimal seconds: digits, optionally '.' and digits ("300", "0.5", ".5").
+Result<double> ParseSeconds(const std::string& var, const std::string& value) {
+  size_t digits = 0, dots = 0;
+  for (char ch : value) {
+    if (ch >= '0' && ch <= '9') {
+      ++digits;
+    } else if (ch == '.' && dots == 0) {
+      ++dots;
+    } else {
+      return Bad(var, value, kTimeoutForms);
+    }
+  }
+  const bool dangling_dot = !value.empty() && value.back() == '.';
+  if (digits == 0 || dangling_dot || value.size() > 32) return Bad(var, value, kTimeoutForms);
+  const double v = std::strtod(value.c_str(), nullptr);
+  if (!(v >= 0.001 && v <= 86400)) return Bad(var, value, kTimeoutForms);
+  return v;
+}
+
+// Levenshtein distance, for "did you mean" on misspelt variable names.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string KnownVariables() {
+  std::string all;
+  for (const auto& n : Config::VariableNames()) all += (all.empty() ? "" : ", ") + n;
+  return all;
+}
+
+std::string UnknownVariableMessage(const std::string& var) {
+  std::string best;
+  size_t best_distance = 4;  // suggest only close names
+  for (const auto& n : Config::VariableNames()) {
+    const size_t d = EditDistance(var, n);
+    if (d < best_distance) {
+      best_distance = d;
+      best = n;
+    }
+  }
+  return "unknown variable " + var + (best.empty() ? "" : " (did you mean " + best + "?)") +
+         "; known: " + KnownVariables();
+}
+
 }  // namespace
+
+Result<std::chrono::milliseconds> TimeoutFromEnv() {
+  const char* value = std::getenv(kTimeout);
+  if (value == nullptr) return Config().timeout();
+  Result<double> seconds = ParseSeconds(kTimeout, value);
+  if (!seconds.ok()) return seconds.status();
+  Config c;
+  c.timeout_s = *seconds;
+  return c.timeout();
+}
+
+std::chrono::milliseconds Config::timeout() const {
+  const double ms = std::ceil(timeout_s * 1000.0 - 1e-9);
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
+}
 
 Status ValidateJobId(const std::string& job) {
   constexpr char kForms[] = "1..48 characters from [A-Za-z0-9_-]";
@@ -107,14 +188,14 @@ const std::vector<std::string>& Config::VariableNames() {
 }
 
 Status Config::Validate() const {
-  MEMENTO_RETURN_IF_ERROR(ValidateJobId(job));
+  if (Status s = ValidateJobId(job); !s.ok()) return s;
   if (node.size() > 200 || node.find('\0') != std::string::npos) {
     return Bad(kNode, node, "empty (host name) or 1..200 bytes");
   }
   if (ranks_per_node < 0 || ranks_per_node > 1000000) {
     return Bad(kRanksPerNode, std::to_string(ranks_per_node), "0 (off) or 1..1000000");
   }
-  MEMENTO_RETURN_IF_ERROR(ValidateSchemeSyntax(scheme));
+  if (Status s = ValidateSchemeSyntax(scheme); !s.ok()) return s;
   if (slots < 2 || slots > 64) return Bad(kSlots, std::to_string(slots), "2..64");
   if (persist_every < 0) {
     return Bad(kPersistEvery, std::to_string(persist_every), "0 (never) or a positive integer");
@@ -124,8 +205,8 @@ Status Config::Validate() const {
     return Bad(kChunkBytes, std::to_string(chunk_bytes), "4K..1G (bytes, K/M/G suffix)");
   }
   if (threads < 1 || threads > 64) return Bad(kThreads, std::to_string(threads), "1..64");
-  if (!(timeout_s > 0 && timeout_s <= 86400)) {
-    return Bad(kTimeout, std::to_string(timeout_s), "seconds in (0, 86400]");
+  if (!(timeout_s >= 0.001 && timeout_s <= 86400)) {
+    return Bad(kTimeout, std::to_string(timeout_s), kTimeoutForms);
   }
   return Status::Ok();
 }
@@ -134,28 +215,30 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
   Config c;
   for (const auto& [var, value] : vars) {
     if (var == kJob) {
-      MEMENTO_RETURN_IF_ERROR(ValidateJobId(value));
+      if (Status s = ValidateJobId(value); !s.ok()) return s;
       c.job = value;
     } else if (var == kNode) {
       c.node = value;
     } else if (var == kRanksPerNode) {
-      MEMENTO_ASSIGN_OR_RETURN(long long v,
-                               ParseInt(var, value, 0, 1000000, "0 (off) or 1..1000000"));
-      c.ranks_per_node = static_cast<int>(v);
+      Result<long long> v = ParseInt(var, value, 0, 1000000, "0 (off) or 1..1000000");
+      if (!v.ok()) return v.status();
+      c.ranks_per_node = static_cast<int>(*v);
     } else if (var == kScheme) {
       c.scheme = value;
     } else if (var == kSlots) {
-      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 2, 64, "an integer 2..64"));
-      c.slots = static_cast<int>(v);
+      Result<long long> v = ParseInt(var, value, 2, 64, "an integer 2..64");
+      if (!v.ok()) return v.status();
+      c.slots = static_cast<int>(*v);
     } else if (var == kRemote) {
       c.remote_dir = value;
     } else if (var == kPersistEvery) {
-      MEMENTO_ASSIGN_OR_RETURN(
-          long long v, ParseInt(var, value, 0, 1ll << 40, "0 (never) or a positive integer"));
-      c.persist_every = static_cast<int>(std::min<long long>(v, 1 << 30));
+      Result<long long> v = ParseInt(var, value, 0, 1ll << 40, "0 (never) or a positive integer");
+      if (!v.ok()) return v.status();
+      c.persist_every = static_cast<int>(std::min<long long>(*v, 1 << 30));
     } else if (var == kPersistKeep) {
-      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 1, 1 << 20, "an integer >= 1"));
-      c.persist_keep = static_cast<int>(v);
+      Result<long long> v = ParseInt(var, value, 1, 1 << 20, "an integer >= 1");
+      if (!v.ok()) return v.status();
+      c.persist_keep = static_cast<int>(*v);
     } else if (var == kLog) {
       if (value == "error") {
         c.log_level = LogLevel::kError;
@@ -173,16 +256,13 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       if (!v.ok()) return Bad(var, value, "4K..1G: bytes with optional K, M or G suffix");
       c.chunk_bytes = *v;
     } else if (var == kThreads) {
-      MEMENTO_ASSIGN_OR_RETURN(long long v, ParseInt(var, value, 1, 64, "an integer 1..64"));
-      c.threads = static_cast<int>(v);
+      Result<long long> v = ParseInt(var, value, 1, 64, "an integer 1..64");
+      if (!v.ok()) return v.status();
+      c.threads = static_cast<int>(*v);
     } else if (var == kTimeout) {
-      errno = 0;
-      char* end = nullptr;
-      double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || errno != 0 || end != value.c_str() + value.size() || !std::isfinite(v)) {
-        return Bad(var, value, "seconds in (0, 86400], e.g. 300 or 0.5");
-      }
-      c.timeout_s = v;
+      Result<double> v = ParseSeconds(var, value);
+      if (!v.ok()) return v.status();
+      c.timeout_s = *v;
     } else if (var == kStale) {
       if (value == "error") {
         c.stale_policy = StalePolicy::kError;
@@ -192,16 +272,10 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
         return Bad(var, value, "error | replace");
       }
     } else {
-      return Status::InvalidArgument("unknown variable '" + var + "'; known: " + [] {
-        std::string all;
-        for (const auto& n : VariableNames()) {
-          all += (all.empty() ? "" : ", ") + n;
-        }
-        return all;
-      }());
+      return Status::InvalidArgument(UnknownVariableMessage(var));
     }
   }
-  MEMENTO_RETURN_IF_ERROR(c.Validate());
+  if (Status s = c.Validate(); !s.ok()) return s;
   return c;
 }
 
@@ -220,15 +294,39 @@ Result<Config> Config::FromEnv() {
       known[var] = eq + 1;
       continue;
     }
-    bool foreign = false;
+    bool foreign = var == kAllowUnknown;
     for (const char* f : kForeignVariables) foreign = foreign || var == f;
     foreign = foreign || var.rfind(kForeignPrefix, 0) == 0;
     if (!foreign) unknown.push_back(var);
   }
-  MEMENTO_ASSIGN_OR_RETURN(Config c, FromMap(known));
+  bool allow_unknown = false;
+  if (const char* allow = std::getenv(kAllowUnknown); allow != nullptr) {
+    if (std::strcmp(allow, "0") != 0 && std::strcmp(allow, "1") != 0) {
+      return Bad(kAllowUnknown, allow, "0 (unknown MEMENTO_* variables are errors) or 1 (warnings)");
+    }
+    allow_unknown = allow[0] == '1';
+  }
+  if (!unknown.empty() && !allow_unknown) {
+    return Status::InvalidArgument(UnknownVariableMessage(unknown.front()) + "; set " +
+                                   kAllowUnknown + "=1 to ignore unknown MEMENTO_* variables");
+  }
+  Result<Config> parsed = FromMap(known);
+  if (!parsed.ok()) return parsed.status();
+  Config c = std::move(parsed).value();
+  if (!c.remote_dir.empty()) {
+    // Resolved once, against the working directory of this call, and checked
+    // now rather than at the first persist.
+    Result<std::string> root = DirectoryRemoteStore::ResolveRoot(c.remote_dir);
+    Status usable = root.ok() ? DirectoryRemoteStore::CheckRoot(*root) : root.status();
+    if (!usable.ok()) {
+      return Status::InvalidArgument(std::string(kRemote) + "='" + c.remote_dir +
+                                     "': " + usable.message());
+    }
+    c.remote_dir = *root;
+  }
   SetLogLevel(c.log_level);
   for (const auto& var : unknown) {
-    Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored");
+    Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored (" + kAllowUnknown + "=1)");
   }
   for (const auto& [var, value] : known) Log(LogLevel::kInfo, "config: " + var + "=" + value);
   return c;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -346,7 +347,74 @@ bool IsStaleTemp(const std::string& dir, const std::string& name, double stale_s
   return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+double AgeSeconds(const struct stat& st) {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+             .count() -
+         static_cast<double>(st.st_mtime);
+}
+
 }  // namespace
+
+Result<std::string> DirectoryRemoteStore::ResolveRoot(const std::string& root) {
+  if (root.empty()) return Status::InvalidArgument("remote directory: empty path");
+  if (root.find('\0') != std::string::npos) {
+    return Status::InvalidArgument("remote directory: path contains a NUL byte");
+  }
+  if (root[0] == '/') return root;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+    return IoErr("getcwd (to resolve the relative remote directory", root + ")", errno);
+  }
+  return std::string(cwd) + "/" + root;
+}
+
+Status DirectoryRemoteStore::CheckRoot(const std::string& root) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("remote directory '" + root + "' is unusable: " + why);
+  };
+  if (root.empty() || root[0] != '/') return bad("not an absolute path");
+  struct stat st;
+  if (stat(root.c_str(), &st) != 0) {
+    if (errno != ENOENT) return bad("stat: " + Errno(errno));
+    const std::string parent = Parent(root);
+    struct stat pst;
+    if (stat(parent.c_str(), &pst) != 0 || !S_ISDIR(pst.st_mode)) {
+      return bad("it does not exist and its parent '" + parent +
+                 "' is not an existing directory (the parent is never created)");
+    }
+    if (mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return bad("mkdir: " + Errno(errno));
+    if (stat(root.c_str(), &st) != 0) return bad("stat after mkdir: " + Errno(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return bad("not a directory");
+  // Write access as the persists will need it (a read-only mount, a
+  // pseudo file system such as /proc refuse here, whatever the mode bits say).
+  const std::string probe =
+      root + "/.memento-probe." + HostName() + "." + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return bad("cannot create a file in it: " + Errno(errno));
+  const char byte = 0;
+  const bool wrote = ::write(fd, &byte, 1) == 1;
+  const int write_err = errno;
+  close(fd);
+  unlink(probe.c_str());
+  if (!wrote) return bad("cannot write a file in it: " + Errno(write_err));
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<DirectoryRemoteStore>> DirectoryRemoteStore::Open(std::string root,
+                                                                         std::string job) {
+  return Open(std::move(root), std::move(job), Options());
+}
+
+Result<std::shared_ptr<DirectoryRemoteStore>> DirectoryRemoteStore::Open(std::string root,
+                                                                         std::string job,
+                                                                         Options options) {
+  if (Status s = ValidateJobId(job); !s.ok()) return s;
+  Result<std::string> resolved = ResolveRoot(root);
+  if (!resolved.ok()) return resolved.status();
+  if (Status s = CheckRoot(*resolved); !s.ok()) return s;
+  return std::make_shared<DirectoryRemoteStore>(*resolved, std::move(job), options);
+}
 
 DirectoryRemoteStore::DirectoryRemoteStore(std::string root, std::string job)
     : DirectoryRemoteStore(std::move(root), std::move(job), Options()) {}
@@ -395,7 +463,18 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
   MEMENTO_RETURN_IF_ERROR(MakeDir(root_, &created_root));
   MEMENTO_RETURN_IF_ERROR(MakeDir(job_dir_, &created_job));
   MEMENTO_RETURN_IF_ERROR(MakeDir(VersionDir(version), &created_version));
-  if (options_.fsync && created_version) MEMENTO_RETURN_IF_ERROR(FsyncDir(job_dir_));
+  Result<RankFileInfo> written = WriteRankFileIn(version, rank, entries, created_job);
+  if (!written.ok() && created_version) {
+    // Never leave an empty version folder behind; rmdir fails (and keeps it)
+    // when another rank's file is already in it.
+    rmdir(VersionDir(version).c_str());
+  }
+  return written;
+}
+
+Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
+    uint64_t version, int rank, const std::vector<RemoteEntrySource>& entries, bool created_job) {
+  if (options_.fsync) MEMENTO_RETURN_IF_ERROR(FsyncDir(job_dir_));
   if (options_.fsync && created_job) MEMENTO_RETURN_IF_ERROR(FsyncDir(root_));
 
   const std::string path = RankFilePath(version, rank);
@@ -673,20 +752,44 @@ Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
 Status DirectoryRemoteStore::Prune(int keep) {
   if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
   MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());
-  const uint64_t newest = complete.empty() ? 0 : complete.back();
-  std::vector<uint64_t> kept(
-      complete.end() - std::min<size_t>(complete.size(), static_cast<size_t>(keep)),
-      complete.end());
+  // Keep the `keep` most recently completed versions (manifest time, then
+  // number): a run that reuses the job id with lower step numbers keeps its
+  // own versions instead of losing them to an older run's higher numbers.
+  std::vector<std::pair<int64_t, uint64_t>> by_age;  // (manifest mtime ns, version)
+  for (uint64_t v : complete) {
+    struct stat st;
+    int64_t mtime = 0;
+    if (stat(ManifestPath(v).c_str(), &st) == 0) {
+      mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    }
+    by_age.emplace_back(mtime, v);
+  }
+  std::sort(by_age.begin(), by_age.end());
+  std::vector<uint64_t> kept;
+  for (size_t i = by_age.size() - std::min(by_age.size(), static_cast<size_t>(keep));
+       i < by_age.size(); ++i) {
+    kept.push_back(by_age[i].second);
+  }
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(job_dir_));
   for (const auto& n : names) {
     uint64_t v = 0;
     if (!ParseVersionDir(n, &v)) continue;
     const std::string dir = job_dir_ + "/" + n;
+    const bool is_complete = std::find(complete.begin(), complete.end(), v) != complete.end();
     const bool is_kept = std::find(kept.begin(), kept.end(), v) != kept.end();
-    // Versions older than the newest complete one that are not kept are dead:
-    // persists run in version order, so nobody still writes them.
-    const bool remove = !complete.empty() && !is_kept && v < newest;
     MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> files, ListDir(dir));
+    bool remove = is_complete && !is_kept;
+    if (!is_complete) {
+      // A version without a valid manifest may still be written by other
+      // ranks (of this run or of another run under the same job id): it goes
+      // only once nothing in it has changed for stale_temp_seconds.
+      struct stat st;
+      double newest_age = stat(dir.c_str(), &st) == 0 ? AgeSeconds(st) : 0;
+      for (const auto& f : files) {
+        if (stat((dir + "/" + f).c_str(), &st) == 0) newest_age = std::min(newest_age, AgeSeconds(st));
+      }
+      remove = newest_age > options_.stale_temp_seconds;
+    }
     if (remove) {
       // The manifest first: the version stops being complete atomically.
       if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {

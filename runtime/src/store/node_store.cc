@@ -217,6 +217,24 @@ uint64_t NodeStore::SegmentBytes(const StoreLayout& layout, int slots) {
   return ComputeGeometry(layout, slots).total_bytes;
 }
 
+namespace {
+
+// A segment held by another process is another running job of the same id on
+// this node: say so in the user's words.
+Status NameTheOtherJob(const StoreId& id, const std::string& name, Status s) {
+  if (s.code() != StatusCode::kUnavailable ||
+      s.message().find("in use by another running process") == std::string::npos) {
+    return s;
+  }
+  return Status::Unavailable(
+      "node store " + name + " (" + id.ToString() + "): another job with MEMENTO_JOB=" + id.job +
+      " is running on this node: " + s.message() +
+      ". Two running jobs cannot share a job id on one node; give this job another MEMENTO_JOB "
+      "or stop the other one");
+}
+
+}  // namespace
+
 Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout, int slots) {
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
   MEMENTO_RETURN_IF_ERROR(layout.Validate());
@@ -225,7 +243,9 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
                                    " (accepted: 2..64)");
   }
   const Geometry g = ComputeGeometry(layout, slots);
-  MEMENTO_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::Create(name, g.total_bytes));
+  Result<ShmSegment> created = ShmSegment::Create(name, g.total_bytes);
+  if (!created.ok()) return NameTheOtherJob(id, name, created.status());
+  ShmSegment seg = std::move(created).value();
   uint8_t* base = seg.data();
   const uint64_t job_hash = JobHash(id.job);
 
@@ -284,8 +304,9 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
 
 Result<NodeStore> NodeStore::Attach(const StoreId& id, ShmSegment::Access access) {
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
-  MEMENTO_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::Open(name, access));
-  return FromSegment(std::move(seg), &id);
+  Result<ShmSegment> opened = ShmSegment::Open(name, access);
+  if (!opened.ok()) return NameTheOtherJob(id, name, opened.status());
+  return FromSegment(std::move(opened).value(), &id);
 }
 
 Result<NodeStore> NodeStore::AttachByName(const std::string& name, ShmSegment::Access access) {
@@ -414,9 +435,12 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       // Lost a creation race with another process of the same lane: attach.
       if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) continue;
       return created;
-    } else if (existing.status().code() == StatusCode::kIoError) {
+    } else if (existing.status().code() == StatusCode::kIoError ||
+               existing.status().code() == StatusCode::kUnavailable) {
       // Could not open or map it (descriptors, memory): says nothing about
       // its content, which may be committed data; never replace it for that.
+      // Unavailable: another running job holds it, or another user owns it;
+      // it is not ours to replace.
       return existing.status();
     } else {
       reason = existing.status().ToString();

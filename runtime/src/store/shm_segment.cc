@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -11,6 +13,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
 
 namespace memento::runtime {
 namespace {
@@ -34,6 +40,98 @@ std::string Human(uint64_t bytes) {
   return std::to_string(bytes) + " bytes (" + buf + ")";
 }
 
+// The exclusive locks this process holds, one descriptor per segment file:
+// every read-write mapping of one segment in this process shares it (so the
+// engine and a test may map one store twice), and the lock is dropped when
+// the last of them goes. flock locks belong to the open file description, so
+// another process (another job) cannot take it while this one runs, and the
+// kernel drops it when the process dies: a crash never blocks a relaunch.
+struct HeldLock {
+  int fd = -1;
+  int users = 0;
+  pid_t pid = 0;  // a forked child inherits the table but is another process
+};
+std::mutex g_locks_mu;
+std::map<std::pair<uint64_t, uint64_t>, HeldLock> g_locks;  // (st_dev, st_ino) -> lock
+
+// The pid holding a flock on (dev, ino), from /proc/locks; 0 if not found.
+long LockHolderPid(dev_t dev, ino_t ino) {
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  char want[64];
+  std::snprintf(want, sizeof(want), "%02x:%02x:%llu", major(dev), minor(dev),
+                static_cast<unsigned long long>(ino));
+  while (std::getline(locks, line)) {
+    std::istringstream in(line);
+    std::string index, type, mode, access, pid, file;
+    in >> index >> type;
+    if (type == "->") in >> type;  // a waiter's line
+    in >> mode >> access >> pid >> file;
+    if (type == "FLOCK" && file == want) return std::atol(pid.c_str());
+  }
+  return 0;
+}
+
+// Takes (or shares) this process's exclusive lock on the open segment `fd`.
+Status AcquireLock(int fd, const std::string& name, const struct stat& st,
+                   std::pair<uint64_t, uint64_t>* key) {
+  *key = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  std::lock_guard<std::mutex> lock(g_locks_mu);
+  auto it = g_locks.find(*key);
+  if (it != g_locks.end() && it->second.pid != getpid()) {
+    close(it->second.fd);  // the parent's lock stays: its descriptor is still open there
+    g_locks.erase(it);
+    it = g_locks.end();
+  }
+  if (it != g_locks.end()) {
+    ++it->second.users;
+    return Status::Ok();
+  }
+  const int lock_fd = dup(fd);
+  if (lock_fd < 0) return Status::IoError("dup(" + name + "): " + Errno(errno));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    close(lock_fd);
+    if (err == EWOULDBLOCK) {
+      const long pid = LockHolderPid(st.st_dev, st.st_ino);
+      return Status::Unavailable("shm segment " + name + " is in use by another running process" +
+                                 (pid > 0 ? " (pid " + std::to_string(pid) + ")" : ""));
+    }
+    return Status::IoError("flock(" + name + "): " + Errno(err));
+  }
+  g_locks[*key] = HeldLock{lock_fd, 1, getpid()};
+  return Status::Ok();
+}
+
+void ReleaseLock(const std::pair<uint64_t, uint64_t>& key) {
+  std::lock_guard<std::mutex> lock(g_locks_mu);
+  auto it = g_locks.find(key);
+  if (it == g_locks.end()) return;
+  if (it->second.pid != getpid()) return;  // the parent's entry, copied by fork
+  if (--it->second.users == 0) {
+    close(it->second.fd);  // drops the flock
+    g_locks.erase(it);
+  }
+}
+
+// A segment is ours only if the effective user owns it and nobody else may
+// read or write it; anything else was planted or loosened by someone else.
+Status CheckOwnership(const std::string& name, const struct stat& st) {
+  if (st.st_uid != geteuid()) {
+    return Status::Unavailable("shm segment " + name + " is owned by uid " +
+                               std::to_string(st.st_uid) + ", not by this process's uid " +
+                               std::to_string(geteuid()) +
+                               "; refusing to use it (it was left untouched)");
+  }
+  if ((st.st_mode & 07777) != 0600) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status::Unavailable("shm segment " + name + " has mode " + mode +
+                               ", not 0600; refusing to use it (it was left untouched)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* ShmSegment::Directory() { return "/dev/shm"; }
@@ -52,9 +150,12 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(other.data_),
       size_(other.size_),
-      access_(other.access_) {
+      access_(other.access_),
+      locked_(other.locked_),
+      lock_key_(other.lock_key_) {
   other.data_ = nullptr;
   other.size_ = 0;
+  other.locked_ = false;
 }
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
@@ -64,8 +165,11 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     access_ = other.access_;
+    locked_ = other.locked_;
+    lock_key_ = other.lock_key_;
     other.data_ = nullptr;
     other.size_ = 0;
+    other.locked_ = false;
   }
   return *this;
 }
@@ -74,6 +178,8 @@ void ShmSegment::Reset() {
   if (data_ != nullptr) munmap(data_, size_);
   data_ = nullptr;
   size_ = 0;
+  if (locked_) ReleaseLock(lock_key_);
+  locked_ = false;
 }
 
 Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
@@ -105,15 +211,29 @@ Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
     return Status::IoError("shm segment " + name + ": " + what + ": " + Errno(err));
   };
   if (fchmod(fd, 0600) != 0) return fail("fchmod 0600", errno);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail("ftruncate", errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return fail("fstat", errno);
+  std::pair<uint64_t, uint64_t> key;
+  if (Status locked = AcquireLock(fd, name, st, &key); !locked.ok()) {
+    close(fd);  // another process locked it between O_EXCL and here; it is theirs now
+    return locked;
+  }
+  auto fail_locked = [&](const std::string& what, int err) -> Status {
+    ReleaseLock(key);
+    return fail(what, err);
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail_locked("ftruncate", errno);
   // Reserve the pages now (tmpfs supports fallocate): if another process takes
   // the space between the check and here we fail cleanly instead of SIGBUS.
   int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (err != 0 && err != EOPNOTSUPP && err != EINVAL) return fail("posix_fallocate", err);
+  if (err != 0 && err != EOPNOTSUPP && err != EINVAL) return fail_locked("posix_fallocate", err);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return fail("mmap", errno);
+  if (p == MAP_FAILED) return fail_locked("mmap", errno);
   close(fd);
-  return ShmSegment(name, static_cast<uint8_t*>(p), bytes, Access::kReadWrite);
+  ShmSegment seg(name, static_cast<uint8_t*>(p), bytes, Access::kReadWrite);
+  seg.locked_ = true;
+  seg.lock_key_ = key;
+  return seg;
 }
 
 Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
@@ -130,17 +250,35 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
     close(fd);
     return Status::IoError("fstat(" + name + "): " + Errno(err));
   }
-  if (st.st_size <= 0) {
+  if (Status owned = CheckOwnership(name, st); !owned.ok()) {
     close(fd);
-    return Status::Corruption("shm segment " + name + " is empty (creator died before sizing it)");
+    return owned;
+  }
+  std::pair<uint64_t, uint64_t> key;
+  if (access == Access::kReadWrite) {
+    if (Status locked = AcquireLock(fd, name, st, &key); !locked.ok()) {
+      close(fd);
+      return locked;
+    }
+  }
+  auto fail = [&](Status s) {
+    close(fd);
+    if (access == Access::kReadWrite) ReleaseLock(key);
+    return s;
+  };
+  if (st.st_size <= 0) {
+    return fail(
+        Status::Corruption("shm segment " + name + " is empty (creator died before sizing it)"));
   }
   const uint64_t bytes = static_cast<uint64_t>(st.st_size);
   int prot = access == Access::kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
   void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
-  int err = errno;
+  if (p == MAP_FAILED) return fail(Status::IoError("mmap(" + name + "): " + Errno(errno)));
   close(fd);
-  if (p == MAP_FAILED) return Status::IoError("mmap(" + name + "): " + Errno(err));
-  return ShmSegment(name, static_cast<uint8_t*>(p), bytes, access);
+  ShmSegment seg(name, static_cast<uint8_t*>(p), bytes, access);
+  seg.locked_ = access == Access::kReadWrite;
+  seg.lock_key_ = key;
+  return seg;
 }
 
 Status ShmSegment::Unlink(const std::string& name) {

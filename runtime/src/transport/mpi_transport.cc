@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -10,6 +13,8 @@
 #include <vector>
 
 #include "memento/common/check.h"
+#include "memento/runtime/config.h"
+#include "memento/runtime/log.h"
 
 namespace memento::runtime {
 namespace {
@@ -47,29 +52,116 @@ const char* ThreadLevelName(int level) {
   return "unknown thread level";
 }
 
+// How long a waiter polls without sleeping.
+constexpr std::chrono::milliseconds kSpinFor{2};
+// Longest sleep between polls once a wait has outlasted kSpinFor (the
+// sleeps double up to it): a wait that long is for a peer that has not
+// sent yet, so a late poll costs little, while polling every 50 us cost
+// 30-40 % more CPU per protected GiB behind a slow link (bench_cluster
+// --link-gibps 0.1).
+constexpr std::chrono::microseconds kMaxPause{500};
+
+// Polls `req` to completion. Open MPI's shared-memory and TCP transports
+// move a large message fragment by fragment, only inside MPI calls, so the
+// poll rate bounds the bandwidth: poll back to back first (a chunk of a few
+// MiB completes within this phase at memory speed), then yield, and only
+// for long waits sleep (doubling up to kMaxPause) so idle waiters leave the cores
+// to training. `mu`, when not null, is held around every MPI call.
+Status PollRequest(MPI_Request* req, MPI_Status* st, std::chrono::milliseconds timeout,
+                   std::mutex* mu) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto pause = std::chrono::microseconds(0);
+  for (uint64_t polls = 0;; ++polls) {
+    int done = 0;
+    {
+      std::unique_lock<std::mutex> lock =
+          mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+      int rc = MPI_Test(req, &done, st);
+      if (rc != MPI_SUCCESS) {
+        int error_class = 0;
+        MPI_Error_class(rc, &error_class);
+        if (error_class == MPI_ERR_TRUNCATE) {
+          return Status::InvalidArgument("message exceeds the receive capacity");
+        }
+        return MpiStatus(rc, "MPI_Test");
+      }
+    }
+    if (done) return Status::Ok();
+    if (polls % 256 != 255) continue;  // back-to-back tests; the clock is read every 256
+    const auto now = Clock::now();
+    if (timeout.count() > 0 && now > deadline) {
+      return Status::Timeout("no completion within " + std::to_string(timeout.count()) +
+                             " ms (MEMENTO_TIMEOUT_S); a peer is hung or unreachable");
+    }
+    if (now - start < kSpinFor) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (pause < kMaxPause) pause = std::min(kMaxPause, pause * 2 + std::chrono::microseconds(5));
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+// Ends the whole job after a wait that cannot be taken back: the message goes
+// to stderr (unconditionally, whatever MEMENTO_LOG says), then MPI_Abort makes
+// mpirun kill every rank, hung ones included, and exit non-zero, so that a
+// supervisor sees the failure and relaunches. Never returns.
+[[noreturn]] void AbortJob(int rank, const std::string& why) {
+  const std::string line =
+      "memento[error] rank " + std::to_string(rank) + ": " + why +
+      "; aborting the job (MPI_Abort, exit code " + std::to_string(kMpiAbortExitCode) +
+      ") so that mpirun returns and the job can be relaunched; the relaunched job restores "
+      "its newest committed checkpoint\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kMpiAbortExitCode);
+  std::_Exit(kMpiAbortExitCode);  // MPI_Abort does not return; this is for the compiler
+}
+
+// Memory that a non-blocking MPI operation reads or writes. It lives on the
+// heap, owned by the operation, so that an operation abandoned at a timeout
+// (a collective cannot be cancelled) keeps its buffers: when the slow peer
+// comes back, MPI writes into them, never into a dead stack frame.
+struct OpBuffers {
+  std::vector<uint8_t> in;
+  std::vector<uint8_t> out;
+  std::vector<int> counts;
+  std::vector<int> displs;
+};
+
 class MpiTransport final : public Transport {
  public:
   // `serialize`: MPI runs below MPI_THREAD_MULTIPLE, so every MPI call on this
   // transport is made under one mutex. With MPI_THREAD_MULTIPLE threads call
   // MPI concurrently and each progresses its own requests.
-  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout, bool serialize)
-      : comm_(comm), rank_(rank), size_(size), timeout_(timeout), serialize_(serialize) {}
+  MpiTransport(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout, bool serialize,
+               bool abort_on_timeout)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout),
+        serialize_(serialize),
+        abort_on_timeout_(abort_on_timeout) {}
 
   ~MpiTransport() override {
     std::lock_guard<std::mutex> init_lock(g_init_mu);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) {
-      // A broken transport may still own uncompleted collectives; freeing the
-      // communicator is then still legal (MPI_Comm_free is collective-free
-      // and deferred until pending operations complete).
-      MPI_Comm_free(&comm_);
-      if (--g_live_transports == 0 && g_we_initialized) {
-        MPI_Finalize();
-        g_we_initialized = false;
-      }
-    } else {
+    if (finalized) {
       --g_live_transports;
+      return;
+    }
+    if (broken_) {
+      // Operations of this transport never completed: MPI_Finalize (ours or
+      // the application's) would wait for them forever, and the job would
+      // never end. End it now, visibly.
+      AbortJob(rank_, "the MPI transport was broken by: " + BrokenReason());
+    }
+    MPI_Comm_free(&comm_);
+    if (--g_live_transports == 0 && g_we_initialized) {
+      MPI_Finalize();
+      g_we_initialized = false;
     }
   }
 
@@ -83,25 +175,27 @@ class MpiTransport final : public Transport {
       auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier"));
     }
-    return WaitCollective(&req, "Barrier");
+    return WaitCollective(&req, nullptr, "Barrier");
   }
 
   Result<bool> AllTrue(bool mine) override {
     int in = mine ? 1 : 0;
     int out = 0;
-    MEMENTO_RETURN_IF_ERROR(Allreduce(&in, &out, MPI_INT, MPI_LAND, "AllTrue"));
+    MEMENTO_RETURN_IF_ERROR(Allreduce(&in, &out, sizeof(int), MPI_INT, MPI_LAND, "AllTrue"));
     return out != 0;
   }
 
   Result<int64_t> AllReduceMax(int64_t mine) override {
     int64_t out = 0;
-    MEMENTO_RETURN_IF_ERROR(Allreduce(&mine, &out, MPI_INT64_T, MPI_MAX, "AllReduceMax"));
+    MEMENTO_RETURN_IF_ERROR(
+        Allreduce(&mine, &out, sizeof(int64_t), MPI_INT64_T, MPI_MAX, "AllReduceMax"));
     return out;
   }
 
   Result<int64_t> AllReduceMin(int64_t mine) override {
     int64_t out = 0;
-    MEMENTO_RETURN_IF_ERROR(Allreduce(&mine, &out, MPI_INT64_T, MPI_MIN, "AllReduceMin"));
+    MEMENTO_RETURN_IF_ERROR(
+        Allreduce(&mine, &out, sizeof(int64_t), MPI_INT64_T, MPI_MIN, "AllReduceMin"));
     return out;
   }
 
@@ -111,36 +205,43 @@ class MpiTransport final : public Transport {
       return Status::InvalidArgument("Allgather: " + std::to_string(bytes) +
                                      " bytes exceed the MPI count limit");
     }
-    int mine = static_cast<int>(bytes);
-    std::vector<int> counts(size_);
+    auto sizes = std::make_unique<OpBuffers>();
+    sizes->in.resize(sizeof(int));
+    const int mine = static_cast<int>(bytes);
+    std::memcpy(sizes->in.data(), &mine, sizeof(int));
+    sizes->counts.resize(size_);
     MPI_Request req;
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(
-          MpiStatus(MPI_Iallgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_, &req),
-                    "MPI_Iallgather"));
+      MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Iallgather(sizes->in.data(), 1, MPI_INT,
+                                                       sizes->counts.data(), 1, MPI_INT, comm_,
+                                                       &req),
+                                        "MPI_Iallgather"));
     }
-    MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, "Allgather (sizes)"));
-    std::vector<int> displs(size_);
+    MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &sizes, "Allgather (sizes)"));
+    auto op = std::make_unique<OpBuffers>();
+    op->counts = std::move(sizes->counts);
+    op->displs.resize(size_);
     int64_t total = 0;
     for (int r = 0; r < size_; ++r) {
-      displs[r] = static_cast<int>(total);
-      total += counts[r];
+      op->displs[r] = static_cast<int>(total);
+      total += op->counts[r];
       if (total > INT_MAX) return Status::InvalidArgument("Allgather: total exceeds INT_MAX");
     }
-    Bytes all(static_cast<size_t>(total));
-    Bytes send(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+    op->out.resize(static_cast<size_t>(total));
+    op->in.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(
-          MpiStatus(MPI_Iallgatherv(send.data(), mine, MPI_BYTE, all.data(), counts.data(),
-                                    displs.data(), MPI_BYTE, comm_, &req),
-                    "MPI_Iallgatherv"));
+      MEMENTO_RETURN_IF_ERROR(MpiStatus(
+          MPI_Iallgatherv(op->in.data(), mine, MPI_BYTE, op->out.data(), op->counts.data(),
+                          op->displs.data(), MPI_BYTE, comm_, &req),
+          "MPI_Iallgatherv"));
     }
-    MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, "Allgather"));
+    MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &op, "Allgather"));
     std::vector<Bytes> out(size_);
     for (int r = 0; r < size_; ++r) {
-      out[r].assign(all.begin() + displs[r], all.begin() + displs[r] + counts[r]);
+      out[r].assign(op->out.begin() + op->displs[r],
+                    op->out.begin() + op->displs[r] + op->counts[r]);
     }
     return out;
   }
@@ -160,12 +261,13 @@ class MpiTransport final : public Transport {
     }
     MPI_Status st;
     Status s = Poll(&req, &st);
+    const std::string where = "Send to rank " + std::to_string(peer) + " tag " + std::to_string(tag);
     if (s.code() == StatusCode::kTimeout) {
-      // A send that never matched cannot be taken back safely; the transport
-      // is no longer usable.
-      broken_ = true;
+      // A send that never matched cannot be taken back safely: MPI may still
+      // read the caller's buffer.
+      Break(where + ": " + s.message());
     }
-    return s.WithContext("Send to rank " + std::to_string(peer) + " tag " + std::to_string(tag));
+    return s.WithContext(where);
   }
 
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
@@ -184,9 +286,16 @@ class MpiTransport final : public Transport {
     const std::string where =
         "Recv from rank " + std::to_string(peer) + " tag " + std::to_string(tag);
     if (s.code() == StatusCode::kTimeout) {
-      auto lock = Lock();
-      MPI_Cancel(&req);
-      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      // A receive that has not matched is cancelled. One that matched a
+      // message still in flight cannot be: if the cancel does not complete
+      // within a grace period, MPI may still write into the caller's buffer.
+      {
+        auto lock = Lock();
+        MPI_Cancel(&req);
+      }
+      if (!PollRequest(&req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).ok()) {
+        Break(where + ": " + s.message() + " (and the cancel did not complete)");
+      }
       return s.WithContext(where);
     }
     if (!s.ok()) return s.WithContext(where + " (capacity " + std::to_string(capacity) + ")");
@@ -198,10 +307,28 @@ class MpiTransport final : public Transport {
  private:
   Status CheckUsable() const {
     if (broken_) {
-      return Status::Unavailable(
-          "MPI transport unusable after an earlier timeout or failure of a collective");
+      return Status::Unavailable("MPI transport unusable after an earlier failure: " +
+                                 BrokenReason());
     }
     return Status::Ok();
+  }
+
+  std::string BrokenReason() const {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    return broken_reason_;
+  }
+
+  // Marks the transport unusable after an operation that cannot be taken
+  // back; with abort_on_timeout a timeout ends the job here.
+  void Break(const std::string& why, bool timed_out = true) {
+    {
+      std::lock_guard<std::mutex> lock(abandoned_mu_);
+      if (broken_reason_.empty()) broken_reason_ = why;
+    }
+    broken_ = true;
+    if (timed_out && abort_on_timeout_) AbortJob(rank_, why);
+    Log(LogLevel::kError, "mpi transport (rank " + std::to_string(rank_) + "): " + why +
+                              "; the transport is unusable and its destruction aborts the job");
   }
 
   Status CheckPeerTag(int peer, int tag, const char* op) const {
@@ -216,21 +343,36 @@ class MpiTransport final : public Transport {
     return Status::Ok();
   }
 
-  Status Allreduce(const void* in, void* out, MPI_Datatype type, MPI_Op op, const char* what) {
+  Status Allreduce(const void* in, void* out, size_t bytes, MPI_Datatype type, MPI_Op op,
+                   const char* what) {
     MEMENTO_RETURN_IF_ERROR(CheckUsable());
+    auto buffers = std::make_unique<OpBuffers>();
+    buffers->in.assign(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + bytes);
+    buffers->out.resize(bytes);
     MPI_Request req;
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(
-          MpiStatus(MPI_Iallreduce(in, out, 1, type, op, comm_, &req), "MPI_Iallreduce"));
+      MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(buffers->in.data(), buffers->out.data(), 1,
+                                                       type, op, comm_, &req),
+                                        "MPI_Iallreduce"));
     }
-    return WaitCollective(&req, what);
+    MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &buffers, what));
+    std::memcpy(out, buffers->out.data(), bytes);
+    return Status::Ok();
   }
 
-  Status WaitCollective(MPI_Request* req, const char* what) {
+  // Waits for a collective. On failure the transport is broken and the
+  // operation's buffers (`buffers`, may be null) are kept until the process
+  // ends, since MPI may still write into them.
+  Status WaitCollective(MPI_Request* req, std::unique_ptr<OpBuffers>* buffers, const char* what) {
     MPI_Status st;
     Status s = Poll(req, &st);
-    if (!s.ok()) broken_ = true;
+    if (s.ok()) return s;
+    if (buffers != nullptr && *buffers != nullptr) {
+      std::lock_guard<std::mutex> lock(abandoned_mu_);
+      abandoned_.push_back(std::move(*buffers));
+    }
+    Break(std::string(what) + ": " + s.message(), s.code() == StatusCode::kTimeout);
     return s.WithContext(what);
   }
 
@@ -239,67 +381,37 @@ class MpiTransport final : public Transport {
     return serialize_ ? std::unique_lock<std::mutex>(mu_) : std::unique_lock<std::mutex>();
   }
 
-  // Polls `req` to completion. Open MPI's shared-memory and TCP transports
-  // move a large message fragment by fragment, only inside MPI calls, so the
-  // poll rate bounds the bandwidth: poll back to back first (a chunk of a few
-  // MiB completes within this phase at memory speed), then yield, and only
-  // for long waits sleep (doubling up to kMaxPause) so idle waiters leave the cores
-  // to training.
   Status Poll(MPI_Request* req, MPI_Status* st) {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout_;
-    auto pause = std::chrono::microseconds(0);
-    for (uint64_t polls = 0;; ++polls) {
-      int done = 0;
-      {
-        auto lock = Lock();
-        int rc = MPI_Test(req, &done, st);
-        if (rc != MPI_SUCCESS) {
-          int error_class = 0;
-          MPI_Error_class(rc, &error_class);
-          if (error_class == MPI_ERR_TRUNCATE) {
-            return Status::InvalidArgument("message exceeds the receive capacity");
-          }
-          return MpiStatus(rc, "MPI_Test");
-        }
-      }
-      if (done) return Status::Ok();
-      if (polls % 256 != 255) continue;  // back-to-back tests; the clock is read every 256
-      const auto now = Clock::now();
-      if (timeout_.count() > 0 && now > deadline) {
-        return Status::Timeout("no completion within " + std::to_string(timeout_.count()) +
-                               " ms (MEMENTO_TIMEOUT_S)");
-      }
-      if (now - start < kSpinFor) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (pause < kMaxPause) pause = std::min(kMaxPause, pause * 2 + std::chrono::microseconds(5));
-      std::this_thread::sleep_for(pause);
-    }
+    return PollRequest(req, st, timeout_, serialize_ ? &mu_ : nullptr);
   }
 
-  // How long a waiter polls without sleeping.
-  static constexpr std::chrono::milliseconds kSpinFor{2};
-  // Longest sleep between polls once a wait has outlasted kSpinFor (the
-  // sleeps double up to it): a wait that long is for a peer that has not
-  // sent yet, so a late poll costs little, while polling every 50 us cost
-  // 30-40 % more CPU per protected GiB behind a slow link (bench_cluster
-  // --link-gibps 0.1).
-  static constexpr std::chrono::microseconds kMaxPause{500};
+  // How long a cancelled receive may take to complete.
+  static constexpr std::chrono::milliseconds kCancelGrace{1000};
 
   MPI_Comm comm_;
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
   const bool serialize_;
+  const bool abort_on_timeout_;
   std::mutex mu_;  // serializes every MPI call on comm_ when serialize_
   std::atomic<bool> broken_{false};
+  mutable std::mutex abandoned_mu_;
+  std::string broken_reason_;                         // guarded by abandoned_mu_
+  std::vector<std::unique_ptr<OpBuffers>> abandoned_;  // guarded by abandoned_mu_; never freed
 };
 
 }  // namespace
 
 Result<std::shared_ptr<Transport>> CreateMpiTransport(const MpiTransportOptions& options) {
+  std::chrono::milliseconds timeout{0};
+  if (options.timeout.has_value()) {
+    timeout = *options.timeout;
+  } else {
+    Result<std::chrono::milliseconds> from_env = TimeoutFromEnv();
+    if (!from_env.ok()) return from_env.status();
+    timeout = *from_env;
+  }
   std::lock_guard<std::mutex> init_lock(g_init_mu);
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -320,16 +432,29 @@ Result<std::shared_ptr<Transport>> CreateMpiTransport(const MpiTransportOptions&
         "; memento calls MPI from background threads and needs at least "
         "MPI_THREAD_SERIALIZED (use MPI_Init_thread)");
   }
-  MPI_Comm dup;
-  MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(options.comm, &dup), "MPI_Comm_dup"));
+  int world_rank = 0;
+  MPI_Comm_rank(options.comm, &world_rank);
+  // The duplication is a collective: non-blocking, so that a peer that never
+  // arrives is bounded by the timeout like every other wait.
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Request req;
+  MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_idup(options.comm, &dup, &req), "MPI_Comm_idup"));
+  Status dup_status = PollRequest(&req, MPI_STATUS_IGNORE, timeout, nullptr);
+  if (!dup_status.ok()) {
+    const std::string why = "creating the transport (MPI_Comm_idup): " + dup_status.message();
+    if (dup_status.code() == StatusCode::kTimeout && options.abort_on_timeout) {
+      AbortJob(world_rank, why);
+    }
+    return Status(dup_status.code(), why);
+  }
   MEMENTO_RETURN_IF_ERROR(
       MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
   int rank = 0, size = 0;
   MPI_Comm_rank(dup, &rank);
   MPI_Comm_size(dup, &size);
   ++g_live_transports;
-  return std::shared_ptr<Transport>(
-      new MpiTransport(dup, rank, size, options.timeout, level < MPI_THREAD_MULTIPLE));
+  return std::shared_ptr<Transport>(new MpiTransport(
+      dup, rank, size, timeout, level < MPI_THREAD_MULTIPLE, options.abort_on_timeout));
 }
 
 }  // namespace memento::runtime

@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -193,6 +194,80 @@ TEST_F(DirectoryRemoteStoreTest, LiveWritersTemporaryIsKept) {
   EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{1});
 }
 
+// A run that reuses the job id with lower step numbers keeps its own
+// versions: prune goes by completion time, not by number.
+TEST_F(DirectoryRemoteStoreTest, PruneKeepsTheNewestRunNotTheHighestNumbers) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 10, 1);
+  Persist(store, 11, 1);
+  ASSERT_TRUE(store.Prune(2).ok());
+  for (uint64_t v : {1, 2, 3}) {  // a fresh run under the same id
+    usleep(20000);                // distinct manifest times on coarse file systems
+    Persist(store, v, 1);
+    ASSERT_TRUE(store.Prune(2).ok());
+  }
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{2, 3}));
+}
+
+// A version without a manifest may still be being written: prune leaves it,
+// whatever its number, until it has been idle for stale_temp_seconds.
+TEST_F(DirectoryRemoteStoreTest, PruneNeverRemovesAVersionBeingWritten) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 10, 1);
+  Persist(store, 11, 1);
+  std::vector<uint8_t> w = Bytes(64, 3);
+  auto info = store.WriteRankFile(1, 0, {{"w", w.data(), w.size(), {}}});  // rank 1 still writing
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_TRUE(fs::exists(store.RankFilePath(1, 0)));
+  ASSERT_TRUE(store.WriteManifest(1, 1, {*info}).ok());
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{1, 11}));
+}
+
+// A failed rank-file write leaves no empty version folder behind.
+TEST_F(DirectoryRemoteStoreTest, FailedWriteLeavesNoEmptyVersionFolder) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 1, 1);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {1024, 1024};  // writes past 1 KiB fail with EFBIG
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(3);
+    std::vector<uint8_t> big(64 << 10, 1);
+    auto info = store.WriteRankFile(2, 0, {{"big", big.data(), big.size(), {}}});
+    _exit(!info.ok() && info.status().code() == StatusCode::kIoError ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "the write did not fail";
+  EXPECT_FALSE(fs::exists(store.VersionDir(2)));
+  EXPECT_TRUE(fs::exists(store.VersionDir(1)));
+}
+
+// Open() refuses a root that persists could not use, naming it and the reason,
+// and resolves a relative root once.
+TEST_F(DirectoryRemoteStoreTest, OpenRefusesUnusableRoots) {
+  const std::string file = root_ + "/a-file";
+  std::ofstream(file) << "x";
+  for (const std::string& bad :
+       {file, std::string("/dev/null"), std::string("/proc/self"), root_ + "/no/parent"}) {
+    auto s = DirectoryRemoteStore::Open(bad, "job1");
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("'" + bad + "'"), std::string::npos)
+        << s.status().ToString();
+  }
+  const fs::path before = fs::current_path();
+  fs::current_path(root_);
+  auto rel = DirectoryRemoteStore::Open("rel", "job1");
+  fs::current_path(before);
+  ASSERT_TRUE(rel.ok()) << rel.status().ToString();
+  EXPECT_EQ((*rel)->job_dir(), root_ + "/rel/job1");
+  EXPECT_TRUE(fs::is_directory(root_ + "/rel"));
+  EXPECT_FALSE(DirectoryRemoteStore::Open(root_, "bad/job").ok());
+}
+
 TEST_F(DirectoryRemoteStoreTest, EveryByteOfARankFileIsChecked) {
   DirectoryRemoteStore store(root_, "job1");
   std::vector<uint8_t> w = Bytes(40, 1);
@@ -265,7 +340,9 @@ TEST_F(DirectoryRemoteStoreTest, CorruptManifestHidesTheVersion) {
 TEST_F(DirectoryRemoteStoreTest, PruneKeepsNewestN) {
   DirectoryRemoteStore store(root_, "job1");
   for (uint64_t v : {10, 20, 30, 40}) Persist(store, v, 2);
-  // 25: a dead writer's incomplete version; 50: a version still being written.
+  // 25 and 50: incomplete versions, which may still be being written (by
+  // this run or by another run under the same job id): kept until idle for
+  // stale_temp_seconds.
   RankData d = MakeRank(25, 0);
   ASSERT_TRUE(store.WriteRankFile(25, 0, d.Sources()).ok());
   ASSERT_TRUE(store.WriteRankFile(50, 0, d.Sources()).ok());
@@ -273,8 +350,13 @@ TEST_F(DirectoryRemoteStoreTest, PruneKeepsNewestN) {
   EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{30, 40}));
   EXPECT_FALSE(fs::exists(store.VersionDir(10)));
   EXPECT_FALSE(fs::exists(store.VersionDir(20)));
-  EXPECT_FALSE(fs::exists(store.VersionDir(25)));
+  EXPECT_TRUE(fs::exists(store.RankFilePath(25, 0)));
   EXPECT_TRUE(fs::exists(store.RankFilePath(50, 0)));
+  DirectoryRemoteStore::Options quick;
+  quick.stale_temp_seconds = -1;  // everything counts as idle
+  ASSERT_TRUE(DirectoryRemoteStore(root_, "job1", quick).Prune(2).ok());
+  EXPECT_FALSE(fs::exists(store.VersionDir(25)));
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{30, 40}));
   ASSERT_TRUE(store.Prune(1).ok());
   EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{40});
   EXPECT_EQ(store.Prune(0).code(), StatusCode::kInvalidArgument);

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "memento/runtime/node_identity.h"
 
@@ -126,7 +131,6 @@ TEST(Config, ByteSizes) {
 TEST(Config, FromEnvReadsTheEnvironment) {
   ASSERT_EQ(setenv("MEMENTO_SLOTS", "5", 1), 0);
   ASSERT_EQ(setenv("MEMENTO_JOB", "envjob", 1), 0);
-  ASSERT_EQ(setenv("MEMENTO_SOMETHING_UNKNOWN", "1", 1), 0);  // warned, ignored
   auto c = Config::FromEnv();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->slots, 5);
@@ -137,8 +141,125 @@ TEST(Config, FromEnvReadsTheEnvironment) {
   EXPECT_NE(bad.status().message().find("MEMENTO_SLOTS='0'"), std::string::npos);
   unsetenv("MEMENTO_SLOTS");
   unsetenv("MEMENTO_JOB");
-  unsetenv("MEMENTO_SOMETHING_UNKNOWN");
   SetLogLevel(LogLevel::kWarn);
+}
+
+// A misspelt variable is an error naming it and the closest known name, unless
+// MEMENTO_ALLOW_UNKNOWN=1; the harness's own names are not Config's.
+TEST(Config, UnknownVariableInEnvironmentIsAnError) {
+  ASSERT_EQ(setenv("MEMENTO_SLOT", "3", 1), 0);
+  auto c = Config::FromEnv();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("unknown variable MEMENTO_SLOT "), std::string::npos)
+      << c.status().ToString();
+  EXPECT_NE(c.status().message().find("did you mean MEMENTO_SLOTS?"), std::string::npos)
+      << c.status().ToString();
+  EXPECT_NE(c.status().message().find("MEMENTO_ALLOW_UNKNOWN=1"), std::string::npos);
+  ASSERT_EQ(setenv("MEMENTO_ALLOW_UNKNOWN", "1", 1), 0);
+  EXPECT_TRUE(Config::FromEnv().ok());
+  ASSERT_EQ(setenv("MEMENTO_ALLOW_UNKNOWN", "yes", 1), 0);
+  auto bad = Config::FromEnv();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MEMENTO_ALLOW_UNKNOWN='yes'"), std::string::npos);
+  unsetenv("MEMENTO_ALLOW_UNKNOWN");
+  unsetenv("MEMENTO_SLOT");
+  ASSERT_EQ(setenv("MEMENTO_TEST_ANYTHING", "1", 1), 0);
+  ASSERT_EQ(setenv("MEMENTO_BUILD_DIR", "build", 1), 0);
+  EXPECT_TRUE(Config::FromEnv().ok());
+  unsetenv("MEMENTO_TEST_ANYTHING");
+  unsetenv("MEMENTO_BUILD_DIR");
+  SetLogLevel(LogLevel::kWarn);
+}
+
+// A remote directory that persists could not use is refused when read, and a
+// relative one is resolved once against the working directory.
+TEST(Config, UnusableRemoteIsRefusedWhenRead) {
+  char tmpl[] = "/tmp/memento-cfg-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string file = dir + "/a-file";
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  for (const std::string& bad :
+       {file, std::string("/dev/null"), std::string("/proc/self"), dir + "/missing/parent"}) {
+    ASSERT_EQ(setenv("MEMENTO_REMOTE", bad.c_str(), 1), 0);
+    auto c = Config::FromEnv();
+    ASSERT_FALSE(c.ok()) << bad << " accepted";
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("MEMENTO_REMOTE='" + bad + "'"), std::string::npos)
+        << c.status().ToString();
+  }
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  ASSERT_EQ(setenv("MEMENTO_REMOTE", "relative", 1), 0);
+  auto c = Config::FromEnv();
+  ASSERT_EQ(chdir(cwd), 0);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->remote_dir, dir + "/relative");
+  struct stat st;
+  EXPECT_EQ(stat(c->remote_dir.c_str(), &st), 0);
+  unsetenv("MEMENTO_REMOTE");
+  SetLogLevel(LogLevel::kWarn);
+  std::string rm = "rm -rf " + dir;
+  ASSERT_EQ(std::system(rm.c_str()), 0);
+}
+
+// Numbers are plain decimals: blanks, signs and hexadecimal are refused.
+TEST(Config, NumbersAreStrictDecimals) {
+  for (const char* value : {" 5", "5 ", "+5", "0x10", "5\n", "1e1", "-0"}) {
+    auto c = Config::FromMap({{"MEMENTO_SLOTS", value}});
+    EXPECT_FALSE(c.ok()) << "MEMENTO_SLOTS='" << value << "' accepted";
+    auto p = Config::FromMap({{"MEMENTO_PERSIST_EVERY", value}});
+    EXPECT_FALSE(p.ok()) << "MEMENTO_PERSIST_EVERY='" << value << "' accepted";
+  }
+  for (const char* value : {" 5", "+5", "0x10", "1e3", "nan", "5.", ".", "1.2.3", "-1", "0.0001",
+                            "0.0009", "86401"}) {
+    auto c = Config::FromMap({{"MEMENTO_TIMEOUT_S", value}});
+    EXPECT_FALSE(c.ok()) << "MEMENTO_TIMEOUT_S='" << value << "' accepted";
+  }
+  EXPECT_EQ(Config::FromMap({{"MEMENTO_SLOTS", "010"}})->slots, 10);
+  EXPECT_DOUBLE_EQ(Config::FromMap({{"MEMENTO_TIMEOUT_S", ".5"}})->timeout_s, 0.5);
+}
+
+// Error texts name the variable and the accepted forms, not the code that
+// produced them.
+TEST(Config, ErrorsDoNotExposeInternalExpressions) {
+  for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
+           {"MEMENTO_SLOTS", "x"}, {"MEMENTO_JOB", "a/b"}, {"MEMENTO_TIMEOUT_S", "0"},
+           {"MEMENTO_THREADS", "99"}, {"MEMENTO_SCHEME", "raid"}}) {
+    auto c = Config::FromMap({{var, value}});
+    ASSERT_FALSE(c.ok());
+    const std::string m = c.status().message();
+    for (const char* internal : {"FromMap", "ParseInt", "ValidateJobId", "Validate(", "value,"}) {
+      EXPECT_EQ(m.find(internal), std::string::npos) << m;
+    }
+  }
+}
+
+// Sub-millisecond fractions round up; 0 ("wait forever") is never produced.
+TEST(Config, TimeoutRoundsUpToWholeMilliseconds) {
+  Config c;
+  EXPECT_EQ(c.timeout(), std::chrono::milliseconds(300000));
+  c.timeout_s = 0.001;
+  EXPECT_EQ(c.timeout(), std::chrono::milliseconds(1));
+  c.timeout_s = 0.0015;
+  EXPECT_EQ(c.timeout(), std::chrono::milliseconds(2));
+  c.timeout_s = 2.5;
+  EXPECT_EQ(c.timeout(), std::chrono::milliseconds(2500));
+  c.timeout_s = 0.0004;
+  EXPECT_FALSE(c.Validate().ok());
+  unsetenv("MEMENTO_TIMEOUT_S");
+  EXPECT_EQ(*TimeoutFromEnv(), std::chrono::milliseconds(300000));
+  ASSERT_EQ(setenv("MEMENTO_TIMEOUT_S", "0.0015", 1), 0);
+  EXPECT_EQ(*TimeoutFromEnv(), std::chrono::milliseconds(2));
+  ASSERT_EQ(setenv("MEMENTO_TIMEOUT_S", "0.0001", 1), 0);
+  auto bad = TimeoutFromEnv();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MEMENTO_TIMEOUT_S='0.0001'"), std::string::npos);
+  unsetenv("MEMENTO_TIMEOUT_S");
 }
 
 TEST(NodeIdentity, HostOrNodeAndVirtualNodes) {

@@ -357,6 +357,94 @@ TEST_F(NodeStoreTest, OpenOrCreateRejectsOrReplacesIncompatible) {
   EXPECT_EQ(replaced->Inventory().NewestSealed(), -1);
 }
 
+// Two running jobs with the same id on one node never share a store: the
+// second one (another process) is refused with an error naming the job and
+// the holder's pid, even with StalePolicy::kReplace, and the store is left
+// intact; once the holder lets go, a relaunch attaches.
+TEST_F(NodeStoreTest, SecondRunningJobWithTheSameIdIsRefused) {
+  int go[2], verdict[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(verdict), 0);
+  const pid_t pid = fork();  // before the parent holds anything
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(3);
+    auto attach = NodeStore::Attach(id_);
+    auto replace = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kReplace);
+    auto read_only = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);  // inspection
+    std::string m = attach.ok() ? "attached" : attach.status().ToString();
+    m += "\n" + (replace.ok() ? std::string("replaced") : replace.status().ToString());
+    m += read_only.ok() ? "\nread-only ok" : "\nread-only failed";
+    if (write(verdict[1], m.data(), m.size()) != static_cast<ssize_t>(m.size())) _exit(4);
+    _exit(0);
+  }
+  auto holder = NodeStore::Create(id_, TestLayout(), 2);
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  const int slot = WriteVersion(*holder, 7);
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  close(verdict[1]);
+  char buf[4096];
+  const ssize_t n = read(verdict[0], buf, sizeof(buf));
+  ASSERT_GT(n, 0);
+  const std::string m(buf, static_cast<size_t>(n));
+  EXPECT_EQ(m.find("attached"), std::string::npos) << m;
+  EXPECT_EQ(m.find("replaced"), std::string::npos) << m;
+  EXPECT_NE(m.find("Unavailable"), std::string::npos) << m;
+  EXPECT_NE(m.find("MEMENTO_JOB=" + id_.job), std::string::npos) << m;
+  EXPECT_NE(m.find("pid " + std::to_string(getpid())), std::string::npos) << m;
+  EXPECT_NE(m.find("read-only ok"), std::string::npos) << m;
+  ExpectVersion(*holder, slot, 7);
+  // In this process a second mapping shares the ownership.
+  EXPECT_TRUE(NodeStore::Attach(id_).ok());
+  // The holder lets go (as a crashed one does): another process attaches.
+  *holder = NodeStore();
+  const pid_t relaunch = fork();
+  ASSERT_GE(relaunch, 0);
+  if (relaunch == 0) {
+    auto again = NodeStore::Attach(id_);
+    _exit(again.ok() && again->FindVersion(7).has_value() ? 0 : 1);
+  }
+  ASSERT_EQ(waitpid(relaunch, &wstatus, 0), relaunch);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "relaunch could not attach";
+}
+
+// A segment of this job's name that another user owns, or whose mode is not
+// 0600, is refused and left in place, whatever the stale policy.
+TEST_F(NodeStoreTest, ForeignOrLooseSegmentIsRefusedAndKept) {
+  {
+    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    ASSERT_TRUE(store.ok());
+    WriteVersion(*store, 3);
+  }
+  const std::string path = "/dev/shm" + *NodeStore::SegmentName(id_);
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  for (StalePolicy policy : {StalePolicy::kError, StalePolicy::kReplace}) {
+    auto r = NodeStore::OpenOrCreate(id_, TestLayout(), 2, policy);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("mode 0644, not 0600"), std::string::npos)
+        << r.status().ToString();
+  }
+  EXPECT_FALSE(NodeStore::Attach(id_, ShmSegment::Access::kReadOnly).ok());
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  if (geteuid() == 0) {  // only root can give a file away
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+    auto r = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kReplace);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("owned by uid 65534"), std::string::npos)
+        << r.status().ToString();
+    ASSERT_EQ(chown(path.c_str(), 0, 0), 0);
+  }
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0) << "the refused segment was removed";
+  auto back = NodeStore::Attach(id_);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->FindVersion(3).has_value());
+}
+
 // A segment this process cannot open (no file descriptor left) says nothing
 // about its content: even with StalePolicy::kReplace it is an IoError and the
 // segment, with its committed version, stays (a child process runs out of

@@ -9,6 +9,7 @@
 // environment and must not race with setenv() in another thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -102,9 +103,15 @@ struct Config {
 
   // MEMENTO_TIMEOUT_S. Seconds a collective or a peer transfer may take before
   // the peer is declared gone (Status Timeout). Default 300, range
-  // (0, 86400]. Too small turns a slow peer into a failure; too large delays
-  // recovery from a dead one.
+  // [0.001, 86400]; fractions are rounded up to whole milliseconds (timeout()).
+  // It governs every wait of the transports, CreateMpiTransport() included.
+  // Too small turns a slow peer into a failure; too large delays recovery
+  // from a dead one.
   double timeout_s = 300.0;
+
+  // timeout_s as a wait bound, rounded up to whole milliseconds (never 0,
+  // which would mean "wait forever").
+  std::chrono::milliseconds timeout() const;
 
   // MEMENTO_STALE. error | replace: what to do with an existing segment of
   // this job that cannot be attached; see StalePolicy. Default error.
@@ -113,8 +120,15 @@ struct Config {
   // Reads every MEMENTO_* variable of the process environment once, logs the
   // ones that are set (info) and sets the process log threshold to
   // log_level. A malformed value is InvalidArgument naming the variable, the
-  // value and the accepted forms. Unknown MEMENTO_* names are logged at warn
-  // and ignored (other tools share the prefix, e.g. MEMENTO_BUILD_DIR).
+  // value and the accepted forms. An unknown MEMENTO_* name (a misspelt
+  // variable) is InvalidArgument naming it and the closest known name, unless
+  // MEMENTO_ALLOW_UNKNOWN=1 (then a warning); names of the build scripts and
+  // test harness (MEMENTO_BUILD_DIR, MEMENTO_TEST_*) are not Config's and are
+  // ignored. Numbers are strict decimals: no blanks, '+' or hex.
+  // MEMENTO_REMOTE is resolved here, once, against the working directory if
+  // relative (remote_dir is then absolute) and checked: it must be a
+  // directory where this user can create files (created if missing, its
+  // parent must exist); otherwise InvalidArgument naming it and the reason.
   static Result<Config> FromEnv();
 
   // As FromEnv() but from an explicit map {"MEMENTO_SLOTS": "3", ...}; keys
@@ -136,6 +150,10 @@ struct Config {
 // Syntax checks shared with other modules; OK or InvalidArgument naming `what`.
 Status ValidateJobId(const std::string& job);
 Status ValidateSchemeSyntax(const std::string& scheme);
+
+// MEMENTO_TIMEOUT_S of the environment as Config reads it (rounded up to whole
+// milliseconds), or the default 300 s when unset; InvalidArgument when malformed.
+Result<std::chrono::milliseconds> TimeoutFromEnv();
 
 // Parses "4096", "64K", "4M", "1G" (also "4MiB"/"4MB" read as powers of 1024).
 Result<uint64_t> ParseByteSize(const std::string& text);

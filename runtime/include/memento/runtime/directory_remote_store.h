@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "memento/runtime/remote_store.h"
@@ -38,7 +39,25 @@ class DirectoryRemoteStore : public RemoteStore {
     bool fsync = true;
   };
 
+  // The checked way to make one: `root` resolved against the working
+  // directory once, here, if relative; then CheckRoot(). InvalidArgument
+  // naming the path and the reason (a file, /dev/null, /proc/self, a missing
+  // parent, a read-only file system) or a bad job id.
+  static Result<std::shared_ptr<DirectoryRemoteStore>> Open(std::string root, std::string job);
+  static Result<std::shared_ptr<DirectoryRemoteStore>> Open(std::string root, std::string job,
+                                                            Options options);
+
+  // `root` itself if absolute, else <working directory>/<root>.
+  static Result<std::string> ResolveRoot(const std::string& root);
+
+  // OK when `root` (absolute) is a directory in which this process can create
+  // and write a file (probed with a temporary file, removed again). A missing
+  // `root` is created when its parent is an existing directory; the parent is
+  // never created. Else InvalidArgument naming the path and the reason.
+  static Status CheckRoot(const std::string& root);
+
   // Stores job `job`'s versions under `root`/`job` (created on first write).
+  // Unchecked: prefer Open().
   DirectoryRemoteStore(std::string root, std::string job);
   DirectoryRemoteStore(std::string root, std::string job, Options options);
 
@@ -61,9 +80,18 @@ class DirectoryRemoteStore : public RemoteStore {
   Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t version, int rank) override;
   Status ReadRankFile(uint64_t version, int rank,
                       const std::vector<RemoteEntryTarget>& targets) override;
+  // Keeps the `keep` most recently completed versions (by manifest time,
+  // then number, so a run that reuses the job id with lower step numbers
+  // keeps its own), removes the other complete ones, and removes a version
+  // without a manifest only when nothing in its folder changed for
+  // stale_temp_seconds (it may still be being written).
   Status Prune(int keep) override;
 
  private:
+  Result<RankFileInfo> WriteRankFileIn(uint64_t version, int rank,
+                                       const std::vector<RemoteEntrySource>& entries,
+                                       bool created_job);
+
   std::string root_;
   std::string job_;
   std::string job_dir_;

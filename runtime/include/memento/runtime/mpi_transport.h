@@ -18,10 +18,21 @@
 //     an application that initialized MPI with FUNNELED or SINGLE gets a
 //     FailedPrecondition from Create() naming the thread level;
 //   - a blocked Recv does not block a concurrent Send or collective;
-//   - every wait is bounded by `timeout` (MEMENTO_TIMEOUT_S): past it a
-//     point-to-point receive is cancelled and Timeout is returned; a timed
-//     out collective cannot be cancelled, so the transport is then marked
-//     broken and every later call returns Unavailable.
+//   - every wait, the communicator duplication in Create() included, is
+//     bounded by `timeout` (MEMENTO_TIMEOUT_S unless set): past it a
+//     point-to-point receive is cancelled and Timeout is returned;
+//   - a timed out collective or send cannot be taken back (MPI still owns the
+//     request and may write into its buffers when the peer comes back). By
+//     default (abort_on_timeout) the job then ends at once: a line on stderr
+//     names the operation and the timeout, and MPI_Abort with exit code
+//     kMpiAbortExitCode (75) makes mpirun kill every rank, hung ones
+//     included, and return, so that a supervisor relaunches the job. With
+//     abort_on_timeout = false the call returns Timeout, the transport is
+//     broken (every later call returns Unavailable naming the first failure),
+//     the buffers of the abandoned collective are kept until the process
+//     ends, and destroying the transport calls MPI_Abort instead of
+//     MPI_Finalize (which would wait for the hung peer forever). The
+//     caller's buffer of a timed out Send must then stay valid until exit.
 // Polling costs a short sleep (tens of microseconds) per unfinished test; a
 // message completes within that of its arrival.
 //
@@ -34,20 +45,31 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "memento/runtime/transport.h"
 
 namespace memento::runtime {
 
+// Exit code of a job that memento ended with MPI_Abort after a timeout
+// (EX_TEMPFAIL: the job may be relaunched).
+inline constexpr int kMpiAbortExitCode = 75;
+
 struct MpiTransportOptions {
   // Communicator to duplicate. MPI_COMM_WORLD by default.
   MPI_Comm comm = MPI_COMM_WORLD;
-  // Bound on every wait; 0 means wait forever.
-  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Bound on every wait; 0 means wait forever. Unset: MEMENTO_TIMEOUT_S of
+  // the environment (the same parser as Config, rounded up to whole
+  // milliseconds), or 300 s when that is not set.
+  std::optional<std::chrono::milliseconds> timeout;
+  // What a timed out collective or send does: end the job with MPI_Abort
+  // (true, the default) or return Timeout and break the transport (see above).
+  bool abort_on_timeout = true;
 };
 
 // Creates the transport (initializing MPI if needed, see above). Errors: MPI
-// failures as Internal, an insufficient thread level as FailedPrecondition.
+// failures as Internal, an insufficient thread level as FailedPrecondition, a
+// malformed MEMENTO_TIMEOUT_S as InvalidArgument.
 Result<std::shared_ptr<Transport>> CreateMpiTransport(
     const MpiTransportOptions& options = MpiTransportOptions());
 

@@ -42,6 +42,17 @@ class ShmSegment {
   static Result<ShmSegment> Create(const std::string& name, uint64_t bytes);
 
   // Opens and maps an existing object whole. NotFound if it does not exist.
+  // Unavailable, and the object left untouched, if it is not owned by the
+  // effective uid or its mode is not exactly 0600 (someone else planted or
+  // loosened it), or, for kReadWrite, if another process holds it.
+  //
+  // Ownership: Create() and a kReadWrite Open() take an exclusive advisory
+  // lock (flock) on the object, held until the last read-write ShmSegment of
+  // that object in this process is destroyed; mappings in the same process
+  // share it. Another process's kReadWrite Open()/Create() then fails with
+  // Unavailable naming the holder's pid. The kernel drops the lock when its
+  // process dies, so a crashed holder never blocks a relaunch. kReadOnly opens
+  // (inspection) take no lock.
   static Result<ShmSegment> Open(const std::string& name, Access access);
 
   // Unlinks `name`; mappings that exist stay valid until unmapped.
@@ -73,6 +84,8 @@ class ShmSegment {
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   Access access_ = Access::kReadOnly;
+  bool locked_ = false;                     // holds a share of this process's lock
+  std::pair<uint64_t, uint64_t> lock_key_;  // (st_dev, st_ino) of the locked file
 };
 
 }  // namespace memento::runtime

@@ -1,0 +1,84 @@
+// Fuzz target: the remote tier's MANIFEST reader (text with a crc line) and
+// the listing of complete versions that uses it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "fuzz_target.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/log.h"
+
+using namespace memento::runtime;
+
+namespace {
+
+std::string* g_root = nullptr;
+
+DirectoryRemoteStore& Store() {
+  static const std::string& root = *[] {
+    std::string t = "/tmp/memento-fuzz-manifest-" + std::to_string(getpid());
+    mkdir(t.c_str(), 0700);
+    SetLogLevel(LogLevel::kError);  // rejected inputs are the normal case here
+    g_root = new std::string(t);  // never destroyed: the exit handler uses it
+    std::atexit([] { std::filesystem::remove_all(*g_root); });
+    return g_root;
+  }();
+  DirectoryRemoteStore::Options options;
+  options.fsync = false;  // speed; durability is not what is fuzzed
+  static DirectoryRemoteStore store(root, "job", options);
+  return store;
+}
+
+}  // namespace
+
+namespace memento::fuzz {
+
+std::vector<std::string> Seeds() {
+  DirectoryRemoteStore& s = Store();
+  std::vector<std::string> seeds;
+  std::string payload = "abcdefgh";
+  std::vector<RankFileInfo> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto info = s.WriteRankFile(3, r, {{"x", payload.data(), payload.size(), {}}});
+    if (!info.ok()) Fail("seed: " + info.status().ToString());
+    ranks.push_back(*info);
+  }
+  if (!s.WriteManifest(3, 2, ranks).ok()) Fail("seed: manifest");
+  std::ifstream in(s.ManifestPath(3));
+  seeds.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return seeds;
+}
+
+}  // namespace memento::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  DirectoryRemoteStore& s = Store();
+  static const bool seeded = [] {
+    (void)memento::fuzz::Seeds();  // rank files of v3 for the manifest to point at
+    return true;
+  }();
+  (void)seeded;
+  {
+    std::ofstream out(s.ManifestPath(3), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  auto m = s.ReadManifest(3);
+  if (m.ok()) {
+    if (m->world_size < 1 || m->ranks.size() != static_cast<size_t>(m->world_size)) {
+      memento::fuzz::Fail("manifest accepted with an inconsistent rank list");
+    }
+    for (const auto& r : m->ranks) {
+      if (r.file.empty() || r.file.find('/') != std::string::npos) {
+        (void)s.CheckRankFiles(3, m->ranks);  // must refuse, not escape the folder
+      }
+    }
+  }
+  (void)s.ListComplete();
+  (void)s.NewestComplete();
+  return 0;
+}

@@ -93,8 +93,10 @@ int RunApp(CLI::App& app, int argc, char** argv) {
       const auto subs = app.get_subcommands();
       const std::vector<std::string> extras =
           subs.empty() ? app.remaining() : subs.back()->remaining();
-      message = "unknown flag or unexpected argument:";
-      for (const std::string& a : extras) message += " '" + a + "'";
+      if (!extras.empty()) {
+        message = "unknown flag or unexpected argument:";
+        for (const std::string& a : extras) message += " '" + a + "'";
+      }
     }
     if (name == app.get_name()) {  // no subcommand given
       std::fprintf(stderr, "%s: %s\n\n%s", name.c_str(), message.c_str(), app.help().c_str());

@@ -14,6 +14,7 @@
 // faults); one warm-up round, then `reps` rounds in which memcpy, encode and
 // decode run back to back; each reports its median round.
 // Without --json a table is printed; with --json one object per line.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -161,51 +163,47 @@ Row Measure(const Config& config, const Codec& codec, const Args& args, int thre
              gbps(Median(t_memcpy))};
 }
 
-bool ParseArgs(int argc, char** argv, Args* args) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_erasure: %s needs a value\n", name);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--json") {
-      args->json = true;
-    } else if (a == "--bytes") {
-      args->bytes = std::strtoull(value("--bytes"), nullptr, 10);
-    } else if (a == "--reps") {
-      args->reps = std::atoi(value("--reps"));
-    } else if (a == "--threads") {
-      args->threads.clear();
-      std::string list = value("--threads");
-      for (size_t pos = 0; pos <= list.size();) {
-        size_t comma = list.find(',', pos);
-        if (comma == std::string::npos) comma = list.size();
-        args->threads.push_back(std::atoi(list.substr(pos, comma - pos).c_str()));
-        pos = comma + 1;
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_erasure [--json] [--bytes N] [--reps R] [--threads 1,2]\n"
-                   "  bytes: total data bytes per stripe (default 67108864)\n");
-      return false;
-    }
-  }
-  if (args->bytes < 64 * 8 || args->reps < 1 || args->threads.empty() ||
-      *std::min_element(args->threads.begin(), args->threads.end()) < 1) {
-    std::fprintf(stderr, "bench_erasure: need --bytes >= 512, --reps >= 1, --threads >= 1\n");
-    return false;
-  }
-  return true;
-}
+// Digits only: " 5", "+5", "0x10" are refused (CLI11 alone would read 0x10 as hex).
+const CLI::Validator kDecimal(
+    [](std::string& s) {
+      const bool ok = !s.empty() && s.size() <= 18 &&
+                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return ok ? std::string() : "'" + s + "' is not a decimal integer (digits only)";
+    },
+    "", "decimal");
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args;
-  if (!ParseArgs(argc, argv, &args)) return 2;
+  CLI::App app(
+      "Encode and decode throughput of the erasure codecs, as a ratio of memcpy of the same\n"
+      "bytes measured in the same run. Without --json a table, with --json one JSON object\n"
+      "per line.",
+      "bench_erasure");
+  app.add_flag("--json", args.json, "one JSON object per line");
+  app.add_option("--bytes", args.bytes, "total data bytes per stripe (>= 512)")
+      ->type_name("N")
+      ->check(kDecimal)
+      ->check(CLI::Range(size_t{512}, size_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--reps", args.reps, "timed rounds; each result is the median")
+      ->type_name("R")
+      ->check(kDecimal)
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--threads", args.threads, "codec threads to measure, comma-separated")
+      ->type_name("T,..")
+      ->delimiter(',')
+      ->check(kDecimal)
+      ->check(CLI::Range(1, 256));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "bench_erasure: %s\n(see bench_erasure --help)\n", e.what());
+    return 2;
+  }
   const std::vector<Config> configs = {
       {"xor", 4, 1}, {"xor", 8, 1}, {"rs", 4, 2}, {"rs", 6, 2}, {"rs", 8, 3}};
   if (!args.json) {
@@ -231,12 +229,18 @@ int main(int argc, char** argv) {
       }
       double enc = row.encode_gbps / row.memcpy_gbps, dec = row.decode_gbps / row.memcpy_gbps;
       if (args.json) {
-        std::printf(
-            "{\"codec\":\"%s\",\"k\":%d,\"m\":%d,\"bytes\":%zu,\"threads\":%d,\"reps\":%d,"
-            "\"encode_gbps\":%.3f,\"decode_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
-            "\"encode_vs_memcpy\":%.3f,\"decode_vs_memcpy\":%.3f}\n",
-            config.codec, config.k, config.m, row.bytes, threads, args.reps, row.encode_gbps,
-            row.decode_gbps, row.memcpy_gbps, enc, dec);
+        const nlohmann::ordered_json line = {{"codec", config.codec},
+                                             {"k", config.k},
+                                             {"m", config.m},
+                                             {"bytes", row.bytes},
+                                             {"threads", threads},
+                                             {"reps", args.reps},
+                                             {"encode_gbps", row.encode_gbps},
+                                             {"decode_gbps", row.decode_gbps},
+                                             {"memcpy_gbps", row.memcpy_gbps},
+                                             {"encode_vs_memcpy", enc},
+                                             {"decode_vs_memcpy", dec}};
+        std::printf("%s\n", line.dump().c_str());
       } else {
         std::string km = std::to_string(config.k) + "+" + std::to_string(config.m);
         std::printf("%-8s %5s %12zu %7d %10.2f %10.2f %10.2f %8.2fx %8.2fx\n", config.codec,

@@ -11,9 +11,10 @@
 // it essentially never does.
 //
 //   bench_remote_compress [--mib 256] [--dir /tmp] [--reps 3]
-// Prints one JSON object.
+// Prints one JSON object (--help for the flags).
 #include <isa-l/igzip_lib.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -156,43 +158,46 @@ double WriteMbps(const std::string& dir, const std::vector<uint8_t>& data, uint6
 
 }  // namespace
 
+namespace {
+
+// Digits only: " 5", "+5", "0x10" are refused (CLI11 alone would read 0x10 as hex).
+const CLI::Validator kDecimal(
+    [](std::string& s) {
+      const bool ok = !s.empty() && s.size() <= 18 &&
+                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return ok ? std::string() : "'" + s + "' is not a decimal integer (digits only)";
+    },
+    "", "decimal");
+
+}  // namespace
+
 int main(int argc, char** argv) {
   size_t mib = 256;
   std::string dir = "/tmp";
   int reps = 3;
-  constexpr char kUsage[] =
-      "usage: bench_remote_compress [--mib N (1..65536)] [--dir D] [--reps R (1..100)]\n";
-  // A whole number in [lo, hi], or an error naming the flag and the value.
-  auto number = [&](const std::string& flag, const char* text, long lo, long hi, long* out) {
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || v < lo || v > hi) {
-      std::fprintf(stderr, "bench_remote_compress: %s '%s': need %ld..%ld\n%s", flag.c_str(), text,
-                   lo, hi, kUsage);
-      return false;
-    }
-    *out = v;
-    return true;
-  };
-  for (int i = 1; i < argc; i += 2) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench_remote_compress: %s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-    long v = 0;
-    if (a == "--mib") {
-      if (!number(a, argv[i + 1], 1, 65536, &v)) return 2;
-      mib = static_cast<size_t>(v);
-    } else if (a == "--reps") {
-      if (!number(a, argv[i + 1], 1, 100, &v)) return 2;
-      reps = static_cast<int>(v);
-    } else if (a == "--dir") {
-      dir = argv[i + 1];
-    } else {
-      std::fprintf(stderr, "bench_remote_compress: unknown option %s\n%s", a.c_str(), kUsage);
-      return 2;
-    }
+  CLI::App app("Does ISA-L igzip compression pay for the remote tier? Prints one JSON object.",
+               "bench_remote_compress");
+  app.add_option("--mib", mib, "MiB of each data set")
+      ->type_name("N")
+      ->check(kDecimal)
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--dir", dir, "directory the raw writes go to (fsync)")
+      ->type_name("D")
+      ->check(CLI::ExistingDirectory)
+      ->capture_default_str();
+  app.add_option("--reps", reps, "repetitions; each result is the best")
+      ->type_name("R")
+      ->check(kDecimal)
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "bench_remote_compress: %s\n(see bench_remote_compress --help)\n",
+                 e.what());
+    return 2;
   }
   const size_t bytes = mib << 20;
   struct Data {
@@ -203,28 +208,30 @@ int main(int argc, char** argv) {
                             {"bf16_weights_N(0,0.02)", Bf16Weights(bytes, 2)},
                             {"float32_adam_exp_avg_sq", AdamSecondMoment(bytes, 3)}};
   const double write_mbps = WriteMbps(dir, sets[0].bytes, bytes, reps);
-  std::printf("{\"bytes\": %zu, \"dir\": \"%s\", \"write_raw_fsync_MBps\": %.1f, \"sets\": [\n",
-              bytes, dir.c_str(), write_mbps);
-  for (size_t si = 0; si < sets.size(); ++si) {
-    std::printf("  {\"data\": \"%s\", \"levels\": [\n", sets[si].name);
+  nlohmann::ordered_json out = {
+      {"bytes", bytes}, {"dir", dir}, {"write_raw_fsync_MBps", write_mbps}};
+  nlohmann::ordered_json& sets_json = out["sets"] = nlohmann::ordered_json::array();
+  for (const Data& set : sets) {
+    nlohmann::ordered_json levels = nlohmann::ordered_json::array();
     for (int level : {0, 1, 3}) {
-      CompressResult c = Compress(sets[si].bytes, level, reps);
+      CompressResult c = Compress(set.bytes, level, reps);
       // Persist time per byte: raw 1/W; compressed 1/C + r/W (compression and
       // writing overlapped would give max(1/C, r/W): report both).
       const double raw_s = 1.0 / write_mbps;
       const double serial_s = 1.0 / c.compress_mbps + c.ratio / write_mbps;
       const double overlap_s = std::max(1.0 / c.compress_mbps, c.ratio / write_mbps);
-      const std::string breakeven =
-          c.ratio < 1 ? std::to_string(write_mbps / (1 - c.ratio)) : std::string("null");
-      std::printf(
-          "    {\"level\": %d, \"ratio\": %.4f, \"compress_MBps\": %.1f, "
-          "\"decompress_MBps\": %.1f, \"persist_time_vs_raw_serial\": %.3f, "
-          "\"persist_time_vs_raw_overlapped\": %.3f, \"breakeven_compress_MBps_serial\": %s}%s\n",
-          level, c.ratio, c.compress_mbps, c.decompress_mbps, serial_s / raw_s, overlap_s / raw_s,
-          breakeven.c_str(), level == 3 ? "" : ",");
+      levels.push_back({{"level", level},
+                        {"ratio", c.ratio},
+                        {"compress_MBps", c.compress_mbps},
+                        {"decompress_MBps", c.decompress_mbps},
+                        {"persist_time_vs_raw_serial", serial_s / raw_s},
+                        {"persist_time_vs_raw_overlapped", overlap_s / raw_s},
+                        {"breakeven_compress_MBps_serial",
+                         c.ratio < 1 ? nlohmann::ordered_json(write_mbps / (1 - c.ratio))
+                                     : nlohmann::ordered_json(nullptr)}});
     }
-    std::printf("  ]}%s\n", si + 1 == sets.size() ? "" : ",");
+    sets_json.push_back({{"data", set.name}, {"levels", std::move(levels)}});
   }
-  std::printf("]}\n");
+  std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -147,7 +147,8 @@ std::vector<int> RackInterleavedRing(const Topology& t) {
 
 Result<GroupLayout> GroupLayout::Build(const Topology& topology, const Scheme& scheme) {
   const int n = topology.num_nodes();
-  MEMENTO_RETURN_IF_ERROR(scheme.ValidateFor(n));
+  // Propagated as is: the message is for the user, not a trace of this call.
+  if (Status valid = scheme.ValidateFor(n); !valid.ok()) return valid;
   GroupLayout layout(scheme);
   std::vector<std::vector<int>> member_lists;
   const bool ring = scheme.is_replica() && scheme.placement() == ReplicaPlacement::kRing;

@@ -1,41 +1,24 @@
-// RecoveryPlan::ToJson and Summary: the plan as text for logs.
-#include <cstdio>
+// RecoveryPlan::ToJson and Summary: the plan as text for logs (JSON by nlohmann-json).
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "memento/placement/recovery_plan.h"
 
 namespace memento::placement {
 namespace {
 
+using Json = nlohmann::ordered_json;  // keys in insertion order: a stable, readable layout
+
 template <typename T>
 std::string JsonArray(const std::vector<T>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
+  return Json(v).dump();
 }
 
-std::string JsonString(const std::string& in) {
-  std::string s = "\"";
-  for (char c : in) {
-    if (c == '"' || c == '\\') {
-      s += '\\';
-      s += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      s += buf;
-    } else {
-      s += c;
-    }
-  }
-  return s + "\"";
-}
-
-std::string RowJson(const StripeRow& r) {
-  return std::string("{\"node\":") + std::to_string(r.node) + ",\"kind\":\"" +
-         (r.parity ? "parity" : "data") + "\",\"row\":" + std::to_string(r.row) +
-         ",\"bytes\":" + std::to_string(r.bytes) + "}";
+Json RowJson(const StripeRow& r) {
+  return Json{
+      {"node", r.node}, {"kind", r.parity ? "parity" : "data"}, {"row", r.row}, {"bytes", r.bytes}};
 }
 
 }  // namespace
@@ -71,47 +54,53 @@ std::string RecoveryPlan::Summary() const {
 }
 
 std::string RecoveryPlan::ToJson() const {
-  std::ostringstream os;
-  os << "{\"version\":" << version
-     << ",\"memory_cannot_serve\":" << (memory_cannot_serve ? "true" : "false")
-     << ",\"scheme\":" << JsonString(scheme) << ",\"nodes\":" << num_nodes << ",\"lanes\":" << lanes
-     << ",\"failed_nodes\":" << JsonArray(failed_nodes)
-     << ",\"skipped_versions\":" << JsonArray(skipped_versions) << ",\"shards\":[";
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const ShardSource& s = shards[i];
-    os << (i ? "," : "") << "{\"node\":" << s.node << ",\"lane\":" << s.lane << ",\"source\":\""
-       << SourceKindName(s.kind) << "\"";
-    if (s.kind == SourceKind::kReplica) os << ",\"from_node\":" << s.from_node;
-    if (s.kind == SourceKind::kDecode) os << ",\"decodes\":" << JsonArray(s.decodes);
-    if (s.kind == SourceKind::kRemote) os << ",\"remote_version\":" << version;
-    os << ",\"read_nodes\":" << JsonArray(s.read_nodes) << ",\"bytes\":" << s.bytes << "}";
+  Json out;
+  out["version"] = version;
+  out["memory_cannot_serve"] = memory_cannot_serve;
+  out["scheme"] = scheme;
+  out["nodes"] = num_nodes;
+  out["lanes"] = lanes;
+  out["failed_nodes"] = failed_nodes;
+  out["skipped_versions"] = skipped_versions;
+  Json& shards_json = out["shards"] = Json::array();
+  for (const ShardSource& s : shards) {
+    Json j = {{"node", s.node}, {"lane", s.lane}, {"source", SourceKindName(s.kind)}};
+    if (s.kind == SourceKind::kReplica) j["from_node"] = s.from_node;
+    if (s.kind == SourceKind::kDecode) j["decodes"] = s.decodes;
+    if (s.kind == SourceKind::kRemote) j["remote_version"] = version;
+    j["read_nodes"] = s.read_nodes;
+    j["bytes"] = s.bytes;
+    shards_json.push_back(std::move(j));
   }
-  os << "],\"decodes\":[";
-  for (size_t i = 0; i < decodes.size(); ++i) {
-    const StripeDecode& d = decodes[i];
-    os << (i ? "," : "") << "{\"lane\":" << d.lane << ",\"group\":" << d.group
-       << ",\"stripe\":" << d.stripe << ",\"data_rows\":" << d.data_rows
-       << ",\"parity_rows\":" << d.parity_rows << ",\"piece_bytes\":" << d.piece_bytes
-       << ",\"inputs\":[";
-    for (size_t k = 0; k < d.inputs.size(); ++k) os << (k ? "," : "") << RowJson(d.inputs[k]);
-    os << "],\"rebuilt\":[";
-    for (size_t k = 0; k < d.rebuilt.size(); ++k) os << (k ? "," : "") << RowJson(d.rebuilt[k]);
-    os << "]}";
+  Json& decodes_json = out["decodes"] = Json::array();
+  for (const StripeDecode& d : decodes) {
+    Json j = {{"lane", d.lane},
+              {"group", d.group},
+              {"stripe", d.stripe},
+              {"data_rows", d.data_rows},
+              {"parity_rows", d.parity_rows},
+              {"piece_bytes", d.piece_bytes}};
+    Json& inputs = j["inputs"] = Json::array();
+    for (const StripeRow& r : d.inputs) inputs.push_back(RowJson(r));
+    Json& rebuilt = j["rebuilt"] = Json::array();
+    for (const StripeRow& r : d.rebuilt) rebuilt.push_back(RowJson(r));
+    decodes_json.push_back(std::move(j));
   }
-  os << "],\"reprotect\":[";
-  for (size_t i = 0; i < reprotect.size(); ++i) {
-    const ReprotectItem& r = reprotect[i];
-    os << (i ? "," : "") << "{\"node\":" << r.node << ",\"lane\":" << r.lane << ",\"kind\":\""
-       << ItemKindName(r.kind) << "\"";
-    if (r.kind == ItemKind::kReplica) os << ",\"owner\":" << r.owner;
+  Json& reprotect_json = out["reprotect"] = Json::array();
+  for (const ReprotectItem& r : reprotect) {
+    Json j = {{"node", r.node}, {"lane", r.lane}, {"kind", ItemKindName(r.kind)}};
+    if (r.kind == ItemKind::kReplica) j["owner"] = r.owner;
     if (r.kind == ItemKind::kParity) {
-      os << ",\"group\":" << r.group << ",\"stripe\":" << r.stripe << ",\"row\":" << r.row;
+      j["group"] = r.group;
+      j["stripe"] = r.stripe;
+      j["row"] = r.row;
     }
-    os << ",\"bytes\":" << r.bytes << "}";
+    j["bytes"] = r.bytes;
+    reprotect_json.push_back(std::move(j));
   }
-  os << "],\"read_bytes_per_node\":" << JsonArray(read_bytes_per_node)
-     << ",\"max_read_bytes\":" << max_read_bytes << "}";
-  return os.str();
+  out["read_bytes_per_node"] = read_bytes_per_node;
+  out["max_read_bytes"] = max_read_bytes;
+  return out.dump();
 }
 
 }  // namespace memento::placement

@@ -341,7 +341,9 @@ class VersionPlanner {
 
 Result<RecoveryPlan> PlanRecovery(const Topology& topology, const Scheme& scheme,
                                   const RecoveryInput& input) {
-  MEMENTO_ASSIGN_OR_RETURN(GroupLayout layout, GroupLayout::Build(topology, scheme));
+  auto built = GroupLayout::Build(topology, scheme);
+  if (!built.ok()) return built.status();
+  const GroupLayout layout = std::move(built).value();
   return PlanRecovery(topology, layout, input);
 }
 
@@ -375,7 +377,7 @@ Result<RecoveryPlan> PlanRecovery(const Topology& topology, const GroupLayout& l
   std::map<uint64_t, VersionItems> by_version;
   std::set<uint64_t> candidates(input.remote_versions.begin(), input.remote_versions.end());
   for (const InventoryItem& it : input.inventory) {
-    MEMENTO_RETURN_IF_ERROR(ValidateItem(layout, lanes, it));
+    if (Status valid = ValidateItem(layout, lanes, it); !valid.ok()) return valid;
     candidates.insert(it.version);
     if (!it.sealed || !it.crc_ok || failed[it.node]) continue;
     VersionItems& v = by_version[it.version];

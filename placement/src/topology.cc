@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <string>
 
 namespace memento::placement {
 
@@ -24,8 +25,10 @@ Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {
                                      "': either every node names a rack or none does");
     }
   }
-  std::sort(nodes.begin(), nodes.end(),
-            [](const NodeInfo& a, const NodeInfo& b) { return a.identity < b.identity; });
+  auto by_identity = [](const NodeInfo& a, const NodeInfo& b) { return a.identity < b.identity; };
+  if (!std::is_sorted(nodes.begin(), nodes.end(), by_identity)) {
+    std::sort(nodes.begin(), nodes.end(), by_identity);
+  }
   for (size_t i = 1; i < nodes.size(); ++i) {
     if (nodes[i].identity == nodes[i - 1].identity) {
       return Status::InvalidArgument("topology: duplicate node identity '" + nodes[i].identity +
@@ -49,9 +52,11 @@ Result<Topology> Topology::UniformWithRacks(int num_nodes, int ranks_per_node, i
   }
   std::vector<NodeInfo> nodes(num_nodes);
   const int per_rack = num_racks > 0 ? (num_nodes + num_racks - 1) / num_racks : 0;
+  // At least 5 digits, more when N needs them, so that sorted order is index order.
+  const int width = std::max(5, static_cast<int>(std::to_string(num_nodes - 1).size()));
   for (int i = 0; i < num_nodes; ++i) {
     char name[32];
-    std::snprintf(name, sizeof(name), "node%05d", i);
+    std::snprintf(name, sizeof(name), "node%0*d", width, i);
     nodes[i].identity = name;
     nodes[i].ranks = ranks_per_node;
     nodes[i].rack = num_racks > 0 ? i / per_rack : kNoRack;

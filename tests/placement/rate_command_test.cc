@@ -1,8 +1,9 @@
-// Runs the built `memento rate` and checks its output and exit codes.
+// Runs the built `memento rate` and checks its output (text and JSON) and exit codes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace {
@@ -52,11 +53,114 @@ TEST(RateCommandTest, JsonAndRacks) {
   CliRun r = RunCli(
       "rate --nodes 16 --scheme xor:3 --failures 2 --racks 4 --rack-failures 1-2 "
       "--trials 1000 --json");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"scheme\":\"xor:3\""), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\"rack_failures\":[{\"failures\":1,\"exact\":1"), std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("\"ci95_low\""), std::string::npos) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("nodes"), 16);
+  EXPECT_EQ(j.at("racks"), 4);
+  EXPECT_EQ(j.at("trials"), 1000);
+  ASSERT_EQ(j.at("schemes").size(), 1u);
+  const nlohmann::json& s = j["schemes"][0];
+  EXPECT_EQ(s.at("scheme"), "xor:3");
+  EXPECT_EQ(s.at("groups"), nlohmann::json({4, 4, 4, 4}));
+  EXPECT_NEAR(s.at("memory_per_node").get<double>(), 4.0 / 3, 1e-12);
+  const nlohmann::json& row = s.at("node_failures").at(0);
+  EXPECT_EQ(row.at("failures"), 2);
+  // xor:3 on 4 groups of 4, f = 2: lost iff both in one group: 1 - 4 C(4,2) / C(16,2).
+  EXPECT_NEAR(row.at("exact").get<double>(), 0.8, 1e-12);
+  EXPECT_NEAR(row.at("exact_loss").get<double>(), 0.2, 1e-12);
+  const nlohmann::json& mc = row.at("monte_carlo");
+  EXPECT_EQ(mc.at("trials"), 1000);
+  EXPECT_LE(mc.at("ci95_low").get<double>(), mc.at("estimate").get<double>());
+  EXPECT_GE(mc.at("ci95_high").get<double>(), mc.at("estimate").get<double>());
+  ASSERT_EQ(s.at("rack_failures").size(), 2u);
+  EXPECT_EQ(s["rack_failures"][0].at("failures"), 1);
+  EXPECT_EQ(s["rack_failures"][0].at("exact"), 1.0);  // rack-aware groups survive one rack
+  // --compare --json: every scheme, exact values only.
+  CliRun c = RunCli("rate --nodes 1000000 --compare replica:2,rs:4+4 --failures 2,5 --json");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const nlohmann::json cj = nlohmann::json::parse(c.output);
+  ASSERT_EQ(cj.at("schemes").size(), 2u);
+  EXPECT_EQ(cj["schemes"][1].at("scheme"), "rs:4+4");
+  const nlohmann::json& rs5 = cj["schemes"][1].at("node_failures").at(1);
+  EXPECT_EQ(rs5.at("failures"), 5);
+  EXPECT_FALSE(rs5.contains("monte_carlo"));
+  EXPECT_GT(rs5.at("exact_loss").get<double>(), 0.0);  // ~5e-22, not rounded away
+  EXPECT_LT(rs5.at("exact_loss").get<double>(), 1e-20);
+}
+
+// A probability within 5e-6 of 1 prints as 1 - x, never as 100.000%.
+TEST(RateCommandTest, NearOneIsNotPrintedAsHundredPercent) {
+  CliRun r = RunCli("rate --nodes 1000000 --scheme replica:2 --failures 1-2 --trials 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1          100.000%"), std::string::npos) << r.output;  // exactly 1
+  EXPECT_NE(r.output.find("2          1 - 1.00e-06"), std::string::npos) << r.output;
+  CliRun c = RunCli("rate --nodes 1000000 --compare replica:2:ring,rs:8+2 --failures 2,3");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("1 - 2.00e-06"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("1 - 7.20e-11"), std::string::npos) << c.output;
+}
+
+// Numbers are decimal digits only; each refusal names the flag and the value.
+TEST(RateCommandTest, NonDecimalNumbersAreRefusedByName) {
+  struct Case {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--nodes ' 5' --scheme none", "--nodes ' 5'"},
+      {"--nodes +5 --scheme none", "--nodes '+5'"},
+      {"--nodes 0x10 --scheme none", "--nodes '0x10'"},
+      {"--nodes 16 --scheme none --trials 1e3", "--trials '1e3'"},
+      {"--nodes 16 --scheme none --seed -1", "--seed '-1'"},
+      {"--nodes 16 --scheme none --racks 010x", "--racks '010x'"},
+      {"--nodes 16 --scheme none --racks 17", "--racks '17'"},
+      {"--nodes 16 --scheme none --failures 0x3", "--failures '0x3'"},
+      {"--nodes 16 --scheme none --failures ' 3'", "--failures ' 3'"},
+      {"--nodes 16 --scheme none --racks 4 --rack-failures +1", "--rack-failures '+1'"},
+      {"--nodes 0 --scheme none", "--nodes '0'"},
+  };
+  for (const Case& c : cases) {
+    CliRun r = RunCli(std::string("rate ") + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(RateCommandTest, PlacementThatContradictsTheSchemeIsAnError) {
+  CliRun bad = RunCli("rate --nodes 16 --scheme replica:2:ring --placement group --trials 0");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--placement group conflicts with --scheme 'replica:2:ring'"),
+            std::string::npos)
+      << bad.output;
+  CliRun compare = RunCli("rate --nodes 16 --compare replica:2,replica:2:group --placement ring");
+  EXPECT_EQ(compare.exit_code, 2) << compare.output;
+  EXPECT_NE(compare.output.find("conflicts with --compare 'replica:2:group'"), std::string::npos)
+      << compare.output;
+  // Agreeing, or a scheme that names no placement: fine.
+  CliRun same = RunCli(
+      "rate --nodes 16 --scheme replica:2:ring --placement ring --failures 2 "
+      "--trials 0");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("86.667%"), std::string::npos) << same.output;
+  CliRun plain = RunCli("rate --nodes 16 --scheme replica:2 --placement ring --trials 0");
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("scheme replica:2:ring"), std::string::npos) << plain.output;
+}
+
+// Errors read as sentences for the user, not as traces of the code that produced them.
+TEST(RateCommandTest, ErrorsCarryNoInternalExpressions) {
+  for (const char* args : {"--nodes 2 --scheme replica:3", "--nodes 1 --scheme xor:3",
+                           "--nodes 16 --scheme rs:6+2 --racks 4 --rack-failures 5",
+                           "--nodes 1000000 --scheme replica:2 --failures 400000 --trials 0"}) {
+    CliRun r = RunCli(std::string("rate ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    for (const char* internal :
+         {"ValidateFor", "(n)", "FromMap", "ParseInt", "scheme.", "layout", "RackNodes", "Exact"}) {
+      EXPECT_EQ(r.output.find(internal), std::string::npos) << args << "\n" << r.output;
+    }
+  }
+  CliRun range = RunCli("rate --nodes 1000000 --scheme replica:2 --failures 400000 --trials 0");
+  EXPECT_NE(range.output.find("--failures"), std::string::npos) << range.output;
+  EXPECT_NE(range.output.find("Monte Carlo"), std::string::npos) << range.output;
 }
 
 TEST(RateCommandTest, BadArgumentsExitTwoNamingTheFlag) {
@@ -72,12 +176,41 @@ TEST(RateCommandTest, BadArgumentsExitTwoNamingTheFlag) {
   EXPECT_NE(failures.output.find("--failures '3-x'"), std::string::npos) << failures.output;
   CliRun flag = RunCli("rate --nodes 16 --scheme none --frobnicate 1");
   EXPECT_EQ(flag.exit_code, 2);
-  EXPECT_NE(flag.output.find("unknown flag '--frobnicate'"), std::string::npos);
-  EXPECT_EQ(RunCli("rate --scheme none").exit_code, 2);
-  EXPECT_EQ(RunCli("rate --nodes 4 --scheme xor:3 --placement ring").exit_code, 2);
+  EXPECT_NE(flag.output.find("unknown flag or unexpected argument: '--frobnicate' '1'"),
+            std::string::npos)
+      << flag.output;
+  CliRun missing = RunCli("rate --scheme none");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("--nodes is required"), std::string::npos) << missing.output;
+  CliRun neither = RunCli("rate --nodes 4");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_NE(neither.output.find("give --scheme S or --compare"), std::string::npos);
+  CliRun both = RunCli("rate --nodes 4 --scheme none --compare none");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.output.find("--scheme excludes --compare"), std::string::npos) << both.output;
+  CliRun twice = RunCli("rate --nodes 4 --nodes 5 --scheme none");
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.output.find("--nodes"), std::string::npos) << twice.output;
+  CliRun xor_ring = RunCli("rate --nodes 4 --scheme xor:3 --placement ring");
+  EXPECT_EQ(xor_ring.exit_code, 2);
+  EXPECT_NE(xor_ring.output.find("--placement applies to replica:M schemes only"),
+            std::string::npos);
   CliRun help = RunCli("rate --help");
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_NE(help.output.find("--compare"), std::string::npos);
+  for (const char* s :
+       {"--compare", "--nodes", "--failures", "--trials", "--racks", "--json", "examples:"}) {
+    EXPECT_NE(help.output.find(s), std::string::npos) << s;
+  }
+  CliRun top = RunCli("");
+  EXPECT_EQ(top.exit_code, 2);
+  for (const char* s : {"rate", "inspect", "clean"}) {
+    EXPECT_NE(top.output.find(s), std::string::npos) << s << "\n" << top.output;
+  }
+  CliRun unknown = RunCli("frobnicate");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("unknown subcommand 'frobnicate'"), std::string::npos);
+  EXPECT_EQ(RunCli("--help").exit_code, 0);
+  EXPECT_EQ(RunCli("help").exit_code, 0);
 }
 #endif
 

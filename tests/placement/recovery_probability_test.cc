@@ -35,10 +35,11 @@ TEST(RecoveryProbabilityTest, KnownValues) {
   EXPECT_FALSE(ExactRecoveryProbability(Layout(16, "none"), -1).ok());
 }
 
-// Exact against brute-force enumeration of every failure set, every scheme, N <= 12.
+// Exact against brute-force enumeration of every failure set, every scheme (group, ring,
+// partial last groups), N <= 16, every f.
 TEST(RecoveryProbabilityTest, ExactMatchesEnumeration) {
   for (const char* scheme : kSchemes) {
-    for (int n = 1; n <= 12; ++n) {
+    for (int n = 1; n <= 16; ++n) {
       auto layout = GroupLayout::Build(*Topology::Uniform(n), *Scheme::Parse(scheme));
       if (!layout.ok()) continue;
       std::vector<double> ok(n + 1, 0), total(n + 1, 0);
@@ -49,10 +50,18 @@ TEST(RecoveryProbabilityTest, ExactMatchesEnumeration) {
         total[f] += 1;
         ok[f] += IsRecoverable(*layout, mask) ? 1 : 0;
       }
-      const std::vector<double> exact = ExactRecoveryProbabilities(*layout);
+      auto exact = ExactRecoveryProbabilities(*layout, n);
+      ASSERT_TRUE(exact.ok()) << exact.status().ToString();
       for (int f = 0; f <= n; ++f) {
-        EXPECT_NEAR(exact[f], ok[f] / total[f], 1e-12) << scheme << " n=" << n << " f=" << f;
+        EXPECT_NEAR(exact->recover[f], ok[f] / total[f], 1e-12)
+            << scheme << " n=" << n << " f=" << f;
+        EXPECT_NEAR(exact->lose[f], 1 - ok[f] / total[f], 1e-12)
+            << scheme << " n=" << n << " f=" << f;
       }
+      // A shorter curve is a prefix of the full one.
+      auto prefix = ExactRecoveryProbabilities(*layout, n / 2);
+      ASSERT_TRUE(prefix.ok());
+      for (int f = 0; f <= n / 2; ++f) EXPECT_EQ(prefix->recover[f], exact->recover[f]);
     }
   }
 }
@@ -81,7 +90,7 @@ TEST(RecoveryProbabilityTest, LargeNClosedForms) {
   const double rs = 1 - 128 * std::exp(LogChoose(8, 3) - LogChoose(n, 3));
   EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "rs:6+2"), 3), rs, 1e-12);
   // Probabilities stay in [0,1] and decrease with f, even where C(N, f) overflows a double.
-  const std::vector<double> p = ExactRecoveryProbabilities(Layout(4096, "rs:4+4"));
+  const std::vector<double> p = ExactRecoveryProbabilities(Layout(4096, "rs:4+4"), 2600)->recover;
   for (size_t f = 1; f < p.size(); ++f) {
     EXPECT_LE(p[f], p[f - 1] + 1e-12);
     EXPECT_GE(p[f], 0.0);
@@ -94,6 +103,93 @@ TEST(RecoveryProbabilityTest, LargeNClosedForms) {
     const double expected = 1 - std::exp(std::log(n) - LogChoose(n, m));
     EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, scheme), m), expected, 1e-12) << m;
     EXPECT_EQ(*ExactRecoveryProbability(Layout(n, scheme), m - 1), 1.0) << m;
+  }
+}
+
+// N = 10^6, f <= 64: no underflow to 0 or rounding to 1, monotone in f, and the loss
+// probability matches closed forms to relative precision even where it is ~1e-22.
+TEST(RecoveryProbabilityTest, MillionNodesNoUnderflow) {
+  const int n = 1000000;
+  const int max_f = 64;
+  struct Case {
+    const char* scheme;
+    int tolerance;  // failures always survived
+  } cases[] = {{"replica:2", 1}, {"replica:2:ring", 1}, {"replica:3:ring", 2}, {"xor:3", 1},
+               {"rs:8+2", 2},    {"rs:4+4", 4},         {"rs:6+3", 3},         {"replica:3", 2}};
+  for (const Case& c : cases) {
+    auto curve = ExactRecoveryProbabilities(Layout(n, c.scheme), max_f);
+    ASSERT_TRUE(curve.ok()) << c.scheme << ": " << curve.status().ToString();
+    ASSERT_EQ(curve->recover.size(), static_cast<size_t>(max_f + 1));
+    for (int f = 0; f <= max_f; ++f) {
+      if (f <= c.tolerance) {
+        EXPECT_EQ(curve->recover[f], 1.0) << c.scheme << " f=" << f;
+        EXPECT_EQ(curve->lose[f], 0.0) << c.scheme << " f=" << f;
+        continue;
+      }
+      // Strictly inside (0, 1), in both forms, and monotone in f.
+      EXPECT_GT(curve->recover[f], 0.0) << c.scheme << " f=" << f;
+      EXPECT_GT(curve->lose[f], 0.0) << c.scheme << " f=" << f;
+      EXPECT_LT(curve->lose[f], 1.0) << c.scheme << " f=" << f;
+      EXPECT_LE(curve->recover[f], curve->recover[f - 1]) << c.scheme << " f=" << f;
+      EXPECT_GT(curve->lose[f], curve->lose[f - 1]) << c.scheme << " f=" << f;
+      EXPECT_NEAR(curve->recover[f] + curve->lose[f], 1.0, 1e-12) << c.scheme << " f=" << f;
+    }
+  }
+  auto lose = [&](const GroupLayout& layout, int f) {
+    return ExactRecoveryProbabilities(layout, f)->lose[f];
+  };
+  const double nd = n;
+  // replica:2 group: f=2 lost iff both in one of the N/2 pairs.
+  EXPECT_NEAR(lose(Layout(n, "replica:2"), 2), 1 / (nd - 1), 1e-12 / nd);
+  // replica:2 ring, f=2: lost iff adjacent (N pairs); old code returned 0 from N=16458 on.
+  const GroupLayout ring2 = Layout(n, "replica:2:ring");
+  EXPECT_NEAR(lose(ring2, 2), 2 / (nd - 1), 1e-12 / nd);
+  // f=64: no two adjacent: N/(N-f) C(N-f, f) / C(N, f), as a product (lgamma of 10^6 in a
+  // double is only good to ~1e-9).
+  long double ring = static_cast<long double>(n) / (n - 64);
+  for (int i = 0; i < 64; ++i) ring *= static_cast<long double>(n - 64 - i) / (n - i);
+  EXPECT_NEAR(*ExactRecoveryProbability(ring2, 64), static_cast<double>(ring), 1e-13);
+  const double ring_loss = static_cast<double>(1 - ring);
+  EXPECT_NEAR(lose(ring2, 64), ring_loss, 1e-12 * ring_loss);
+  // replica:3 ring, f=3: lost iff three consecutive (N windows): N / C(N, 3), ~6e-12.
+  const double r3 = 6 / ((nd - 1) * (nd - 2));
+  EXPECT_NEAR(lose(Layout(n, "replica:3:ring"), 3), r3, 1e-9 * r3);
+  // rs:4+4, f=5: lost iff all five in one of N/8 groups: N/8 C(8,5) / C(N,5), ~9e-22, not
+  // rounded to 0.
+  const double rs = 840 / ((nd - 1) * (nd - 2) * (nd - 3) * (nd - 4));
+  EXPECT_NEAR(lose(Layout(n, "rs:4+4"), 5), rs, 1e-9 * rs);
+  EXPECT_GT(rs, 0);
+  EXPECT_LT(rs, 1e-20);
+  // Out of the floating-point range: a clear error, not a wrong number.
+  auto huge = ExactRecoveryProbabilities(ring2, n / 2);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("Monte Carlo"), std::string::npos);
+}
+
+// Monte Carlo agreement at up to a million nodes, where the exact value is well inside
+// (0, 1).
+TEST(RecoveryProbabilityTest, MonteCarloAgreesAtLargeN) {
+  struct Case {
+    int n;
+    const char* scheme;
+    int f;
+  } cases[] = {{1000000, "replica:2", 800},
+               {1000000, "replica:2:ring", 800},
+               {1000000, "xor:3", 800},
+               {10000, "replica:3:ring", 500},
+               {10000, "rs:8+2", 200}};
+  for (const Case& c : cases) {
+    const char* scheme = c.scheme;
+    const int f = c.f;
+    const GroupLayout layout = Layout(c.n, scheme);
+    auto exact = ExactRecoveryProbability(layout, f);
+    ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+    EXPECT_GT(*exact, 0.01) << scheme;
+    EXPECT_LT(*exact, 0.99) << scheme;
+    auto mc = MonteCarloRecoveryProbability(layout, f, 4000, 3, 3.8906);  // 99.99 %
+    ASSERT_TRUE(mc.ok());
+    EXPECT_LE(mc->ci_low, *exact) << scheme;
+    EXPECT_GE(mc->ci_high, *exact) << scheme;
   }
 }
 

@@ -33,6 +33,14 @@ TEST(TopologyTest, UniformWithRacksMakesContiguousRacks) {
   EXPECT_EQ(t->NodesInRack(0), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(t->NodesInRack(2), (std::vector<int>{8, 9}));
   EXPECT_EQ(t->ranks(5), 2);
+  // Past 10^5 nodes the names widen, so racks stay contiguous in index order.
+  auto big = Topology::UniformWithRacks(200000, 1, 2);
+  ASSERT_TRUE(big.ok());
+  const std::vector<int> rack0 = big->NodesInRack(0);
+  ASSERT_EQ(rack0.size(), 100000u);
+  EXPECT_EQ(rack0.front(), 0);
+  EXPECT_EQ(rack0.back(), 99999);
+  EXPECT_EQ(big->IndexOf("node100000"), 100000);
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 // Exact, f uniformly random failed nodes: the number of f-subsets that leave every group
 // recoverable is the coefficient of x^f in the product of the groups' polynomials
 // sum_j a_g(j) x^j, a_g(j) = recoverable j-subsets of group g (C(g,j) for j <= tolerance in
-// mirror / erasure groups; ring groups count cyclic binary strings without M consecutive
-// failures, by a transfer DP). The product is evaluated as a DP over groups that keeps
-// probabilities (conditional on how many failures fall in the groups so far) in [0,1], with
-// hypergeometric weights from log-factorials, so it stays exact to ~1e-15 for any N
-// (tested to N = 4096). Cost: O(N^2) time, O(N) memory.
+// mirror / erasure groups; ring groups count cyclic arrangements without M consecutive
+// failures through compositions of the failures into the gaps between survivors). The
+// number of f-subsets that lose a shard is carried alongside as its own positive sum
+// (never as C(N,f) minus the first), so a loss probability of 1e-30 is exact to ~1e-15
+// relative, not rounded to 0. Polynomials are truncated at the largest f asked, and
+// identical groups are multiplied by repeated squaring: O(F^2 log N) for F failures, e.g.
+// milliseconds for N = 10^6, F = 64. The counts are long doubles, so C(N, F) must stay
+// below ~1e4900 (any F for N <= ~15000; F up to ~900 for N = 10^6).
 //
 // Monte Carlo: `trials` independent draws of f distinct nodes (std::mt19937_64 seeded with
 // `seed`, so the result is reproducible), with a Wilson score confidence interval.
@@ -37,14 +40,21 @@ struct MonteCarloEstimate {
   double ci_high = 0;
 };
 
-// P(recoverable | f uniformly random failed nodes). InvalidArgument unless 0 <= f <= N.
+// Exact probabilities for f = 0..max_failures uniformly random failed nodes.
+struct ExactRecovery {
+  std::vector<double> recover;  // P(every shard recoverable | f failures)
+  std::vector<double> lose;     // P(some shard lost | f failures) = 1 - recover[f]
+};
+
+// InvalidArgument unless 0 <= max_failures <= N and C(N, max_failures) is in range (above).
+Result<ExactRecovery> ExactRecoveryProbabilities(const GroupLayout& layout, int max_failures);
+
+// P(recoverable | f uniformly random failed nodes), as above.
 Result<double> ExactRecoveryProbability(const GroupLayout& layout, int failures);
 
-// P(recoverable | f failures) for every f = 0..N at once (the cost of one call above).
-std::vector<double> ExactRecoveryProbabilities(const GroupLayout& layout);
-
 // Monte Carlo estimate of the same. InvalidArgument unless 0 <= f <= N and trials >= 1.
-// Cost: O(trials * (f + N)).
+// Each trial checks only the groups its failed nodes belong to: O(trials * f * M) after
+// O(N) setup.
 Result<MonteCarloEstimate> MonteCarloRecoveryProbability(const GroupLayout& layout, int failures,
                                                          uint64_t trials, uint64_t seed,
                                                          double z = kZ95);

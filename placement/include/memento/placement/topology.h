@@ -33,7 +33,8 @@ class Topology {
   // but not on others.
   static Result<Topology> FromNodes(std::vector<NodeInfo> nodes);
 
-  // N nodes named "node00000".."node<N-1>" (zero-padded, so sorted order == index order),
+  // N nodes named "node00000".."node<N-1>" (zero-padded to at least 5 digits and to the
+  // width of N-1, so sorted order == index order),
   // each with `ranks_per_node` ranks and no racks.
   static Result<Topology> Uniform(int num_nodes, int ranks_per_node = 1);
 

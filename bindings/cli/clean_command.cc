@@ -1,0 +1,35 @@
+// memento clean --job J: unlink a job's shared-memory segments on this machine.
+// The logic lives in runtime/ (store_admin.h); this file parses flags and prints.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "flags.h"
+#include "job_flag.h"
+#include "memento/runtime/store_admin.h"
+
+namespace memento::cli {
+
+void AddCleanCommand(CLI::App& app) {
+  auto job = std::make_shared<std::string>();
+  CLI::App* cmd =
+      app.add_subcommand("clean", "unlink a job's shared-memory segments on this machine");
+  cmd->footer(
+      "Unlinks job J's shared-memory segments on this machine: its in-memory checkpoints are\n"
+      "lost; processes that still map them keep their mapping.\n"
+      "Exit code 0 when done, 1 when a segment could not be removed, 2 on bad usage.");
+  AddJobOption(cmd, job.get());
+  cmd->callback([job] {
+    CheckJobFlag(*job);
+    auto removed = runtime::CleanJob(*job);
+    if (!removed.ok()) {
+      std::fprintf(stderr, "memento clean: %s\n", removed.status().ToString().c_str());
+      throw CommandFailed(1);
+    }
+    for (const auto& name : *removed) std::printf("removed %s\n", name.c_str());
+    std::printf("%zu segment(s) of job '%s' removed\n", removed->size(), job->c_str());
+  });
+}
+
+}  // namespace memento::cli

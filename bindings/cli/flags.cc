@@ -1,0 +1,111 @@
+#include "flags.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace memento::cli {
+namespace {
+
+bool IsDecimal(const std::string& s) {
+  if (s.empty() || s.size() > 18) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+// "memento" or "memento <subcommand>" for the subcommand that was being parsed.
+std::string CommandName(const CLI::App& app) {
+  const auto subs = app.get_subcommands();
+  return subs.empty() ? app.get_name() : app.get_name() + " " + subs.back()->get_name();
+}
+
+}  // namespace
+
+int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t lo, int64_t hi,
+                     const std::string& expected) {
+  if (!IsDecimal(value)) {
+    throw UsageError(flag + " '" + value + "': expected " + expected + " (decimal digits only)");
+  }
+  const int64_t v = std::stoll(value);
+  if (v < lo || v > hi) throw UsageError(flag + " '" + value + "': expected " + expected);
+  return v;
+}
+
+std::vector<int> ParseCounts(const std::string& flag, const std::string& value, int max,
+                             const std::string& max_name) {
+  const std::string forms = flag + " '" + value + "': accepted forms are F, A-B or a,b,c with " +
+                            "0 <= values <= " + max_name + " (" + std::to_string(max) + ")";
+  std::vector<int> out;
+  for (const std::string& part : Split(value, ',')) {
+    const size_t dash = part.find('-');
+    const std::string first = part.substr(0, dash);
+    const std::string last = dash == std::string::npos ? first : part.substr(dash + 1);
+    if (!IsDecimal(first) || !IsDecimal(last)) throw UsageError(forms);
+    const int64_t a = std::stoll(first);
+    const int64_t b = std::stoll(last);
+    if (a > max || b > max || b < a) throw UsageError(forms);
+    for (int64_t v = a; v <= b; ++v) out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+int RunApp(CLI::App& app, int argc, char** argv) {
+  if (argc >= 2 && (std::strcmp(argv[1], "help") == 0)) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
+  bool known = argc < 2 || argv[1][0] == '-';
+  try {
+    if (!known) known = app.get_subcommand(argv[1]) != nullptr;
+  } catch (const CLI::OptionNotFound&) {
+  }
+  if (!known) {
+    std::fprintf(stderr, "%s: unknown subcommand '%s'\n\n%s", app.get_name().c_str(), argv[1],
+                 app.help().c_str());
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CommandFailed& e) {
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    const std::string name = CommandName(app);
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      // CLI11 lists the extras in reverse; name them in the order given.
+      const auto subs = app.get_subcommands();
+      const std::vector<std::string> extras =
+          subs.empty() ? app.remaining() : subs.back()->remaining();
+      if (!extras.empty()) {
+        message = "unknown flag or unexpected argument:";
+        for (const std::string& a : extras) message += " '" + a + "'";
+      }
+    }
+    if (name == app.get_name()) {  // no subcommand given
+      std::fprintf(stderr, "%s: %s\n\n%s", name.c_str(), message.c_str(), app.help().c_str());
+    } else {
+      std::fprintf(stderr, "%s: %s\n(see %s --help)\n", name.c_str(), message.c_str(),
+                   name.c_str());
+    }
+    return 2;
+  }
+}
+
+}  // namespace memento::cli

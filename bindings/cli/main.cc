@@ -3,7 +3,13 @@
 #include <cstring>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "commands.h"
+
+namespace memento::cli {
+void AddAdviseCommand(CLI::App& app);
+}  // namespace memento::cli
 
 namespace {
 
@@ -21,9 +27,24 @@ constexpr Subcommand kSubcommands[] = {
     {"clean", "unlink a job's shared-memory segments on this machine", memento::cli::RunClean},
 };
 
+// `memento advise` is a CLI11 subcommand: it parses the whole command line.
+int RunAdvise(int argc, char** argv) {
+  CLI::App app{"memento"};
+  app.require_subcommand(1);
+  memento::cli::AddAdviseCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}
+
 void Usage(FILE* out) {
   std::fprintf(out, "usage: memento <subcommand> [options]\n\nsubcommands:\n");
   for (const auto& c : kSubcommands) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
+  std::fprintf(out, "  %-9s %s\n", "advise",
+               "best schemes, save and persist intervals and goodput for a job");
   std::fprintf(out, "\n`memento <subcommand> --help` for the options of one.\n");
 }
 
@@ -39,6 +60,7 @@ int main(int argc, char** argv) {
     Usage(stdout);
     return 0;
   }
+  if (name == "advise") return RunAdvise(argc, argv);
   for (const auto& c : kSubcommands) {
     if (name == c.name) return c.run(argc - 1, argv + 1);
   }

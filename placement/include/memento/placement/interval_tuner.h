@@ -12,7 +12,8 @@
 // than the protect time (no two protects in flight). The interval changes only when the
 // optimum moves by more than `hysteresis` (relative); each change is recorded.
 //
-// Before the first measurements the interval is `initial_interval_steps`.
+// Before the first measurements the interval is `initial_interval_steps`. With a failure
+// rate of 0 nothing is lost by waiting: the interval goes to `max_interval_steps`.
 //
 // Thread-safety: not thread-safe; one owner (the checkpointer's caller thread).
 // Cost: O(1) per offer; a re-tune is O(log max_interval_steps) closed-form evaluations.

@@ -268,8 +268,12 @@ std::string Duration(double s) {
 int RunAdvise(AdviseArgs& a, const Given& given) {
   if (!a.config.empty()) ApplyConfigFile(a.config, given);
 
-  if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1 (required)");
-  if (a.shard.empty()) Fail("--shard", "(missing)", "is required, e.g. --shard 4G");
+  for (const char* required : {"nodes", "shard", "step-s"}) {
+    if (given.at(required)->count() == 0) {
+      Fail(std::string("--") + required, "(missing)", "is required (a flag or a --config key)");
+    }
+  }
+  if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1");
   const auto shard = ParseBytes(a.shard);
   if (!shard) Fail("--shard", a.shard, "must be a size > 0 in bytes, K, M, G or T");
   RequirePositive("--step-s", a.step_s);

@@ -14,5 +14,7 @@ void AddRateCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 // memento clean --job J: unlink a job's shared-memory segments (runtime/).
 void AddCleanCommand(CLI::App& app);
+// memento advise: schemes, save and persist intervals that maximise goodput (placement/).
+void AddAdviseCommand(CLI::App& app);
 
 }  // namespace memento::cli

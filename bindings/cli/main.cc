@@ -11,5 +11,6 @@ int main(int argc, char** argv) {
   memento::cli::AddRateCommand(app);
   memento::cli::AddInspectCommand(app);
   memento::cli::AddCleanCommand(app);
+  memento::cli::AddAdviseCommand(app);
   return memento::cli::RunApp(app, argc, argv);
 }

@@ -1,0 +1,189 @@
+// Runs the built `memento advise` and checks its answers, its JSON and its errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+#ifdef MEMENTO_CLI_PATH
+struct CliRun {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+CliRun RunCli(const std::string& args) {
+  const std::string cmd = std::string(MEMENTO_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+nlohmann::json Json(const CliRun& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return nlohmann::json::parse(r.output);
+}
+
+constexpr const char* kJob = "advise --nodes 16 --shard 1G --step-s 1 --node-mtbf-h 20000 ";
+
+TEST(GoodputAdviseTest, GeminiSettingReproducesItsRecoveryProbability) {
+  // Gemini (SOSP'23): 16 machines, 2 replicas in groups; two simultaneous failures are
+  // recoverable from CPU memory unless both hit one group: 1 - 8/C(16,2) = 14/15.
+  const std::string args = std::string(kJob) +
+                           "--multi-per-day 1 --multi-nodes 2 --memory-budget 2 "
+                           "--schemes replica:2";
+  CliRun text = RunCli(args);
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("93.333%"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("replica:2"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("remote-only"), std::string::npos) << text.output;
+
+  const auto j = Json(RunCli(args + " --json"));
+  ASSERT_EQ(j["schemes"].size(), 1u) << j.dump();
+  const auto& s = j["schemes"][0];
+  EXPECT_EQ(s["scheme"], "replica:2");
+  EXPECT_NEAR(s["serve"]["multi"].get<double>(), 14.0 / 15.0, 1e-12);
+  EXPECT_NEAR(s["serve"]["node"].get<double>(), 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(s["memory_factor"].get<double>(), 2.0);
+  // Memory protection beats synchronous remote checkpointing here.
+  EXPECT_GT(s["estimate"]["goodput"].get<double>(),
+            j["remote_only"]["estimate"]["goodput"].get<double>());
+  // Halving the MTBF costs goodput; re-tuning recovers some of it.
+  const double g_half_same = s["mtbf_halved"]["goodput_same_intervals"].get<double>();
+  const double g_half_best = s["mtbf_halved"]["goodput"].get<double>();
+  EXPECT_LT(g_half_same, s["estimate"]["goodput"].get<double>());
+  EXPECT_GE(g_half_best, g_half_same - 1e-12);
+  EXPECT_LE(s["mtbf_halved"]["save_every_steps"].get<int>(), s["save_every_steps"].get<int>());
+}
+
+TEST(GoodputAdviseTest, MemoryBudgetFiltersSchemes) {
+  const auto j = Json(RunCli(std::string(kJob) + "--json"));  // default budget 1.5 x S
+  ASSERT_GE(j["schemes"].size(), 3u);
+  for (const auto& s : j["schemes"]) {
+    EXPECT_LE(s["memory_factor"].get<double>(), 1.5 + 1e-12) << s["scheme"];
+  }
+  bool replica_excluded = false;
+  for (const auto& e : j["excluded"]) replica_excluded |= e["scheme"] == "replica:2";
+  EXPECT_TRUE(replica_excluded) << j["excluded"].dump();
+  // Sorted by goodput, best first; within 0.01 % of goodput, less memory first.
+  for (size_t i = 1; i < j["schemes"].size(); ++i) {
+    const auto& a = j["schemes"][i - 1];
+    const auto& b = j["schemes"][i];
+    const double ga = a["estimate"]["goodput"].get<double>();
+    const double gb = b["estimate"]["goodput"].get<double>();
+    EXPECT_GE(ga, gb - 1e-4) << a["scheme"] << " before " << b["scheme"];
+    if (std::floor(ga * 1e4) == std::floor(gb * 1e4)) {
+      EXPECT_LE(a["memory_factor"].get<double>(), b["memory_factor"].get<double>());
+    }
+  }
+}
+
+TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
+  CliRun r = RunCli(std::string(kJob) + "--node-mtbf-h -5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--node-mtbf-h -5"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--memory-budget 0.8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--memory-budget 0.8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(">= 1"), std::string::npos) << r.output;
+
+  r = RunCli("advise --shard 1G --step-s 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nodes"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--shard 12Q");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--shard 12Q"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--schemes replica:1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--schemes replica:1"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--rack-mtbf-h 1000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nodes-per-rack"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--bench /nonexistent/bench.jsonl");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--bench"), std::string::npos) << r.output;
+}
+
+TEST(GoodputAdviseTest, ConfigFileAndFlagsOverIt) {
+  const std::string path = "/tmp/memento_advise_test_" + std::to_string(getpid()) + ".json";
+  {
+    std::ofstream out(path);
+    out << R"({"nodes": 64, "shard": "2G", "step_s": 2, "node_mtbf_h": 30000,
+               "process-mtbf-h": 10000, "schemes": "xor:3,rs:6+2"})";
+  }
+  auto j = Json(RunCli("advise --config " + path + " --json"));
+  EXPECT_EQ(j["job"]["nodes"], 64);
+  EXPECT_DOUBLE_EQ(j["job"]["shard_bytes"].get<double>(), 2.0 * (1 << 30));
+  EXPECT_EQ(j["schemes"].size(), 2u);
+  EXPECT_NEAR(j["failures_per_day"]["process"].get<double>(), 64 * 24 / 10000.0, 1e-12);
+  j = Json(RunCli("advise --config " + path + " --nodes 128 --json"));
+  EXPECT_EQ(j["job"]["nodes"], 128);
+
+  {
+    std::ofstream out(path);
+    out << R"({"nodes": 64, "no_such_flag": 3})";
+  }
+  CliRun r = RunCli("advise --config " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no_such_flag"), std::string::npos) << r.output;
+  {
+    std::ofstream out(path);
+    out << R"({"nodes": 64, "shard": "1G", "step_s": 1, "node_mtbf_h": -3})";
+  }
+  r = RunCli("advise --config " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--node-mtbf-h -3"), std::string::npos) << r.output;
+  std::remove(path.c_str());
+}
+
+#ifdef MEMENTO_SOURCE_DIR
+TEST(GoodputAdviseTest, MeasuredCostsFromBenchCluster) {
+  const std::string bench =
+      std::string(MEMENTO_SOURCE_DIR) + "/experiments/runtime/results_cluster.jsonl";
+  const auto j = Json(RunCli(std::string(kJob) +
+                             "--shard 256M --memory-budget 2 --schemes "
+                             "replica:2,xor:3,rs:6+2 --bench " +
+                             bench + " --json"));
+  ASSERT_EQ(j["schemes"].size(), 3u);
+  for (const auto& s : j["schemes"]) {
+    const std::string source = s["costs"]["source"];
+    if (s["scheme"] == "rs:6+2") {
+      EXPECT_EQ(source, "bandwidth model");  // not measured
+    } else {
+      EXPECT_NE(source.find("results_cluster.jsonl"), std::string::npos) << source;
+      EXPECT_NE(source.find("shard 256 MiB"), std::string::npos) << source;
+      EXPECT_GT(s["costs"]["protect_s"].get<double>(), s["costs"]["stall_s"].get<double>());
+    }
+  }
+}
+#endif
+
+TEST(GoodputAdviseTest, SimulationAgreesWithTheAdvice) {
+  const auto j = Json(
+      RunCli("advise --nodes 64 --shard 1G --step-s 1 --node-mtbf-h 2000 --process-mtbf-h 1000 "
+             "--schemes xor:3 --simulate --json"));
+  const auto& s = j["schemes"][0];
+  ASSERT_TRUE(s.contains("simulation")) << s.dump();
+  // The 95 % interval of 20 simulated years, widened to 99.9 % (x 3.29 / 1.96).
+  const double mid = s["simulation"]["goodput"].get<double>();
+  const double half = (s["simulation"]["ci95_high"].get<double>() - mid) * 3.29 / 1.96;
+  EXPECT_NEAR(s["estimate"]["goodput"].get<double>(), mid, half + 1e-9);
+}
+#endif
+
+}  // namespace

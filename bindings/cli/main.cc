@@ -4,6 +4,7 @@
 #include <string>
 
 #include "commands.h"
+#include "launch_command.h"
 
 namespace {
 
@@ -19,6 +20,8 @@ constexpr Subcommand kSubcommands[] = {
     {"inspect", "list a job's shared-memory segments, versions and checksums",
      memento::cli::RunInspect},
     {"clean", "unlink a job's shared-memory segments on this machine", memento::cli::RunClean},
+    {"launch", "run a job under mpirun with injected node failures; relaunch; timeline",
+     nullptr},
 };
 
 void Usage(FILE* out) {
@@ -37,6 +40,17 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "-h" || name == "--help" || name == "help") {
     Usage(stdout);
+    return 0;
+  }
+  if (name == "launch") {
+    CLI::App app{"memento"};
+    memento::cli::AddLaunchCommand(app);
+    app.require_subcommand(1);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
     return 0;
   }
   for (const auto& c : kSubcommands) {

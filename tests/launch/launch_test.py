@@ -146,14 +146,16 @@ def run(scenario, job, remote):
         restores = of(recs, "restore")
         if any(r["attempt"] == 1 for r in restores if r.get("ok")):
             fail("the recovery that was interrupted reported success")
+        if restores[-1]["lost"]["failures"] != [1, 2]:
+            fail("the last restore should close both failures: %s" % restores[-1]["lost"])
     elif scenario == "two-nodes":
         _, recs = launch(job, ["--scheme", "replica:2", "--inject", "0+2@4"])
         check_recovered(recs, 1)
     elif scenario == "interrupt":
         records = tempfile.mktemp(prefix="memento-launch-records-")
         cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
-               "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[:-1] + [
-                   "--steps", "100000", "--quiet"]
+               "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[2:] + [
+                   "--steps", "100000"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
         while not job_segments(job):
@@ -167,6 +169,11 @@ def run(scenario, job, remote):
         print(out)
         if p.returncode != 130:
             fail("exit %d after SIGINT, expected 130" % p.returncode)
+        with open(records) as f:
+            summary = [json.loads(line) for line in f if line.strip()][-1]
+        os.unlink(records)
+        if summary.get("outcome") != "interrupted":
+            fail("summary outcome %s, expected interrupted" % summary.get("outcome"))
         if job_segments(job):
             fail("segments left after SIGINT: %s" % job_segments(job))
         ps = subprocess.run(["pgrep", "-f", "memento_demo.*100000"], stdout=subprocess.PIPE,

@@ -302,6 +302,7 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   double t_begin = 0, t_end = 0, reprotect_s = 0, transfer_s = 0;
   uint64_t bytes_received = 0, reprotect_bytes = 0;
   json rank0;
+  std::string reprotect_mode = "none";
   for (int r = 0; r < o_.np; ++r) {
     const std::string text = ReadFile(dir_ + "/restore.a" + std::to_string(attempt) + ".r" +
                                       std::to_string(r) + ".json");
@@ -324,6 +325,8 @@ void Launcher::ReadRestores(int attempt, json* restore) {
         entries_by_source[e.value("source", std::string("?"))] += 1;
       }
       reprotect_s = std::max(reprotect_s, rep.value("reprotect_s", 0.0));
+      const std::string mode = rep.value("reprotect_mode", std::string("none"));
+      if (mode == "full" || (mode == "minimal" && reprotect_mode == "none")) reprotect_mode = mode;
       transfer_s = std::max(transfer_s, rep.value("transfer_s", 0.0));
       bytes_received += rep.value("bytes_received", uint64_t{0});
       reprotect_bytes += rep.value("reprotect_bytes_received", uint64_t{0});
@@ -344,9 +347,9 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   out["from_memory"] = !entries_by_source.empty() && entries_by_source.count("remote") == 0;
   if (rank0.is_object()) {
     out["lost_nodes"] = rank0.value("lost_nodes", json::array());
-    out["reprotect_mode"] = rank0.value("reprotect_mode", std::string("none"));
     out["source_detail"] = rank0.value("source_detail", std::string());
   }
+  out["reprotect_mode"] = reprotect_mode;
   out["restore_s"] = std::max(0.0, t_end - t_begin - reprotect_s);
   out["reprotect_s"] = reprotect_s;
   out["transfer_s"] = transfer_s;
@@ -403,7 +406,10 @@ int Launcher::Run() {
   int unplanned = 0;
   double backoff = 0;
   std::vector<std::string> replaced;
-  json open_failure;  // the failure whose recovery the next attempt shows
+  // Failures not yet recovered from (a failure during a recovery adds to the
+  // previous one); the next successful restore closes them.
+  std::vector<json> open_failures;
+  uint64_t reached = 0;  // the newest step the job reported, over all attempts
   std::string outcome = "failed";
   int exit_code = 1;
   std::string message;
@@ -435,9 +441,59 @@ int Launcher::Run() {
 
     int status = 0;
     bool exited = false, killed_by_launcher = false;
-    double t_kill = 0, t_restore_begin = 0, t_first_step = 0;
-    uint64_t last_step = 0, first_step = 0;
+    double t_kill = 0, t_restore_begin = 0;
+    uint64_t last_step = 0;
     std::vector<double> step_times;
+    // What the attempt's restore did (every rank's record), recorded as soon
+    // as every rank has reported, or when the attempt ends.
+    bool restore_recorded = false, stop_unrecoverable = false;
+    auto record_restore = [&](bool attempt_over) {
+      json restore = json::object();
+      ReadRestores(attempt, &restore);
+      if (restore.empty() || (!attempt_over && restore.value("ranks_reported", 0) < o_.np)) return;
+      restore_recorded = true;
+      restore["record"] = "restore";
+      restore["attempt"] = attempt;
+      if (!open_failures.empty() && restore.value("ok", false)) {
+        // Close the books on the failures this attempt recovered from. Time
+        // lost: detection of each, relaunch from the first failure's end to
+        // this restore (less the later detections), restore, re-protect, and
+        // recomputing the steps between the restored version and the
+        // newest step reached.
+        const json& first = open_failures.front();
+        const uint64_t from = restore.value("version", uint64_t{0});
+        const uint64_t last = open_failures.back().value("last_step", uint64_t{0});
+        json lost, indices = json::array();
+        double detection = 0;
+        for (const json& f : open_failures) {
+          indices.push_back(f.value("index", 0));
+          detection += f.value("detection_s", 0.0);
+        }
+        lost["failures"] = indices;
+        lost["steps_lost"] = last > from ? last - from : 0;
+        lost["detection_s"] = detection;
+        const double relaunch_s =
+            t_restore_begin > 0 ? t_restore_begin - first.value("t_exit_abs", t_launch) -
+                                      (detection - first.value("detection_s", 0.0))
+                                : 0.0;
+        lost["relaunch_s"] = std::max(0.0, relaunch_s);
+        lost["restore_s"] = restore.value("restore_s", 0.0);
+        lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
+        lost["recompute_s"] =
+            static_cast<double>(lost["steps_lost"].get<uint64_t>()) * first.value("step_s", 0.0);
+        restore["lost"] = lost;
+        open_failures.clear();
+      }
+      Record(restore);
+      if (restore.value("ranks_reported", 0) == o_.np && !restore.value("ok", false) &&
+          !restore.value("nothing_to_restore", false)) {
+        outcome = "unrecoverable";
+        exit_code = 1;
+        message = "the job could not restore its state";
+        if (restore.contains("errors")) message += ": " + restore["errors"][0].get<std::string>();
+        stop_unrecoverable = true;
+      }
+    };
     while (!exited) {
       const pid_t w = waitpid(pid, &status, WNOHANG);
       if (w == pid) exited = true;
@@ -449,10 +505,7 @@ int Launcher::Run() {
           t_restore_begin = ev.value("t", 0.0);
         } else if (kind == "step") {
           step_ = last_step = ev.value("step", uint64_t{0});
-          if (first_step == 0) {
-            first_step = last_step;
-            t_first_step = ev.value("t", 0.0);
-          }
+          reached = last_step;
           loss_ = ev.value("loss", 0.0);
           step_s_ = ev.value("step_s", 0.0);
           stall_s_ = ev.value("stall_s", 0.0);
@@ -462,6 +515,7 @@ int Launcher::Run() {
           final_hash = ev.value("state_hash", std::string());
         }
       }
+      if (!restore_recorded && t_restore_begin > 0) record_restore(false);
       Progress(false);
       // A step event: the launcher kills the node's ranks itself.
       const InjectEvent* ev = Pending();
@@ -495,46 +549,13 @@ int Launcher::Run() {
     const double t_exit = Now();
     KillAllRanks(attempt);  // nothing of this attempt may outlive it
 
-    // What the attempt's restore did (every rank's record).
-    json restore = json::object();
-    ReadRestores(attempt, &restore);
-    double mean_step = 0;
+    if (!restore_recorded) record_restore(true);
+    if (stop_unrecoverable) break;
+    double median_step_s = 0;
     if (!step_times.empty()) {
       std::sort(step_times.begin(), step_times.end());
-      mean_step = step_times[step_times.size() / 2];
+      median_step_s = step_times[step_times.size() / 2];
     }
-    if (!restore.empty()) {
-      restore["record"] = "restore";
-      restore["attempt"] = attempt;
-      if (!open_failure.is_null()) {
-        // Close the books on the failure this attempt recovered from.
-        const uint64_t from = restore.value("version", uint64_t{0});
-        const uint64_t last = open_failure.value("last_step", uint64_t{0});
-        json lost;
-        lost["failure"] = open_failure.value("index", 0);
-        lost["steps_lost"] = last > from ? last - from : 0;
-        lost["detection_s"] = open_failure.value("detection_s", 0.0);
-        const double relaunch_s =
-            t_restore_begin > 0 ? t_restore_begin - open_failure.value("t_exit_abs", t_launch) : 0.0;
-        lost["relaunch_s"] = std::max(0.0, relaunch_s);
-        lost["restore_s"] = restore.value("restore_s", 0.0);
-        lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
-        lost["recompute_s"] = static_cast<double>(lost["steps_lost"].get<uint64_t>()) * mean_step;
-        restore["lost"] = lost;
-        open_failure = json();
-      }
-      Record(restore);
-      if (restore.value("ranks_reported", 0) == o_.np && !restore.value("ok", false) &&
-          !restore.value("nothing_to_restore", false)) {
-        outcome = "unrecoverable";
-        exit_code = 1;
-        message = "the job could not restore its state";
-        if (restore.contains("errors")) message += ": " + restore["errors"][0].get<std::string>();
-        break;
-      }
-    }
-    (void)t_first_step;
-    (void)first_step;
 
     if (g_interrupted) {
       outcome = "interrupted";
@@ -567,7 +588,7 @@ int Launcher::Run() {
       }
       ++failures_;
       const double t_fail = stage_fired ? fault.value("t", t_exit) : t_kill;
-      open_failure = {{"record", "failure"},
+      json failure = {{"record", "failure"},
                       {"index", failures_},
                       {"attempt", attempt},
                       {"injected", true},
@@ -577,13 +598,15 @@ int Launcher::Run() {
                       {"nodes", ev.nodes},
                       {"identities", lost_ids},
                       {"segments_unlinked", segments},
-                      {"last_step", last_step},
+                      {"last_step", reached},
                       {"job_exit", DescribeExit(status)},
                       {"detection_s", std::max(0.0, t_exit - t_fail)},
+                      {"step_s", median_step_s},
                       {"t_fail", t_fail - t0_},
                       {"t_exit_abs", t_exit}};
-      if (stage_fired) open_failure["stage_version"] = fault.value("version", uint64_t{0});
-      Record(open_failure);
+      if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
+      Record(failure);
+      open_failures.push_back(failure);
       unplanned = 0;
       backoff = o_.backoff_s;
       continue;
@@ -593,20 +616,22 @@ int Launcher::Run() {
     ++unplanned;
     const std::string tail_text =
         Tail(dir_ + "/attempt" + std::to_string(attempt) + ".log", 15);
-    open_failure = {{"record", "failure"},
+    json failure = {{"record", "failure"},
                     {"index", failures_},
                     {"attempt", attempt},
                     {"injected", false},
                     {"what", "the job failed (" + DescribeExit(status) + ")"},
                     {"nodes", json::array()},
-                    {"last_step", last_step},
+                    {"last_step", reached},
                     {"job_exit", DescribeExit(status)},
                     {"exit_code", ExitCode(status)},
                     {"output_tail", tail_text},
                     {"detection_s", 0.0},
+                    {"step_s", median_step_s},
                     {"t_fail", t_exit - t0_},
                     {"t_exit_abs", t_exit}};
-    Record(open_failure);
+    Record(failure);
+    open_failures.push_back(failure);
     if (unplanned > o_.max_restarts) {
       message = "the job failed " + std::to_string(unplanned) +
                 " times in a row without an injected failure (" + DescribeExit(status) +

@@ -97,7 +97,7 @@ std::string RenderTimeline(const std::vector<json>& records) {
       }
       if (r.contains("lost")) {
         const json& l = r["lost"];
-        os << "            failure " << l.value("failure", 0) << " cost "
+        os << "            failure(s) " << Join(l.value("failures", json::array()), "+") << " cost "
            << l.value("steps_lost", 0) << " step(s): detection "
            << Fmt("%.2f", l.value("detection_s", 0.0)) << " s, relaunch "
            << Fmt("%.2f", l.value("relaunch_s", 0.0)) << " s, restore "

@@ -7,15 +7,15 @@ namespace memento::demo {
 namespace {
 
 const std::vector<std::string> kSubjects = {
-    "the old keeper", "a tired engineer", "the small robot", "my neighbour", "the night train",
-    "every checkpoint", "the red fox",     "a quiet student", "the ship",     "our garden"};
+    "the old keeper",   "a tired engineer", "the small robot", "my neighbour", "the night train",
+    "every checkpoint", "the red fox",      "a quiet student", "the ship",     "our garden"};
 const std::vector<std::string> kVerbs = {"remembers", "carries", "watches", "repairs",
                                          "forgets",   "copies",  "guards",  "finds"};
 const std::vector<std::string> kObjects = {
-    "the broken lamp", "a letter from home", "the last page", "seven blue stones",
+    "the broken lamp", "a letter from home", "the last page",  "seven blue stones",
     "the lost key",    "a map of the coast", "the warm bread", "every missing shard"};
 const std::vector<std::string> kEndings = {
-    "before the storm", "in the morning", "without a word", "near the river",
+    "before the storm",  "in the morning",  "without a word",        "near the river",
     "after the failure", "again and again", "at the end of the day", "with great care"};
 
 }  // namespace

@@ -191,8 +191,8 @@ void Trainer::AdamUpdate(uint64_t step) {
 
 Status Trainer::BaselineSave(uint64_t step) {
   namespace fs = std::filesystem;
-  const std::string file = a_.baseline_remote + "/step" + std::to_string(step) + ".r" +
-                           std::to_string(rank_);
+  const std::string file =
+      a_.baseline_remote + "/step" + std::to_string(step) + ".r" + std::to_string(rank_);
   const int fd = ::open((file + ".tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) return Status::IoError("cannot write " + file);
   for (const auto& [name, t] : Shard()) {
@@ -223,9 +223,9 @@ uint64_t Trainer::BaselineRestore() {
   uint64_t latest = 0;
   std::ifstream(a_.baseline_remote + "/LATEST") >> latest;
   if (latest == 0) return 0;
-  std::ifstream in(a_.baseline_remote + "/step" + std::to_string(latest) + ".r" +
-                       std::to_string(rank_),
-                   std::ios::binary);
+  std::ifstream in(
+      a_.baseline_remote + "/step" + std::to_string(latest) + ".r" + std::to_string(rank_),
+      std::ios::binary);
   for (const auto& [name, t] : Shard()) {
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
   }
@@ -237,10 +237,11 @@ int Trainer::Run() {
   at::set_num_threads(1);
   Build();
   if (rank_ == 0 && !a_.quiet) {
-    std::printf("memento_demo: %d ranks, %lld parameters (%lld per rank slice), vocab %lld, "
-                "%llu steps\n",
-                size_, static_cast<long long>(total_), static_cast<long long>(chunk_),
-                static_cast<long long>(vocab_), static_cast<unsigned long long>(a_.steps));
+    std::printf(
+        "memento_demo: %d ranks, %lld parameters (%lld per rank slice), vocab %lld, "
+        "%llu steps\n",
+        size_, static_cast<long long>(total_), static_cast<long long>(chunk_),
+        static_cast<long long>(vocab_), static_cast<unsigned long long>(a_.steps));
   }
   reporter.Start(a_.steps);
   std::unique_ptr<runtime::Checkpointer> ck;
@@ -266,7 +267,8 @@ int Trainer::Run() {
     if (start > 0) {
       reporter.Restored(report, t0, launch::JobReporter::Now(), hash);
     } else {
-      reporter.Restored(Status::NotFound("nothing to restore"), t0, launch::JobReporter::Now(), hash);
+      reporter.Restored(Status::NotFound("nothing to restore"), t0, launch::JobReporter::Now(),
+                        hash);
     }
   } else {
     auto config = runtime::Config::FromEnv();
@@ -275,8 +277,7 @@ int Trainer::Run() {
       return 2;
     }
     runtime::MpiTransportOptions mpi_options;
-    mpi_options.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000));
+    mpi_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000));
     auto transport = runtime::CreateMpiTransport(mpi_options);
     if (!transport.ok()) {
       std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
@@ -307,7 +308,8 @@ int Trainer::Run() {
     }
     reporter.Restored(report, t0, t1, StateHash());
     if (rank_ == 0 && !a_.quiet) {
-      std::printf("%s\n", report.ok() ? report->ToString().c_str() : "fresh start (nothing to restore)");
+      std::printf("%s\n",
+                  report.ok() ? report->ToString().c_str() : "fresh start (nothing to restore)");
     }
   }
   std::unique_ptr<std::ofstream> hash_log;
@@ -374,14 +376,16 @@ int Trainer::Run() {
   if (rank_ == 0) {
     if (!a_.out.empty()) {
       std::ofstream out(a_.out, std::ios::binary | std::ios::trunc);
-      out.write(static_cast<const char*>(flat_.data_ptr()), static_cast<std::streamsize>(flat_.nbytes()));
+      out.write(static_cast<const char*>(flat_.data_ptr()),
+                static_cast<std::streamsize>(flat_.nbytes()));
     }
     if (!a_.quiet) {
-      std::printf("done: step %llu, state %s, mean step %.4f s, mean checkpoint stall %.2f ms "
-                  "(%llu steps this launch)\n",
-                  static_cast<unsigned long long>(a_.steps), hash.c_str(),
-                  counted ? step_sum / counted : 0.0, counted ? stall_sum / counted * 1e3 : 0.0,
-                  static_cast<unsigned long long>(counted));
+      std::printf(
+          "done: step %llu, state %s, mean step %.4f s, mean checkpoint stall %.2f ms "
+          "(%llu steps this launch)\n",
+          static_cast<unsigned long long>(a_.steps), hash.c_str(),
+          counted ? step_sum / counted : 0.0, counted ? stall_sum / counted * 1e3 : 0.0,
+          static_cast<unsigned long long>(counted));
     }
   }
   reporter.Done(a_.steps, hash);

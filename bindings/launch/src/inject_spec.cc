@@ -41,28 +41,42 @@ constexpr InjectStage kRandomStages[] = {InjectStage::kStep, InjectStage::kSnaps
 
 const char* InjectStageName(InjectStage stage) {
   switch (stage) {
-    case InjectStage::kStep: return "step";
-    case InjectStage::kSnapshot: return "snapshot";
-    case InjectStage::kProtect: return "protect";
-    case InjectStage::kCommit: return "commit";
-    case InjectStage::kPersist: return "persist";
-    case InjectStage::kRecovery: return "recovery";
-    case InjectStage::kReprotect: return "reprotect";
+    case InjectStage::kStep:
+      return "step";
+    case InjectStage::kSnapshot:
+      return "snapshot";
+    case InjectStage::kProtect:
+      return "protect";
+    case InjectStage::kCommit:
+      return "commit";
+    case InjectStage::kPersist:
+      return "persist";
+    case InjectStage::kRecovery:
+      return "recovery";
+    case InjectStage::kReprotect:
+      return "reprotect";
   }
   return "?";
 }
 
 const char* EngineStageName(InjectStage stage) {
   switch (stage) {
-    case InjectStage::kStep: return "";
-    case InjectStage::kSnapshot: return "snapshot";
+    case InjectStage::kStep:
+      return "";
+    case InjectStage::kSnapshot:
+      return "snapshot";
     // Chunks stream to the peers while they land; "seal" is reached once the
     // snapshot is copied and the protect traffic is finishing.
-    case InjectStage::kProtect: return "seal";
-    case InjectStage::kCommit: return "commit";
-    case InjectStage::kPersist: return "persist";
-    case InjectStage::kRecovery: return "recover";
-    case InjectStage::kReprotect: return "reprotect";
+    case InjectStage::kProtect:
+      return "seal";
+    case InjectStage::kCommit:
+      return "commit";
+    case InjectStage::kPersist:
+      return "persist";
+    case InjectStage::kRecovery:
+      return "recover";
+    case InjectStage::kReprotect:
+      return "reprotect";
   }
   return "";
 }

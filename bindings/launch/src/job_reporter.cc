@@ -34,8 +34,7 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 double JobReporter::Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 JobReporter JobReporter::FromEnv(int rank) {
@@ -67,10 +66,8 @@ void JobReporter::Append(const std::string& line) const {
 }
 
 void JobReporter::Start(uint64_t total_steps) const {
-  Append(nlohmann::json{{"event", "start"},
-                        {"attempt", attempt_},
-                        {"total_steps", total_steps},
-                        {"t", Now()}}
+  Append(nlohmann::json{
+      {"event", "start"}, {"attempt", attempt_}, {"total_steps", total_steps}, {"t", Now()}}
              .dump());
 }
 
@@ -121,9 +118,9 @@ runtime::FaultHooks JobReporter::Hooks() const {
   const int rank = rank_, attempt = attempt_;
   hooks.at_stage = [=](runtime::Stage s, uint64_t v) -> Status {
     if (stage != runtime::StageName(s) || (!any && v != version)) return Status::Ok();
-    WriteFileAtomically(dir + "/fault.a" + std::to_string(attempt),
-                        nlohmann::json{{"stage", stage}, {"version", v}, {"rank", rank}, {"t", Now()}}
-                            .dump());
+    WriteFileAtomically(
+        dir + "/fault.a" + std::to_string(attempt),
+        nlohmann::json{{"stage", stage}, {"version", v}, {"rank", rank}, {"t", Now()}}.dump());
     std::fprintf(stderr, "rank %d: injected node loss at %s of v%llu (SIGKILL)\n", rank,
                  stage.c_str(), static_cast<unsigned long long>(v));
     std::fflush(stderr);

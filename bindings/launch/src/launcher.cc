@@ -141,7 +141,9 @@ class Launcher {
   int Run();
 
  private:
-  std::string Identity(int node) const { return NodeBase(generation_[node]) + "/" + std::to_string(node); }
+  std::string Identity(int node) const {
+    return NodeBase(generation_[node]) + "/" + std::to_string(node);
+  }
   const InjectEvent* Pending() const {
     return next_event_ < events_.size() ? &events_[next_event_] : nullptr;
   }
@@ -241,11 +243,11 @@ pid_t Launcher::Spawn(int attempt) {
             std::to_string(ev->nodes.front() * o_.ranks_per_node);
   }
   std::vector<std::string> args = o_.mpirun;
-  if (geteuid() == 0 &&
-      std::find(args.begin(), args.end(), "--allow-run-as-root") == args.end()) {
+  if (geteuid() == 0 && std::find(args.begin(), args.end(), "--allow-run-as-root") == args.end()) {
     args.push_back("--allow-run-as-root");
   }
-  args.insert(args.end(), {"-np", std::to_string(o_.np), o_.self_exe, "launch", "--rank-exec", dir_, "--"});
+  args.insert(args.end(),
+              {"-np", std::to_string(o_.np), o_.self_exe, "launch", "--rank-exec", dir_, "--"});
   args.insert(args.end(), o_.command.begin(), o_.command.end());
   const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
 
@@ -340,7 +342,8 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   if (!errors.empty()) out["errors"] = std::vector<std::string>(errors.begin(), errors.end());
   out["nothing_to_restore"] = not_found;
   if (versions.size() == 1) out["version"] = *versions.begin();
-  if (versions.size() > 1) out["versions"] = std::vector<uint64_t>(versions.begin(), versions.end());
+  if (versions.size() > 1)
+    out["versions"] = std::vector<uint64_t>(versions.begin(), versions.end());
   if (hashes.size() == 1) out["state_hash"] = *hashes.begin();
   out["entries_by_source"] = entries_by_source;
   out["from_remote"] = entries_by_source.count("remote") > 0;
@@ -454,12 +457,14 @@ int Launcher::Run() {
       restore_recorded = true;
       restore["record"] = "restore";
       restore["attempt"] = attempt;
-      if (!open_failures.empty() && restore.value("ok", false)) {
+      const bool started_over =
+          restore.value("nothing_to_restore", false) && restore.value("ranks_reported", 0) == o_.np;
+      if (!open_failures.empty() && (restore.value("ok", false) || started_over)) {
         // Close the books on the failures this attempt recovered from. Time
         // lost: detection of each, relaunch from the first failure's end to
         // this restore (less the later detections), restore, re-protect, and
         // recomputing the steps between the restored version and the
-        // newest step reached.
+        // newest step reached (all of them when nothing could be restored).
         const json& first = open_failures.front();
         const uint64_t from = restore.value("version", uint64_t{0});
         const uint64_t last = open_failures.back().value("last_step", uint64_t{0});
@@ -472,10 +477,10 @@ int Launcher::Run() {
         lost["failures"] = indices;
         lost["steps_lost"] = last > from ? last - from : 0;
         lost["detection_s"] = detection;
-        const double relaunch_s =
-            t_restore_begin > 0 ? t_restore_begin - first.value("t_exit_abs", t_launch) -
-                                      (detection - first.value("detection_s", 0.0))
-                                : 0.0;
+        const double relaunch_s = t_restore_begin > 0
+                                      ? t_restore_begin - first.value("t_exit_abs", t_launch) -
+                                            (detection - first.value("detection_s", 0.0))
+                                      : 0.0;
         lost["relaunch_s"] = std::max(0.0, relaunch_s);
         lost["restore_s"] = restore.value("restore_s", 0.0);
         lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
@@ -614,8 +619,7 @@ int Launcher::Run() {
     // A failure nobody injected.
     ++failures_;
     ++unplanned;
-    const std::string tail_text =
-        Tail(dir_ + "/attempt" + std::to_string(attempt) + ".log", 15);
+    const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(attempt) + ".log", 15);
     json failure = {{"record", "failure"},
                     {"index", failures_},
                     {"attempt", attempt},
@@ -652,14 +656,10 @@ int Launcher::Run() {
     auto removed = runtime::CleanJob(o_.job);
     if (removed.ok()) segments_removed = static_cast<int>(removed->size());
   }
-  json summary = {{"record", "summary"},
-                  {"outcome", outcome},
-                  {"exit_code", exit_code},
-                  {"final_step", final_step},
-                  {"state_hash", final_hash},
-                  {"failures", failures_},
-                  {"launches", attempt_ + 1},
-                  {"segments_removed", segments_removed},
+  json summary = {{"record", "summary"},      {"outcome", outcome},
+                  {"exit_code", exit_code},   {"final_step", final_step},
+                  {"state_hash", final_hash}, {"failures", failures_},
+                  {"launches", attempt_ + 1}, {"segments_removed", segments_removed},
                   {"wall_s", Now() - t0_}};
   if (!message.empty()) summary["message"] = message;
   double totals[5] = {0, 0, 0, 0, 0};
@@ -675,8 +675,10 @@ int Launcher::Run() {
     totals[4] += l.value("recompute_s", 0.0);
   }
   summary["steps_lost"] = steps_lost;
-  summary["time_lost_s"] = {{"detection", totals[0]}, {"relaunch", totals[1]},
-                            {"restore", totals[2]},   {"reprotect", totals[3]},
+  summary["time_lost_s"] = {{"detection", totals[0]},
+                            {"relaunch", totals[1]},
+                            {"restore", totals[2]},
+                            {"reprotect", totals[3]},
                             {"recompute", totals[4]}};
   Record(summary);
 
@@ -768,12 +770,14 @@ int RankExec(const std::string& dir, const std::vector<std::string>& command) {
   const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
   if (rank_env == nullptr) rank_env = std::getenv("PMIX_RANK");
   if (rank_env == nullptr || command.empty()) {
-    std::fprintf(stderr, "memento launch --rank-exec: no OMPI_COMM_WORLD_RANK (run under mpirun)\n");
+    std::fprintf(stderr,
+                 "memento launch --rank-exec: no OMPI_COMM_WORLD_RANK (run under mpirun)\n");
     return 2;
   }
   const int rank = std::atoi(rank_env);
   const char* per_node_env = std::getenv("MEMENTO_RANKS_PER_NODE");
-  const int per_node = per_node_env != nullptr && std::atoi(per_node_env) > 0 ? std::atoi(per_node_env) : 1;
+  const int per_node =
+      per_node_env != nullptr && std::atoi(per_node_env) > 0 ? std::atoi(per_node_env) : 1;
   const char* attempt = std::getenv("MEMENTO_LAUNCH_ATTEMPT");
   std::ifstream nodes(dir + "/nodes");
   std::string line;

@@ -40,8 +40,8 @@ std::string RenderTimeline(const std::vector<json>& records) {
     const std::string kind = r.value("record", std::string());
     const std::string t = Fmt("%8.2fs  ", r.value("t", 0.0));
     if (kind == "job") {
-      os << "memento launch: job " << r.value("job", std::string()) << ", "
-         << r.value("nodes", 0) << " nodes x " << r.value("ranks_per_node", 1) << " ranks, scheme "
+      os << "memento launch: job " << r.value("job", std::string()) << ", " << r.value("nodes", 0)
+         << " nodes x " << r.value("ranks_per_node", 1) << " ranks, scheme "
          << r.value("scheme", std::string()) << ", remote "
          << (r.value("remote", std::string()).empty() ? "none" : r.value("remote", std::string()))
          << "\n";
@@ -52,7 +52,8 @@ std::string RenderTimeline(const std::vector<json>& records) {
       os << "timeline:\n";
     } else if (kind == "launch") {
       os << t << "launch " << r.value("attempt", 0) + 1;
-      if (r.value("backoff_s", 0.0) > 0) os << " (after " << Fmt("%.2f", r["backoff_s"]) << " s backoff)";
+      if (r.value("backoff_s", 0.0) > 0)
+        os << " (after " << Fmt("%.2f", r["backoff_s"]) << " s backoff)";
       if (!r.value("replaced", json::array()).empty()) {
         os << "; replacement " << Join(r["replaced"], ", ");
       }
@@ -70,8 +71,9 @@ std::string RenderTimeline(const std::vector<json>& records) {
       } else {
         os << r.value("what", std::string()) << "; ";
       }
-      os << "last step reported " << r.value("last_step", 0) << "; job " << r.value("job_exit", std::string())
-         << ", detected after " << Fmt("%.2f", r.value("detection_s", 0.0)) << " s\n";
+      os << "last step reported " << r.value("last_step", 0) << "; job "
+         << r.value("job_exit", std::string()) << ", detected after "
+         << Fmt("%.2f", r.value("detection_s", 0.0)) << " s\n";
       if (r.contains("output_tail")) {
         std::istringstream tail(r.value("output_tail", std::string()));
         std::string line;

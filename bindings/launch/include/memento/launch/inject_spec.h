@@ -30,10 +30,10 @@
 namespace memento::launch {
 
 enum class InjectStage {
-  kStep,       // the launcher SIGKILLs the node's ranks once the job reports the step
-  kSnapshot,   // the job's first rank of the node SIGKILLs itself in these engine stages
-  kProtect,    // (runtime::Stage snapshot, seal, commit, persist, recover, reprotect),
-  kCommit,     // then the launcher unlinks the node's segments
+  kStep,      // the launcher SIGKILLs the node's ranks once the job reports the step
+  kSnapshot,  // the job's first rank of the node SIGKILLs itself in these engine stages
+  kProtect,   // (runtime::Stage snapshot, seal, commit, persist, recover, reprotect),
+  kCommit,    // then the launcher unlinks the node's segments
   kPersist,
   kRecovery,
   kReprotect,
@@ -49,7 +49,7 @@ struct InjectEvent {
   std::vector<int> nodes;  // distinct virtual node indices, sorted
   uint64_t step = 0;       // step (kStep) or checkpoint version; 0 for recovery stages
   InjectStage stage = InjectStage::kStep;
-  std::string text;        // the event as written, e.g. "rand2@3-9:rand"
+  std::string text;  // the event as written, e.g. "rand2@3-9:rand"
 
   // The resolved event, e.g. "nodes 2+5 at step 7 (snapshot)".
   std::string ToString() const;

@@ -32,26 +32,26 @@
 namespace memento::launch {
 
 struct LaunchOptions {
-  int np = 0;               // ranks (mpirun -np)
-  int ranks_per_node = 1;   // ranks per virtual node
+  int np = 0;              // ranks (mpirun -np)
+  int ranks_per_node = 1;  // ranks per virtual node
   std::string scheme = "none";
-  std::string job;          // MEMENTO_JOB; empty = "launch-<pid>"
-  std::string remote_dir;   // MEMENTO_REMOTE; empty = none
-  int persist_every = -1;   // MEMENTO_PERSIST_EVERY; -1 = the runtime's default
-  std::string inject;       // --inject SPEC (inject_spec.h)
-  uint64_t seed = 1;        // seed of the random choices in SPEC
-  int max_restarts = 3;     // relaunches after failures that were not injected
-  double backoff_s = 0.5;   // first backoff; doubles per consecutive unplanned failure
+  std::string job;         // MEMENTO_JOB; empty = "launch-<pid>"
+  std::string remote_dir;  // MEMENTO_REMOTE; empty = none
+  int persist_every = -1;  // MEMENTO_PERSIST_EVERY; -1 = the runtime's default
+  std::string inject;      // --inject SPEC (inject_spec.h)
+  uint64_t seed = 1;       // seed of the random choices in SPEC
+  int max_restarts = 3;    // relaunches after failures that were not injected
+  double backoff_s = 0.5;  // first backoff; doubles per consecutive unplanned failure
   double backoff_max_s = 30;
   double kill_grace_s = 120;  // a job still running this long after a kill is SIGKILLed
   std::vector<std::string> mpirun = {"mpirun"};  // launcher command line before -np
   std::vector<std::string> command;              // the job
-  std::string self_exe;     // this program (default /proc/self/exe)
-  std::string status_dir;   // empty = a fresh temporary folder, removed at the end
-  std::string records_path; // also write the JSON records here
-  bool json = false;        // print JSON records (one per line) instead of the timeline
-  bool quiet = false;       // no progress line
-  bool show_output = false; // job output to the terminal instead of per-attempt logs
+  std::string self_exe;                          // this program (default /proc/self/exe)
+  std::string status_dir;    // empty = a fresh temporary folder, removed at the end
+  std::string records_path;  // also write the JSON records here
+  bool json = false;         // print JSON records (one per line) instead of the timeline
+  bool quiet = false;        // no progress line
+  bool show_output = false;  // job output to the terminal instead of per-attempt logs
   bool keep_segments = false;
 };
 

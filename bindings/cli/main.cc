@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "launch_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app("memento: in-memory checkpoint tools. `memento <subcommand> --help` for one.",
@@ -12,5 +13,6 @@ int main(int argc, char** argv) {
   memento::cli::AddInspectCommand(app);
   memento::cli::AddCleanCommand(app);
   memento::cli::AddAdviseCommand(app);
+  memento::cli::AddLaunchCommand(app);
   return memento::cli::RunApp(app, argc, argv);
 }

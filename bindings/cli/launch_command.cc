@@ -1,0 +1,100 @@
+// memento launch: run a training job under mpirun with injected node failures.
+#include "launch_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memento/launch/launcher.h"
+
+namespace memento::cli {
+namespace {
+
+constexpr const char* kFooter = R"(
+--inject SPEC: comma-separated events, fired in order:
+  NODES@STEP            lose NODES when the job reports STEP (the launcher SIGKILLs
+                        every rank of the node, then unlinks its segments)
+  NODES@STEP:STAGE      lose them at STAGE of checkpoint version STEP: snapshot,
+                        protect, commit, persist, or rand (one of the first four or step)
+  NODES@recovery        lose them while the job recovers from the previous event
+  NODES = N, N+M+... (lost together), rand or randK (K distinct random nodes);
+  STEP = S or LO-HI (drawn at random); random draws come from --seed.
+  e.g. --inject 3@10   --inject 1+2@7:snapshot   --inject 3@5,1@recovery
+
+The job reports its progress through MEMENTO_LAUNCH_DIR (see the README); a job
+that does not still runs, relaunches and is timed, without step events.
+
+examples:
+  memento launch -n 8 --scheme rs:4+2 --inject 3@10 -- build/experiments/demo/memento_demo
+  memento launch -n 8 --ranks-per-node 2 --scheme replica:2 --inject rand@5-15:rand \
+      --remote /tmp/ckpt --json -- ./train
+)";
+
+struct LaunchArgs {
+  launch::LaunchOptions options;
+  std::string mpirun = "mpirun";
+  std::string rank_exec;
+};
+
+}  // namespace
+
+void AddLaunchCommand(CLI::App& app) {
+  auto args = std::make_shared<LaunchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "launch", "run a job under mpirun, inject node failures, relaunch, print the timeline");
+  sub->footer(kFooter);
+  auto& o = args->options;
+  sub->add_option("-n,--np", o.np, "ranks (mpirun -np)");
+  sub->add_option("--ranks-per-node", o.ranks_per_node, "ranks per virtual node (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--scheme", o.scheme,
+                  "protection: none, replica:M[:group|:ring], xor:K, rs:K+M (default none)");
+  sub->add_option("--job", o.job, "MEMENTO_JOB (default launch-<pid>)");
+  sub->add_option("--remote", o.remote_dir, "remote tier directory (MEMENTO_REMOTE)");
+  sub->add_option("--persist-every", o.persist_every,
+                  "persist every P-th checkpoint to --remote (MEMENTO_PERSIST_EVERY)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--inject", o.inject, "node failures to inject (see below)");
+  sub->add_option("--seed", o.seed, "seed of the random choices in --inject (default 1)");
+  sub->add_option("--max-restarts", o.max_restarts,
+                  "relaunches after failures that were not injected (default 3)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--backoff", o.backoff_s,
+                  "seconds before a relaunch; doubles per repeated failure (default 0.5)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--mpirun", args->mpirun,
+                  "the mpirun command line, split at spaces (default mpirun)");
+  sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");
+  sub->add_option("--records", o.records_path, "also write the JSON records to this file");
+  sub->add_option("--status-dir", o.status_dir,
+                  "status folder of the job (default: a temporary one, removed on success)");
+  sub->add_flag("--quiet", o.quiet, "no progress line");
+  sub->add_flag("--show-output", o.show_output,
+                "job output to the terminal (default: a log per launch in the status folder)");
+  sub->add_flag("--keep-segments", o.keep_segments,
+                "leave the job's shared-memory segments in place at the end");
+  sub->add_option("--rank-exec", args->rank_exec)->group("");  // the per-rank wrapper
+  sub->add_option("command", o.command, "the job: COMMAND [ARGS...] (after --)");
+  sub->positionals_at_end(true);
+
+  sub->callback([args, sub] {
+    auto& o = args->options;
+    if (!args->rank_exec.empty()) {
+      throw CLI::RuntimeError(launch::RankExec(args->rank_exec, o.command));
+    }
+    if (sub->count("--np") == 0) throw CLI::RequiredError("-n,--np");
+    std::istringstream words(args->mpirun);
+    o.mpirun.clear();
+    for (std::string w; words >> w;) o.mpirun.push_back(w);
+    auto code = launch::RunLaunch(o);
+    if (!code.ok()) {
+      std::fprintf(stderr, "memento launch: %s\n", code.status().message().c_str());
+      throw CLI::RuntimeError(2);
+    }
+    if (*code != 0) throw CLI::RuntimeError(*code);
+  });
+}
+
+}  // namespace memento::cli

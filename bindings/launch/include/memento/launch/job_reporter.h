@@ -1,0 +1,80 @@
+// The job's side of `memento launch`: how a training job tells the launcher
+// its progress and what its restores rebuilt, and how it takes part in stage
+// fault injection. A job that is not run by the launcher gets an inactive
+// reporter (every call is a no-op, no hooks).
+//
+// Protocol (all files in the launcher's status folder, MEMENTO_LAUNCH_DIR):
+//   events.jsonl            rank 0 appends one JSON object per line (one write()
+//                           each, O_APPEND): {"event":"start","attempt":A,
+//                           "total_steps":T,"t":...}, {"event":"restore_begin",...},
+//                           {"event":"step","step":S,"loss":L,"step_s":...,
+//                           "stall_s":...,"t":...}, {"event":"done","step":S,
+//                           "state_hash":"...","t":...}. "t" is the wall clock
+//                           (seconds since the epoch, CLOCK_REALTIME).
+//   restore.aA.rR.json      every rank R of attempt A after Restore():
+//                           {"rank":R,"ok":true,"version":V,"t_begin":..,
+//                           "t_end":..,"state_hash":"..","report":{RestoreReport}}
+//                           or {"rank":R,"ok":false,"error":"..."}.
+//   fault.aA                the rank that kills itself for a stage injection,
+//                           just before SIGKILL: {"stage":..,"version":..,
+//                           "rank":..,"t":..}.
+// Environment set by the launcher (read once by FromEnv, then removed from
+// the process environment so that memento's Config does not warn about them):
+//   MEMENTO_LAUNCH_DIR      the status folder
+//   MEMENTO_LAUNCH_ATTEMPT  0 for the first launch, then 1, 2, ...
+//   MEMENTO_LAUNCH_FAULT    "STAGE:VERSION:RANK" (VERSION "*" = any): the rank
+//                           RANK SIGKILLs itself when the engine reaches STAGE
+//                           (runtime::StageName) of VERSION.
+//
+// Thread-safety: Step/Start/Done/RestoreBegin from the training thread; the
+// fault hooks may run on engine threads (they only read immutable state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "memento/runtime/checkpointer.h"
+
+namespace memento::launch {
+
+class JobReporter {
+ public:
+  // Reads (and unsets) the MEMENTO_LAUNCH_* variables. Call before
+  // runtime::Config::FromEnv() and before starting threads.
+  static JobReporter FromEnv(int rank);
+
+  bool active() const { return !dir_.empty(); }
+  int attempt() const { return attempt_; }
+
+  // Rank 0 only (no-op elsewhere): the job started; it will run to step `total_steps`.
+  void Start(uint64_t total_steps) const;
+  // Rank 0 only: Restore() is about to be called.
+  void RestoreBegin() const;
+  // Rank 0 only: step `step` is done and its checkpoint saved.
+  void Step(uint64_t step, double loss, double step_s, double stall_s) const;
+  // Rank 0 only: the job reached its last step; `state_hash` identifies its state.
+  void Done(uint64_t step, const std::string& state_hash) const;
+  // Every rank: the outcome of Restore(), timed from t_begin to t_end (wall clock).
+  void Restored(const Result<runtime::RestoreReport>& report, double t_begin, double t_end,
+                const std::string& state_hash) const;
+
+  // Hooks for Checkpointer::Create: SIGKILL this rank at the injected stage
+  // (empty hooks when there is no injection for this rank).
+  runtime::FaultHooks Hooks() const;
+
+  // Wall clock, seconds since the epoch (the "t" of every record).
+  static double Now();
+
+ private:
+  void Append(const std::string& line) const;
+
+  std::string dir_;
+  int rank_ = 0;
+  int attempt_ = 0;
+  std::string fault_stage_;  // engine stage name, "" = none
+  uint64_t fault_version_ = 0;
+  bool fault_any_version_ = false;
+  int fault_rank_ = -1;
+};
+
+}  // namespace memento::launch

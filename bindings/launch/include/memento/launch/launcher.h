@@ -1,0 +1,73 @@
+// `memento launch`: runs a training job under mpirun, injects node failures,
+// relaunches it after each failure with a replacement identity for every lost
+// node, and records a timeline of what was lost and rebuilt from where.
+//
+// How a run goes (DESIGN §8):
+//   1. The job is started as `mpirun -np NP memento launch --rank-exec DIR --
+//      COMMAND...`: every rank first runs the exec wrapper (RankExec below),
+//      which sets MEMENTO_NODE from the node-name map in DIR and execs COMMAND.
+//      Virtual node k is ranks k*R .. k*R+R-1 (MEMENTO_RANKS_PER_NODE=R); its
+//      identity is "<host>/<k>" and, after it has been replaced g times,
+//      "<host>-r<g>/<k>". Survivors keep their identity (and their memory).
+//   2. The launcher follows the job's status folder (job_reporter.h) and
+//      prints a progress line.
+//   3. A node loss = SIGKILL of every rank of the node (by the launcher for a
+//      step event; by the job's own fault hook for a stage event) and the
+//      unlink of the node's segments once mpirun has exited.
+//   4. Relaunch after a backoff; the job restores. Failures nobody injected
+//      are relaunched too, at most max_restarts times, with a doubling backoff.
+//   5. At the end (or on Ctrl-C / SIGTERM) the job's segments are unlinked and
+//      the timeline is printed (text) or written as JSON records.
+//
+// Thread-safety: RunLaunch installs SIGINT/SIGTERM handlers and must run on
+// the process's only thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+
+namespace memento::launch {
+
+struct LaunchOptions {
+  int np = 0;              // ranks (mpirun -np)
+  int ranks_per_node = 1;  // ranks per virtual node
+  std::string scheme = "none";
+  std::string job;         // MEMENTO_JOB; empty = "launch-<pid>"
+  std::string remote_dir;  // MEMENTO_REMOTE; empty = none
+  int persist_every = -1;  // MEMENTO_PERSIST_EVERY; -1 = the runtime's default
+  std::string inject;      // --inject SPEC (inject_spec.h)
+  uint64_t seed = 1;       // seed of the random choices in SPEC
+  int max_restarts = 3;    // relaunches after failures that were not injected
+  double backoff_s = 0.5;  // first backoff; doubles per consecutive unplanned failure
+  double backoff_max_s = 30;
+  double kill_grace_s = 120;  // a job still running this long after a kill is SIGKILLed
+  std::vector<std::string> mpirun = {"mpirun"};  // launcher command line before -np
+  std::vector<std::string> command;              // the job
+  std::string self_exe;                          // this program (default /proc/self/exe)
+  std::string status_dir;    // empty = a fresh temporary folder, removed at the end
+  std::string records_path;  // also write the JSON records here
+  bool json = false;         // print JSON records (one per line) instead of the timeline
+  bool quiet = false;        // no progress line
+  bool show_output = false;  // job output to the terminal instead of per-attempt logs
+  bool keep_segments = false;
+};
+
+// Checks the options (scheme, node count, --inject, command and mpirun found)
+// without running anything. InvalidArgument / NotFound naming the problem.
+Status ValidateLaunchOptions(const LaunchOptions& options);
+
+// Runs the job to completion. Returns the exit code for the command line:
+// 0 the job finished, 1 it failed (gave up after max_restarts, or its state
+// was unrecoverable), 130 interrupted. Errors before anything ran (bad
+// options) are returned as a Status.
+Result<int> RunLaunch(const LaunchOptions& options);
+
+// The per-rank exec wrapper (`memento launch --rank-exec DIR -- COMMAND`):
+// sets MEMENTO_NODE for this rank's virtual node from DIR/nodes, records the
+// process id in DIR, and execs COMMAND. Returns only on failure (exit code).
+int RankExec(const std::string& dir, const std::vector<std::string>& command);
+
+}  // namespace memento::launch

@@ -1,0 +1,133 @@
+#include "memento/launch/job_reporter.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace memento::launch {
+namespace {
+
+std::string TakeEnv(const char* name) {
+  const char* v = std::getenv(name);
+  std::string out = v == nullptr ? "" : v;
+  unsetenv(name);
+  return out;
+}
+
+// Writes `text` to `path` through a temporary file and a rename, so that the
+// launcher never reads half a file.
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+double JobReporter::Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+JobReporter JobReporter::FromEnv(int rank) {
+  JobReporter r;
+  r.rank_ = rank;
+  r.dir_ = TakeEnv("MEMENTO_LAUNCH_DIR");
+  const std::string attempt = TakeEnv("MEMENTO_LAUNCH_ATTEMPT");
+  r.attempt_ = attempt.empty() ? 0 : std::atoi(attempt.c_str());
+  const std::string fault = TakeEnv("MEMENTO_LAUNCH_FAULT");
+  const size_t a = fault.find(':'), b = fault.rfind(':');
+  if (!fault.empty() && a != std::string::npos && b != a) {
+    r.fault_stage_ = fault.substr(0, a);
+    const std::string version = fault.substr(a + 1, b - a - 1);
+    r.fault_any_version_ = version == "*";
+    r.fault_version_ = r.fault_any_version_ ? 0 : std::strtoull(version.c_str(), nullptr, 10);
+    r.fault_rank_ = std::atoi(fault.c_str() + b + 1);
+  }
+  return r;
+}
+
+void JobReporter::Append(const std::string& line) const {
+  if (!active() || rank_ != 0) return;
+  const std::string path = dir_ + "/events.jsonl";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const std::string text = line + "\n";
+  [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+}
+
+void JobReporter::Start(uint64_t total_steps) const {
+  Append(nlohmann::json{
+      {"event", "start"}, {"attempt", attempt_}, {"total_steps", total_steps}, {"t", Now()}}
+             .dump());
+}
+
+void JobReporter::RestoreBegin() const {
+  Append(nlohmann::json{{"event", "restore_begin"}, {"attempt", attempt_}, {"t", Now()}}.dump());
+}
+
+void JobReporter::Step(uint64_t step, double loss, double step_s, double stall_s) const {
+  Append(nlohmann::json{{"event", "step"},
+                        {"step", step},
+                        {"loss", loss},
+                        {"step_s", step_s},
+                        {"stall_s", stall_s},
+                        {"t", Now()}}
+             .dump());
+}
+
+void JobReporter::Done(uint64_t step, const std::string& state_hash) const {
+  Append(nlohmann::json{{"event", "done"}, {"step", step}, {"state_hash", state_hash}, {"t", Now()}}
+             .dump());
+}
+
+void JobReporter::Restored(const Result<runtime::RestoreReport>& report, double t_begin,
+                           double t_end, const std::string& state_hash) const {
+  if (!active()) return;
+  nlohmann::json j{{"rank", rank_}, {"attempt", attempt_}, {"t_begin", t_begin}, {"t_end", t_end}};
+  if (report.ok()) {
+    j["ok"] = true;
+    j["version"] = report->version;
+    j["state_hash"] = state_hash;
+    j["report"] = nlohmann::json::parse(report->ToJson(), nullptr, false);
+  } else {
+    j["ok"] = false;
+    j["error"] = report.status().ToString();
+    j["not_found"] = report.status().code() == StatusCode::kNotFound;
+  }
+  WriteFileAtomically(
+      dir_ + "/restore.a" + std::to_string(attempt_) + ".r" + std::to_string(rank_) + ".json",
+      j.dump());
+}
+
+runtime::FaultHooks JobReporter::Hooks() const {
+  runtime::FaultHooks hooks;
+  if (!active() || fault_stage_.empty() || fault_rank_ != rank_) return hooks;
+  const std::string dir = dir_, stage = fault_stage_;
+  const uint64_t version = fault_version_;
+  const bool any = fault_any_version_;
+  const int rank = rank_, attempt = attempt_;
+  hooks.at_stage = [=](runtime::Stage s, uint64_t v) -> Status {
+    if (stage != runtime::StageName(s) || (!any && v != version)) return Status::Ok();
+    WriteFileAtomically(
+        dir + "/fault.a" + std::to_string(attempt),
+        nlohmann::json{{"stage", stage}, {"version", v}, {"rank", rank}, {"t", Now()}}.dump());
+    std::fprintf(stderr, "rank %d: injected node loss at %s of v%llu (SIGKILL)\n", rank,
+                 stage.c_str(), static_cast<unsigned long long>(v));
+    std::fflush(stderr);
+    raise(SIGKILL);
+    return Status::Ok();
+  };
+  return hooks;
+}
+
+}  // namespace memento::launch

@@ -1,0 +1,801 @@
+#include "memento/launch/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "memento/launch/inject_spec.h"
+#include "memento/launch/job_reporter.h"
+#include "memento/launch/timeline.h"
+#include "memento/placement/group_layout.h"
+#include "memento/placement/scheme.h"
+#include "memento/placement/topology.h"
+#include "memento/runtime/config.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/store_admin.h"
+
+namespace memento::launch {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void OnSignal(int) { g_interrupted = 1; }
+
+double Now() { return JobReporter::Now(); }
+
+void SleepFor(double seconds) {
+  // In small steps so that Ctrl-C is noticed.
+  const double end = Now() + seconds;
+  while (!g_interrupted && Now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// The executable `name` would run as: itself if it has a '/', else the first
+// match on PATH. Empty when there is none.
+std::string FindExecutable(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path == nullptr ? "/usr/bin:/bin" : path);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Tail(const std::string& path, int lines) {
+  const std::string text = ReadFile(path);
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (int n = 0; n < lines && pos > 0; ++n) {
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) return text;
+  }
+  return text.substr(pos == 0 ? 0 : pos + 1);
+}
+
+std::string NodeBase(int generation) {
+  const std::string host = runtime::HostName();
+  return generation == 0 ? host : host + "-r" + std::to_string(generation);
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+// Follows events.jsonl: returns the complete lines added since the last call.
+class EventTail {
+ public:
+  explicit EventTail(std::string path) : path_(std::move(path)) {}
+  std::vector<json> Poll() {
+    std::vector<json> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    while (true) {
+      const size_t nl = chunk.find('\n', start);
+      if (nl == std::string::npos) break;
+      json j = json::parse(chunk.substr(start, nl - start), nullptr, false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+      start = nl + 1;
+    }
+    offset_ += start;
+    return out;
+  }
+
+ private:
+  std::string path_;
+  size_t offset_ = 0;
+};
+
+class Launcher {
+ public:
+  Launcher(LaunchOptions o, std::vector<InjectEvent> events)
+      : o_(std::move(o)), events_(std::move(events)) {
+    nodes_ = o_.np / o_.ranks_per_node;
+    generation_.assign(nodes_, 0);
+  }
+
+  int Run();
+
+ private:
+  std::string Identity(int node) const {
+    return NodeBase(generation_[node]) + "/" + std::to_string(node);
+  }
+  const InjectEvent* Pending() const {
+    return next_event_ < events_.size() ? &events_[next_event_] : nullptr;
+  }
+  std::string PidPath(int attempt, int rank) const {
+    return dir_ + "/pid.a" + std::to_string(attempt) + ".r" + std::to_string(rank);
+  }
+  pid_t RankPid(int attempt, int rank) const {
+    const std::string text = ReadFile(PidPath(attempt, rank));
+    return text.empty() ? 0 : static_cast<pid_t>(std::atol(text.c_str()));
+  }
+  void KillRanks(int attempt, const std::vector<int>& nodes);
+  void KillAllRanks(int attempt);
+  pid_t Spawn(int attempt);
+  void Progress(bool final_line);
+  void Record(json record);
+  void ReadRestores(int attempt, json* restore);
+  void Finish(const std::string& outcome, int exit_code, const std::string& message);
+
+  LaunchOptions o_;
+  std::vector<InjectEvent> events_;
+  size_t next_event_ = 0;
+  int nodes_ = 0;
+  std::vector<int> generation_;
+  std::string dir_;
+  bool own_dir_ = false;
+  std::vector<json> records_;
+  double t0_ = 0;
+
+  // Live state for the progress line.
+  int attempt_ = 0;
+  uint64_t total_steps_ = 0;
+  uint64_t step_ = 0;
+  double loss_ = 0, step_s_ = 0, stall_s_ = 0;
+  int failures_ = 0;
+  bool progress_shown_ = false;
+  double last_progress_ = 0;
+};
+
+void Launcher::Record(json record) {
+  record["t"] = Now() - t0_;
+  if (o_.json) {
+    std::printf("%s\n", record.dump().c_str());
+    std::fflush(stdout);
+  }
+  records_.push_back(std::move(record));
+}
+
+void Launcher::Progress(bool final_line) {
+  if (o_.quiet || o_.show_output) return;
+  const bool tty = isatty(STDERR_FILENO);
+  const double now = Now();
+  if (!tty && !final_line && now - last_progress_ < 10) return;
+  last_progress_ = now;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "launch %d | step %llu/%llu | loss %.4f | step %.3f s | stall %.1f ms | "
+                "failures %d | %.0f s",
+                attempt_ + 1, static_cast<unsigned long long>(step_),
+                static_cast<unsigned long long>(total_steps_), loss_, step_s_, stall_s_ * 1e3,
+                failures_, now - t0_);
+  if (tty) {
+    std::fprintf(stderr, "\r\033[K%s%s", line, final_line ? "\n" : "");
+    progress_shown_ = !final_line;
+  } else {
+    std::fprintf(stderr, "%s\n", line);
+  }
+  std::fflush(stderr);
+}
+
+void Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
+  for (int node : nodes) {
+    for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+      const pid_t pid = RankPid(attempt, node * o_.ranks_per_node + lane);
+      if (pid > 0) kill(pid, SIGKILL);
+    }
+  }
+}
+
+void Launcher::KillAllRanks(int attempt) {
+  for (int r = 0; r < o_.np; ++r) {
+    const pid_t pid = RankPid(attempt, r);
+    if (pid > 0) kill(pid, SIGKILL);
+  }
+}
+
+pid_t Launcher::Spawn(int attempt) {
+  // The node-name map the exec wrapper reads: line k = MEMENTO_NODE of node k.
+  {
+    std::ofstream nodes(dir_ + "/nodes", std::ios::trunc);
+    for (int k = 0; k < nodes_; ++k) nodes << NodeBase(generation_[k]) << "\n";
+  }
+  std::string fault;
+  if (const InjectEvent* ev = Pending(); ev != nullptr && ev->stage != InjectStage::kStep) {
+    const bool any = ev->stage == InjectStage::kRecovery || ev->stage == InjectStage::kReprotect;
+    fault = std::string(EngineStageName(ev->stage)) + ":" +
+            (any ? std::string("*") : std::to_string(ev->step)) + ":" +
+            std::to_string(ev->nodes.front() * o_.ranks_per_node);
+  }
+  std::vector<std::string> args = o_.mpirun;
+  if (geteuid() == 0 && std::find(args.begin(), args.end(), "--allow-run-as-root") == args.end()) {
+    args.push_back("--allow-run-as-root");
+  }
+  args.insert(args.end(),
+              {"-np", std::to_string(o_.np), o_.self_exe, "launch", "--rank-exec", dir_, "--"});
+  args.insert(args.end(), o_.command.begin(), o_.command.end());
+  const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
+
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: its own process group (Ctrl-C reaches the launcher only), the
+  // job's environment, then mpirun.
+  setpgid(0, 0);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (!o_.show_output) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) {
+      dup2(null_fd, STDIN_FILENO);
+      close(null_fd);
+    }
+  }
+  setenv("MEMENTO_JOB", o_.job.c_str(), 1);
+  setenv("MEMENTO_SCHEME", o_.scheme.c_str(), 1);
+  setenv("MEMENTO_RANKS_PER_NODE", std::to_string(o_.ranks_per_node).c_str(), 1);
+  if (!o_.remote_dir.empty()) setenv("MEMENTO_REMOTE", o_.remote_dir.c_str(), 1);
+  if (o_.persist_every >= 0) {
+    setenv("MEMENTO_PERSIST_EVERY", std::to_string(o_.persist_every).c_str(), 1);
+  }
+  setenv("MEMENTO_LAUNCH_DIR", dir_.c_str(), 1);
+  setenv("MEMENTO_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+  if (fault.empty()) {
+    unsetenv("MEMENTO_LAUNCH_FAULT");
+  } else {
+    setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
+  }
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "memento launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
+// Reads every rank's restore record of `attempt` into `restore` (a summary).
+void Launcher::ReadRestores(int attempt, json* restore) {
+  std::map<std::string, uint64_t> entries_by_source;
+  std::set<std::string> hashes, errors;
+  std::set<uint64_t> versions;
+  int ranks = 0, failed = 0;
+  bool not_found = false;
+  double t_begin = 0, t_end = 0, reprotect_s = 0, transfer_s = 0;
+  uint64_t bytes_received = 0, reprotect_bytes = 0;
+  json rank0;
+  std::string reprotect_mode = "none";
+  for (int r = 0; r < o_.np; ++r) {
+    const std::string text = ReadFile(dir_ + "/restore.a" + std::to_string(attempt) + ".r" +
+                                      std::to_string(r) + ".json");
+    json j = json::parse(text, nullptr, false);
+    if (text.empty() || j.is_discarded()) continue;
+    ++ranks;
+    t_begin = ranks == 1 ? j.value("t_begin", 0.0) : std::min(t_begin, j.value("t_begin", 0.0));
+    t_end = std::max(t_end, j.value("t_end", 0.0));
+    if (!j.value("ok", false)) {
+      ++failed;
+      errors.insert(j.value("error", std::string("?")));
+      not_found = not_found || j.value("not_found", false);
+      continue;
+    }
+    versions.insert(j.value("version", uint64_t{0}));
+    hashes.insert(j.value("state_hash", std::string()));
+    const json& rep = j["report"];
+    if (rep.is_object()) {
+      for (const auto& e : rep.value("entries", json::array())) {
+        entries_by_source[e.value("source", std::string("?"))] += 1;
+      }
+      reprotect_s = std::max(reprotect_s, rep.value("reprotect_s", 0.0));
+      const std::string mode = rep.value("reprotect_mode", std::string("none"));
+      if (mode == "full" || (mode == "minimal" && reprotect_mode == "none")) reprotect_mode = mode;
+      transfer_s = std::max(transfer_s, rep.value("transfer_s", 0.0));
+      bytes_received += rep.value("bytes_received", uint64_t{0});
+      reprotect_bytes += rep.value("reprotect_bytes_received", uint64_t{0});
+      if (r == 0) rank0 = rep;
+    }
+  }
+  if (ranks == 0) return;
+  json& out = *restore;
+  out["ranks_reported"] = ranks;
+  out["ok"] = failed == 0 && versions.size() == 1;
+  if (!errors.empty()) out["errors"] = std::vector<std::string>(errors.begin(), errors.end());
+  out["nothing_to_restore"] = not_found;
+  if (versions.size() == 1) out["version"] = *versions.begin();
+  if (versions.size() > 1)
+    out["versions"] = std::vector<uint64_t>(versions.begin(), versions.end());
+  if (hashes.size() == 1) out["state_hash"] = *hashes.begin();
+  out["entries_by_source"] = entries_by_source;
+  out["from_remote"] = entries_by_source.count("remote") > 0;
+  out["from_memory"] = !entries_by_source.empty() && entries_by_source.count("remote") == 0;
+  if (rank0.is_object()) {
+    out["lost_nodes"] = rank0.value("lost_nodes", json::array());
+    out["source_detail"] = rank0.value("source_detail", std::string());
+  }
+  out["reprotect_mode"] = reprotect_mode;
+  out["restore_s"] = std::max(0.0, t_end - t_begin - reprotect_s);
+  out["reprotect_s"] = reprotect_s;
+  out["transfer_s"] = transfer_s;
+  out["bytes_received"] = bytes_received;
+  out["reprotect_bytes_received"] = reprotect_bytes;
+  out["t_begin"] = t_begin - t0_;
+}
+
+int Launcher::Run() {
+  t0_ = Now();
+  if (o_.status_dir.empty()) {
+    std::string templ = (fs::temp_directory_path() / "memento-launch-XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) {
+      std::fprintf(stderr, "memento launch: cannot create a status folder: %s\n",
+                   std::strerror(errno));
+      return 1;
+    }
+    dir_ = templ;
+    own_dir_ = true;
+  } else {
+    dir_ = o_.status_dir;
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    for (const auto& f : fs::directory_iterator(dir_, ec)) fs::remove_all(f.path(), ec);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<json> planned;
+  for (const auto& ev : events_) {
+    planned.push_back({{"event", ev.text},
+                       {"nodes", ev.nodes},
+                       {"step", ev.step},
+                       {"stage", InjectStageName(ev.stage)},
+                       {"resolved", ev.ToString()}});
+  }
+  Record({{"record", "job"},
+          {"job", o_.job},
+          {"np", o_.np},
+          {"ranks_per_node", o_.ranks_per_node},
+          {"nodes", nodes_},
+          {"scheme", o_.scheme},
+          {"remote", o_.remote_dir},
+          {"persist_every", o_.persist_every},
+          {"inject", planned},
+          {"seed", o_.seed},
+          {"command", o_.command},
+          {"status_dir", dir_}});
+
+  EventTail tail(dir_ + "/events.jsonl");
+  int unplanned = 0;
+  double backoff = 0;
+  std::vector<std::string> replaced;
+  // Failures not yet recovered from (a failure during a recovery adds to the
+  // previous one); the next successful restore closes them.
+  std::vector<json> open_failures;
+  uint64_t reached = 0;  // the newest step the job reported, over all attempts
+  std::string outcome = "failed";
+  int exit_code = 1;
+  std::string message;
+  uint64_t final_step = 0;
+  std::string final_hash;
+
+  for (int attempt = 0;; ++attempt) {
+    attempt_ = attempt;
+    if (backoff > 0) SleepFor(backoff);
+    if (g_interrupted) {
+      outcome = "interrupted";
+      exit_code = 130;
+      break;
+    }
+    const double t_launch = Now();
+    const pid_t pid = Spawn(attempt);
+    if (pid < 0) {
+      message = std::string("fork failed: ") + std::strerror(errno);
+      break;
+    }
+    Record({{"record", "launch"},
+            {"attempt", attempt},
+            {"backoff_s", backoff},
+            {"replaced", replaced},
+            {"fault_env", Pending() != nullptr && Pending()->stage != InjectStage::kStep
+                              ? Pending()->ToString()
+                              : std::string()}});
+    replaced.clear();
+
+    int status = 0;
+    bool exited = false, killed_by_launcher = false;
+    double t_kill = 0, t_restore_begin = 0;
+    uint64_t last_step = 0;
+    std::vector<double> step_times;
+    // What the attempt's restore did (every rank's record), recorded as soon
+    // as every rank has reported, or when the attempt ends.
+    bool restore_recorded = false, stop_unrecoverable = false;
+    auto record_restore = [&](bool attempt_over) {
+      json restore = json::object();
+      ReadRestores(attempt, &restore);
+      if (restore.empty() || (!attempt_over && restore.value("ranks_reported", 0) < o_.np)) return;
+      restore_recorded = true;
+      restore["record"] = "restore";
+      restore["attempt"] = attempt;
+      const bool started_over =
+          restore.value("nothing_to_restore", false) && restore.value("ranks_reported", 0) == o_.np;
+      if (!open_failures.empty() && (restore.value("ok", false) || started_over)) {
+        // Close the books on the failures this attempt recovered from. Time
+        // lost: detection of each, relaunch from the first failure's end to
+        // this restore (less the later detections), restore, re-protect, and
+        // recomputing the steps between the restored version and the
+        // newest step reached (all of them when nothing could be restored).
+        const json& first = open_failures.front();
+        const uint64_t from = restore.value("version", uint64_t{0});
+        const uint64_t last = open_failures.back().value("last_step", uint64_t{0});
+        json lost, indices = json::array();
+        double detection = 0;
+        for (const json& f : open_failures) {
+          indices.push_back(f.value("index", 0));
+          detection += f.value("detection_s", 0.0);
+        }
+        lost["failures"] = indices;
+        lost["steps_lost"] = last > from ? last - from : 0;
+        lost["detection_s"] = detection;
+        const double relaunch_s = t_restore_begin > 0
+                                      ? t_restore_begin - first.value("t_exit_abs", t_launch) -
+                                            (detection - first.value("detection_s", 0.0))
+                                      : 0.0;
+        lost["relaunch_s"] = std::max(0.0, relaunch_s);
+        lost["restore_s"] = restore.value("restore_s", 0.0);
+        lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
+        lost["recompute_s"] =
+            static_cast<double>(lost["steps_lost"].get<uint64_t>()) * first.value("step_s", 0.0);
+        restore["lost"] = lost;
+        open_failures.clear();
+      }
+      Record(restore);
+      if (restore.value("ranks_reported", 0) == o_.np && !restore.value("ok", false) &&
+          !restore.value("nothing_to_restore", false)) {
+        outcome = "unrecoverable";
+        exit_code = 1;
+        message = "the job could not restore its state";
+        if (restore.contains("errors")) message += ": " + restore["errors"][0].get<std::string>();
+        stop_unrecoverable = true;
+      }
+    };
+    while (!exited) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) exited = true;
+      for (const json& ev : tail.Poll()) {
+        const std::string kind = ev.value("event", std::string());
+        if (kind == "start") {
+          total_steps_ = ev.value("total_steps", uint64_t{0});
+        } else if (kind == "restore_begin") {
+          t_restore_begin = ev.value("t", 0.0);
+        } else if (kind == "step") {
+          step_ = last_step = ev.value("step", uint64_t{0});
+          reached = last_step;
+          loss_ = ev.value("loss", 0.0);
+          step_s_ = ev.value("step_s", 0.0);
+          stall_s_ = ev.value("stall_s", 0.0);
+          step_times.push_back(step_s_);
+        } else if (kind == "done") {
+          final_step = ev.value("step", uint64_t{0});
+          final_hash = ev.value("state_hash", std::string());
+        }
+      }
+      if (!restore_recorded && t_restore_begin > 0) record_restore(false);
+      Progress(false);
+      // A step event: the launcher kills the node's ranks itself.
+      const InjectEvent* ev = Pending();
+      if (!exited && !killed_by_launcher && ev != nullptr && ev->stage == InjectStage::kStep &&
+          last_step >= ev->step) {
+        KillRanks(attempt, ev->nodes);
+        killed_by_launcher = true;
+        t_kill = Now();
+      }
+      if (!exited && killed_by_launcher && Now() - t_kill > o_.kill_grace_s) {
+        kill(-pid, SIGKILL);
+        KillAllRanks(attempt);
+      }
+      if (g_interrupted && !exited) {
+        // Ctrl-C: stop the job (mpirun forwards SIGTERM to the ranks), then
+        // make sure nothing of it is left.
+        kill(pid, SIGTERM);
+        const double until = Now() + 5;
+        while (waitpid(pid, &status, WNOHANG) != pid) {
+          if (Now() > until) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        exited = true;
+      }
+      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const double t_exit = Now();
+    KillAllRanks(attempt);  // nothing of this attempt may outlive it
+
+    if (!restore_recorded) record_restore(true);
+    if (stop_unrecoverable) break;
+    double median_step_s = 0;
+    if (!step_times.empty()) {
+      std::sort(step_times.begin(), step_times.end());
+      median_step_s = step_times[step_times.size() / 2];
+    }
+
+    if (g_interrupted) {
+      outcome = "interrupted";
+      exit_code = 130;
+      message = "interrupted; the job was stopped";
+      break;
+    }
+    const std::string fault_path = dir_ + "/fault.a" + std::to_string(attempt);
+    const json fault = json::parse(ReadFile(fault_path), nullptr, false);
+    const bool stage_fired = !fault.is_discarded() && fault.is_object();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !killed_by_launcher && !stage_fired) {
+      outcome = "finished";
+      exit_code = 0;
+      if (final_step == 0) final_step = last_step;
+      break;
+    }
+    if (killed_by_launcher || stage_fired) {
+      // An injected node loss: the node's memory goes with it.
+      const InjectEvent& ev = events_[next_event_++];
+      std::vector<std::string> lost_ids, segments;
+      for (int node : ev.nodes) {
+        lost_ids.push_back(Identity(node));
+        for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+          runtime::StoreId id{o_.job, Identity(node), static_cast<uint32_t>(lane)};
+          auto name = runtime::NodeStore::SegmentName(id);
+          if (runtime::NodeStore::Destroy(id).ok() && name.ok()) segments.push_back(*name);
+        }
+        ++generation_[node];
+        replaced.push_back("node " + std::to_string(node) + " -> " + Identity(node));
+      }
+      ++failures_;
+      const double t_fail = stage_fired ? fault.value("t", t_exit) : t_kill;
+      json failure = {{"record", "failure"},
+                      {"index", failures_},
+                      {"attempt", attempt},
+                      {"injected", true},
+                      {"event", ev.text},
+                      {"what", ev.ToString()},
+                      {"stage", InjectStageName(ev.stage)},
+                      {"nodes", ev.nodes},
+                      {"identities", lost_ids},
+                      {"segments_unlinked", segments},
+                      {"last_step", reached},
+                      {"job_exit", DescribeExit(status)},
+                      {"detection_s", std::max(0.0, t_exit - t_fail)},
+                      {"step_s", median_step_s},
+                      {"t_fail", t_fail - t0_},
+                      {"t_exit_abs", t_exit}};
+      if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
+      Record(failure);
+      open_failures.push_back(failure);
+      unplanned = 0;
+      backoff = o_.backoff_s;
+      continue;
+    }
+    // A failure nobody injected.
+    ++failures_;
+    ++unplanned;
+    const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(attempt) + ".log", 15);
+    json failure = {{"record", "failure"},
+                    {"index", failures_},
+                    {"attempt", attempt},
+                    {"injected", false},
+                    {"what", "the job failed (" + DescribeExit(status) + ")"},
+                    {"nodes", json::array()},
+                    {"last_step", reached},
+                    {"job_exit", DescribeExit(status)},
+                    {"exit_code", ExitCode(status)},
+                    {"output_tail", tail_text},
+                    {"detection_s", 0.0},
+                    {"step_s", median_step_s},
+                    {"t_fail", t_exit - t0_},
+                    {"t_exit_abs", t_exit}};
+    Record(failure);
+    open_failures.push_back(failure);
+    if (unplanned > o_.max_restarts) {
+      message = "the job failed " + std::to_string(unplanned) +
+                " times in a row without an injected failure (" + DescribeExit(status) +
+                "); giving up after --max-restarts " + std::to_string(o_.max_restarts) +
+                ". Last output:\n" + tail_text;
+      break;
+    }
+    backoff = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, unplanned - 1));
+  }
+  Progress(true);
+
+  // Events that never fired (the job ended first, or the stage never came).
+  for (size_t i = next_event_; i < events_.size(); ++i) {
+    Record({{"record", "not_fired"}, {"event", events_[i].text}, {"what", events_[i].ToString()}});
+  }
+  int segments_removed = 0;
+  if (!o_.keep_segments) {
+    auto removed = runtime::CleanJob(o_.job);
+    if (removed.ok()) segments_removed = static_cast<int>(removed->size());
+  }
+  json summary = {{"record", "summary"},      {"outcome", outcome},
+                  {"exit_code", exit_code},   {"final_step", final_step},
+                  {"state_hash", final_hash}, {"failures", failures_},
+                  {"launches", attempt_ + 1}, {"segments_removed", segments_removed},
+                  {"wall_s", Now() - t0_}};
+  if (!message.empty()) summary["message"] = message;
+  double totals[5] = {0, 0, 0, 0, 0};
+  uint64_t steps_lost = 0;
+  for (const json& r : records_) {
+    if (r.value("record", std::string()) != "restore" || !r.contains("lost")) continue;
+    const json& l = r["lost"];
+    steps_lost += l.value("steps_lost", uint64_t{0});
+    totals[0] += l.value("detection_s", 0.0);
+    totals[1] += l.value("relaunch_s", 0.0);
+    totals[2] += l.value("restore_s", 0.0);
+    totals[3] += l.value("reprotect_s", 0.0);
+    totals[4] += l.value("recompute_s", 0.0);
+  }
+  summary["steps_lost"] = steps_lost;
+  summary["time_lost_s"] = {{"detection", totals[0]},
+                            {"relaunch", totals[1]},
+                            {"restore", totals[2]},
+                            {"reprotect", totals[3]},
+                            {"recompute", totals[4]}};
+  Record(summary);
+
+  if (!o_.records_path.empty()) {
+    std::ofstream out(o_.records_path, std::ios::trunc);
+    for (const json& r : records_) out << r.dump() << "\n";
+  }
+  if (!o_.json) std::fputs(RenderTimeline(records_).c_str(), stdout);
+  std::fflush(stdout);
+  if (exit_code != 0 && !message.empty()) {
+    std::fprintf(stderr, "memento launch: %s\n", message.c_str());
+  }
+  if (own_dir_) {
+    std::error_code ec;
+    if (exit_code == 0) {
+      fs::remove_all(dir_, ec);
+    } else {
+      std::fprintf(stderr, "memento launch: job logs kept in %s\n", dir_.c_str());
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+Status ValidateLaunchOptions(const LaunchOptions& o) {
+  if (o.np < 1) return Status::InvalidArgument("-n must be >= 1, got " + std::to_string(o.np));
+  if (o.ranks_per_node < 1 || o.np % o.ranks_per_node != 0) {
+    return Status::InvalidArgument("--ranks-per-node " + std::to_string(o.ranks_per_node) +
+                                   " must be >= 1 and divide -n " + std::to_string(o.np));
+  }
+  const int nodes = o.np / o.ranks_per_node;
+  if (Status s = runtime::ValidateSchemeSyntax(o.scheme); !s.ok()) {
+    return Status::InvalidArgument("--scheme: " + s.message());
+  }
+  auto scheme = placement::Scheme::Parse(o.scheme);
+  if (!scheme.ok()) return Status::InvalidArgument("--scheme: " + scheme.status().message());
+  auto topology = placement::Topology::Uniform(nodes, o.ranks_per_node);
+  if (!topology.ok()) return topology.status();
+  if (auto layout = placement::GroupLayout::Build(*topology, *scheme); !layout.ok()) {
+    return Status::InvalidArgument("--scheme " + o.scheme + " on " + std::to_string(nodes) +
+                                   " nodes: " + layout.status().message());
+  }
+  if (!o.job.empty()) {
+    if (Status s = runtime::ValidateJobId(o.job); !s.ok()) return s;
+  }
+  auto events = ParseInjectSpec(o.inject, nodes, o.seed);
+  if (!events.ok()) return events.status();
+  for (const auto& ev : *events) {
+    if (ev.stage == InjectStage::kPersist && o.remote_dir.empty()) {
+      return Status::InvalidArgument("--inject '" + ev.text +
+                                     "': the persist stage needs --remote (no remote tier)");
+    }
+  }
+  if (o.command.empty()) return Status::InvalidArgument("no command given (after --)");
+  if (FindExecutable(o.command.front()).empty()) {
+    return Status::NotFound("command not found: '" + o.command.front() +
+                            "' (not an executable file, nor on PATH)");
+  }
+  if (o.mpirun.empty() || FindExecutable(o.mpirun.front()).empty()) {
+    return Status::NotFound("mpirun not found: '" +
+                            (o.mpirun.empty() ? std::string() : o.mpirun.front()) + "'");
+  }
+  if (o.max_restarts < 0) return Status::InvalidArgument("--max-restarts must be >= 0");
+  if (!(o.backoff_s >= 0)) return Status::InvalidArgument("--backoff must be >= 0");
+  return Status::Ok();
+}
+
+Result<int> RunLaunch(const LaunchOptions& options) {
+  if (Status s = ValidateLaunchOptions(options); !s.ok()) return s;
+  LaunchOptions o = options;
+  if (o.job.empty()) o.job = "launch-" + std::to_string(getpid());
+  if (o.self_exe.empty()) {
+    std::error_code ec;
+    o.self_exe = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return Status::IoError("cannot find this program's path (/proc/self/exe)");
+  }
+  if (!o.remote_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.remote_dir, ec);
+    o.remote_dir = fs::absolute(o.remote_dir, ec).string();
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto events, ParseInjectSpec(o.inject, o.np / o.ranks_per_node, o.seed));
+  Launcher launcher(std::move(o), std::move(events));
+  return launcher.Run();
+}
+
+int RankExec(const std::string& dir, const std::vector<std::string>& command) {
+  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank_env == nullptr) rank_env = std::getenv("PMIX_RANK");
+  if (rank_env == nullptr || command.empty()) {
+    std::fprintf(stderr,
+                 "memento launch --rank-exec: no OMPI_COMM_WORLD_RANK (run under mpirun)\n");
+    return 2;
+  }
+  const int rank = std::atoi(rank_env);
+  const char* per_node_env = std::getenv("MEMENTO_RANKS_PER_NODE");
+  const int per_node =
+      per_node_env != nullptr && std::atoi(per_node_env) > 0 ? std::atoi(per_node_env) : 1;
+  const char* attempt = std::getenv("MEMENTO_LAUNCH_ATTEMPT");
+  std::ifstream nodes(dir + "/nodes");
+  std::string line;
+  for (int k = 0; k <= rank / per_node && std::getline(nodes, line); ++k) {
+  }
+  if (!line.empty()) setenv("MEMENTO_NODE", line.c_str(), 1);
+  {
+    std::ofstream pid(dir + "/pid.a" + std::string(attempt == nullptr ? "0" : attempt) + ".r" +
+                      std::to_string(rank));
+    pid << getpid() << "\n";
+  }
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "memento launch: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+  return 127;
+}
+
+}  // namespace memento::launch

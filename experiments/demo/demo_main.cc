@@ -1,0 +1,440 @@
+// memento_demo: a small GPT-style character language model trained
+// data-parallel over MPI ranks, checkpointed with memento every step.
+//
+// Parallelism (ZeRO-1 style): every rank holds the full parameters for the
+// forward/backward pass; the flat gradient is reduce-scattered (averaged),
+// and each rank owns one slice of the parameters and of the Adam moments,
+// updates it, and allgathers the parameters. A rank's checkpoint shard is its
+// slice: parameters, Adam m and v, and the step. Batches are a pure function
+// of (seed, step, rank) and there is no dropout, so the run is deterministic:
+// the same seed gives bit-identical state on every run, with or without
+// failures and restores in between.
+//
+// Run under `memento launch` (progress, injected failures) or plain mpirun.
+// `--baseline-remote DIR` replaces memento with the usual synchronous
+// checkpoint to a directory (every rank writes its slice, fsync, barrier).
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint_glue.h"
+#include "corpus.h"
+#include "gpt_model.h"
+#include "memento/launch/job_reporter.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/config.h"
+#include "memento/runtime/mpi_transport.h"
+
+namespace memento::demo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Args {
+  uint64_t steps = 40;
+  uint64_t seed = 1;
+  int64_t dim = 64, heads = 4, blocks = 2, context = 32, batch = 8;
+  double lr = 3e-3;
+  int ckpt_every = 1;
+  std::string out;
+  std::string hash_log;
+  std::string baseline_remote;
+  bool quiet = false;
+};
+
+uint64_t Fnv1a(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+class Trainer {
+ public:
+  Trainer(const Args& args, int rank, int size) : a_(args), rank_(rank), size_(size) {}
+
+  int Run();
+
+ private:
+  void Build();
+  std::vector<std::pair<std::string, torch::Tensor>> Shard() const {
+    return {{"param_slice", slice_}, {"adam_m", m_}, {"adam_v", v_}, {"meta", meta_}};
+  }
+  // Collective: hash of every rank's shard, combined in rank order.
+  std::string StateHash() const;
+  void GatherParams() {
+    MPI_Allgather(slice_.data_ptr<float>(), static_cast<int>(chunk_), MPI_FLOAT,
+                  flat_.data_ptr<float>(), static_cast<int>(chunk_), MPI_FLOAT, MPI_COMM_WORLD);
+  }
+  double TrainStep(uint64_t step);  // forward/backward/reduce-scatter; returns the mean loss
+  void AdamUpdate(uint64_t step);
+  Status BaselineSave(uint64_t step);
+  uint64_t BaselineRestore();
+
+  Args a_;
+  int rank_, size_;
+  std::vector<int64_t> data_;
+  int64_t vocab_ = 0;
+  Gpt model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  int64_t total_ = 0, chunk_ = 0;
+  torch::Tensor flat_, grad_flat_, grad_slice_, slice_, m_, v_, meta_;
+};
+
+void Trainer::Build() {
+  const std::string text = GenerateCorpus(7, 96 << 10);
+  std::map<char, int64_t> ids;
+  for (char c : text) ids.emplace(c, 0);
+  for (auto& [c, id] : ids) id = vocab_++;
+  for (char c : text) data_.push_back(ids[c]);
+
+  torch::manual_seed(a_.seed);
+  GptOptions o;
+  o.vocab = vocab_;
+  o.context = a_.context;
+  o.dim = a_.dim;
+  o.heads = a_.heads;
+  o.blocks = a_.blocks;
+  model_ = Gpt(o);
+  for (auto& p : model_->parameters()) {
+    params_.push_back(p);
+    total_ += p.numel();
+  }
+  chunk_ = (total_ + size_ - 1) / size_;
+  flat_ = torch::zeros({chunk_ * size_});
+  int64_t off = 0;
+  for (auto& p : params_) {
+    torch::NoGradGuard guard;
+    flat_.narrow(0, off, p.numel()).copy_(p.reshape({-1}));
+    p.set_data(flat_.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+  grad_flat_ = torch::zeros({chunk_ * size_});
+  grad_slice_ = torch::zeros({chunk_});
+  slice_ = flat_.narrow(0, rank_ * chunk_, chunk_).clone();
+  m_ = torch::zeros({chunk_});
+  v_ = torch::zeros({chunk_});
+  meta_ = torch::zeros({4}, torch::kLong);
+  meta_[1] = static_cast<int64_t>(a_.seed);
+}
+
+std::string Trainer::StateHash() const {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, t] : Shard()) h = Fnv1a(t.data_ptr(), t.nbytes(), h);
+  std::vector<uint64_t> all(size_);
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return Hex(Fnv1a(all.data(), all.size() * sizeof(uint64_t)));
+}
+
+double Trainer::TrainStep(uint64_t step) {
+  const int64_t b = a_.batch, t = a_.context;
+  std::mt19937_64 rng(a_.seed * 1000003ull + step * 8191ull + static_cast<uint64_t>(rank_));
+  torch::Tensor x = torch::empty({b, t}, torch::kLong), y = torch::empty({b, t}, torch::kLong);
+  auto xa = x.accessor<int64_t, 2>();
+  auto ya = y.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const size_t off = rng() % (data_.size() - t - 1);
+    for (int64_t j = 0; j < t; ++j) {
+      xa[i][j] = data_[off + j];
+      ya[i][j] = data_[off + j + 1];
+    }
+  }
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  torch::Tensor logits = model_->forward(x);
+  torch::Tensor loss =
+      torch::nn::functional::cross_entropy(logits.view({-1, vocab_}), y.view({-1}));
+  loss.backward();
+  int64_t off = 0;
+  grad_flat_.zero_();
+  for (auto& p : params_) {
+    grad_flat_.narrow(0, off, p.numel()).copy_(p.grad().reshape({-1}));
+    off += p.numel();
+  }
+  MPI_Reduce_scatter_block(grad_flat_.data_ptr<float>(), grad_slice_.data_ptr<float>(),
+                           static_cast<int>(chunk_), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  grad_slice_.div_(static_cast<double>(size_));
+  double l = loss.item<double>(), sum = 0;
+  MPI_Allreduce(&l, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sum / size_;
+}
+
+void Trainer::AdamUpdate(uint64_t step) {
+  torch::NoGradGuard guard;
+  const double b1 = 0.9, b2 = 0.99, eps = 1e-8;
+  m_.mul_(b1).add_(grad_slice_, 1 - b1);
+  v_.mul_(b2).addcmul_(grad_slice_, grad_slice_, 1 - b2);
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
+  const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
+  slice_.addcdiv_(m_, (v_ / bc2).sqrt_().add_(eps), -a_.lr / bc1);
+  meta_[0] = static_cast<int64_t>(step);
+}
+
+Status Trainer::BaselineSave(uint64_t step) {
+  namespace fs = std::filesystem;
+  const std::string file =
+      a_.baseline_remote + "/step" + std::to_string(step) + ".r" + std::to_string(rank_);
+  const int fd = ::open((file + ".tmp").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return Status::IoError("cannot write " + file);
+  for (const auto& [name, t] : Shard()) {
+    if (::write(fd, t.data_ptr(), t.nbytes()) != static_cast<ssize_t>(t.nbytes())) {
+      ::close(fd);
+      return Status::IoError("short write to " + file);
+    }
+  }
+  ::fsync(fd);
+  ::close(fd);
+  std::error_code ec;
+  fs::rename(file + ".tmp", file, ec);
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank's file is durable
+  if (rank_ == 0) {
+    std::ofstream(a_.baseline_remote + "/LATEST.tmp") << step << "\n";
+    fs::rename(a_.baseline_remote + "/LATEST.tmp", a_.baseline_remote + "/LATEST", ec);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (step > static_cast<uint64_t>(a_.ckpt_every)) {
+    fs::remove(a_.baseline_remote + "/step" + std::to_string(step - a_.ckpt_every) + ".r" +
+                   std::to_string(rank_),
+               ec);
+  }
+  return Status::Ok();
+}
+
+uint64_t Trainer::BaselineRestore() {
+  uint64_t latest = 0;
+  std::ifstream(a_.baseline_remote + "/LATEST") >> latest;
+  if (latest == 0) return 0;
+  std::ifstream in(
+      a_.baseline_remote + "/step" + std::to_string(latest) + ".r" + std::to_string(rank_),
+      std::ios::binary);
+  for (const auto& [name, t] : Shard()) {
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  }
+  return in ? latest : 0;
+}
+
+int Trainer::Run() {
+  auto reporter = launch::JobReporter::FromEnv(rank_);
+  at::set_num_threads(1);
+  Build();
+  if (rank_ == 0 && !a_.quiet) {
+    std::printf(
+        "memento_demo: %d ranks, %lld parameters (%lld per rank slice), vocab %lld, "
+        "%llu steps\n",
+        size_, static_cast<long long>(total_), static_cast<long long>(chunk_),
+        static_cast<long long>(vocab_), static_cast<unsigned long long>(a_.steps));
+  }
+  reporter.Start(a_.steps);
+  std::unique_ptr<runtime::Checkpointer> ck;
+  const bool baseline = !a_.baseline_remote.empty();
+  uint64_t start = 0;
+  if (baseline) {
+    std::filesystem::create_directories(a_.baseline_remote);
+    reporter.RestoreBegin();
+    const double t0 = launch::JobReporter::Now();
+    start = BaselineRestore();
+    uint64_t agreed = 0;
+    MPI_Allreduce(&start, &agreed, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    start = agreed;
+    if (start == 0) {  // nothing saved yet: the initial state
+      slice_.copy_(flat_.narrow(0, rank_ * chunk_, chunk_));
+    }
+    runtime::RestoreReport report;
+    report.version = start;
+    for (const auto& [name, t] : Shard()) {
+      report.entries.push_back({name, t.nbytes(), 0, runtime::RestoreSource::kRemote});
+    }
+    const std::string hash = StateHash();
+    if (start > 0) {
+      reporter.Restored(report, t0, launch::JobReporter::Now(), hash);
+    } else {
+      reporter.Restored(Status::NotFound("nothing to restore"), t0, launch::JobReporter::Now(),
+                        hash);
+    }
+  } else {
+    auto config = runtime::Config::FromEnv();
+    if (!config.ok()) {
+      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+      return 2;
+    }
+    runtime::MpiTransportOptions mpi_options;
+    mpi_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000));
+    auto transport = runtime::CreateMpiTransport(mpi_options);
+    if (!transport.ok()) {
+      std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
+      return 1;
+    }
+    auto created = runtime::Checkpointer::Create(*config, *transport, nullptr, reporter.Hooks());
+    if (!created.ok()) {
+      std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+      return 1;
+    }
+    ck = std::move(created).value();
+    if (Status s = RegisterTensors(*ck, Shard()); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    reporter.RestoreBegin();
+    const double t0 = launch::JobReporter::Now();
+    auto report = ck->Restore();
+    const double t1 = launch::JobReporter::Now();
+    if (report.ok()) {
+      start = report->version;
+      GatherParams();
+    } else if (report.status().code() != StatusCode::kNotFound) {
+      reporter.Restored(report, t0, t1, "");
+      std::fprintf(stderr, "rank %d: restore failed: %s\n", rank_,
+                   report.status().ToString().c_str());
+      return 3;
+    }
+    reporter.Restored(report, t0, t1, StateHash());
+    if (rank_ == 0 && !a_.quiet) {
+      std::printf("%s\n",
+                  report.ok() ? report->ToString().c_str() : "fresh start (nothing to restore)");
+    }
+  }
+  std::unique_ptr<std::ofstream> hash_log;
+  if (!a_.hash_log.empty() && rank_ == 0) {
+    hash_log = std::make_unique<std::ofstream>(a_.hash_log, std::ios::app);
+  }
+  if (!a_.hash_log.empty() && start == 0) {
+    const std::string h = StateHash();
+    if (hash_log) *hash_log << 0 << " " << h << "\n";
+  }
+
+  double step_sum = 0, stall_sum = 0;
+  uint64_t counted = 0;
+  for (uint64_t step = start + 1; step <= a_.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double loss = TrainStep(step);
+    double stall = 0;
+    const bool save = step % static_cast<uint64_t>(a_.ckpt_every) == 0 || step == a_.steps;
+    if (ck) {
+      const auto w0 = Clock::now();
+      if (Status s = ck->WaitSnapshot(); !s.ok()) {
+        std::fprintf(stderr, "rank %d: snapshot of the previous checkpoint failed: %s\n", rank_,
+                     s.ToString().c_str());
+      }
+      stall += Seconds(w0, Clock::now());
+    }
+    AdamUpdate(step);
+    if (save) {
+      const auto s0 = Clock::now();
+      Status s = ck ? ck->Save(step) : BaselineSave(step);
+      stall += Seconds(s0, Clock::now());
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: checkpoint of step %llu failed: %s\n", rank_,
+                     static_cast<unsigned long long>(step), s.ToString().c_str());
+        return 1;
+      }
+    }
+    GatherParams();
+    const double step_s = Seconds(t0, Clock::now());
+    step_sum += step_s;
+    stall_sum += stall;
+    ++counted;
+    reporter.Step(step, loss, step_s, stall);
+    if (hash_log != nullptr || !a_.hash_log.empty()) {
+      const std::string h = StateHash();
+      if (hash_log) *hash_log << step << " " << h << std::endl;
+    }
+    if (rank_ == 0 && !a_.quiet) {
+      std::printf("step %llu/%llu loss %.4f step %.4f s checkpoint stall %.2f ms\n",
+                  static_cast<unsigned long long>(step), static_cast<unsigned long long>(a_.steps),
+                  loss, step_s, stall * 1e3);
+      std::fflush(stdout);
+    }
+  }
+  if (ck) {
+    Status w = ck->Wait(), p = ck->WaitPersist();
+    if (!w.ok() || !p.ok()) {
+      std::fprintf(stderr, "rank %d: last checkpoint: %s; persist: %s\n", rank_,
+                   w.ToString().c_str(), p.ToString().c_str());
+      return 1;
+    }
+  }
+  const std::string hash = StateHash();
+  if (rank_ == 0) {
+    if (!a_.out.empty()) {
+      std::ofstream out(a_.out, std::ios::binary | std::ios::trunc);
+      out.write(static_cast<const char*>(flat_.data_ptr()),
+                static_cast<std::streamsize>(flat_.nbytes()));
+    }
+    if (!a_.quiet) {
+      std::printf(
+          "done: step %llu, state %s, mean step %.4f s, mean checkpoint stall %.2f ms "
+          "(%llu steps this launch)\n",
+          static_cast<unsigned long long>(a_.steps), hash.c_str(),
+          counted ? step_sum / counted : 0.0, counted ? stall_sum / counted * 1e3 : 0.0,
+          static_cast<unsigned long long>(counted));
+    }
+  }
+  reporter.Done(a_.steps, hash);
+  ck.reset();
+  return 0;
+}
+
+}  // namespace
+}  // namespace memento::demo
+
+int main(int argc, char** argv) {
+  memento::demo::Args a;
+  CLI::App app{"memento_demo: a small GPT trained data-parallel, checkpointed by memento"};
+  app.add_option("--steps", a.steps, "training steps (default 40)");
+  app.add_option("--seed", a.seed, "seed of the initial weights and the batches (default 1)");
+  app.add_option("--dim", a.dim, "embedding width (default 64)");
+  app.add_option("--heads", a.heads, "attention heads (default 4)");
+  app.add_option("--blocks", a.blocks, "transformer blocks (default 2)");
+  app.add_option("--context", a.context, "tokens per sequence (default 32)");
+  app.add_option("--batch", a.batch, "sequences per rank and step (default 8)");
+  app.add_option("--lr", a.lr, "Adam learning rate (default 3e-3)");
+  app.add_option("--ckpt-every", a.ckpt_every, "checkpoint every K steps (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", a.out, "rank 0 writes the final parameters (raw float32) here");
+  app.add_option("--hash-log", a.hash_log, "rank 0 appends 'step state-hash' per step here");
+  app.add_option("--baseline-remote", a.baseline_remote,
+                 "no memento: checkpoint synchronously to this directory");
+  app.add_flag("--quiet", a.quiet, "no per-step lines");
+  CLI11_PARSE(app, argc, argv);
+  if (a.dim % a.heads != 0) {
+    std::fprintf(stderr, "--dim %lld must be a multiple of --heads %lld\n",
+                 static_cast<long long>(a.dim), static_cast<long long>(a.heads));
+    return 2;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "memento_demo needs MPI_THREAD_MULTIPLE (got level %d)\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rc = 0;
+  {
+    memento::demo::Trainer trainer(a, rank, size);
+    rc = trainer.Run();
+  }
+  if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
+  MPI_Finalize();
+  return 0;
+}

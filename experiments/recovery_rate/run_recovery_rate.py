@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Recovery-rate experiment on `memento launch` with the demo training job.
+
+For every (scheme, N, f): T trials. A trial runs the demo under `memento launch`,
+loses f distinct random nodes at once at a random step and stage (--inject
+randF@LO-HI:rand, seeded per trial), lets the launcher relaunch, and classifies
+the trial from the launcher's records:
+  memory  the restore after the failure came from memory only (local copies,
+          replicas, decodes) and its state is bit-identical to the failure-free
+          reference at the restored step, and the job finished bit-identically;
+  remote  the restore fell back to the remote tier, bit-identical at the
+          persisted step, and the job finished bit-identically;
+  failed  anything else (nothing to restore, a restore error, a wrong state).
+The measured memory rate (95 % Wilson interval) is printed beside
+`memento rate`'s exact probability of rebuilding from memory after f random
+node losses. With --goodput it also measures goodput (useful compute time /
+wall time) per scheme with G failures per run, against the same job
+checkpointing synchronously to the remote directory only.
+
+Writes RESULTS/NAME.md, RESULTS/NAME.jsonl (one record per trial and run) and,
+unless --no-plots, RESULTS/NAME.png (rate vs f per scheme, with memory per
+node) and RESULTS/NAME_time_lost.png (time lost per failure by source). Plots
+need matplotlib: run with /usr/bin/python3 on Debian.
+
+  experiments/recovery_rate/run_recovery_rate.py --trials 10 --goodput
+  experiments/recovery_rate/run_recovery_rate.py --schemes replica:2 --nodes 4 \
+      --failures 2 --trials 6 --name check --no-plots
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCES = ("detection", "relaunch", "restore", "reprotect", "recompute")
+
+
+def parse_counts(text):
+    out = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            out += list(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def wilson(successes, n, z=1.959964):
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def group_fits(scheme, nodes):
+    """True when the scheme's group fits in N nodes (rs:6+2 needs 8)."""
+    kind = scheme.split(":")[0]
+    if kind == "replica":
+        return int(scheme.split(":")[1]) <= nodes
+    if kind == "xor":
+        return int(scheme.split(":")[1]) + 1 <= nodes
+    if kind == "rs":
+        k, m = scheme.split(":")[1].split("+")
+        return int(k) + int(m) <= nodes
+    return True
+
+
+class Runner:
+    def __init__(self, args):
+        self.a = args
+        self.tmp = tempfile.mkdtemp(prefix="memento-rr-")
+        self.records = []
+
+    def launch(self, job, nodes, scheme, inject=None, seed=1, remote=None, demo_extra=(),
+               timeout=900):
+        a = self.a
+        rec_path = os.path.join(self.tmp, job + ".jsonl")
+        cmd = [a.cli, "launch", "-n", str(nodes * a.ranks_per_node), "--ranks-per-node",
+               str(a.ranks_per_node), "--scheme", scheme, "--job", job, "--records", rec_path,
+               "--quiet", "--backoff", "0.2", "--seed", str(seed), "--max-restarts", "1"]
+        if inject:
+            cmd += ["--inject", inject]
+        if remote:
+            cmd += ["--remote", remote, "--persist-every", str(a.persist_every)]
+        cmd += ["--", a.demo, "--steps", str(a.steps), "--quiet"] + a.demo_args.split() + list(
+            demo_extra)
+        t0 = time.time()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+        wall = time.time() - t0
+        recs = []
+        if os.path.exists(rec_path):
+            with open(rec_path) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+            os.unlink(rec_path)
+        subprocess.run([a.cli, "clean", "--job", job], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return p, recs, wall
+
+    def reference(self, nodes):
+        """Failure-free run: the state hash after every step."""
+        log = os.path.join(self.tmp, "ref-%d.txt" % nodes)
+        p, recs, _ = self.launch("rr-ref-%d-%d" % (nodes, os.getpid()), nodes, "none",
+                                 demo_extra=["--hash-log", log])
+        if p.returncode != 0:
+            sys.exit("reference run failed:\n" + p.stdout)
+        hashes = {}
+        with open(log) as f:
+            for line in f:
+                step, h = line.split()
+                hashes[int(step)] = h
+        return hashes
+
+    def exact(self, scheme, nodes, failures):
+        out = subprocess.run([self.a.cli, "rate", "--nodes", str(nodes), "--scheme", scheme,
+                              "--failures", ",".join(map(str, failures)), "--trials", "0",
+                              "--json"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        j = json.loads(out)
+        s = j["schemes"][0]
+        return s["memory_per_node"], {r["failures"]: r["exact"] for r in s["node_failures"]}
+
+    def trial(self, scheme, nodes, f, t, ref):
+        a = self.a
+        seed = int(hashlib.sha256(("%s/%d/%d/%d/%d" % (scheme, nodes, f, t, a.seed)).encode())
+                   .hexdigest()[:12], 16)
+        remote = os.path.join(self.tmp, "remote")
+        shutil.rmtree(remote, ignore_errors=True)
+        inject = "rand%d@%s:rand" % (f, a.window)
+        job = "rr-%d-%d" % (os.getpid(), len(self.records))
+        p, recs, wall = self.launch(job, nodes, scheme, inject=inject, seed=seed, remote=remote)
+        shutil.rmtree(remote, ignore_errors=True)
+        rec = {"record": "trial", "scheme": scheme, "nodes": nodes, "f": f, "trial": t,
+               "seed": seed, "inject": inject, "wall_s": wall, "launch_exit": p.returncode}
+        fails = [r for r in recs if r["record"] == "failure"]
+        summary = ([r for r in recs if r["record"] == "summary"] or [{}])[-1]
+        restores = [r for r in recs if r["record"] == "restore" and r["attempt"] > 0]
+        cls, why = "failed", ""
+        if fails:
+            rec["lost_nodes"] = fails[0]["nodes"]
+            rec["stage"] = fails[0]["stage"]
+            rec["last_step"] = fails[0]["last_step"]
+        if not fails or not fails[0].get("injected"):
+            why = "the injected failure did not happen"
+        elif not restores:
+            why = "no restore after the failure"
+        else:
+            r = restores[0]
+            rec["restore"] = {k: r.get(k) for k in ("ok", "version", "entries_by_source",
+                                                    "from_memory", "from_remote", "lost")}
+            if not r.get("ok"):
+                why = "restore: " + ("nothing to restore" if r.get("nothing_to_restore")
+                                     else "; ".join(r.get("errors", [])))
+            elif r.get("state_hash") != ref.get(r.get("version")):
+                why = "restored state of v%s differs from the reference" % r.get("version")
+            elif summary.get("outcome") != "finished" or \
+                    summary.get("state_hash") != ref.get(a.steps):
+                why = "the job did not finish bit-identically (%s)" % summary.get("outcome")
+            else:
+                cls = "remote" if r.get("from_remote") else "memory"
+        rec["class"] = cls
+        if why:
+            rec["why"] = why
+        if cls == "failed" and p.returncode not in (0, 1):
+            rec["output_tail"] = p.stdout[-2000:]
+        return rec
+
+    def goodput(self, scheme, nodes, ref_compute_s):
+        a = self.a
+        inject = ",".join("rand@%d" % s for s in goodput_steps(a.steps, a.goodput_failures))
+        remote = os.path.join(self.tmp, "remote-gp")
+        shutil.rmtree(remote, ignore_errors=True)
+        job = "rr-gp-%d-%d" % (os.getpid(), len(self.records))
+        extra = []
+        launch_scheme = scheme
+        if scheme == "baseline":
+            launch_scheme = "none"
+            extra = ["--baseline-remote", remote]
+            p, recs, wall = self.launch(job, nodes, launch_scheme, inject=inject, seed=a.seed,
+                                        demo_extra=extra)
+        else:
+            p, recs, wall = self.launch(job, nodes, launch_scheme, inject=inject, seed=a.seed,
+                                        remote=remote)
+        shutil.rmtree(remote, ignore_errors=True)
+        summary = ([r for r in recs if r["record"] == "summary"] or [{}])[-1]
+        ok = summary.get("outcome") == "finished"
+        useful = a.steps * ref_compute_s
+        return {"record": "goodput", "scheme": scheme, "nodes": nodes,
+                "failures": a.goodput_failures, "ok": ok, "wall_s": summary.get("wall_s", wall),
+                "useful_s": useful,
+                "goodput": useful / summary["wall_s"] if ok and summary.get("wall_s") else 0.0,
+                "time_lost_s": summary.get("time_lost_s"), "steps_lost": summary.get("steps_lost")}
+
+
+def goodput_steps(steps, failures):
+    return [max(2, steps * (i + 1) // (failures + 1)) for i in range(failures)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--schemes", default="replica:2,replica:2:ring,xor:3,rs:4+2,rs:6+2")
+    ap.add_argument("--nodes", default="8,16")
+    ap.add_argument("--failures", default="1-4")
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--window", default="7-11", help="steps at which the failure may fall")
+    ap.add_argument("--persist-every", type=int, default=3)
+    ap.add_argument("--ranks-per-node", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--demo-args", default="--dim 32 --blocks 1 --context 16")
+    ap.add_argument("--goodput", action="store_true", help="also measure goodput")
+    ap.add_argument("--goodput-failures", type=int, default=2)
+    ap.add_argument("--goodput-nodes", type=int, default=8)
+    ap.add_argument("--results", default=os.path.join(ROOT, "experiments", "results"))
+    ap.add_argument("--name", default="recovery_rate")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "bindings", "cli", "memento"))
+    ap.add_argument("--demo", default=os.path.join(ROOT, "build", "experiments", "demo",
+                                                    "memento_demo"))
+    a = ap.parse_args()
+    os.environ.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    os.environ.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    os.environ.setdefault("MEMENTO_TIMEOUT_S", "60")
+    for tool in (a.cli, a.demo):
+        if not os.access(tool, os.X_OK):
+            sys.exit("not found: %s (build first, or pass --cli / --demo)" % tool)
+    os.makedirs(a.results, exist_ok=True)
+    run = Runner(a)
+    schemes = a.schemes.split(",")
+    failures = parse_counts(a.failures)
+    rows = []
+    t_start = time.time()
+    try:
+        for nodes in parse_counts(a.nodes):
+            ref = run.reference(nodes)
+            for scheme in schemes:
+                if not group_fits(scheme, nodes):
+                    print("skip %s on %d nodes (group does not fit)" % (scheme, nodes))
+                    continue
+                mem, exact = run.exact(scheme, nodes, [f for f in failures if f <= nodes])
+                for f in failures:
+                    if f > nodes:
+                        continue
+                    counts = {"memory": 0, "remote": 0, "failed": 0}
+                    for t in range(a.trials):
+                        rec = run.trial(scheme, nodes, f, t, ref)
+                        run.records.append(rec)
+                        counts[rec["class"]] += 1
+                        print("%-15s N=%-2d f=%d trial %2d: %-6s %s" % (
+                            scheme, nodes, f, t, rec["class"], rec.get("why", "")), flush=True)
+                    lo, hi = wilson(counts["memory"], a.trials)
+                    row = {"record": "rate", "scheme": scheme, "nodes": nodes, "f": f,
+                           "trials": a.trials, "memory_per_node": mem, "exact": exact[f],
+                           "measured": counts["memory"] / a.trials, "ci95": [lo, hi],
+                           "agree": lo - 1e-9 <= exact[f] <= hi + 1e-9, **counts}
+                    rows.append(row)
+                    run.records.append(row)
+                    print("  => memory %d/%d = %.3f [%.3f, %.3f] vs exact %.4f (%s); remote %d, "
+                          "failed %d" % (counts["memory"], a.trials, row["measured"], lo, hi,
+                                         exact[f], "agree" if row["agree"] else "DISAGREE",
+                                         counts["remote"], counts["failed"]), flush=True)
+        goodput = []
+        if a.goodput:
+            nodes = a.goodput_nodes
+            # Useful time per step: the median step time of a failure-free
+            # run that checkpoints only at its last step.
+            compute_s = median_step(run, nodes)
+            for scheme in [s for s in schemes if group_fits(s, nodes)] + ["baseline"]:
+                g = run.goodput(scheme, nodes, compute_s)
+                goodput.append(g)
+                run.records.append(g)
+                print("goodput %-15s N=%d %d failures: %.3f (wall %.1f s)" % (
+                    scheme, nodes, a.goodput_failures, g["goodput"], g["wall_s"]), flush=True)
+    finally:
+        shutil.rmtree(run.tmp, ignore_errors=True)
+    with open(os.path.join(a.results, a.name + ".jsonl"), "w") as f:
+        for r in run.records:
+            f.write(json.dumps(r) + "\n")
+    write_report(a, rows, run.records, goodput, time.time() - t_start)
+    if not a.no_plots:
+        plot(a, rows, run.records)
+    bad = [r for r in rows if not r["agree"]]
+    print("wrote %s/%s.md (%d rows, %d outside the CI)" % (a.results, a.name, len(rows), len(bad)))
+
+
+def median_step(run, nodes):
+    """Median step time (s) of a failure-free run that checkpoints only at its end."""
+    times = []
+    tmpdir = tempfile.mkdtemp(prefix="memento-rr-st-")
+    a = run.a
+    cmd = [a.cli, "launch", "-n", str(nodes * a.ranks_per_node), "--ranks-per-node",
+           str(a.ranks_per_node), "--job", "rr-st2-%d" % os.getpid(), "--quiet",
+           "--status-dir", tmpdir, "--", a.demo, "--steps", str(a.steps), "--quiet",
+           "--ckpt-every", str(a.steps + 1)] + a.demo_args.split()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(tmpdir, "events.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("event") == "step":
+                times.append(e["step_s"])
+    shutil.rmtree(tmpdir, ignore_errors=True)
+    return statistics.median(times) if times else 0.0
+
+
+def write_report(a, rows, records, goodput, elapsed):
+    path = os.path.join(a.results, a.name + ".md")
+    trials = [r for r in records if r["record"] == "trial"]
+    with open(path, "w") as f:
+        f.write("# Recovery rate under injected node failures\n\n")
+        f.write("Produced by `experiments/recovery_rate/run_recovery_rate.py %s` in %.0f s.\n\n"
+                % (" ".join(sys.argv[1:]), elapsed))
+        f.write("Each trial runs the demo (%d steps, `%s`) under `memento launch`, loses f "
+                "random nodes at once at a random step in %s and a random stage, relaunches "
+                "and classifies the trial (memory / remote / failed; bit-exact against the "
+                "failure-free run). Remote tier: persist every %d steps. "
+                "Measured memory rate with its 95 %% Wilson interval beside `memento rate`'s "
+                "exact probability.\n\n" % (a.steps, a.demo_args, a.window, a.persist_every))
+        f.write("| scheme | N | f | memory/node | trials | memory | remote | failed | "
+                "measured | 95 % CI | exact | agree |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write("| %s | %d | %d | %.2f x | %d | %d | %d | %d | %.3f | [%.3f, %.3f] | %.4f | %s |\n"
+                    % (r["scheme"], r["nodes"], r["f"], r["memory_per_node"], r["trials"],
+                       r["memory"], r["remote"], r["failed"], r["measured"], r["ci95"][0],
+                       r["ci95"][1], r["exact"], "yes" if r["agree"] else "**no**"))
+        by = {}
+        for t in trials:
+            lost = (t.get("restore") or {}).get("lost")
+            if t["class"] in ("memory", "remote") and lost:
+                by.setdefault((t["scheme"], t["class"]), []).append(lost)
+        if by:
+            f.write("\n## Time lost per failure (mean seconds, by source)\n\n| scheme | restored from | "
+                    "failures | steps lost | detection | relaunch | restore | re-protect | "
+                    "recompute | total |\n|---|---|---|---|---|---|---|---|---|---|\n")
+            for (scheme, cls), ls in sorted(by.items()):
+                mean = {s: statistics.mean(l[s + "_s"] for l in ls) for s in SOURCES}
+                f.write("| %s | %s | %d | %.2f | %s | %.2f |\n" % (
+                    scheme, cls, len(ls), statistics.mean(l["steps_lost"] for l in ls),
+                    " | ".join("%.2f" % mean[s] for s in SOURCES), sum(mean.values())))
+        if goodput:
+            f.write("\n## Goodput (useful compute time / wall time), %d failures per run of %d "
+                    "steps, N=%d\n\n| checkpointing | finished | wall s | goodput |\n"
+                    "|---|---|---|---|\n" % (a.goodput_failures, a.steps, a.goodput_nodes))
+            for g in goodput:
+                name = ("synchronous remote only (baseline)" if g["scheme"] == "baseline"
+                        else "memento " + g["scheme"])
+                f.write("| %s | %s | %.1f | %.3f |\n" % (name, "yes" if g["ok"] else "no",
+                                                         g["wall_s"], g["goodput"]))
+        failed = [t for t in trials if t["class"] == "failed"]
+        if failed:
+            f.write("\n## Failed trials\n\n")
+            for t in failed:
+                f.write("- %s N=%d f=%d trial %d (nodes %s, %s): %s\n" % (
+                    t["scheme"], t["nodes"], t["f"], t["trial"], t.get("lost_nodes"),
+                    t.get("stage"), t.get("why")))
+        if not a.no_plots:
+            f.write("\n![recovery rate](%s.png)\n\n![time lost](%s_time_lost.png)\n"
+                    % (a.name, a.name))
+
+
+def plot(a, rows, records):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available (use /usr/bin/python3): no plots")
+        return
+    nodes_list = sorted({r["nodes"] for r in rows})
+    fig, axes = plt.subplots(1, len(nodes_list), figsize=(6 * len(nodes_list), 4.5), squeeze=False)
+    for ax, nodes in zip(axes[0], nodes_list):
+        for scheme in dict.fromkeys(r["scheme"] for r in rows if r["nodes"] == nodes):
+            rs = [r for r in rows if r["nodes"] == nodes and r["scheme"] == scheme]
+            fs = [r["f"] for r in rs]
+            line = ax.errorbar(fs, [r["measured"] for r in rs],
+                               yerr=[[r["measured"] - r["ci95"][0] for r in rs],
+                                     [r["ci95"][1] - r["measured"] for r in rs]],
+                               marker="o", capsize=3,
+                               label="%s (%.2fx memory/node)" % (scheme, rs[0]["memory_per_node"]))
+            ax.plot(fs, [r["exact"] for r in rs], linestyle=":", color=line[0].get_color())
+        ax.set_title("N = %d nodes (dotted: exact)" % nodes)
+        ax.set_xlabel("simultaneous node failures f")
+        ax.set_ylabel("recovered from memory")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xticks(sorted({r["f"] for r in rows}))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.results, a.name + ".png"), dpi=110)
+    plt.close(fig)
+
+    trials = [t for t in records if t["record"] == "trial" and t["class"] != "failed"
+              and (t.get("restore") or {}).get("lost")]
+    keys = sorted({(t["scheme"], t["class"]) for t in trials})
+    if not keys:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(keys) + 2), 4.5))
+    bottom = [0.0] * len(keys)
+    for s in SOURCES:
+        vals = []
+        for k in keys:
+            ls = [t["restore"]["lost"][s + "_s"] for t in trials if (t["scheme"], t["class"]) == k]
+            vals.append(statistics.mean(ls))
+        ax.bar(range(len(keys)), vals, bottom=bottom, label=s)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(keys)))
+    ax.set_xticklabels(["%s\n%s" % k for k in keys], fontsize=8)
+    ax.set_ylabel("seconds lost per failure (mean)")
+    ax.set_title("Time lost per failure by source")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.results, a.name + "_time_lost.png"), dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Fault tests of `memento launch` with the demo job (ctest label fault).
+
+usage: launch_test.py SCENARIO
+  reference       failure-free run; writes the reference (final state hash) to $REFERENCE
+  step            node 1 lost at step 3 (launcher SIGKILL + unlink)
+  snapshot|protect|commit|persist
+                  node 2 lost at that stage of version 4 (the job's fault hook)
+  recovery        node 1 lost at step 3, node 2 lost while the job recovers
+  two-nodes       nodes 0 and 2 lost together (replica:2: one per group)
+  interrupt       SIGINT while the job runs: exit 130, segments cleaned
+  bad-scheme | bad-node | bad-command | failing-job
+                  bad input is refused with a clear error; a job that fails on its
+                  own is relaunched a bounded number of times, its exit status
+                  and output tail shown
+Every scenario that trains requires the final state to be bit-identical to
+the reference (the same hash of every rank's parameters and Adam moments).
+Environment: MEMENTO_CLI, MEMENTO_DEMO (binaries), REFERENCE (file).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CLI = os.environ["MEMENTO_CLI"]
+DEMO = os.environ["MEMENTO_DEMO"]
+REFERENCE = os.environ["REFERENCE"]
+NP = 4
+DEMO_ARGS = ["--steps", "8", "--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def job_segments(job):
+    return [n for n in os.listdir("/dev/shm") if n.startswith("memento." + job + ".")]
+
+
+def launch(job, extra, remote=None, expect=0, timeout=240):
+    records = tempfile.mktemp(prefix="memento-launch-records-")
+    cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--records", records, "--quiet",
+           "--backoff", "0.2"] + extra
+    if remote:
+        cmd += ["--remote", remote]
+    cmd += ["--", DEMO] + DEMO_ARGS
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    print(p.stdout)
+    if p.returncode != expect:
+        fail("launch exited %d, expected %d" % (p.returncode, expect))
+    recs = []
+    if os.path.exists(records):
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        os.unlink(records)
+    left = job_segments(job)
+    if left:
+        fail("segments left behind: %s" % left)
+    return p, recs
+
+
+def of(recs, kind):
+    return [r for r in recs if r["record"] == kind]
+
+
+def reference_hash():
+    with open(REFERENCE) as f:
+        return f.read().split()[0]
+
+
+def check_recovered(recs, failures, memory=True):
+    summary = of(recs, "summary")[-1]
+    if summary["outcome"] != "finished":
+        fail("outcome %s" % summary["outcome"])
+    if summary["state_hash"] != reference_hash():
+        fail("final state %s differs from the failure-free run's %s"
+             % (summary["state_hash"], reference_hash()))
+    fl = of(recs, "failure")
+    if len(fl) != failures or not all(f["injected"] for f in fl):
+        fail("expected %d injected failures, got %s" % (failures, fl))
+    if of(recs, "not_fired"):
+        fail("an injected event never fired: %s" % of(recs, "not_fired"))
+    restores = [r for r in of(recs, "restore") if r["attempt"] > 0]
+    if not restores or not restores[-1]["ok"]:
+        fail("no successful restore after the failures: %s" % restores)
+    last = restores[-1]
+    if memory and not last["from_memory"]:
+        fail("restore came from %s, expected memory only" % last["entries_by_source"])
+    if "lost" not in last:
+        fail("restore record has no time-lost split")
+    for key in ("detection_s", "relaunch_s", "restore_s", "reprotect_s", "steps_lost"):
+        if key not in last["lost"]:
+            fail("lost has no %s" % key)
+    print("PASS: final state %s bit-identical to the failure-free run; restores %s" % (
+        summary["state_hash"], [(r["version"], r["entries_by_source"]) for r in restores]))
+
+
+def main():
+    scenario = sys.argv[1]
+    job = "lt-%s-%d" % (scenario, os.getpid())
+    remote = tempfile.mkdtemp(prefix="memento-lt-")
+    try:
+        run(scenario, job, remote)
+    finally:
+        subprocess.run(["rm", "-rf", remote])
+        subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def run(scenario, job, remote):
+    if scenario == "reference":
+        _, recs = launch(job, ["--scheme", "replica:2"])
+        summary = of(recs, "summary")[-1]
+        if summary["outcome"] != "finished" or not summary["state_hash"]:
+            fail("reference run: %s" % summary)
+        if of(recs, "failure"):
+            fail("failures in the failure-free run")
+        with open(REFERENCE, "w") as f:
+            f.write(summary["state_hash"] + "\n")
+        print("PASS: reference state", summary["state_hash"])
+    elif scenario == "step":
+        _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@3"])
+        check_recovered(recs, 1)
+        if of(recs, "failure")[0]["segments_unlinked"] == []:
+            fail("the lost node's segment was not unlinked")
+    elif scenario in ("snapshot", "protect", "commit"):
+        _, recs = launch(job, ["--scheme", "rs:2+1", "--inject", "2@4:" + scenario])
+        check_recovered(recs, 1)
+        if of(recs, "failure")[0]["stage"] != scenario:
+            fail("failure stage %s" % of(recs, "failure")[0]["stage"])
+    elif scenario == "persist":
+        _, recs = launch(job, ["--scheme", "xor:3", "--persist-every", "2", "--inject",
+                               "2@4:persist"], remote=remote)
+        check_recovered(recs, 1, memory=False)
+    elif scenario == "recovery":
+        _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@3,2@recovery"])
+        check_recovered(recs, 2)
+        if of(recs, "failure")[1]["stage"] != "recovery":
+            fail("second failure not during recovery")
+        restores = of(recs, "restore")
+        if any(r["attempt"] == 1 for r in restores if r.get("ok")):
+            fail("the recovery that was interrupted reported success")
+        if restores[-1]["lost"]["failures"] != [1, 2]:
+            fail("the last restore should close both failures: %s" % restores[-1]["lost"])
+    elif scenario == "two-nodes":
+        _, recs = launch(job, ["--scheme", "replica:2", "--inject", "0+2@4"])
+        check_recovered(recs, 1)
+    elif scenario == "interrupt":
+        records = tempfile.mktemp(prefix="memento-launch-records-")
+        cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
+               "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[2:] + [
+                   "--steps", "100000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while not job_segments(job):
+            if time.time() > deadline or p.poll() is not None:
+                p.kill()
+                fail("the job never created its segments")
+            time.sleep(0.2)
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        print(out)
+        if p.returncode != 130:
+            fail("exit %d after SIGINT, expected 130" % p.returncode)
+        with open(records) as f:
+            summary = [json.loads(line) for line in f if line.strip()][-1]
+        os.unlink(records)
+        if summary.get("outcome") != "interrupted":
+            fail("summary outcome %s, expected interrupted" % summary.get("outcome"))
+        if job_segments(job):
+            fail("segments left after SIGINT: %s" % job_segments(job))
+        ps = subprocess.run(["pgrep", "-f", "memento_demo.*100000"], stdout=subprocess.PIPE,
+                            text=True).stdout.split()
+        if ps:
+            fail("ranks still running after SIGINT: %s" % ps)
+        print("PASS: interrupted, segments cleaned, no rank left")
+    elif scenario == "bad-scheme":
+        p, _ = launch(job, ["--scheme", "raid:5"], expect=2)
+        if "raid:5" not in p.stdout:
+            fail("the error does not name the scheme")
+        print("PASS")
+    elif scenario == "bad-node":
+        p, _ = launch(job, ["--scheme", "replica:2", "--inject", "7@3"], expect=2)
+        if "node 7 does not exist" not in p.stdout:
+            fail("the error does not name the node")
+        print("PASS")
+    elif scenario == "bad-command":
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--", "no-such-command-xyz"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print(p.stdout)
+        if p.returncode != 2 or "command not found: 'no-such-command-xyz'" not in p.stdout:
+            fail("exit %d; expected 2 and 'command not found'" % p.returncode)
+        print("PASS")
+    elif scenario == "failing-job":
+        script = os.path.join(remote, "failing.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho 'bad things on rank' $OMPI_COMM_WORLD_RANK >&2\nexit 7\n")
+        os.chmod(script, 0o755)
+        records = tempfile.mktemp(prefix="memento-launch-records-")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--max-restarts", "2", "--backoff", "0.1",
+               "--records", records, "--quiet", "--", script]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        print(p.stdout)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        os.unlink(records)
+        if p.returncode != 1:
+            fail("exit %d, expected 1" % p.returncode)
+        if len(of(recs, "launch")) != 3:
+            fail("expected 3 launches (1 + --max-restarts 2), got %d" % len(of(recs, "launch")))
+        if "exit status 7" not in p.stdout or "bad things on rank" not in p.stdout:
+            fail("the job's exit status or output tail is not shown")
+        print("PASS: gave up after 3 launches, exit status and output shown")
+    else:
+        fail("unknown scenario " + scenario)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,8 +7,8 @@
 // through the transport during one Save (counted by a ForwardingTransport).
 // Memory: the bytes of every node store segment of the job in /dev/shm,
 // averaged per node. Prints one JSON line per mode and the ratios.
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -56,9 +56,12 @@ int main(int argc, char** argv) {
   std::string scheme = "replica:2";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i];
-    if (f == "--mib") mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (f == "--tensors") tensors = std::atoi(argv[i + 1]);
-    else if (f == "--scheme") scheme = argv[i + 1];
+    if (f == "--mib")
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (f == "--tensors")
+      tensors = std::atoi(argv[i + 1]);
+    else if (f == "--scheme")
+      scheme = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s (accepted: --mib --tensors --scheme)\n", argv[i]);
       return 2;
@@ -83,8 +86,8 @@ int main(int argc, char** argv) {
     // Every rank must use the same job id: rank 0 picks it.
     auto ids = counting->Allgather(job.data(), job.size());
     const std::string agreed(ids->at(0).begin(), ids->at(0).end());
-    auto config = mr::Config::FromMap({{"MEMENTO_JOB", agreed}, {"MEMENTO_SCHEME", scheme},
-                                       {"MEMENTO_RANKS_PER_NODE", "1"}});
+    auto config = mr::Config::FromMap(
+        {{"MEMENTO_JOB", agreed}, {"MEMENTO_SCHEME", scheme}, {"MEMENTO_RANKS_PER_NODE", "1"}});
     if (!config.ok()) {
       std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
       return 1;
@@ -115,12 +118,12 @@ int main(int argc, char** argv) {
       traffic[replicated] = static_cast<double>(total_sent) / size;
       memory[replicated] = static_cast<double>(seg) / size;
       if (rank == 0) {
-        std::printf("{\"mode\":\"%s\",\"ranks\":%d,\"scheme\":\"%s\",\"tensors\":%d,"
-                    "\"state_bytes\":%llu,\"protect_bytes_sent_per_node\":%.0f,"
-                    "\"store_bytes_per_node\":%.0f}\n",
-                    replicated ? "replicated" : "per-rank", size, scheme.c_str(), tensors,
-                    static_cast<unsigned long long>(state_bytes), traffic[replicated],
-                    memory[replicated]);
+        std::printf(
+            "{\"mode\":\"%s\",\"ranks\":%d,\"scheme\":\"%s\",\"tensors\":%d,"
+            "\"state_bytes\":%llu,\"protect_bytes_sent_per_node\":%.0f,"
+            "\"store_bytes_per_node\":%.0f}\n",
+            replicated ? "replicated" : "per-rank", size, scheme.c_str(), tensors,
+            static_cast<unsigned long long>(state_bytes), traffic[replicated], memory[replicated]);
       }
     }
     (void)counting->Barrier();

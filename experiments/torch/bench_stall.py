@@ -10,7 +10,8 @@ and exp_avg_sq), parameter sizes geometric from 4 KiB to at most 64 MiB,
 about --mib MiB in all.
   stall      time the training thread spends in save() and in wait_snapshot()
              when --compute-s of forward/backward (a sleep) separates them;
-             median over --iters checkpoints;
+             median and minimum over --iters checkpoints (on a loaded machine
+             the median includes waits for a core);
   torch.save torch.save of model + optimizer state_dict to a file in --dir,
              then flush + fsync; median over --iters;
   snapshot   save() then wait_snapshot() at once: the copy into the node store;
@@ -130,6 +131,7 @@ def main():
 
     stall = statistics.median(stalls)
     save = statistics.median(saves)
+    stall_min, save_min = min(stalls), min(saves)
     snap = min(snaps)
     one_snap = min(one_snaps)
     copy = min(copies)
@@ -138,6 +140,8 @@ def main():
         "threads": args.threads,
         "stall_s_median": round(stall, 6), "torch_save_fsync_s_median": round(save, 4),
         "stall_ratio": round(stall / save, 5), "stall_target": 0.01,
+        "stall_s_min": round(stall_min, 6), "torch_save_fsync_s_min": round(save_min, 4),
+        "stall_ratio_min": round(stall_min / save_min, 5),
         "snapshot_s_best": round(snap, 4), "memcpy_s_best": round(copy, 4),
         "snapshot_vs_memcpy": round(copy / snap, 3), "snapshot_target": 0.8,
         "one_tensor_snapshot_s_best": round(one_snap, 4),

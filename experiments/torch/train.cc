@@ -24,7 +24,9 @@ struct Net : torch::nn::Module {
       : fc1(register_module("fc1", torch::nn::Linear(32, width))),
         fc2(register_module("fc2", torch::nn::Linear(width, 1))),
         drop(register_module("drop", torch::nn::Dropout(0.1))) {}
-  at::Tensor forward(at::Tensor x) { return fc2->forward(drop->forward(torch::relu(fc1->forward(x)))); }
+  at::Tensor forward(at::Tensor x) {
+    return fc2->forward(drop->forward(torch::relu(fc1->forward(x))));
+  }
   torch::nn::Linear fc1, fc2;
   torch::nn::Dropout drop;
 };
@@ -60,9 +62,12 @@ int main(int argc, char** argv) {
   std::string out;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--steps") steps = std::atoll(argv[i + 1]);
-    else if (flag == "--width") width = std::atoi(argv[i + 1]);
-    else if (flag == "--out") out = argv[i + 1];
+    if (flag == "--steps")
+      steps = std::atoll(argv[i + 1]);
+    else if (flag == "--width")
+      width = std::atoi(argv[i + 1]);
+    else if (flag == "--out")
+      out = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s (accepted: --steps N --width W --out DIR)\n", argv[i]);
       return 2;
@@ -73,24 +78,24 @@ int main(int argc, char** argv) {
   Net net(width);
   torch::optim::Adam optimizer(net.parameters(), torch::optim::AdamOptions(1e-3));
 
-  using memento::torch_adapter::OrThrow;                                           // memento
+  using memento::torch_adapter::OrThrow;                                                  // memento
   auto ck = OrThrow(memento::torch_adapter::TorchCheckpointer::CreateFromEnvironment());  // memento
-  OrThrow(ck->RegisterModule(net)), OrThrow(ck->RegisterOptimizer(optimizer));     // memento
-  auto restored = OrThrow(ck->Restore());                                          // memento
+  OrThrow(ck->RegisterModule(net)), OrThrow(ck->RegisterOptimizer(optimizer));            // memento
+  auto restored = OrThrow(ck->Restore());                                                 // memento
   if (restored) std::printf("rank %d: %s\n", rank, restored->report.ToString().c_str());  // memento
   at::Tensor loss;
-  for (int64_t step = restored ? restored->step : 0; step < steps; ++step) {           // memento
+  for (int64_t step = restored ? restored->step : 0; step < steps; ++step) {  // memento
     at::Tensor x = torch::randn({16, 32});
     at::Tensor y = x.narrow(1, 0, 1) * 0.5 - x.narrow(1, 1, 1);
     loss = torch::mse_loss(net.forward(x), y);
     loss.backward();
-    OrThrow(ck->WaitSnapshot());                                                   // memento
+    OrThrow(ck->WaitSnapshot());  // memento
     optimizer.step();
     optimizer.zero_grad();
-    OrThrow(ck->Save(step + 1));                                                   // memento
+    OrThrow(ck->Save(step + 1));  // memento
     MaybeDie(step + 1, rank);
   }
-  OrThrow(ck->Wait());                                                             // memento
+  OrThrow(ck->Wait());  // memento
   if (!out.empty()) {
     std::ofstream f(out + "/rank" + std::to_string(rank) + ".bin", std::ios::binary);
     for (const auto& t : net.parameters()) Append(f, t);

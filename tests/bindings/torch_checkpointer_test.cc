@@ -28,8 +28,10 @@ struct JobGuard {
 };
 
 Config MakeConfig(const std::string& job) {
-  auto c = Config::FromMap({{"MEMENTO_JOB", job}, {"MEMENTO_RANKS_PER_NODE", "1"},
-                            {"MEMENTO_CHUNK_BYTES", "64K"}, {"MEMENTO_TIMEOUT_S", "60"}});
+  auto c = Config::FromMap({{"MEMENTO_JOB", job},
+                            {"MEMENTO_RANKS_PER_NODE", "1"},
+                            {"MEMENTO_CHUNK_BYTES", "64K"},
+                            {"MEMENTO_TIMEOUT_S", "60"}});
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.value();
 }
@@ -79,8 +81,7 @@ TEST(TorchAdapter, StableModuleAndOptimizerNames) {
   std::vector<std::string> names;
   for (const auto& t : ModuleTensors(net, "model.", false)) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"model.fc1.weight", "model.fc1.bias",
-                                             "model.fc2.weight", "model.fc2.bias",
-                                             "model.scale"}));
+                                             "model.fc2.weight", "model.fc2.bias", "model.scale"}));
   EXPECT_TRUE(OptimizerTensors(adam, "optimizer.", false).empty());  // lazily created
   EXPECT_EQ(PrimeOptimizerState(adam), 4);
   names.clear();
@@ -145,8 +146,7 @@ TEST(TorchAdapter, ModelAndAdamRestoreBitExactInPlace) {
     EXPECT_TRUE(BitEqual(all[i].tensor, expect[i])) << all[i].name;
     EXPECT_EQ(all[i].tensor.data_ptr(), ptrs[i]) << all[i].name << " restored out of place";
   }
-  auto* s = static_cast<torch::optim::AdamParamState*>(
-      adam.state().begin()->second.get());
+  auto* s = static_cast<torch::optim::AdamParamState*>(adam.state().begin()->second.get());
   EXPECT_EQ(s->step(), 2);  // integer optimizer state travels in the extra state
   EXPECT_TRUE(BitEqual(torch::rand({4}), draw));  // CPU generator restored
 }
@@ -160,10 +160,10 @@ TEST(TorchAdapter, DtypesAndNonContiguousTensors) {
       torch::randn({2, 9}).to(at::kBFloat16),
       torch::randint(-1000, 1000, {11}, at::kLong),
       torch::randn({13}) > 0,
-      torch::randn({4, 6}).t(),                    // dense permutation: in place
-      torch::randn({6, 8}).slice(1, 0, 8, 2),       // strided slice: staged
-      torch::tensor(3.5),                            // 0-dim
-      torch::empty({0, 4}),                          // empty
+      torch::randn({4, 6}).t(),                // dense permutation: in place
+      torch::randn({6, 8}).slice(1, 0, 8, 2),  // strided slice: staged
+      torch::tensor(3.5),                      // 0-dim
+      torch::empty({0, 4}),                    // empty
   };
   for (size_t i = 0; i < ts.size(); ++i) {
     ASSERT_TRUE(ck->Register("t" + std::to_string(i), ts[i]).ok());
@@ -172,7 +172,7 @@ TEST(TorchAdapter, DtypesAndNonContiguousTensors) {
   ASSERT_TRUE(ck->Wait().ok());
   std::vector<at::Tensor> expect;
   for (auto& t : ts) expect.push_back(t.clone());
-    for (auto& t : ts) {
+  for (auto& t : ts) {
     if (t.numel() > 0) t.zero_();
   }
   auto r = ck->Restore();

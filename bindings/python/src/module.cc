@@ -149,9 +149,15 @@ class PyCheckpointer {
     return ReportDict(*v);
   }
 
-  void WaitSnapshot() { Released([&] { return ck_->WaitSnapshot(); }); }
-  void Wait() { Released([&] { return ck_->Wait(); }); }
-  void WaitPersist() { Released([&] { return ck_->WaitPersist(); }); }
+  void WaitSnapshot() {
+    Released([&] { return ck_->WaitSnapshot(); });
+  }
+  void Wait() {
+    Released([&] { return ck_->Wait(); });
+  }
+  void WaitPersist() {
+    Released([&] { return ck_->WaitPersist(); });
+  }
   void Close() {
     py::gil_scoped_release release;
     if (ck_) (void)ck_->Wait();
@@ -186,19 +192,32 @@ class PyCheckpointer {
 
 const char* ExceptionName(StatusCode code) {
   switch (code) {
-    case StatusCode::kInvalidArgument: return "InvalidArgumentError";
-    case StatusCode::kNotFound: return "NotFoundError";
-    case StatusCode::kAlreadyExists: return "AlreadyExistsError";
-    case StatusCode::kCorruption: return "CorruptionError";
-    case StatusCode::kUnrecoverable: return "UnrecoverableError";
-    case StatusCode::kUnavailable: return "UnavailableError";
-    case StatusCode::kTimeout: return "TimeoutError";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kResourceExhausted: return "ResourceExhaustedError";
-    case StatusCode::kFailedPrecondition: return "FailedPreconditionError";
-    case StatusCode::kElasticRestoreNeeded: return "ElasticRestoreNeededError";
-    case StatusCode::kInternal: return "InternalError";
-    case StatusCode::kOk: break;
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgumentError";
+    case StatusCode::kNotFound:
+      return "NotFoundError";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExistsError";
+    case StatusCode::kCorruption:
+      return "CorruptionError";
+    case StatusCode::kUnrecoverable:
+      return "UnrecoverableError";
+    case StatusCode::kUnavailable:
+      return "UnavailableError";
+    case StatusCode::kTimeout:
+      return "TimeoutError";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhaustedError";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPreconditionError";
+    case StatusCode::kElasticRestoreNeeded:
+      return "ElasticRestoreNeededError";
+    case StatusCode::kInternal:
+      return "InternalError";
+    case StatusCode::kOk:
+      break;
   }
   return "MementoError";
 }
@@ -225,8 +244,8 @@ PYBIND11_MODULE(_memento, m) {
       bases = py::make_tuple(base);
     }
     const std::string name = std::string("memento.") + ExceptionName(code);
-    py::object cls = py::reinterpret_steal<py::object>(
-        PyErr_NewException(name.c_str(), bases.ptr(), nullptr));
+    py::object cls =
+        py::reinterpret_steal<py::object>(PyErr_NewException(name.c_str(), bases.ptr(), nullptr));
     cls.attr("code") = memento::StatusCodeName(code);
     m.attr(ExceptionName(code)) = cls;
     Exceptions()[code] = cls;
@@ -250,18 +269,21 @@ PYBIND11_MODULE(_memento, m) {
     }
     q.lines.emplace_back(static_cast<int>(level), line);
   });
-  m.def("drain_logs", [] {
-    std::vector<std::pair<int, std::string>> out;
-    LogQueue& q = Logs();
-    std::lock_guard<std::mutex> lock(q.mu);
-    out.assign(q.lines.begin(), q.lines.end());
-    q.lines.clear();
-    if (q.dropped != 0) {
-      out.emplace_back(1, std::to_string(q.dropped) + " log lines dropped (queue full)");
-      q.dropped = 0;
-    }
-    return out;
-  }, "Log lines queued since the last call: [(level 0=error..3=debug, message)].");
+  m.def(
+      "drain_logs",
+      [] {
+        std::vector<std::pair<int, std::string>> out;
+        LogQueue& q = Logs();
+        std::lock_guard<std::mutex> lock(q.mu);
+        out.assign(q.lines.begin(), q.lines.end());
+        q.lines.clear();
+        if (q.dropped != 0) {
+          out.emplace_back(1, std::to_string(q.dropped) + " log lines dropped (queue full)");
+          q.dropped = 0;
+        }
+        return out;
+      },
+      "Log lines queued since the last call: [(level 0=error..3=debug, message)].");
   m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
   m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
 

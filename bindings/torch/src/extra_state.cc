@@ -25,9 +25,9 @@ Status EncodeExtraState(const std::map<std::string, std::string>& records, uint8
                         uint64_t capacity) {
   const uint64_t need = ExtraStateBytes(records);
   if (need > capacity) {
-    return Status::ResourceExhausted(
-        "extra state needs " + std::to_string(need) + " bytes but its entry holds " +
-        std::to_string(capacity) + " (raise extra_capacity)");
+    return Status::ResourceExhausted("extra state needs " + std::to_string(need) +
+                                     " bytes but its entry holds " + std::to_string(capacity) +
+                                     " (raise extra_capacity)");
   }
   uint8_t* p = out;
   const uint32_t count = static_cast<uint32_t>(records.size());
@@ -46,8 +46,7 @@ Status EncodeExtraState(const std::map<std::string, std::string>& records, uint8
   return Status::Ok();
 }
 
-Result<std::map<std::string, std::string>> DecodeExtraState(const uint8_t* in,
-                                                            uint64_t capacity) {
+Result<std::map<std::string, std::string>> DecodeExtraState(const uint8_t* in, uint64_t capacity) {
   if (capacity < kHeaderBytes) return Status::Corruption("extra state: entry too small");
   uint32_t magic = 0, count = 0;
   uint64_t payload = 0;
@@ -72,7 +71,8 @@ Result<std::map<std::string, std::string>> DecodeExtraState(const uint8_t* in,
     p += klen;
     std::memcpy(&vlen, p, 8);
     p += 8;
-    if (static_cast<uint64_t>(end - p) < vlen) return Status::Corruption("extra state: truncated value");
+    if (static_cast<uint64_t>(end - p) < vlen)
+      return Status::Corruption("extra state: truncated value");
     records[key] = std::string(reinterpret_cast<const char*>(p), vlen);
     p += vlen;
   }

@@ -1,9 +1,6 @@
 // Stable flattened names of modules and optimizers (torch_checkpointer.h,
 // "Entry names"), and the creation of Adam / AdamW state before the first step.
 #include <c10/util/string_utils.h>
-
-#include "memento/torch/torch_checkpointer.h"
-
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -11,6 +8,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+
+#include "memento/torch/torch_checkpointer.h"
 
 namespace memento::torch_adapter {
 namespace {
@@ -29,19 +28,32 @@ void Add(std::vector<NamedTensor>& out, const std::string& name, const at::Tenso
 
 std::string DTypeName(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(type);
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    case at::kComplexFloat:
+      return "complex64";
+    case at::kComplexDouble:
+      return "complex128";
+    default:
+      return c10::toString(type);
   }
 }
 

@@ -1,15 +1,14 @@
 #include "memento/torch/gloo_transport.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace memento::torch_adapter {
 namespace {
@@ -24,7 +23,10 @@ class GlooTransport final : public Transport {
  public:
   GlooTransport(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size,
                 std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), rank_(rank), size_(size), timeout_(timeout),
+      : pg_(std::move(pg)),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout),
         send_mu_(static_cast<size_t>(size)) {}
 
   int rank() const override { return rank_; }
@@ -38,12 +40,8 @@ class GlooTransport final : public Transport {
     MEMENTO_ASSIGN_OR_RETURN(int64_t v, Reduce(mine ? 1 : 0, c10d::ReduceOp::MIN));
     return v == 1;
   }
-  Result<int64_t> AllReduceMax(int64_t mine) override {
-    return Reduce(mine, c10d::ReduceOp::MAX);
-  }
-  Result<int64_t> AllReduceMin(int64_t mine) override {
-    return Reduce(mine, c10d::ReduceOp::MIN);
-  }
+  Result<int64_t> AllReduceMax(int64_t mine) override { return Reduce(mine, c10d::ReduceOp::MAX); }
+  Result<int64_t> AllReduceMin(int64_t mine) override { return Reduce(mine, c10d::ReduceOp::MIN); }
 
   Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
     std::vector<at::Tensor> in{at::full({1}, static_cast<int64_t>(bytes), at::kLong)};
@@ -103,7 +101,8 @@ class GlooTransport final : public Transport {
     MEMENTO_RETURN_IF_ERROR(PointToPoint("recv", [&] { return pg_->recv(header, peer, 2 * tag); }));
     const size_t bytes = static_cast<size_t>(header[0].item<int64_t>());
     if (bytes == 0) return size_t{0};
-    at::Tensor into = bytes <= capacity ? Blob(data, bytes) : at::empty({(int64_t)bytes}, at::kByte);
+    at::Tensor into =
+        bytes <= capacity ? Blob(data, bytes) : at::empty({(int64_t)bytes}, at::kByte);
     std::vector<at::Tensor> payload{into};
     MEMENTO_RETURN_IF_ERROR(
         PointToPoint("recv", [&] { return pg_->recv(payload, peer, 2 * tag + 1); }));
@@ -167,8 +166,8 @@ class GlooTransport final : public Transport {
       return Status::Ok();
     } catch (const std::exception& e) {
       const std::string msg = e.what();
-      const bool timed_out = msg.find("imed out") != std::string::npos ||
-                             msg.find("imeout") != std::string::npos;
+      const bool timed_out =
+          msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
       if (collective || timed_out) broken_.store(true);
       if (work && !collective) {
         try {
@@ -176,8 +175,8 @@ class GlooTransport final : public Transport {
         } catch (const std::exception&) {
         }
       }
-      const std::string text = std::string("gloo transport: ") + what + " failed: " +
-                               msg.substr(0, msg.find('\n'));
+      const std::string text =
+          std::string("gloo transport: ") + what + " failed: " + msg.substr(0, msg.find('\n'));
       return timed_out ? Status::Timeout(text) : Status::Unavailable(text);
     }
   }
@@ -229,8 +228,8 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
                                    " is not below WORLD_SIZE " + std::to_string(o.size));
   }
   if (o.master_port < 1 || o.master_port > 65534) {
-    return Status::InvalidArgument("torchrun launch: MASTER_PORT " +
-                                   std::to_string(o.master_port) + " is not a port");
+    return Status::InvalidArgument("torchrun launch: MASTER_PORT " + std::to_string(o.master_port) +
+                                   " is not a port");
   }
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0') {
@@ -259,16 +258,14 @@ Result<std::shared_ptr<runtime::Transport>> CreateGlooTransport(
     auto store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, tcp);
     auto pg_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    pg_options->devices.push_back(
-        ifname != nullptr && *ifname != '\0'
-            ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-            : c10d::ProcessGroupGloo::createDefaultDevice());
+    pg_options->devices.push_back(ifname != nullptr && *ifname != '\0'
+                                      ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
     pg_options->threads = 2;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.size,
-                                                          pg_options);
-    return std::shared_ptr<runtime::Transport>(
-        std::make_shared<GlooTransport>(std::move(pg), options.rank, options.size,
-                                        options.timeout));
+    auto pg =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.size, pg_options);
+    return std::shared_ptr<runtime::Transport>(std::make_shared<GlooTransport>(
+        std::move(pg), options.rank, options.size, options.timeout));
   } catch (const std::exception& e) {
     std::string msg = e.what();
     return Status::Unavailable("gloo transport: cannot join the process group at " +

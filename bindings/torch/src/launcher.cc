@@ -20,10 +20,14 @@ bool Set(const char* name) {
 
 const char* LauncherName(Launcher launcher) {
   switch (launcher) {
-    case Launcher::kAuto: return "auto";
-    case Launcher::kMpi: return "mpi";
-    case Launcher::kTorchrun: return "torchrun";
-    case Launcher::kSingle: return "single";
+    case Launcher::kAuto:
+      return "auto";
+    case Launcher::kMpi:
+      return "mpi";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kSingle:
+      return "single";
   }
   return "unknown";
 }
@@ -32,8 +36,7 @@ Result<Launcher> ParseLauncher(const std::string& name) {
   for (Launcher l : {Launcher::kAuto, Launcher::kMpi, Launcher::kTorchrun, Launcher::kSingle}) {
     if (name == LauncherName(l)) return l;
   }
-  return Status::InvalidArgument("launcher '" + name +
-                                 "' (accepted: auto, mpi, torchrun, single)");
+  return Status::InvalidArgument("launcher '" + name + "' (accepted: auto, mpi, torchrun, single)");
 }
 
 Launcher DetectLauncher() {
@@ -42,11 +45,10 @@ Launcher DetectLauncher() {
   return Launcher::kSingle;
 }
 
-Result<std::shared_ptr<runtime::Transport>> CreateLauncherTransport(
-    Launcher launcher, const runtime::Config& config) {
+Result<std::shared_ptr<runtime::Transport>> CreateLauncherTransport(Launcher launcher,
+                                                                    const runtime::Config& config) {
   if (launcher == Launcher::kAuto) launcher = DetectLauncher();
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000.0));
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000.0));
   switch (launcher) {
     case Launcher::kMpi: {
       runtime::MpiTransportOptions o;

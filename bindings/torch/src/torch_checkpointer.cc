@@ -1,5 +1,9 @@
 #include "memento/torch/torch_checkpointer.h"
 
+#include <ATen/MemoryOverlap.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/string_utils.h>
+#include <torch/cuda.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -7,11 +11,6 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 #include <torch/utils.h>
-
-#include <ATen/MemoryOverlap.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/util/string_utils.h>
-#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstring>
@@ -179,9 +178,10 @@ class TorchCheckpointer::Impl {
       if (s.code() == StatusCode::kFailedPrecondition) {
         std::string diagnosis = DiagnoseLayout(s.message());
         if (!diagnosis.empty()) {
-          return Status::FailedPrecondition("restore: the registered tensors do not match the "
-                                            "stored checkpoint: " + diagnosis + " (" +
-                                            s.message() + ")");
+          return Status::FailedPrecondition(
+              "restore: the registered tensors do not match the "
+              "stored checkpoint: " +
+              diagnosis + " (" + s.message() + ")");
         }
       }
       return s;
@@ -229,7 +229,8 @@ class TorchCheckpointer::Impl {
         }
         if (at::has_internal_overlap(nt.tensor) == at::MemOverlap::Yes) {
           return Status::InvalidArgument(
-              "tensor '" + nt.name + "' has elements sharing memory (an expanded view, "
+              "tensor '" + nt.name +
+              "' has elements sharing memory (an expanded view, "
               "stride 0): it cannot be restored in place; register the tensor it views");
         }
         if (!names.insert(nt.name).second) {
@@ -280,8 +281,8 @@ class TorchCheckpointer::Impl {
         first = "the storage of '" + current[i].name + "' was reallocated";
       }
     }
-    return std::to_string(current.size()) + " tensors (were " +
-           std::to_string(tracked_.size()) + "): " + first;
+    return std::to_string(current.size()) + " tensors (were " + std::to_string(tracked_.size()) +
+           "): " + first;
   }
 
   // Opens an engine over `current` (closing the previous one).
@@ -375,8 +376,7 @@ class TorchCheckpointer::Impl {
     }
     runtime::EntryLayout extra_layout;
     extra_layout.dtype = "memento-extra";
-    MEMENTO_RETURN_IF_ERROR(
-        reg(kExtraEntry, extra_buf_.data(), extra_buf_.size(), extra_layout));
+    MEMENTO_RETURN_IF_ERROR(reg(kExtraEntry, extra_buf_.data(), extra_buf_.size(), extra_layout));
     engine_ = std::move(e);
     return Status::Ok();
   }
@@ -463,10 +463,9 @@ class TorchCheckpointer::Impl {
       if (r == static_cast<uint64_t>(transport_->rank())) continue;
       const uint64_t lo = total * r / n, hi = total * (r + 1) / n;
       if (all[r].size() != hi - lo) {
-        return Status::Corruption("restore: rank " + std::to_string(r) + " sent " +
-                                  std::to_string(all[r].size()) +
-                                  " bytes of replicated tensors, expected " +
-                                  std::to_string(hi - lo));
+        return Status::Corruption(
+            "restore: rank " + std::to_string(r) + " sent " + std::to_string(all[r].size()) +
+            " bytes of replicated tensors, expected " + std::to_string(hi - lo));
       }
       uint64_t offset = 0;
       for (const Tracked& t : tracked_) {
@@ -601,8 +600,9 @@ Status TorchCheckpointer::RegisterModule(torch::nn::Module& module, const std::s
 Status TorchCheckpointer::RegisterOptimizer(torch::optim::Optimizer& optimizer,
                                             const std::string& prefix, bool replicated) {
   PrimeOptimizerState(optimizer);
-  MEMENTO_RETURN_IF_ERROR(impl_->AddSource(
-      [&optimizer, prefix, replicated] { return OptimizerTensors(optimizer, prefix, replicated); }));
+  MEMENTO_RETURN_IF_ERROR(impl_->AddSource([&optimizer, prefix, replicated] {
+    return OptimizerTensors(optimizer, prefix, replicated);
+  }));
   // Integer state: (parameter index, step) pairs.
   ExtraHooks hooks;
   hooks.save = [&optimizer] {
@@ -646,8 +646,8 @@ Status TorchCheckpointer::RegisterOptimizer(torch::optim::Optimizer& optimizer,
                 SetStep<torch::optim::AdamWParamState>(st, s->second) ||
                 SetStep<torch::optim::RMSpropParamState>(st, s->second) ||
                 SetStep<torch::optim::AdagradParamState>(st, s->second))) {
-            return Status::FailedPrecondition("restore: optimizer '" + prefix +
-                                              "' parameter " + std::to_string(index) +
+            return Status::FailedPrecondition("restore: optimizer '" + prefix + "' parameter " +
+                                              std::to_string(index) +
                                               " has no integer step to restore");
           }
         }
@@ -676,7 +676,9 @@ Status TorchCheckpointer::Save(uint64_t step) { return impl_->Save(step); }
 Status TorchCheckpointer::WaitSnapshot() {
   return impl_->engine() ? impl_->engine()->WaitSnapshot() : Status::Ok();
 }
-Status TorchCheckpointer::Wait() { return impl_->engine() ? impl_->engine()->Wait() : Status::Ok(); }
+Status TorchCheckpointer::Wait() {
+  return impl_->engine() ? impl_->engine()->Wait() : Status::Ok();
+}
 Status TorchCheckpointer::WaitPersist() {
   return impl_->engine() ? impl_->engine()->WaitPersist() : Status::Ok();
 }

@@ -34,7 +34,7 @@ Launcher DetectLauncher();
 
 // The transport of `launcher` (kAuto: DetectLauncher()); its timeouts are
 // config.timeout_s.
-Result<std::shared_ptr<runtime::Transport>> CreateLauncherTransport(
-    Launcher launcher, const runtime::Config& config);
+Result<std::shared_ptr<runtime::Transport>> CreateLauncherTransport(Launcher launcher,
+                                                                    const runtime::Config& config);
 
 }  // namespace memento::torch_adapter

@@ -2,11 +2,20 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 
 namespace memento::runtime {
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
+std::mutex g_sink_mu;
+std::shared_ptr<LogSink> g_sink;  // guarded by g_sink_mu; null = stderr
 }  // namespace
+
+void SetLogSink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  g_sink = sink ? std::make_shared<LogSink>(std::move(sink)) : nullptr;
+}
 
 const char* LogLevelName(LogLevel level) {
   switch (level) {
@@ -34,6 +43,15 @@ bool LogEnabled(LogLevel level) {
 
 void Log(LogLevel level, const std::string& message) {
   if (!LogEnabled(level)) return;
+  std::shared_ptr<LogSink> sink;
+  {
+    std::lock_guard<std::mutex> lock(g_sink_mu);
+    sink = g_sink;
+  }
+  if (sink) {
+    (*sink)(level, message);
+    return;
+  }
   // One fwrite per line: stdio locks the stream, so concurrent lines stay whole.
   std::string line = std::string("memento[") + LogLevelName(level) + "] " + message + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);

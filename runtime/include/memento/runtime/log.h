@@ -9,6 +9,7 @@
 // written with a single fwrite so lines of different threads do not interleave.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace memento::runtime {
@@ -26,7 +27,15 @@ LogLevel GetLogLevel();
 // True when a message at `level` would be printed.
 bool LogEnabled(LogLevel level);
 
-// Prints "memento[<level>] <message>\n" to stderr when LogEnabled(level).
+// Prints "memento[<level>] <message>\n" to stderr when LogEnabled(level), or
+// hands (level, message) to the sink when one is set.
 void Log(LogLevel level, const std::string& message);
+
+// Where lines go instead of stderr (e.g. a language binding's logging); an
+// empty function restores stderr. The sink is called from any thread that
+// logs, with no lock of the runtime held; it must be thread-safe and must not
+// block on the threads of the runtime.
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+void SetLogSink(LogSink sink);
 
 }  // namespace memento::runtime

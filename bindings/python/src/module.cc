@@ -1,0 +1,312 @@
+// _memento: the extension under the `memento` Python package (see
+// memento/__init__.py for the user-facing API). Holds one TorchCheckpointer;
+// tensors arrive as a list of (name, tensor, replicated) enumerated in Python
+// at every call, so Python decides names and the adapter checks them.
+//
+// GIL: every call that may wait (save, restore, the waits, close) releases
+// it. Log lines of the runtime (from any thread) are queued here and handed to
+// Python's `logging` by drain_logs(), which the package calls from the
+// application thread: no runtime thread ever takes the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+
+#include "memento/runtime/config.h"
+#include "memento/runtime/log.h"
+#include "memento/torch/launcher.h"
+#include "memento/torch/torch_checkpointer.h"
+
+namespace py = pybind11;
+
+namespace memento::torch_adapter {
+namespace {
+
+// Log lines waiting for drain_logs().
+struct LogQueue {
+  std::mutex mu;
+  std::deque<std::pair<int, std::string>> lines;
+  size_t dropped = 0;
+};
+LogQueue& Logs() {
+  static LogQueue* q = new LogQueue();  // never destroyed: runtime threads may log at exit
+  return *q;
+}
+
+// Python exception classes, one per StatusCode.
+std::map<StatusCode, py::object>& Exceptions() {
+  static auto* m = new std::map<StatusCode, py::object>();
+  return *m;
+}
+
+struct StatusError : std::exception {
+  explicit StatusError(Status s) : status(std::move(s)) {}
+  const char* what() const noexcept override { return status.message().c_str(); }
+  Status status;
+};
+
+void Check(const Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+template <typename T>
+T Check(Result<T> r) {
+  if (!r.ok()) throw StatusError(r.status());
+  return std::move(r).value();
+}
+
+py::dict ReportDict(const RestoreResult& r) {
+  const runtime::RestoreReport& rep = r.report;
+  py::dict d;
+  d["step"] = r.step;
+  d["version"] = rep.version;
+  py::list entries;
+  for (const auto& e : rep.entries) {
+    py::dict x;
+    x["name"] = e.name;
+    x["bytes"] = e.bytes;
+    x["crc"] = e.crc;
+    x["source"] = std::string(runtime::RestoreSourceName(e.source));
+    entries.append(x);
+  }
+  d["entries"] = entries;
+  d["notes"] = rep.notes;
+  d["lost_nodes"] = rep.lost_nodes;
+  d["source_detail"] = rep.source_detail;
+  d["bytes_sent"] = rep.bytes_sent;
+  d["bytes_received"] = rep.bytes_received;
+  d["reprotect_mode"] = rep.reprotect_mode;
+  d["inventory_s"] = rep.inventory_s;
+  d["plan_s"] = rep.plan_s;
+  d["transfer_s"] = rep.transfer_s;
+  d["reprotect_s"] = rep.reprotect_s;
+  d["summary"] = rep.ToString();
+  d["json"] = rep.ToJson();
+  return d;
+}
+
+class PyCheckpointer {
+ public:
+  PyCheckpointer(const std::map<std::string, std::string>& settings, const std::string& launcher,
+                 uint64_t extra_capacity) {
+    // MEMENTO_* variables of the environment, then the keyword arguments.
+    std::map<std::string, std::string> vars;
+    for (const std::string& name : runtime::Config::VariableNames()) {
+      const char* v = std::getenv(name.c_str());
+      if (v != nullptr) vars[name] = v;
+    }
+    for (const auto& [k, v] : settings) vars[k] = v;
+    runtime::Config config = Check(runtime::Config::FromMap(vars));
+    runtime::SetLogLevel(config.log_level);
+    Launcher l = Check(ParseLauncher(launcher));
+    if (l == Launcher::kAuto) l = DetectLauncher();
+    launcher_ = LauncherName(l);
+    {
+      py::gil_scoped_release release;
+      transport_ = Check(CreateLauncherTransport(l, config));
+    }
+    Options options;
+    options.extra_capacity = extra_capacity;
+    ck_ = Check(TorchCheckpointer::Create(config, transport_, options));
+    auto tensors = tensors_;
+    Check(ck_->RegisterSource([tensors] { return *tensors; }));
+    config_ = config.ToString();
+  }
+
+  void SetTensors(const std::vector<std::tuple<std::string, at::Tensor, bool>>& list) {
+    std::vector<NamedTensor> v;
+    v.reserve(list.size());
+    for (const auto& [name, t, replicated] : list) v.push_back({name, t, replicated});
+    *tensors_ = std::move(v);
+  }
+
+  void SetUserState(const py::bytes& b) { ck_->SetUserState("python", std::string(b)); }
+  py::object UserState() const {
+    auto s = ck_->UserState("python");
+    if (!s) return py::none();
+    return py::bytes(*s);
+  }
+
+  void Save(uint64_t step) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = ck_->Save(step);
+    }
+    Check(s);
+  }
+
+  py::object Restore() {
+    Result<std::optional<RestoreResult>> r = Status::Internal("not run");
+    {
+      py::gil_scoped_release release;
+      r = ck_->Restore();
+    }
+    std::optional<RestoreResult> v = Check(std::move(r));
+    if (!v) return py::none();
+    return ReportDict(*v);
+  }
+
+  void WaitSnapshot() {
+    Released([&] { return ck_->WaitSnapshot(); });
+  }
+  void Wait() {
+    Released([&] { return ck_->Wait(); });
+  }
+  void WaitPersist() {
+    Released([&] { return ck_->WaitPersist(); });
+  }
+  void Close() {
+    py::gil_scoped_release release;
+    if (ck_) (void)ck_->Wait();
+    ck_.reset();
+    transport_.reset();
+  }
+
+  TorchCheckpointer& ck() {
+    if (!ck_) throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
+    return *ck_;
+  }
+  const std::string& launcher() const { return launcher_; }
+  const std::string& config() const { return config_; }
+
+ private:
+  template <typename F>
+  void Released(F&& f) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = ck_ ? f() : Status::Ok();
+    }
+    Check(s);
+  }
+
+  std::shared_ptr<runtime::Transport> transport_;
+  std::unique_ptr<TorchCheckpointer> ck_;
+  std::shared_ptr<std::vector<NamedTensor>> tensors_ = std::make_shared<std::vector<NamedTensor>>();
+  std::string launcher_;
+  std::string config_;
+};
+
+const char* ExceptionName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgumentError";
+    case StatusCode::kNotFound:
+      return "NotFoundError";
+    case StatusCode::kAlreadyExists:
+      return "AlreadyExistsError";
+    case StatusCode::kCorruption:
+      return "CorruptionError";
+    case StatusCode::kUnrecoverable:
+      return "UnrecoverableError";
+    case StatusCode::kUnavailable:
+      return "UnavailableError";
+    case StatusCode::kTimeout:
+      return "TimeoutError";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhaustedError";
+    case StatusCode::kFailedPrecondition:
+      return "FailedPreconditionError";
+    case StatusCode::kElasticRestoreNeeded:
+      return "ElasticRestoreNeededError";
+    case StatusCode::kInternal:
+      return "InternalError";
+    case StatusCode::kOk:
+      break;
+  }
+  return "MementoError";
+}
+
+}  // namespace
+}  // namespace memento::torch_adapter
+
+PYBIND11_MODULE(_memento, m) {
+  using namespace memento::torch_adapter;
+  using memento::StatusCode;
+  m.doc() = "memento extension (use the `memento` package)";
+
+  // Exceptions: MementoError(RuntimeError), one subclass per status code;
+  // InvalidArgumentError is also a ValueError.
+  py::object base = py::reinterpret_steal<py::object>(
+      PyErr_NewException("memento.MementoError", PyExc_RuntimeError, nullptr));
+  m.attr("MementoError") = base;
+  for (int c = 1; c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    const StatusCode code = static_cast<StatusCode>(c);
+    py::tuple bases;
+    if (code == StatusCode::kInvalidArgument) {
+      bases = py::make_tuple(base, py::handle(PyExc_ValueError));
+    } else {
+      bases = py::make_tuple(base);
+    }
+    const std::string name = std::string("memento.") + ExceptionName(code);
+    py::object cls =
+        py::reinterpret_steal<py::object>(PyErr_NewException(name.c_str(), bases.ptr(), nullptr));
+    cls.attr("code") = memento::StatusCodeName(code);
+    m.attr(ExceptionName(code)) = cls;
+    Exceptions()[code] = cls;
+  }
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      auto it = Exceptions().find(e.status.code());
+      PyObject* cls = it != Exceptions().end() ? it->second.ptr() : PyExc_RuntimeError;
+      PyErr_SetString(cls, e.status.message().c_str());
+    }
+  });
+
+  memento::runtime::SetLogSink([](memento::runtime::LogLevel level, const std::string& line) {
+    LogQueue& q = Logs();
+    std::lock_guard<std::mutex> lock(q.mu);
+    if (q.lines.size() >= 10000) {
+      ++q.dropped;
+      return;
+    }
+    q.lines.emplace_back(static_cast<int>(level), line);
+  });
+  m.def(
+      "drain_logs",
+      [] {
+        std::vector<std::pair<int, std::string>> out;
+        LogQueue& q = Logs();
+        std::lock_guard<std::mutex> lock(q.mu);
+        out.assign(q.lines.begin(), q.lines.end());
+        q.lines.clear();
+        if (q.dropped != 0) {
+          out.emplace_back(1, std::to_string(q.dropped) + " log lines dropped (queue full)");
+          q.dropped = 0;
+        }
+        return out;
+      },
+      "Log lines queued since the last call: [(level 0=error..3=debug, message)].");
+  m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
+  m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
+
+  py::class_<PyCheckpointer>(m, "_Checkpointer")
+      .def(py::init<const std::map<std::string, std::string>&, const std::string&, uint64_t>(),
+           py::arg("settings"), py::arg("launcher"), py::arg("extra_capacity"))
+      .def("set_tensors", &PyCheckpointer::SetTensors)
+      .def("set_user_state", &PyCheckpointer::SetUserState)
+      .def("user_state", &PyCheckpointer::UserState)
+      .def("save", &PyCheckpointer::Save)
+      .def("restore", &PyCheckpointer::Restore)
+      .def("wait_snapshot", &PyCheckpointer::WaitSnapshot)
+      .def("wait", &PyCheckpointer::Wait)
+      .def("wait_persist", &PyCheckpointer::WaitPersist)
+      .def("close", &PyCheckpointer::Close)
+      .def("latest_committed", [](PyCheckpointer& c) { return c.ck().LatestCommitted(); })
+      .def("blocked_seconds", [](PyCheckpointer& c) { return c.ck().BlockedSeconds(); })
+      .def("entry_names", [](PyCheckpointer& c) { return c.ck().EntryNames(); })
+      .def("reregistrations", [](PyCheckpointer& c) { return c.ck().reregistrations(); })
+      .def("relayouts", [](PyCheckpointer& c) { return c.ck().relayouts(); })
+      .def_property_readonly("rank", [](PyCheckpointer& c) { return c.ck().rank(); })
+      .def_property_readonly("size", [](PyCheckpointer& c) { return c.ck().size(); })
+      .def_property_readonly("node", [](PyCheckpointer& c) { return c.ck().node(); })
+      .def_property_readonly("launcher", &PyCheckpointer::launcher)
+      .def_property_readonly("config", &PyCheckpointer::config);
+}

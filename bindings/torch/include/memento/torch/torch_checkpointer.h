@@ -1,0 +1,218 @@
+// TorchCheckpointer: memento for libtorch tensors, modules and optimizers.
+//
+//   auto ck = memento::torch_adapter::TorchCheckpointer::Create(config, transport).value();
+//   ck->RegisterModule(model);                 // entries "model.<parameter or buffer name>"
+//   ck->RegisterOptimizer(optimizer);          // entries "optimizer.state.<i>.<key>"
+//   auto restored = ck->Restore().value();     // std::nullopt on a fresh start
+//   for (uint64_t step = restored ? restored->step : 0; step < steps; ++step) {
+//     ...forward, backward...
+//     ck->WaitSnapshot();                      // before the optimizer writes the tensors
+//     optimizer.step();
+//     ck->Save(step + 1);
+//   }
+//
+// Entry names (stable, documented; they name the regions of the node store):
+//   RegisterModule(m, "model.")   "model." + the name of Module::named_parameters()
+//                                 followed by Module::named_buffers(), e.g. "model.fc.weight"
+//                                 (the same keys as Python's state_dict()).
+//   RegisterOptimizer(o, "optimizer.")
+//                                 "optimizer.state.<i>.<key>", i = the index of the parameter
+//                                 counted over all param groups in order (the numbering of
+//                                 Python's optimizer.state_dict()), key = "exp_avg",
+//                                 "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", ...;
+//                                 integer state (libtorch Adam's step) travels in the extra
+//                                 state under the same name.
+//   Register(name, tensor)        `name` as given.
+//   replicated tensors            "<name>@<byte offset>": the piece of the tensor this rank holds.
+//   "__memento__"                 the extra state (below).
+//
+// What an entry keeps. dtype and shape are the entry's EntryLayout; strides of a
+// non-contiguous tensor and a non-CPU device are appended to the dtype field
+// ("float32 strides=1,3 device=cuda:0") so that a relaunch registering a tensor
+// with another dtype, shape, strides or device is refused before any byte is
+// restored, with an error naming the tensor and what differs.
+//
+// Memory. A tensor whose elements are dense in its storage (contiguous, or a
+// permutation such as a transpose) is registered in place: the snapshot copies
+// from it and Restore writes into it, no staging copy. Other tensors (a
+// strided slice) get a contiguous staging tensor that Save fills (this copy is
+// on the training thread) and Restore copies back. A tensor whose elements
+// share memory (an expanded view) is refused: register the tensor it views.
+//
+// Replicated tensors (data parallel). A tensor registered with replicated=true
+// holds the same bytes on every rank. The replicated tensors of a rank are laid
+// end to end and cut into size() equal byte ranges; rank r registers only the
+// pieces in range r, so the job snapshots, protects and stores each replicated
+// byte once. Restore brings back every rank's range and then exchanges them
+// with one Allgather over the transport, so every rank ends with the whole tensors.
+// Buffers of a module (e.g. running statistics) are never replicated: ranks of
+// a data-parallel job may update them differently.
+//
+// Extra state. One fixed-capacity entry "__memento__" carries the step, the
+// state of the torch CPU generator (and of every CUDA generator when CUDA is
+// available), integer optimizer state and user bytes (SetUserState). Its
+// capacity is Options::extra_capacity; Save fails with ResourceExhausted,
+// naming the size needed, when the state does not fit.
+//
+// Changed tensors (re-registration). Registered sources (modules, optimizers)
+// are enumerated again at every Save, and every tensor's data pointer, size,
+// dtype, shape and strides are compared with what was registered. Any change
+// (a tensor whose storage was reallocated, e.g. by set_() or `.data =`,
+// optimizer state that appeared) makes that Save re-register: it waits for the
+// version in flight, closes the engine and opens a new one over the new set,
+// so that the snapshot never reads freed memory. When only data pointers
+// moved the node store layout is unchanged and is re-attached (nothing is
+// lost). When the set or a size changed, the node store is re-laid out once:
+// the previous versions, which describe another set of tensors, are dropped.
+// Re-registration is collective: every rank must see the change at the same
+// Save (true for data-parallel ranks running the same optimizer).
+// Adam and AdamW state is created at RegisterOptimizer exactly as their first
+// step would create it (zeros, step 0), so that their set never changes and a
+// relaunch, whose fresh optimizer has no state yet, restores into it.
+//
+// CUDA. Device tensors are registered in place like host tensors; the engine
+// copies them into the node store (pinned) with cudaMemcpyAsync on its own
+// side streams. When built with CUDA, Save first makes those copies wait for
+// the work already queued on the device's current stream (the producing
+// stream), so a snapshot never reads a tensor that an optimizer kernel is
+// still writing.
+//
+// Threading: as runtime::Checkpointer; one application thread.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/config.h"
+#include "memento/runtime/transport.h"
+
+namespace memento::torch_adapter {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+  bool replicated = false;
+};
+
+struct Options {
+  // Capacity of the extra-state entry (generator states, user bytes); fixed
+  // for the life of the node store. Default 256 KiB.
+  uint64_t extra_capacity = 256ull << 10;
+  // Save and restore the torch generators (CPU, and CUDA when available).
+  bool save_rng = true;
+};
+
+struct RestoreResult {
+  uint64_t step = 0;
+  runtime::RestoreReport report;
+};
+
+// Hooks for extra state: `save` returns the bytes to keep under a key at every
+// Save, `restore` gets them back after a Restore.
+struct ExtraHooks {
+  std::function<std::string()> save;
+  std::function<Status(const std::string&)> restore;
+};
+
+class TorchCheckpointer {
+ public:
+  using Source = std::function<std::vector<NamedTensor>()>;
+
+  static Result<std::unique_ptr<TorchCheckpointer>> Create(
+      runtime::Config config, std::shared_ptr<runtime::Transport> transport,
+      Options options = Options());
+  // Config::FromEnv() and the transport of the launcher that started this
+  // process (launcher.h: mpirun -> MPI, torchrun -> gloo, else one rank).
+  static Result<std::unique_ptr<TorchCheckpointer>> CreateFromEnvironment(
+      Options options = Options());
+  ~TorchCheckpointer();
+  TorchCheckpointer(const TorchCheckpointer&) = delete;
+  TorchCheckpointer& operator=(const TorchCheckpointer&) = delete;
+
+  // One tensor under `name`.
+  Status Register(const std::string& name, const at::Tensor& tensor, bool replicated = false);
+  // Every parameter and buffer of `module` (see "Entry names"); parameters are
+  // replicated when `replicated`. `module` must outlive the checkpointer.
+  Status RegisterModule(torch::nn::Module& module, const std::string& prefix = "model.",
+                        bool replicated = false);
+  // The state of `optimizer` (see "Entry names"); Adam / AdamW state is
+  // created now if absent. `optimizer` must outlive the checkpointer.
+  Status RegisterOptimizer(torch::optim::Optimizer& optimizer,
+                           const std::string& prefix = "optimizer.", bool replicated = false);
+  // A source enumerated at every Save (names must be unique over all sources).
+  Status RegisterSource(Source source);
+  // Extra state under `key` (unique; keys starting with "memento." are reserved).
+  Status RegisterExtra(const std::string& key, ExtraHooks hooks);
+
+  // User bytes kept under `key` from the next Save on; UserState returns what
+  // the last Restore brought back (or what was set).
+  void SetUserState(const std::string& key, std::string bytes);
+  std::optional<std::string> UserState(const std::string& key) const;
+
+  // Collective. Restores the newest complete version into the registered
+  // tensors in place; std::nullopt when there is nothing to restore.
+  Result<std::optional<RestoreResult>> Restore();
+
+  // Collective. Checkpoint `step` (see runtime::Checkpointer::Save).
+  Status Save(uint64_t step);
+  Status WaitSnapshot();
+  Status Wait();
+  Status WaitPersist();
+
+  std::optional<uint64_t> LatestCommitted() const;
+  double BlockedSeconds() const;
+  // Entry names registered with the engine, in order (after a Save or Restore).
+  std::vector<std::string> EntryNames() const;
+  // Times the engine was re-opened over a changed set of tensors, and of those
+  // how many re-laid out the node store.
+  int reregistrations() const;
+  int relayouts() const;
+  int rank() const;
+  int size() const;
+  const std::string& node() const;
+  // The engine (after a Save or Restore), for reports; may change at a re-registration.
+  runtime::Checkpointer* engine();
+
+  class Impl;
+
+ private:
+  explicit TorchCheckpointer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Stable flattened names (see "Entry names"), exposed for tools and tests.
+std::vector<NamedTensor> ModuleTensors(const torch::nn::Module& module, const std::string& prefix,
+                                       bool replicated);
+std::vector<NamedTensor> OptimizerTensors(torch::optim::Optimizer& optimizer,
+                                          const std::string& prefix, bool replicated);
+// Creates absent Adam / AdamW state as their first step would; returns the
+// number of parameters whose state was created.
+int PrimeOptimizerState(torch::optim::Optimizer& optimizer);
+
+// "float32", "float16", "bfloat16", "int64", "bool", ...
+std::string DTypeName(at::ScalarType type);
+
+// For programs that prefer exceptions (examples, scripts): the value, or a
+// std::runtime_error carrying the status text.
+template <typename T>
+T OrThrow(Result<T> result) {
+  if (!result.ok()) throw std::runtime_error("memento: " + result.status().ToString());
+  return std::move(result).value();
+}
+inline void OrThrow(const Status& status) {
+  if (!status.ok()) throw std::runtime_error("memento: " + status.ToString());
+}
+
+}  // namespace memento::torch_adapter

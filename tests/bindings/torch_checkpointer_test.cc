@@ -1,0 +1,378 @@
+// memento::torch: registration, names, in-place bit-exact restore, changed
+// tensors, layout errors, extra state, replicated tensors over in-process ranks.
+#include "memento/torch/torch_checkpointer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "memento/runtime/inprocess_transport.h"
+#include "memento/runtime/store_admin.h"
+
+namespace memento::torch_adapter {
+namespace {
+
+using runtime::Config;
+
+std::string UniqueJob(const std::string& what) {
+  static std::atomic<int> n{0};
+  return "tt-" + what + "-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+}
+
+struct JobGuard {
+  std::string job;
+  ~JobGuard() { (void)runtime::CleanJob(job); }
+};
+
+Config MakeConfig(const std::string& job) {
+  auto c = Config::FromMap({{"MEMENTO_JOB", job},
+                            {"MEMENTO_RANKS_PER_NODE", "1"},
+                            {"MEMENTO_CHUNK_BYTES", "64K"},
+                            {"MEMENTO_TIMEOUT_S", "60"}});
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.value();
+}
+
+std::unique_ptr<TorchCheckpointer> Make(const std::string& job, Options options = Options()) {
+  auto group = runtime::InProcessGroup::Create(1);
+  auto ck = TorchCheckpointer::Create(MakeConfig(job), group->transport(0), options);
+  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+  return std::move(ck).value();
+}
+
+bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  at::Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
+}
+
+struct Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    scale = register_buffer("scale", torch::ones({4}));
+  }
+  at::Tensor forward(at::Tensor x) { return fc2->forward(torch::relu(fc1->forward(x))) * scale; }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  at::Tensor scale;
+};
+
+void TrainSteps(Net& net, torch::optim::Optimizer& opt, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    at::Tensor loss = net.forward(torch::randn({5, 8})).pow(2).mean();
+    loss.backward();
+    opt.step();
+  }
+}
+
+std::vector<at::Tensor> Snapshot(const std::vector<NamedTensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.tensor.detach().clone());
+  return out;
+}
+
+TEST(TorchAdapter, StableModuleAndOptimizerNames) {
+  Net net;
+  torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(1e-3));
+  std::vector<std::string> names;
+  for (const auto& t : ModuleTensors(net, "model.", false)) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.fc1.weight", "model.fc1.bias",
+                                             "model.fc2.weight", "model.fc2.bias", "model.scale"}));
+  EXPECT_TRUE(OptimizerTensors(adam, "optimizer.", false).empty());  // lazily created
+  EXPECT_EQ(PrimeOptimizerState(adam), 4);
+  names.clear();
+  for (const auto& t : OptimizerTensors(adam, "optimizer.", false)) names.push_back(t.name);
+  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(names[0], "optimizer.state.0.exp_avg");
+  EXPECT_EQ(names[1], "optimizer.state.0.exp_avg_sq");
+  EXPECT_EQ(names[7], "optimizer.state.3.exp_avg_sq");
+}
+
+// Priming Adam's state must not change what Adam computes.
+TEST(TorchAdapter, PrimedAdamMatchesLazyAdam) {
+  torch::manual_seed(3);
+  Net a;
+  Net b;
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < a.parameters().size(); ++i) b.parameters()[i].copy_(a.parameters()[i]);
+  }
+  torch::optim::Adam oa(a.parameters(), torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam ob(b.parameters(), torch::optim::AdamOptions(1e-2));
+  PrimeOptimizerState(ob);
+  torch::manual_seed(9);
+  TrainSteps(a, oa, 3);
+  torch::manual_seed(9);
+  TrainSteps(b, ob, 3);
+  for (size_t i = 0; i < a.parameters().size(); ++i) {
+    EXPECT_TRUE(BitEqual(a.parameters()[i], b.parameters()[i])) << i;
+  }
+}
+
+TEST(TorchAdapter, ModelAndAdamRestoreBitExactInPlace) {
+  JobGuard guard{UniqueJob("adam")};
+  torch::manual_seed(1);
+  Net net;
+  torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(1e-2));
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->RegisterModule(net).ok());
+  ASSERT_TRUE(ck->RegisterOptimizer(adam).ok());
+  auto none = ck->Restore();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+
+  TrainSteps(net, adam, 2);
+  ASSERT_TRUE(ck->Save(2).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  EXPECT_EQ(ck->reregistrations(), 0);  // Adam state was primed at registration
+  auto all = ModuleTensors(net, "model.", false);
+  auto opt = OptimizerTensors(adam, "optimizer.", false);
+  all.insert(all.end(), opt.begin(), opt.end());
+  auto expect = Snapshot(all);
+  std::vector<void*> ptrs;
+  for (const auto& t : all) ptrs.push_back(t.tensor.data_ptr());
+  const at::Tensor draw = torch::rand({4});
+
+  TrainSteps(net, adam, 3);  // diverge
+  auto restored = ck->Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ((*restored)->step, 2u);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(BitEqual(all[i].tensor, expect[i])) << all[i].name;
+    EXPECT_EQ(all[i].tensor.data_ptr(), ptrs[i]) << all[i].name << " restored out of place";
+  }
+  auto* s = static_cast<torch::optim::AdamParamState*>(adam.state().begin()->second.get());
+  EXPECT_EQ(s->step(), 2);  // integer optimizer state travels in the extra state
+  EXPECT_TRUE(BitEqual(torch::rand({4}), draw));  // CPU generator restored
+}
+
+TEST(TorchAdapter, DtypesAndNonContiguousTensors) {
+  JobGuard guard{UniqueJob("dtypes")};
+  auto ck = Make(guard.job);
+  std::vector<at::Tensor> ts = {
+      torch::randn({7, 3}),
+      torch::randn({5}).to(at::kHalf),
+      torch::randn({2, 9}).to(at::kBFloat16),
+      torch::randint(-1000, 1000, {11}, at::kLong),
+      torch::randn({13}) > 0,
+      torch::randn({4, 6}).t(),                // dense permutation: in place
+      torch::randn({6, 8}).slice(1, 0, 8, 2),  // strided slice: staged
+      torch::tensor(3.5),                      // 0-dim
+      torch::empty({0, 4}),                    // empty
+  };
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ASSERT_TRUE(ck->Register("t" + std::to_string(i), ts[i]).ok());
+  }
+  ASSERT_TRUE(ck->Save(1).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  std::vector<at::Tensor> expect;
+  for (auto& t : ts) expect.push_back(t.clone());
+  for (auto& t : ts) {
+    if (t.numel() > 0) t.zero_();
+  }
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->has_value());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_TRUE(BitEqual(ts[i], expect[i])) << "t" << i;
+  }
+  EXPECT_FALSE(ts[5].is_contiguous());
+}
+
+TEST(TorchAdapter, ExpandedViewsAreRefusedByName) {
+  JobGuard guard{UniqueJob("expand")};
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->Register("bias.expanded", torch::randn({3}).expand({4, 3})).ok());
+  Status s = ck->Save(1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'bias.expanded'"), std::string::npos) << s.ToString();
+}
+
+TEST(TorchAdapter, ReallocatedStorageIsReRegisteredNeverRead) {
+  JobGuard guard{UniqueJob("realloc")};
+  auto ck = Make(guard.job);
+  at::Tensor t = torch::arange(1000, at::kFloat);
+  ASSERT_TRUE(ck->Register("w", t).ok());
+  ASSERT_TRUE(ck->Save(1).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  void* old = t.data_ptr();
+  t.set_(torch::full({1000}, 7.0f));  // the old storage is freed
+  ASSERT_NE(t.data_ptr(), old);
+  ASSERT_TRUE(ck->Save(2).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  EXPECT_EQ(ck->reregistrations(), 1);
+  EXPECT_EQ(ck->relayouts(), 0);  // same layout: the node store is re-attached
+  t.zero_();
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->step, 2u);
+  EXPECT_TRUE(BitEqual(t, torch::full({1000}, 7.0f)));
+}
+
+TEST(TorchAdapter, LazyOptimizerStateReRegistersOnce) {
+  JobGuard guard{UniqueJob("lazy")};
+  torch::manual_seed(2);
+  Net net;
+  torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->RegisterModule(net).ok());
+  ASSERT_TRUE(ck->RegisterOptimizer(sgd).ok());
+  ASSERT_TRUE(ck->Restore().ok());
+  TrainSteps(net, sgd, 1);  // momentum buffers appear
+  ASSERT_TRUE(ck->Save(1).ok());
+  TrainSteps(net, sgd, 1);
+  ASSERT_TRUE(ck->Save(2).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  EXPECT_EQ(ck->reregistrations(), 1);
+  EXPECT_EQ(ck->relayouts(), 1);
+  auto names = ck->EntryNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "optimizer.state.0.momentum_buffer"),
+            names.end());
+  auto opt = OptimizerTensors(sgd, "optimizer.", false);
+  auto expect = Snapshot(opt);
+  TrainSteps(net, sgd, 1);
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 0; i < opt.size(); ++i) EXPECT_TRUE(BitEqual(opt[i].tensor, expect[i]));
+}
+
+TEST(TorchAdapter, LayoutMismatchNamesTheTensor) {
+  JobGuard guard{UniqueJob("mismatch")};
+  {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->Register("encoder.weight", torch::zeros({3, 4})).ok());
+    ASSERT_TRUE(ck->Register("bias", torch::zeros({4})).ok());
+    ASSERT_TRUE(ck->Save(1).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+  }
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->Register("encoder.weight", torch::zeros({4, 3})).ok());
+  ASSERT_TRUE(ck->Register("bias", torch::zeros({4})).ok());
+  auto r = ck->Restore();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("tensor 'encoder.weight': stored float32 [3,4]"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("registered float32 [4,3]"), std::string::npos);
+  EXPECT_EQ(r.status().message().find("'bias'"), std::string::npos);
+}
+
+TEST(TorchAdapter, UserStateAndExtraCapacity) {
+  JobGuard guard{UniqueJob("user")};
+  Options small;
+  small.extra_capacity = 8192;
+  auto ck = Make(guard.job, small);
+  at::Tensor t = torch::ones({4});
+  ASSERT_TRUE(ck->Register("t", t).ok());
+  ck->SetUserState("loader", "position=42");
+  ASSERT_TRUE(ck->Save(1).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  ck->SetUserState("loader", "moved on");
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(ck->UserState("loader").value_or(""), "position=42");
+  ck->SetUserState("big", std::string(10000, 'x'));
+  Status s = ck->Save(2);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("extra_capacity"), std::string::npos);
+}
+
+TEST(TorchAdapter, DuplicateAndReservedNamesAreRefused) {
+  JobGuard guard{UniqueJob("names")};
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->Register("a", torch::ones({2})).ok());
+  ASSERT_TRUE(ck->Register("a", torch::ones({2})).ok());
+  Status s = ck->Save(1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'a' is registered twice"), std::string::npos) << s.ToString();
+}
+
+// CUDA tensors: the snapshot is ordered after the kernels that produce them
+// (queued on the current stream, not yet finished when Save is called).
+TEST(TorchAdapter, CudaTensorsSnapshotAfterTheProducingStream) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device visible to libtorch (a CPU-only libtorch, or no GPU)";
+  }
+  JobGuard guard{UniqueJob("cuda")};
+  auto ck = Make(guard.job);
+  at::Tensor a = torch::randn({2048, 2048}, torch::kCUDA);
+  at::Tensor w = torch::zeros({2048, 2048}, torch::kCUDA);
+  at::Tensor half = torch::randn({1000}, torch::kCUDA).to(at::kHalf);
+  ASSERT_TRUE(ck->Register("w", w).ok());
+  ASSERT_TRUE(ck->Register("half", half).ok());
+  ASSERT_TRUE(ck->Save(1).ok());
+  ASSERT_TRUE(ck->Wait().ok());
+  for (int i = 0; i < 4; ++i) w.copy_(torch::matmul(a, a).div_(2048.0f));  // queued work
+  ASSERT_TRUE(ck->Save(2).ok());  // must wait for it, not copy a half-written w
+  ASSERT_TRUE(ck->WaitSnapshot().ok());
+  at::Tensor expect = w.cpu();
+  at::Tensor expect_half = half.cpu();
+  w.zero_();
+  half.zero_();
+  ASSERT_TRUE(ck->Wait().ok());
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->step, 2u);
+  EXPECT_TRUE(BitEqual(w.cpu(), expect));
+  EXPECT_TRUE(BitEqual(half.cpu(), expect_half));
+  EXPECT_TRUE(w.is_cuda());
+}
+
+// Replicated tensors on 4 in-process ranks: each rank stores a quarter, and
+// Restore gives every rank the whole tensors back.
+TEST(TorchAdapterRanks, ReplicatedTensorsAreStoredOnceAndGatheredOnRestore) {
+  constexpr int kRanks = 4;
+  JobGuard guard{UniqueJob("repl")};
+  auto group = runtime::InProcessGroup::Create(kRanks, std::chrono::seconds(60));
+  std::vector<std::string> errors(kRanks);
+  std::vector<uint64_t> stored(kRanks, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](const std::string& what, const Status& s) {
+        errors[r] = what + ": " + s.ToString();
+      };
+      auto ck = TorchCheckpointer::Create(MakeConfig(guard.job), group->transport(r));
+      if (!ck.ok()) return fail("create", ck.status());
+      at::Tensor w = torch::arange(1001, at::kFloat).reshape({7, 143});
+      at::Tensor b = torch::arange(13, at::kLong);
+      at::Tensor own = torch::full({3}, static_cast<float>(r));
+      Status s = (*ck)->Register("w", w, true);
+      if (s.ok()) s = (*ck)->Register("b", b, true);
+      if (s.ok()) s = (*ck)->Register("own", own, false);
+      if (s.ok()) s = (*ck)->Save(1);
+      if (s.ok()) s = (*ck)->Wait();
+      if (!s.ok()) return fail("save", s);
+      // This rank's entries: the pieces of w and b in its quarter of their bytes.
+      uint64_t pieces = 0;
+      for (const auto& name : (*ck)->EntryNames()) {
+        if (name.rfind("w@", 0) == 0 || name.rfind("b@", 0) == 0) ++pieces;
+      }
+      stored[r] = pieces;
+      w.zero_();
+      b.zero_();
+      own.zero_();
+      auto rr = (*ck)->Restore();
+      if (!rr.ok()) return fail("restore", rr.status());
+      if (!BitEqual(w, torch::arange(1001, at::kFloat).reshape({7, 143})) ||
+          !BitEqual(b, torch::arange(13, at::kLong)) ||
+          !BitEqual(own, torch::full({3}, static_cast<float>(r)))) {
+        errors[r] = "restored tensors differ";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  // 4004 + 104 bytes cut into 4 ranges: w spans ranks 0..3, b lies in rank 3's range.
+  EXPECT_EQ(stored[0], 1u);
+  EXPECT_EQ(stored[3], 2u);
+}
+
+}  // namespace
+}  // namespace memento::torch_adapter

@@ -1,0 +1,26 @@
+"""Shared fixtures: a unique MEMENTO_JOB per test and removal of its segments."""
+import glob
+import os
+import sys
+import uuid
+
+import pytest
+
+BUILD_PYTHON = os.environ.get("MEMENTO_PYTHON_PATH")
+if BUILD_PYTHON and BUILD_PYTHON not in sys.path:
+    sys.path.insert(0, BUILD_PYTHON)
+
+
+def remove_segments(job):
+    for path in glob.glob("/dev/shm/memento.%s.*" % job):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+@pytest.fixture
+def job():
+    name = "py-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+    yield name
+    remove_segments(name)

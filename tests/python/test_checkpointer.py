@@ -1,0 +1,352 @@
+"""memento's Python module on one rank: bit-exact restore, dtypes, layouts,
+names, errors, extra state, logging, the optimizer hook."""
+import logging
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import memento
+
+
+def bits(t):
+    t = t.detach().contiguous()
+    return t.view(torch.uint8) if t.dim() > 0 else t.reshape(1).view(torch.uint8)
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 32)
+        self.norm = torch.nn.BatchNorm1d(32)
+        self.drop = torch.nn.Dropout(0.2)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.norm(self.fc1(x)))))
+
+
+def train_step(model, opt, ck=None):
+    x = torch.randn(16, 8) + np.random.rand() + random.random()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    if ck is not None:
+        ck.wait_snapshot()
+    opt.step()
+    opt.zero_grad()
+
+
+def all_state(model, opt):
+    out = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for i, (p, s) in enumerate(opt.state.items()):
+        for k, v in s.items():
+            out["opt.%d.%s" % (i, k)] = v.clone() if torch.is_tensor(v) else v
+    return out
+
+
+def test_model_with_adam_restores_bit_exact_with_rng_and_extra(job):
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    extra = {"data_pos": 0, "sched": sched}
+    ck = memento.Checkpointer(job=job)
+    ck.register(model, opt, extra=extra)
+    assert ck.restore() is None
+    for step in range(3):
+        train_step(model, opt, ck)
+        sched.step()
+        extra["data_pos"] = step + 1
+        ck.save(step + 1)
+    ck.wait()
+    expect = all_state(model, opt)
+    pointers = [t.data_ptr() for _, t, _ in ck.tensors()]
+    draws = (torch.rand(5), random.random(), np.random.rand(3))
+    lr = opt.param_groups[0]["lr"]
+    for _ in range(3):  # diverge: weights, optimizer, RNGs, extra
+        train_step(model, opt)
+        sched.step()
+    extra["data_pos"] = 99
+    report = ck.restore()
+    assert report == 3 and int(report) == 3 and list(range(report, 5)) == [3, 4]
+    got = all_state(model, opt)
+    assert expect.keys() == got.keys()
+    for k in expect:
+        if torch.is_tensor(expect[k]):
+            assert same_bits(expect[k], got[k]), k
+        else:
+            assert expect[k] == got[k], k
+    assert [t.data_ptr() for _, t, _ in ck.tensors()] == pointers  # in place
+    assert same_bits(torch.rand(5), draws[0])
+    assert random.random() == draws[1]
+    assert np.array_equal(np.random.rand(3), draws[2])
+    assert extra["data_pos"] == 3
+    assert opt.param_groups[0]["lr"] == lr
+    assert sched.last_epoch == 3
+    d = report.to_dict()
+    assert d["step"] == 3 and d["version"] == 3
+    assert set(report.sources().values()) == {"local-memory"}
+    assert "model.fc1.weight" in report.sources()
+    assert ck.reregistrations() == 0  # Adam state was created at register()
+    ck.close()
+
+
+def test_resume_in_a_new_process_matches_uninterrupted_training(job, tmp_path):
+    """Train 6 steps straight vs 3 steps, a new process restoring, 3 more."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, random, numpy as np, torch, memento\n"
+        "sys.path.insert(0, %r)\n"
+        "from test_checkpointer import Net, train_step\n"
+        "job, first, last, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]\n"
+        "torch.manual_seed(1); np.random.seed(1); random.seed(1)\n"
+        "model = Net(); opt = torch.optim.Adam(model.parameters(), lr=1e-2)\n"
+        "ck = memento.Checkpointer(job=job)\n"
+        "ck.register(model, opt)\n"
+        "start = ck.restore()\n"
+        "assert (start or 0) == first, (start, first)\n"
+        "for step in range(start or 0, last):\n"
+        "    train_step(model, opt, ck); ck.save(step + 1)\n"
+        "ck.wait()\n"
+        "torch.save({'state': model.state_dict(), 'opt': opt.state_dict(),\n"
+        "            'draw': (torch.rand(4), random.random(), np.random.rand())}, out)\n"
+        % os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+
+    def run(j, first, last, out):
+        subprocess.run([sys.executable, str(script), j, str(first), str(last), str(out)],
+                       check=True, env=env, timeout=120)
+
+    run(job + "a", 0, 6, tmp_path / "straight.pt")
+    run(job, 0, 3, tmp_path / "first.pt")
+    run(job, 3, 6, tmp_path / "resumed.pt")
+    from conftest import remove_segments
+    remove_segments(job + "a")
+    a = torch.load(tmp_path / "straight.pt")
+    b = torch.load(tmp_path / "resumed.pt")
+    for k in a["state"]:
+        assert same_bits(a["state"][k], b["state"][k]), k
+    for i in a["opt"]["state"]:
+        for k, v in a["opt"]["state"][i].items():
+            assert same_bits(v, b["opt"]["state"][i][k]), (i, k)
+    assert same_bits(a["draw"][0], b["draw"][0])
+    assert a["draw"][1:] == b["draw"][1:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.bool])
+def test_dtypes(job, dtype):
+    g = torch.Generator().manual_seed(5)
+    if dtype == torch.bool:
+        t = torch.rand(33, generator=g) > 0.5
+    elif dtype == torch.int64:
+        t = torch.randint(-2**40, 2**40, (17, 3), generator=g)
+    else:
+        t = torch.randn(9, 7, generator=g).to(dtype)
+    expect = t.clone()
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("t", t)
+        ck.save(1)
+        ck.wait()
+        t.zero_()
+        assert ck.restore() == 1
+        assert same_bits(t, expect)
+
+
+def test_non_contiguous_tensors(job):
+    base = torch.randn(6, 10)
+    views = {
+        "transposed": torch.randn(5, 7).t(),
+        "strided": base[:, ::3],
+        "channels_last": torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+    }
+    expect = {k: v.clone() for k, v in views.items()}
+    untouched = base[:, 1].clone()  # between the strided columns: never written
+    with memento.Checkpointer(job=job) as ck:
+        for k, v in views.items():
+            ck.register(k, v)
+        ck.save(1)
+        ck.wait()
+        for v in views.values():
+            v.fill_(0)
+        base[:, 1] = 7.0
+        ck.restore()
+        for k, v in views.items():
+            assert same_bits(v, expect[k]), k
+        assert torch.all(base[:, 1] == 7.0)
+        assert not untouched.equal(base[:, 1])
+        assert views["transposed"].stride() == (1, 7)
+
+
+def test_stable_names(job):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.Adam(model.parameters())
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        ck.register("scale", torch.ones(2))
+        ck.save(1)
+        assert ck.entry_names() == [
+            "model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias",
+            "model.1.running_mean", "model.1.running_var", "model.1.num_batches_tracked",
+            "optimizer.state.0.step", "optimizer.state.0.exp_avg",
+            "optimizer.state.0.exp_avg_sq",
+            "optimizer.state.1.step", "optimizer.state.1.exp_avg",
+            "optimizer.state.1.exp_avg_sq",
+            "optimizer.state.2.step", "optimizer.state.2.exp_avg",
+            "optimizer.state.2.exp_avg_sq",
+            "optimizer.state.3.step", "optimizer.state.3.exp_avg",
+            "optimizer.state.3.exp_avg_sq",
+            "scale", "__memento__"]
+        # Python's own state_dict numbering is the same.
+        assert sorted(opt.state_dict()["state"].keys()) == [0, 1, 2, 3]
+
+
+def test_layout_mismatch_names_the_tensor(job):
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("encoder.weight", torch.zeros(3, 4))
+        ck.register("bias", torch.zeros(4))
+        ck.save(1)
+        ck.wait()
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("encoder.weight", torch.zeros(4, 3))
+        ck.register("bias", torch.zeros(4))
+        with pytest.raises(memento.FailedPreconditionError) as e:
+            ck.restore()
+        msg = str(e.value)
+        assert "tensor 'encoder.weight': stored float32 [3,4]" in msg
+        assert "registered float32 [4,3]" in msg
+        assert "'bias'" not in msg
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("encoder.weight", torch.zeros(3, 4, dtype=torch.float16))
+        ck.register("bias", torch.zeros(4))
+        with pytest.raises(memento.FailedPreconditionError, match="stored float32.*registered "
+                           "float16"):
+            ck.restore()
+
+
+def test_lazily_created_state_reregisters_once(job):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        assert ck.restore() is None  # lays out the store without momentum buffers
+        for step in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            ck.wait_snapshot()
+            opt.step()
+            opt.zero_grad()
+            ck.save(step + 1)
+        ck.wait()
+        assert ck.reregistrations() == 1
+        assert "optimizer.state.0.momentum_buffer" in ck.entry_names()
+        expect = opt.state[model.weight]["momentum_buffer"].clone()
+        opt.state[model.weight]["momentum_buffer"].zero_()
+        assert ck.restore() == 3
+        assert same_bits(opt.state[model.weight]["momentum_buffer"], expect)
+
+
+def test_reallocated_storage_is_reregistered(job):
+    model = torch.nn.Linear(4, 4)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model)
+        ck.save(1)
+        ck.wait()
+        model.weight.data = torch.full((4, 4), 3.0)  # new storage; the old one is freed
+        ck.save(2)
+        ck.wait()
+        assert ck.reregistrations() == 1
+        model.weight.data.zero_()
+        assert ck.restore() == 2
+        assert torch.all(model.weight == 3.0)
+
+
+def test_settings_keywords_and_typed_errors(job):
+    keywords = memento.settings_keywords()
+    assert set(keywords.values()) == set(memento._memento.config_variables())
+    assert keywords["scheme"] == "MEMENTO_SCHEME" and keywords["remote"] == "MEMENTO_REMOTE"
+    with pytest.raises(memento.InvalidArgumentError, match="unknown setting 'schema'"):
+        memento.Checkpointer(job=job, schema="rs:4+2")
+    with pytest.raises(ValueError, match="MEMENTO_SLOTS"):
+        memento.Checkpointer(job=job, slots=1)
+    with pytest.raises(memento.InvalidArgumentError, match="MEMENTO_SCHEME"):
+        memento.Checkpointer(job=job, scheme="raid5")
+    for name in ["NotFoundError", "CorruptionError", "TimeoutError", "UnavailableError",
+                 "ResourceExhaustedError", "FailedPreconditionError"]:
+        cls = getattr(memento, name)
+        assert issubclass(cls, memento.MementoError) and issubclass(cls, RuntimeError)
+    with memento.Checkpointer(job=job, slots=3, chunk_bytes="64K", threads=1,
+                              extra_capacity=4096) as ck:
+        assert "MEMENTO_SLOTS=3" in ck.config and "MEMENTO_THREADS=1" in ck.config
+        ck.register("t", torch.ones(2))
+        ck.register(extra={"big": b"x" * 8000})
+        with pytest.raises(memento.ResourceExhaustedError, match="extra_capacity"):
+            ck.save(1)
+    with memento.Checkpointer(job=job + "b") as ck:
+        ck.register("t", torch.ones(2))
+        ck.save(5)
+        with pytest.raises(memento.InvalidArgumentError):
+            ck.save(5)
+    from conftest import remove_segments
+    remove_segments(job + "b")
+
+
+def test_logs_go_through_python_logging(job, caplog):
+    caplog.set_level(logging.INFO, logger="memento")
+    with memento.Checkpointer(job=job, log="info") as ck:
+        ck.register("t", torch.ones(2))
+        ck.save(1)
+        ck.wait()
+    messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
+    assert any("node store" in m for m in messages), messages
+
+
+def test_optimizer_hook_waits_for_the_snapshot(job):
+    model = torch.nn.Linear(3, 3)
+    opt = torch.optim.Adam(model.parameters())
+    sched = None
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        calls = []
+        real = ck.wait_snapshot
+        ck.wait_snapshot = lambda: (calls.append(1), real())[1]
+        handle = ck.hook_optimizer(opt)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # wraps step again
+        for step in range(2):
+            model(torch.randn(2, 3)).sum().backward()
+            opt.step()
+            sched.step()
+            ck.save(step + 1)
+        assert len(calls) == 2
+        handle.remove()
+        model(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        assert len(calls) == 2
+
+
+def test_install_tree_is_importable(tmp_path):
+    build = os.environ.get("MEMENTO_BUILD_DIR")
+    if not build:
+        pytest.skip("MEMENTO_BUILD_DIR not set (ctest sets it)")
+    prefix = tmp_path / "prefix"
+    subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)], check=True,
+                   stdout=subprocess.DEVNULL, timeout=300)
+    found = [p for p in prefix.rglob("memento/__init__.py")]
+    assert len(found) == 1
+    env = dict(os.environ, PYTHONPATH=str(found[0].parent.parent))
+    env.pop("MEMENTO_PYTHON_PATH", None)
+    out = subprocess.run([sys.executable, "-c", "import memento, os; print(memento.__file__)"],
+                         check=True, env=env, capture_output=True, text=True, cwd=str(tmp_path),
+                         timeout=120)
+    assert out.stdout.startswith(str(prefix))

@@ -15,7 +15,7 @@ usage: launch_test.py SCENARIO
                   and output tail shown
 Every scenario that trains requires the final state to be bit-identical to
 the reference (the same hash of every rank's parameters and Adam moments).
-Environment: MEMENTO_CLI, MEMENTO_DEMO (binaries), REFERENCE (file).
+Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
 """
 import json
 import os
@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 
-CLI = os.environ["MEMENTO_CLI"]
-DEMO = os.environ["MEMENTO_DEMO"]
+CLI = os.environ["MEMENTO_TEST_CLI"]
+DEMO = os.environ["MEMENTO_TEST_DEMO"]
 REFERENCE = os.environ["REFERENCE"]
 NP = 4
 DEMO_ARGS = ["--steps", "8", "--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]

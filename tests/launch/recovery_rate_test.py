@@ -6,7 +6,7 @@ a trial must be served from memory exactly when the two lost nodes are in
 different groups, and from the remote tier when they form a whole group. The
 seed is chosen so that both classes occur; every trial's class is checked
 against that prediction, and the rate row against `memento rate` (exact 2/3).
-Environment: MEMENTO_CLI, MEMENTO_DEMO.
+Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO.
 """
 import json
 import os
@@ -28,8 +28,8 @@ def main():
     cmd = [sys.executable, DRIVER, "--schemes", "replica:2", "--nodes", "4", "--failures", "2",
            "--trials", "5", "--steps", "8", "--window", "5-7", "--persist-every", "2",
            "--seed", os.environ.get("RR_SEED", "3"), "--name", "check", "--no-plots",
-           "--results", results, "--cli", os.environ["MEMENTO_CLI"],
-           "--demo", os.environ["MEMENTO_DEMO"]]
+           "--results", results, "--cli", os.environ["MEMENTO_TEST_CLI"],
+           "--demo", os.environ["MEMENTO_TEST_DEMO"]]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=1500)

@@ -33,11 +33,12 @@ constexpr char kStale[] = "MEMENTO_STALE";
 constexpr char kAllowUnknown[] = "MEMENTO_ALLOW_UNKNOWN";
 constexpr char kTimeoutForms[] = "seconds in [0.001, 86400], e.g. 300 or 0.5";
 
-// MEMENTO_* variables that belong to tooling, not to the runtime (no warning).
-// MEMENTO_* names owned by other tools: the build scripts and the fault-injection
-// harness of the tests (MEMENTO_TEST_*). Not warned about.
+// MEMENTO_* names owned by other tools, never errors: the build scripts
+// (MEMENTO_BUILD_DIR), `memento launch`'s protocol with the job it runs
+// (MEMENTO_LAUNCH_*), the benchmark drivers (MEMENTO_BENCH_*) and the test
+// harnesses (MEMENTO_TEST_*).
 constexpr const char* kForeignVariables[] = {"MEMENTO_BUILD_DIR"};
-constexpr const char* kForeignPrefix = "MEMENTO_TEST_";
+constexpr const char* kForeignPrefixes[] = {"MEMENTO_LAUNCH_", "MEMENTO_BENCH_", "MEMENTO_TEST_"};
 
 Status Bad(const std::string& var, const std::string& value, const std::string& accepted) {
   return Status::InvalidArgument(var + "='" + value + "' is invalid; accepted: " + accepted);
@@ -296,7 +297,7 @@ Result<Config> Config::FromEnv() {
     }
     bool foreign = var == kAllowUnknown;
     for (const char* f : kForeignVariables) foreign = foreign || var == f;
-    foreign = foreign || var.rfind(kForeignPrefix, 0) == 0;
+    for (const char* p : kForeignPrefixes) foreign = foreign || var.rfind(p, 0) == 0;
     if (!foreign) unknown.push_back(var);
   }
   bool allow_unknown = false;

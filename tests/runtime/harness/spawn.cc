@@ -22,9 +22,9 @@ namespace {
 Harness g_harness = Harness::kThreads;
 
 // Under processes, the children get the launch to run and the job's names.
-constexpr const char* kLaunchEnv = "MEMENTO_SPAWN_LAUNCH";
-constexpr const char* kJobEnv = "MEMENTO_SPAWN_JOB";
-constexpr const char* kDirEnv = "MEMENTO_SPAWN_DIR";
+constexpr const char* kLaunchEnv = "MEMENTO_TEST_SPAWN_LAUNCH";
+constexpr const char* kJobEnv = "MEMENTO_TEST_SPAWN_JOB";
+constexpr const char* kDirEnv = "MEMENTO_TEST_SPAWN_DIR";
 
 bool IsChild() { return std::getenv(kLaunchEnv) != nullptr; }
 
@@ -49,7 +49,8 @@ std::string Sanitize(std::string s) {
   for (char& c : s) {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
   }
-  if (s.size() > 40) s = s.substr(s.size() - 40);
+  // Job ids are at most 48 characters: "sp-" + 32 + "-" + a pid (up to 7 digits).
+  if (s.size() > 32) s = s.substr(s.size() - 32);
   return s;
 }
 

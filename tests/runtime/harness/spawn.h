@@ -13,7 +13,7 @@
 //
 // Each Spawn is one launch of the job. Under processes, Spawn runs
 // `$MPIRUN -np n <this binary> --gtest_filter=<this test>` with
-// MEMENTO_SPAWN_LAUNCH=k: every child re-runs the test body from the top,
+// MEMENTO_TEST_SPAWN_LAUNCH=k: every child re-runs the test body from the top,
 // skips launches before k, runs launch k's body as its MPI rank and exits.
 // Code between launches that must run once (checks on the driver, corrupting
 // or losing a node's store) goes into OnDriver(fn), which the children skip.

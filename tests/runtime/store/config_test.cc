@@ -166,9 +166,14 @@ TEST(Config, UnknownVariableInEnvironmentIsAnError) {
   unsetenv("MEMENTO_SLOT");
   ASSERT_EQ(setenv("MEMENTO_TEST_ANYTHING", "1", 1), 0);
   ASSERT_EQ(setenv("MEMENTO_BUILD_DIR", "build", 1), 0);
+  // What `memento launch` hands the job it runs is not a runtime variable.
+  ASSERT_EQ(setenv("MEMENTO_LAUNCH_ATTEMPT", "2", 1), 0);
+  ASSERT_EQ(setenv("MEMENTO_BENCH_CLI", "memento", 1), 0);
   EXPECT_TRUE(Config::FromEnv().ok());
   unsetenv("MEMENTO_TEST_ANYTHING");
   unsetenv("MEMENTO_BUILD_DIR");
+  unsetenv("MEMENTO_LAUNCH_ATTEMPT");
+  unsetenv("MEMENTO_BENCH_CLI");
   SetLogLevel(LogLevel::kWarn);
 }
 

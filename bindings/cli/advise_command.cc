@@ -97,6 +97,8 @@ struct AdviseArgs {
   bool json = false;
   bool simulate = false;
   int max_persist_every = 4096;
+  int save_every = 0;     // > 0: evaluate this save interval instead of searching
+  int persist_every = 0;  // > 0: and this persist interval
 };
 
 // Which flags were given (on the command line or in --config), by long name.
@@ -265,22 +267,14 @@ std::string Duration(double s) {
   return Fmt("%.1f h", s / 3600);
 }
 
-int RunAdvise(AdviseArgs& a, const Given& given) {
-  if (!a.config.empty()) ApplyConfigFile(a.config, given);
+// The job's numbers, checked: every bad value is a FlagError naming its flag.
+struct Job {
+  JobShape shape;
+  FailureProcess failures;
+  FailureProcess half;  // every MTBF halved, multi-node events doubled
+};
 
-  for (const char* required : {"nodes", "shard", "step-s"}) {
-    if (given.at(required)->count() == 0) {
-      Fail(std::string("--") + required, "(missing)", "is required (a flag or a --config key)");
-    }
-  }
-  if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1");
-  const auto shard = ParseBytes(a.shard);
-  if (!shard) Fail("--shard", a.shard, "must be a size > 0 in bytes, K, M, G or T");
-  RequirePositive("--step-s", a.step_s);
-  if (!(std::isfinite(a.memory_budget) && a.memory_budget >= 1)) {
-    Fail("--memory-budget", Fmt("%g", a.memory_budget),
-         "must be >= 1 (a multiple of the shard size S; every node holds its own shard)");
-  }
+FailureProcess FailuresFromArgs(const AdviseArgs& a) {
   FailureProcess f;
   f.node_mtbf_s = Mtbf("--node-mtbf-h", a.node_mtbf_h);
   f.process_mtbf_s = Mtbf("--process-mtbf-h", a.process_mtbf_h);
@@ -302,6 +296,10 @@ int RunAdvise(AdviseArgs& a, const Given& given) {
          "must be in [1, min(--nodes, " + std::to_string(placement::kMaxTruncatedFailures) + ")]");
   }
   f.multi_event_nodes = a.multi_nodes;
+  return f;
+}
+
+void CheckCostArgs(const AdviseArgs& a) {
   const std::pair<const char*, double> bandwidths[] = {
       {"--snapshot-gibps", a.inputs.snapshot_gibps},
       {"--link-gibps", a.inputs.link_gibps},
@@ -313,145 +311,195 @@ int RunAdvise(AdviseArgs& a, const Given& given) {
   if (!(std::isfinite(a.inputs.relaunch_s) && a.inputs.relaunch_s >= 0)) {
     Fail("--relaunch-s", Fmt("%g", a.inputs.relaunch_s), "must be >= 0");
   }
-  const std::pair<const char*, double*> overrides[] = {
-      {"--stall-s", &a.stall_s},
-      {"--protect-s", &a.protect_s},
-      {"--persist-s", &a.persist_s},
-      {"--recover-local-s", &a.recover_local_s},
-      {"--recover-replica-s", &a.recover_replica_s},
-      {"--recover-decode-s", &a.recover_decode_s},
-      {"--recover-remote-s", &a.recover_remote_s}};
+  const std::pair<const char*, double> overrides[] = {
+      {"--stall-s", a.stall_s},
+      {"--protect-s", a.protect_s},
+      {"--persist-s", a.persist_s},
+      {"--recover-local-s", a.recover_local_s},
+      {"--recover-replica-s", a.recover_replica_s},
+      {"--recover-decode-s", a.recover_decode_s},
+      {"--recover-remote-s", a.recover_remote_s}};
   for (const auto& [flag, v] : overrides) {
-    if (!std::isnan(*v) && !(std::isfinite(*v) && *v >= 0))
-      Fail(flag, Fmt("%g", *v), "must be >= 0");
+    if (!std::isnan(v) && !(std::isfinite(v) && v >= 0)) Fail(flag, Fmt("%g", v), "must be >= 0");
   }
+}
+
+Job CheckArgs(AdviseArgs& a, const Given& given) {
+  if (!a.config.empty()) ApplyConfigFile(a.config, given);
+  for (const char* required : {"nodes", "shard", "step-s"}) {
+    if (given.at(required)->count() == 0) {
+      Fail(std::string("--") + required, "(missing)", "is required (a flag or a --config key)");
+    }
+  }
+  if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1");
+  const auto shard = ParseBytes(a.shard);
+  if (!shard) Fail("--shard", a.shard, "must be a size > 0 in bytes, K, M, G or T");
+  RequirePositive("--step-s", a.step_s);
+  if (!(std::isfinite(a.memory_budget) && a.memory_budget >= 1)) {
+    Fail("--memory-budget", Fmt("%g", a.memory_budget),
+         "must be >= 1 (a multiple of the shard size S; every node holds its own shard)");
+  }
+  Job job{JobShape{a.nodes, *shard, a.step_s}, FailuresFromArgs(a), {}};
+  CheckCostArgs(a);
   if (a.top < 1) Fail("--top", std::to_string(a.top), "must be >= 1");
-
-  std::map<std::string, MeasuredCosts> bench;
-  if (!a.bench.empty()) bench = ReadBench(a.bench);
-
-  const JobShape job{a.nodes, *shard, a.step_s};
-  FailureProcess half = f;
-  for (double* m : {&half.node_mtbf_s, &half.process_mtbf_s, &half.rack_mtbf_s}) {
+  if (a.save_every < 0) Fail("--save-every-steps", std::to_string(a.save_every), "must be >= 1");
+  if (a.persist_every < 0) {
+    Fail("--persist-every-saves", std::to_string(a.persist_every), "must be >= 1");
+  }
+  job.half = job.failures;
+  for (double* m : {&job.half.node_mtbf_s, &job.half.process_mtbf_s, &job.half.rack_mtbf_s}) {
     if (*m != kNever) *m /= 2;
   }
-  half.multi_events_per_day *= 2;
+  job.half.multi_events_per_day *= 2;
+  return job;
+}
 
-  std::vector<Candidate> candidates;
-  json excluded = json::array();
+std::vector<std::string> SchemeNames(const AdviseArgs& a) {
   std::vector<std::string> names;
-  {
-    std::stringstream ss(a.schemes);
-    for (std::string s; std::getline(ss, s, ',');) {
-      if (!s.empty()) names.push_back(s);
-    }
+  std::stringstream ss(a.schemes);
+  for (std::string s; std::getline(ss, s, ',');) {
+    if (!s.empty()) names.push_back(s);
   }
   if (names.empty()) Fail("--schemes", a.schemes, "lists no scheme");
   names.push_back("remote-only");
-  for (const std::string& name : names) {
-    Candidate c;
-    c.name = name;
-    if (name == "remote-only") {
-      c.remote_only = true;
-    } else {
-      auto parsed = Scheme::Parse(name);
-      if (!parsed.ok()) Fail("--schemes", name, parsed.status().message());
-      c.scheme = *parsed;
-      c.memory_factor = c.scheme.NominalMemoryFactor();
-      if (c.memory_factor > a.memory_budget + 1e-12) {
-        excluded.push_back(
-            {{"scheme", name},
-             {"reason", "memory " + Fmt("%.3f", c.memory_factor) + " x S above the budget"}});
-        continue;
-      }
-      if (Status st = c.scheme.ValidateFor(a.nodes); !st.ok()) {
-        excluded.push_back({{"scheme", name}, {"reason", st.message()}});
-        continue;
-      }
-    }
-    const auto it = bench.find(c.remote_only ? "" : c.scheme.ToString());
-    const MeasuredCosts* measured = it == bench.end() ? nullptr : &it->second;
-    c.costs = placement::EstimateCosts(c.remote_only ? Scheme::None() : c.scheme, a.nodes, *shard,
-                                       a.inputs, measured);
-    c.cost_source = measured ? measured->source : "bandwidth model";
-    if (!std::isnan(a.stall_s)) c.costs.stall_s = a.stall_s;
-    if (!std::isnan(a.protect_s)) c.costs.protect_s = a.protect_s;
-    if (!std::isnan(a.persist_s)) c.costs.persist_s = a.persist_s;
-    if (!std::isnan(a.recover_local_s)) c.costs.recover_local_s = a.recover_local_s;
-    if (!std::isnan(a.recover_replica_s)) c.costs.recover_replica_s = a.recover_replica_s;
-    if (!std::isnan(a.recover_decode_s)) c.costs.recover_decode_s = a.recover_decode_s;
-    if (!std::isnan(a.recover_remote_s)) c.costs.recover_remote_s = a.recover_remote_s;
-    if (!c.remote_only) {
-      if (c.costs.protect_s < c.costs.stall_s) {
-        Fail("--protect-s", Fmt("%g", c.costs.protect_s),
-             "must be >= the stall (" + Fmt("%g", c.costs.stall_s) + " s) for " + name);
-      }
-      if (c.costs.persist_s < c.costs.protect_s) {
-        Fail("--persist-s", Fmt("%g", c.costs.persist_s),
-             "must be >= the protect time (" + Fmt("%g", c.costs.protect_s) + " s) for " + name);
-      }
-      auto serve = placement::ComputeServeProbabilities(c.scheme, a.nodes, f);
-      if (!serve.ok()) throw FlagError{name + ": " + serve.status().message()};
-      c.serve = *serve;
-    } else {
-      c.serve = {0, 0, 0};
-    }
-    auto best = placement::OptimizeIntervals(job, f, c.costs, c.serve, c.scheme, c.remote_only,
-                                             1 << 24, a.max_persist_every);
-    if (!best.ok()) throw FlagError{name + ": " + best.status().message()};
-    c.best = *best;
-    auto same = placement::EvaluateGoodput(job, half, c.costs, c.serve, c.best.plan);
-    auto best_half = placement::OptimizeIntervals(job, half, c.costs, c.serve, c.scheme,
-                                                  c.remote_only, 1 << 24, a.max_persist_every);
-    if (!same.ok() || !best_half.ok()) throw FlagError{name + ": sensitivity failed"};
-    c.same_plan_half = *same;
-    c.best_half = *best_half;
-    candidates.push_back(std::move(c));
+  return names;
+}
+
+// The costs of candidate `c`: bandwidth model, then --bench, then explicit flags.
+void SetCosts(const AdviseArgs& a, const Job& job,
+              const std::map<std::string, MeasuredCosts>& bench, Candidate* c) {
+  const auto it = bench.find(c->remote_only ? "" : c->scheme.ToString());
+  const MeasuredCosts* measured = it == bench.end() ? nullptr : &it->second;
+  c->costs = placement::EstimateCosts(c->remote_only ? Scheme::None() : c->scheme,
+                                      job.shape.nodes, job.shape.shard_bytes, a.inputs, measured);
+  c->cost_source = measured ? measured->source : "bandwidth model";
+  const std::pair<double, double*> overrides[] = {
+      {a.stall_s, &c->costs.stall_s},
+      {a.protect_s, &c->costs.protect_s},
+      {a.persist_s, &c->costs.persist_s},
+      {a.recover_local_s, &c->costs.recover_local_s},
+      {a.recover_replica_s, &c->costs.recover_replica_s},
+      {a.recover_decode_s, &c->costs.recover_decode_s},
+      {a.recover_remote_s, &c->costs.recover_remote_s}};
+  for (const auto& [given, field] : overrides) {
+    if (!std::isnan(given)) *field = given;
   }
-  // Best goodput first; within 0.01 % of goodput (below the model's precision), less memory.
+  if (c->remote_only) return;
+  if (c->costs.protect_s < c->costs.stall_s) {
+    Fail("--protect-s", Fmt("%g", c->costs.protect_s),
+         "must be >= the stall (" + Fmt("%g", c->costs.stall_s) + " s) for " + c->name);
+  }
+  if (c->costs.persist_s < c->costs.protect_s) {
+    Fail("--persist-s", Fmt("%g", c->costs.persist_s),
+         "must be >= the protect time (" + Fmt("%g", c->costs.protect_s) + " s) for " + c->name);
+  }
+}
+
+// The plan that maximises goodput, or the one given by --save-every-steps and
+// --persist-every-saves (an interval not given is searched for).
+placement::OptimalPlan BestOrGivenPlan(const AdviseArgs& a, const Job& job, const Candidate& c) {
+  auto best = placement::OptimizeIntervals(job.shape, job.failures, c.costs, c.serve, c.scheme,
+                                           c.remote_only, 1 << 24, a.max_persist_every);
+  if (!best.ok()) throw FlagError{c.name + ": " + best.status().message()};
+  if (a.save_every == 0 && a.persist_every == 0) return *best;
+  placement::OptimalPlan given = *best;
+  if (a.save_every > 0) given.plan.save_every_steps = a.save_every;
+  if (a.persist_every > 0) given.plan.persist_every_saves = a.persist_every;
+  auto e = placement::EvaluateGoodput(job.shape, job.failures, c.costs, c.serve, given.plan);
+  if (!e.ok()) throw FlagError{c.name + ": " + e.status().message()};
+  given.estimate = *e;
+  return given;
+}
+
+// Candidate `name` with its best plan and sensitivity, or nullopt when it is excluded
+// (recorded in `excluded`).
+std::optional<Candidate> Evaluate(const std::string& name, const AdviseArgs& a, const Job& job,
+                                  const std::map<std::string, MeasuredCosts>& bench,
+                                  json* excluded) {
+  Candidate c;
+  c.name = name;
+  c.remote_only = name == "remote-only";
+  if (!c.remote_only) {
+    auto parsed = Scheme::Parse(name);
+    if (!parsed.ok()) Fail("--schemes", name, parsed.status().message());
+    c.scheme = *parsed;
+    c.memory_factor = c.scheme.NominalMemoryFactor();
+    if (c.memory_factor > a.memory_budget + 1e-12) {
+      excluded->push_back(
+          {{"scheme", name},
+           {"reason", "memory " + Fmt("%.3f", c.memory_factor) + " x S above the budget"}});
+      return std::nullopt;
+    }
+    if (Status st = c.scheme.ValidateFor(a.nodes); !st.ok()) {
+      excluded->push_back({{"scheme", name}, {"reason", st.message()}});
+      return std::nullopt;
+    }
+  }
+  SetCosts(a, job, bench, &c);
+  c.serve = {0, 0, 0};
+  if (!c.remote_only) {
+    auto serve = placement::ComputeServeProbabilities(c.scheme, a.nodes, job.failures);
+    if (!serve.ok()) throw FlagError{name + ": " + serve.status().message()};
+    c.serve = *serve;
+  }
+  c.best = BestOrGivenPlan(a, job, c);
+  auto same = placement::EvaluateGoodput(job.shape, job.half, c.costs, c.serve, c.best.plan);
+  auto best_half = placement::OptimizeIntervals(job.shape, job.half, c.costs, c.serve, c.scheme,
+                                                c.remote_only, 1 << 24, a.max_persist_every);
+  if (!same.ok() || !best_half.ok()) throw FlagError{name + ": sensitivity failed"};
+  c.same_plan_half = *same;
+  c.best_half = *best_half;
+  return c;
+}
+
+// Best goodput first; within 0.01 % of goodput (below the model's precision), less memory.
+// With --simulate, the printed plans (and remote-only) are simulated too.
+void RankAndSimulate(const AdviseArgs& a, const Job& job, std::vector<Candidate>* candidates) {
   auto key = [](const Candidate& c) {
     return std::make_pair(-std::floor(c.best.estimate.goodput * 1e4), c.memory_factor);
   };
-  std::stable_sort(candidates.begin(), candidates.end(),
+  std::stable_sort(candidates->begin(), candidates->end(),
                    [&](const Candidate& x, const Candidate& y) { return key(x) < key(y); });
-  if (a.simulate) {
-    placement::SimulationOptions opt;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      if (static_cast<int>(i) >= a.top && !candidates[i].remote_only) continue;
-      auto sim =
-          placement::SimulateGoodput(job, f, candidates[i].costs, candidates[i].best.plan, opt);
-      if (sim.ok()) candidates[i].sim = *sim;
+  if (!a.simulate) return;
+  placement::SimulationOptions opt;
+  for (size_t i = 0; i < candidates->size(); ++i) {
+    Candidate& c = (*candidates)[i];
+    if (static_cast<int>(i) >= a.top && !c.remote_only) continue;
+    auto sim = placement::SimulateGoodput(job.shape, job.failures, c.costs, c.best.plan, opt);
+    if (sim.ok()) c.sim = *sim;
+  }
+}
+
+void PrintJson(const AdviseArgs& a, const Job& job, const std::vector<Candidate>& candidates,
+               const json& excluded) {
+  const placement::FailureRates rates = placement::RatesFor(job.shape, job.failures);
+  json out;
+  out["job"] = {{"nodes", a.nodes},
+                {"shard_bytes", job.shape.shard_bytes},
+                {"step_s", a.step_s},
+                {"memory_budget", a.memory_budget}};
+  out["failures_per_day"] = {{"process", rates.process * kSecondsPerDay},
+                             {"node", rates.node * kSecondsPerDay},
+                             {"rack", rates.rack * kSecondsPerDay},
+                             {"multi", rates.multi * kSecondsPerDay},
+                             {"multi_nodes", a.multi_nodes},
+                             {"total", rates.total() * kSecondsPerDay}};
+  out["schemes"] = json::array();
+  for (const Candidate& c : candidates) {
+    if (c.remote_only) {
+      out["remote_only"] = CandidateJson(c, a.step_s);
+    } else {
+      out["schemes"].push_back(CandidateJson(c, a.step_s));
     }
   }
+  out["excluded"] = excluded;
+  std::printf("%s\n", out.dump().c_str());
+}
 
-  const placement::FailureRates rates = placement::RatesFor(job, f);
-  if (a.json) {
-    json out;
-    out["job"] = {{"nodes", a.nodes},
-                  {"shard_bytes", *shard},
-                  {"step_s", a.step_s},
-                  {"memory_budget", a.memory_budget}};
-    out["failures_per_day"] = {{"process", rates.process * kSecondsPerDay},
-                               {"node", rates.node * kSecondsPerDay},
-                               {"rack", rates.rack * kSecondsPerDay},
-                               {"multi", rates.multi * kSecondsPerDay},
-                               {"multi_nodes", a.multi_nodes},
-                               {"total", rates.total() * kSecondsPerDay}};
-    out["schemes"] = json::array();
-    for (const Candidate& c : candidates) {
-      if (c.remote_only) {
-        out["remote_only"] = CandidateJson(c, a.step_s);
-      } else {
-        out["schemes"].push_back(CandidateJson(c, a.step_s));
-      }
-    }
-    out["excluded"] = excluded;
-    std::printf("%s\n", out.dump().c_str());
-    return 0;
-  }
-
+void PrintTable(const AdviseArgs& a, const Job& job, const std::vector<Candidate>& candidates) {
+  const placement::FailureRates rates = placement::RatesFor(job.shape, job.failures);
   std::printf("memento advise: N=%d nodes, shard %.2f GiB, step %.3f s, memory budget %.2f x S\n",
-              a.nodes, *shard / kGiB, a.step_s, a.memory_budget);
+              a.nodes, job.shape.shard_bytes / kGiB, a.step_s, a.memory_budget);
   std::printf(
       "failures per day: %.3g total (process %.3g, node %.3g, rack %.3g, multi-node %.3g of %d "
       "nodes)\n\n",
@@ -486,6 +534,10 @@ int RunAdvise(AdviseArgs& a, const Given& given) {
                 "every save (sync)", 100 * c.best.estimate.goodput, 100 * c.same_plan_half.goodput,
                 100 * c.best_half.estimate.goodput);
   }
+}
+
+// The best scheme's waste per day and costs, the simulations, the excluded schemes.
+void PrintSummary(const std::vector<Candidate>& candidates, const json& excluded) {
   if (!candidates.empty()) {
     const Candidate& b = candidates.front().remote_only && candidates.size() > 1
                              ? candidates[1]
@@ -519,6 +571,24 @@ int RunAdvise(AdviseArgs& a, const Given& given) {
     std::printf("\n");
   }
   std::printf("MTBF/2: goodput if every MTBF halves, with the same intervals | re-tuned.\n");
+}
+
+int RunAdvise(AdviseArgs& a, const Given& given) {
+  const Job job = CheckArgs(a, given);
+  std::map<std::string, MeasuredCosts> bench;
+  if (!a.bench.empty()) bench = ReadBench(a.bench);
+  std::vector<Candidate> candidates;
+  json excluded = json::array();
+  for (const std::string& name : SchemeNames(a)) {
+    if (auto c = Evaluate(name, a, job, bench, &excluded)) candidates.push_back(std::move(*c));
+  }
+  RankAndSimulate(a, job, &candidates);
+  if (a.json) {
+    PrintJson(a, job, candidates, excluded);
+  } else {
+    PrintTable(a, job, candidates);
+    PrintSummary(candidates, excluded);
+  }
   return 0;
 }
 
@@ -581,6 +651,10 @@ void AddAdviseCommand(CLI::App& app) {
   add("top", &args->top, "schemes printed (default 6)");
   add("max-persist-every", &args->max_persist_every,
       "largest persist interval searched, in saves (default 4096)");
+  add("save-every-steps", &args->save_every,
+      "evaluate this save interval (steps) instead of the best one");
+  add("persist-every-saves", &args->persist_every,
+      "evaluate this persist interval (saves) instead of the best one");
   (*given)["json"] = cmd->add_flag("--json", args->json, "machine-readable output");
   (*given)["simulate"] = cmd->add_flag(
       "--simulate", args->simulate,

@@ -96,6 +96,16 @@ void IntervalTuner::SetFailureRate(double failure_rate_per_s) {
   options_.failure_rate_per_s = failure_rate_per_s;
 }
 
+void IntervalTuner::Update(int64_t step, double step_s, double stall_s, double protect_s) {
+  if (!(step_s > 0 && stall_s >= 0 && protect_s >= 0)) return;
+  if (!(std::isfinite(step_s) && std::isfinite(stall_s) && std::isfinite(protect_s))) return;
+  step_s_ = step_s;
+  stall_s_ = stall_s;
+  protect_s_ = protect_s;
+  step_seen_ = stall_seen_ = protect_seen_ = true;
+  Retune(step);
+}
+
 void IntervalTuner::Retune(int64_t step) {
   if (!step_seen_ || !stall_seen_ || step_s_ <= 0) return;
   // One node whose every failure rolls back to memory: the save interval's trade-off

@@ -1,6 +1,5 @@
 // Runs the built `memento advise` and checks its answers, its JSON and its errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -9,25 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_runner.h"
+
 namespace {
 
 #ifdef MEMENTO_CLI_PATH
-struct CliRun {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CliRun RunCli(const std::string& args) {
-  const std::string cmd = std::string(MEMENTO_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using memento::testing::CliRun;
+using memento::testing::RunCli;
 
 nlohmann::json Json(const CliRun& r) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -117,6 +104,23 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   r = RunCli(std::string(kJob) + "--bench /nonexistent/bench.jsonl");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--bench"), std::string::npos) << r.output;
+
+  r = RunCli(std::string(kJob) + "--save-every-steps -2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--save-every-steps -2"), std::string::npos) << r.output;
+}
+
+// A given plan is evaluated, not searched: without failures, goodput = 1 - stall / (k T + stall).
+TEST(GoodputAdviseTest, GivenPlanIsEvaluated) {
+  const auto j = Json(RunCli(
+      "advise --nodes 16 --shard 1G --step-s 1 --stall-s 0.5 --protect-s 1 --persist-s 10 "
+      "--schemes replica:2 --memory-budget 2 --save-every-steps 5 --persist-every-saves 3 --json"));
+  ASSERT_EQ(j["schemes"].size(), 1u) << j.dump();
+  const auto& s = j["schemes"][0];
+  EXPECT_EQ(s["save_every_steps"], 5);
+  EXPECT_EQ(s["persist_every_saves"], 3);
+  EXPECT_NEAR(s["estimate"]["goodput"].get<double>(), 1 - 0.5 / 5.5, 1e-12);
+  EXPECT_EQ(j["remote_only"]["save_every_steps"], 5);
 }
 
 TEST(GoodputAdviseTest, ConfigFileAndFlagsOverIt) {

@@ -5,23 +5,13 @@
 
 #include <cmath>
 
+#include "goodput_fixtures.h"
+
 namespace memento::placement {
 namespace {
 
-JobShape Job(int nodes, double step_s) { return JobShape{nodes, 1 << 30, step_s}; }
-
-CheckpointCosts Costs() {
-  CheckpointCosts c;
-  c.stall_s = 0.5;
-  c.protect_s = 2;
-  c.persist_s = 30;
-  c.relaunch_s = 120;
-  c.recover_local_s = 1;
-  c.recover_replica_s = 5;
-  c.recover_decode_s = 8;
-  c.recover_remote_s = 60;
-  return c;
-}
+using testing::Costs;
+using testing::Job;
 
 TEST(GoodputModelTest, NoFailuresGoodputIsOneMinusStallPerCycle) {
   for (int k : {1, 3, 50}) {

@@ -11,25 +11,14 @@
 #include "memento/placement/goodput_model.h"
 #include "memento/placement/recoverability.h"
 #include "memento/placement/serve_probability.h"
+#include "goodput_fixtures.h"
 
 namespace memento::placement {
 namespace {
 
-constexpr double kHour = 3600;
+using testing::Costs;
+using testing::Failures;
 constexpr double kZ999 = 3.290526731491926;  // two-sided 99.9 %
-
-CheckpointCosts Costs() {
-  CheckpointCosts c;
-  c.stall_s = 0.5;
-  c.protect_s = 2;
-  c.persist_s = 30;
-  c.relaunch_s = 120;
-  c.recover_local_s = 1;
-  c.recover_replica_s = 5;
-  c.recover_decode_s = 8;
-  c.recover_remote_s = 60;
-  return c;
-}
 
 struct Case {
   std::string name;
@@ -41,18 +30,6 @@ struct Case {
   FailureProcess failures;
   double relaunch_s;
 };
-
-FailureProcess Failures(double node_h, double process_h = kNever, double rack_h = kNever,
-                        int per_rack = 0, double multi_per_day = 0, int multi_nodes = 2) {
-  FailureProcess f;
-  f.node_mtbf_s = node_h == kNever ? kNever : node_h * kHour;
-  f.process_mtbf_s = process_h == kNever ? kNever : process_h * kHour;
-  f.rack_mtbf_s = rack_h == kNever ? kNever : rack_h * kHour;
-  f.nodes_per_rack = per_rack;
-  f.multi_events_per_day = multi_per_day;
-  f.multi_event_nodes = multi_nodes;
-  return f;
-}
 
 // A grid over schemes, failure kinds, intervals and rates (up to ~25 failures a day with a
 // 10-minute relaunch, where second-order terms would show).

@@ -120,6 +120,37 @@ TEST(IntervalTunerTest, HysteresisKeepsTheIntervalUnderNoise) {
   EXPECT_EQ(tuner->changes().size(), changes);
 }
 
+// Measurements from elsewhere (the numbers agreed across ranks): the interval follows them
+// at once, and two tuners fed the same sequence choose the same intervals.
+TEST(IntervalTunerTest, UpdateWithAgreedMeasurements) {
+  FakeClock clock;
+  IntervalTunerOptions opt;
+  opt.initial_interval_steps = 1;
+  opt.failure_rate_per_s = 1 / 3600.0;
+  auto a = IntervalTuner::Create(opt, &clock);
+  auto b = IntervalTuner::Create(opt, &clock);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (auto* t : {&*a, &*b}) t->Update(10, 0.5, 0.5, 0.5);
+  EXPECT_NEAR(a->interval_steps(), Young(0.5, opt.failure_rate_per_s, 0.5), 12);
+  const int fast = a->interval_steps();
+  for (auto* t : {&*a, &*b}) t->Update(20, 2.0, 0.5, 0.5);
+  EXPECT_NEAR(a->interval_steps(), Young(0.5, opt.failure_rate_per_s, 2.0), 3);
+  EXPECT_LT(a->interval_steps(), fast / 3);
+  const int slow = a->interval_steps();
+  for (auto* t : {&*a, &*b}) {
+    t->SetFailureRate(16 / 3600.0);  // 16x the failures: a quarter of the interval
+    t->Update(30, 2.0, 0.5, 0.5);
+  }
+  EXPECT_NEAR(a->interval_steps(), slow / 4.0, 2);
+  EXPECT_EQ(a->interval_steps(), b->interval_steps());
+  ASSERT_EQ(a->changes().size(), 3u);
+  EXPECT_EQ(a->changes()[2].step, 30);
+  // Nonsense is ignored.
+  a->Update(40, 0, 0.5, 0.5);
+  a->Update(40, 1, -1, 0.5);
+  EXPECT_EQ(a->changes().size(), 3u);
+}
+
 TEST(IntervalTunerTest, InitialIntervalAndBadOptions) {
   FakeClock clock;
   IntervalTunerOptions opt;

@@ -1,30 +1,17 @@
 // Runs the built `memento rate` and checks its output (text and JSON) and exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_runner.h"
+
 namespace {
 
 #ifdef MEMENTO_CLI_PATH
-struct CliRun {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CliRun RunCli(const std::string& args) {
-  const std::string cmd = std::string(MEMENTO_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using memento::testing::CliRun;
+using memento::testing::RunCli;
 
 TEST(RateCommandTest, SchemeReportsExactMonteCarloAndMemory) {
   CliRun r = RunCli("rate --nodes 16 --scheme replica:2 --failures 1-4 --trials 20000 --seed 1");

@@ -302,6 +302,34 @@ def test_settings_keywords_and_typed_errors(job):
     remove_segments(job + "b")
 
 
+def test_interval_saves_every_nth_step_and_auto_needs_the_mtbf(job):
+    with pytest.raises((ValueError, memento.MementoError), match="MEMENTO_INTERVAL"):
+        memento.Checkpointer(job=job, interval="sometimes")
+    with pytest.raises((ValueError, memento.MementoError), match="MEMENTO_NODE_MTBF_H"):
+        memento.Checkpointer(job=job, interval="auto")
+    with memento.Checkpointer(job=job, interval=3) as ck:
+        t = torch.zeros(4)
+        ck.register("t", t)
+        for step in range(1, 8):
+            ck.wait_snapshot()
+            t.fill_(step)
+            ck.save(step)
+        ck.wait()
+        assert ck.latest_committed() == 6
+        s = ck.interval_stats()
+        assert (s["saves"], s["skipped"], s["interval_steps"]) == (2, 5, 3)
+        assert not s["last_saved"] and not s["automatic"]
+    from conftest import remove_segments
+    remove_segments(job)
+    with memento.Checkpointer(job=job + "a", interval="auto", node_mtbf_h=1000) as ck:
+        ck.register("t", torch.zeros(4))
+        ck.save(1)
+        ck.wait()
+        s = ck.interval_stats()
+        assert s["automatic"] and s["last_saved"] and s["saves"] == 1
+    remove_segments(job + "a")
+
+
 def test_logs_go_through_python_logging(job, caplog):
     caplog.set_level(logging.INFO, logger="memento")
     with memento.Checkpointer(job=job, log="info") as ck:

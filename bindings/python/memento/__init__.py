@@ -301,8 +301,15 @@ class Checkpointer:
 
     # ---- checkpointing ---------------------------------------------------------------------
     def save(self, step):
-        """Collective. Starts checkpoint `step` (> the last one) and returns at once."""
+        """Collective. Starts checkpoint `step` (> the last one) and returns at once.
+
+        With interval=N or interval="auto" (MEMENTO_INTERVAL) only some steps are saved;
+        the others return at once without copying anything (interval_stats() counts them).
+        """
         try:
+            if not self._impl.would_save(int(step)):
+                self._impl.save(int(step))
+                return
             self._impl.set_tensors(self.tensors())
             self._impl.set_user_state(pickle.dumps(self._extra_state(), protocol=4))
             self._impl.save(int(step))
@@ -409,6 +416,11 @@ class Checkpointer:
 
     def blocked_seconds(self):
         return self._impl.blocked_seconds()
+
+    def interval_stats(self):
+        """Which save() calls took a checkpoint: a dict with automatic, last_saved, saves,
+        skipped, interval_steps, changes and the agreed step_s, stall_s, protect_s (auto)."""
+        return self._impl.interval_stats()
 
     def reregistrations(self):
         return self._impl.reregistrations()

@@ -301,6 +301,26 @@ PYBIND11_MODULE(_memento, m) {
       .def("close", &PyCheckpointer::Close)
       .def("latest_committed", [](PyCheckpointer& c) { return c.ck().LatestCommitted(); })
       .def("blocked_seconds", [](PyCheckpointer& c) { return c.ck().BlockedSeconds(); })
+      .def("would_save",
+           [](PyCheckpointer& c, uint64_t step) {
+             runtime::Checkpointer* engine = c.ck().engine();
+             return engine == nullptr || engine->WouldSave(step);
+           })
+      .def("interval_stats",
+           [](PyCheckpointer& c) {
+             const runtime::IntervalStats s = c.ck().Interval();
+             py::dict d;
+             d["automatic"] = s.automatic;
+             d["last_saved"] = s.last_saved;
+             d["saves"] = s.saves;
+             d["skipped"] = s.skipped;
+             d["interval_steps"] = s.interval_steps;
+             d["changes"] = s.changes;
+             d["step_s"] = s.step_s;
+             d["stall_s"] = s.stall_s;
+             d["protect_s"] = s.protect_s;
+             return d;
+           })
       .def("entry_names", [](PyCheckpointer& c) { return c.ck().EntryNames(); })
       .def("reregistrations", [](PyCheckpointer& c) { return c.ck().reregistrations(); })
       .def("relayouts", [](PyCheckpointer& c) { return c.ck().relayouts(); })

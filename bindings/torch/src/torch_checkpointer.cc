@@ -152,6 +152,8 @@ class TorchCheckpointer::Impl {
   }
 
   Status Save(uint64_t step) {
+    // A step the engine will not save (Config::interval) costs no staging copy.
+    if (engine_ && !engine_->WouldSave(step)) return engine_->Save(step);
     // The previous snapshot must be complete before the staging copies and the
     // extra state are rewritten; its failure is reported by Wait(), not here.
     if (engine_) (void)engine_->WaitSnapshot();
@@ -687,6 +689,9 @@ std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
 }
 double TorchCheckpointer::BlockedSeconds() const {
   return impl_->engine() ? impl_->engine()->BlockedSeconds() : 0.0;
+}
+runtime::IntervalStats TorchCheckpointer::Interval() const {
+  return impl_->engine() ? impl_->engine()->Interval() : runtime::IntervalStats();
 }
 std::vector<std::string> TorchCheckpointer::EntryNames() const { return impl_->EntryNames(); }
 int TorchCheckpointer::reregistrations() const { return impl_->reregistrations(); }

@@ -28,6 +28,10 @@ constexpr char kChunkBytes[] = "MEMENTO_CHUNK_BYTES";
 constexpr char kThreads[] = "MEMENTO_THREADS";
 constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
 constexpr char kStale[] = "MEMENTO_STALE";
+constexpr char kInterval[] = "MEMENTO_INTERVAL";
+constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
+constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
+constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0.5";
 // Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
 // a warning.
 constexpr char kAllowUnknown[] = "MEMENTO_ALLOW_UNKNOWN";
@@ -79,6 +83,30 @@ Result<double> ParseSeconds(const std::string& var, const std::string& value) {
   const double v = std::strtod(value.c_str(), nullptr);
   if (!(v >= 0.001 && v <= 86400)) return Bad(var, value, kTimeoutForms);
   return v;
+}
+
+// Strict positive decimal ("8760", "0.5", ".5") up to 1e12.
+Result<double> ParsePositiveDecimal(const std::string& var, const std::string& value,
+                                    const std::string& accepted) {
+  size_t digits = 0, dots = 0;
+  for (char ch : value) {
+    if (ch >= '0' && ch <= '9') {
+      ++digits;
+    } else if (ch == '.' && dots == 0) {
+      ++dots;
+    } else {
+      return Bad(var, value, accepted);
+    }
+  }
+  const bool dangling_dot = !value.empty() && value.back() == '.';
+  if (digits == 0 || dangling_dot || value.size() > 32) return Bad(var, value, accepted);
+  const double v = std::strtod(value.c_str(), nullptr);
+  if (!(v > 0 && v <= 1e12)) return Bad(var, value, accepted);
+  return v;
+}
+
+std::string IntervalText(int interval) {
+  return interval == Config::kAutoInterval ? "auto" : std::to_string(interval);
 }
 
 // Levenshtein distance, for "did you mean" on misspelt variable names.
@@ -184,7 +212,7 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
 const std::vector<std::string>& Config::VariableNames() {
   static const std::vector<std::string> names = {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
-      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale};
+      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf};
   return names;
 }
 
@@ -208,6 +236,15 @@ Status Config::Validate() const {
   if (threads < 1 || threads > 64) return Bad(kThreads, std::to_string(threads), "1..64");
   if (!(timeout_s >= 0.001 && timeout_s <= 86400)) {
     return Bad(kTimeout, std::to_string(timeout_s), kTimeoutForms);
+  }
+  if (interval < 0) return Bad(kInterval, std::to_string(interval), kIntervalForms);
+  if (!(node_mtbf_h >= 0 && node_mtbf_h <= 1e12)) {
+    return Bad(kNodeMtbf, std::to_string(node_mtbf_h), kNodeMtbfForms);
+  }
+  if (interval == kAutoInterval && node_mtbf_h == 0) {
+    return Status::InvalidArgument(std::string(kInterval) + "=auto needs " + kNodeMtbf +
+                                   " (mean hours between failures of one node) to weigh the "
+                                   "stall of a save against the work a failure loses");
   }
   return Status::Ok();
 }
@@ -264,6 +301,18 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       Result<double> v = ParseSeconds(var, value);
       if (!v.ok()) return v.status();
       c.timeout_s = *v;
+    } else if (var == kInterval) {
+      if (value == "auto") {
+        c.interval = kAutoInterval;
+      } else {
+        Result<long long> v = ParseInt(var, value, 1, 1 << 30, kIntervalForms);
+        if (!v.ok()) return v.status();
+        c.interval = static_cast<int>(*v);
+      }
+    } else if (var == kNodeMtbf) {
+      Result<double> v = ParsePositiveDecimal(var, value, kNodeMtbfForms);
+      if (!v.ok()) return v.status();
+      c.node_mtbf_h = *v;
     } else if (var == kStale) {
       if (value == "error") {
         c.stale_policy = StalePolicy::kError;
@@ -341,7 +390,8 @@ std::string Config::ToString() const {
      << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level) << " "
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
      << "=" << timeout_s << " " << kStale << "="
-     << (stale_policy == StalePolicy::kError ? "error" : "replace");
+     << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
+     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h;
   return os.str();
 }
 

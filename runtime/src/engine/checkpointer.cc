@@ -57,6 +57,8 @@ Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
 std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
 void Checkpointer::SetDeviceStream(void* cuda_stream) { impl_->SetDeviceStream(cuda_stream); }
 double Checkpointer::BlockedSeconds() const { return impl_->BlockedSeconds(); }
+bool Checkpointer::WouldSave(uint64_t step) const { return impl_->WouldSave(step); }
+IntervalStats Checkpointer::Interval() const { return impl_->Interval(); }
 int Checkpointer::rank() const { return impl_->rank(); }
 const std::string& Checkpointer::node() const { return impl_->node(); }
 
@@ -67,7 +69,8 @@ Checkpointer::Impl::Impl(Config config, std::shared_ptr<Transport> transport,
     : config_(std::move(config)),
       transport_(std::move(transport)),
       remote_(std::move(remote)),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)),
+      schedule_(config_.interval, config_.node_mtbf_h, hooks_.interval_clock) {}
 
 Checkpointer::Impl::~Impl() {
   committer_.reset();  // waits for the in-flight version
@@ -265,26 +268,40 @@ void Checkpointer::Impl::BuildStages() {
   parts.persister = persister_.get();
   parts.persist_every = config_.persist_every;
   parts.hook = hook;
+  if (schedule_.automatic()) {
+    parts.after_commit = [this](uint64_t version) {
+      return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
+    };
+  }
   committer_ = std::make_unique<Committer>(std::move(parts));
 }
 
 Status Checkpointer::Impl::Save(uint64_t step) {
   const auto t0 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(Prepare());
+  if (Status broken = committer_->broken(); !broken.ok()) {
+    return broken.WithContext("Save(" + std::to_string(step) + ")");
+  }
+  // Not this step: nothing waits, nothing is copied.
+  if (!schedule_.Offer(step)) return Status::Ok();
+  Status s = SaveNow(step);
+  blocked_seconds_ += SecondsSince(t0);
+  schedule_.SaveReturned();
+  return s;
+}
+
+Status Checkpointer::Impl::SaveNow(uint64_t step) {
   (void)Wait();  // at most one version in flight; its outcome is Wait()'s to report
   if (Status broken = committer_->broken(); !broken.ok()) {
-    blocked_seconds_ += SecondsSince(t0);
     return broken.WithContext("Save(" + std::to_string(step) + ")");
   }
   if (const std::optional<uint64_t> latest = committer_->latest(); latest && step <= *latest) {
-    blocked_seconds_ += SecondsSince(t0);
     return Status::InvalidArgument("Save(" + std::to_string(step) +
                                    "): steps must increase; latest committed is v" +
                                    std::to_string(*latest));
   }
-  Status s = StartVersion(step, /*persistable=*/true);
-  blocked_seconds_ += SecondsSince(t0);
-  return s;
+  schedule_.Saved(step);  // after Wait: the interval agreed at the last commit
+  return StartVersion(step, /*persistable=*/true);
 }
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
@@ -320,8 +337,10 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
 Status Checkpointer::Impl::WaitSnapshot() {
   if (!pipeline_) return Status::Ok();
   const auto t0 = Clock::now();
+  const double start = schedule_.automatic() ? schedule_.Now() : 0;
   Status s = pipeline_->WaitCopied();
   blocked_seconds_ += SecondsSince(t0);
+  if (schedule_.automatic()) schedule_.AddBlocked(schedule_.Now() - start);
   if (s.ok() && committer_) s = committer_->broken();
   return s;
 }
@@ -344,6 +363,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
+  schedule_.Reset();  // every rank schedules alike from the restored version on
   ShardIo io(&entries_, &store_, &*protection_, remote_.get(), transport_.get());
   Reprotector::Parts rp;
   rp.transport = transport_.get();

@@ -24,6 +24,7 @@
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_store.h"
 #include "engine/committer.h"
+#include "engine/save_schedule.h"
 #include "persist/persister.h"
 #include "protect/protect_stage.h"
 #include "protect/protection_layout.h"
@@ -49,6 +50,8 @@ class Checkpointer::Impl {
   Result<RestoreReport> Restore();
   std::optional<uint64_t> LatestCommitted() const;
   double BlockedSeconds() const;
+  bool WouldSave(uint64_t step) const { return schedule_.WouldSave(step); }
+  IntervalStats Interval() const { return schedule_.stats(); }
   void SetDeviceStream(void* cuda_stream) { device_stream_ = cuda_stream; }
   int rank() const { return transport_->rank(); }
   const std::string& node() const { return node_; }
@@ -64,6 +67,8 @@ class Checkpointer::Impl {
   // Starts the pipeline for `version` (the Save path minus its argument
   // checks). `persistable`: whether this version counts for persist_every.
   Status StartVersion(uint64_t version, bool persistable);
+  // Save's checks and the start of `step`'s version, once the schedule chose to save it.
+  Status SaveNow(uint64_t step);
   Status RunHook(Stage stage, uint64_t version) const;
   // Re-snapshots the restored buffers as `version` (protecting it like any
   // Save) and waits for its commit: the full re-protect after a restore.
@@ -91,6 +96,7 @@ class Checkpointer::Impl {
   std::optional<ProtectionLayout> protection_;   // node indices, groups, held regions
   std::unique_ptr<ProtectStage> protect_stage_;  // only when the scheme protects
 
+  SaveSchedule schedule_;  // which Save calls take a checkpoint (Config::interval)
   std::unique_ptr<Committer> committer_;  // the commit thread; after the stages it ends
 
   double blocked_seconds_ = 0;  // application thread only

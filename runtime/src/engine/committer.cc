@@ -109,7 +109,12 @@ Status Committer::CommitOne(const Job& job) {
     if (!local.ok()) return local.WithContext(v + " (this rank)");
     return Status::Unavailable(v + " not committed: another rank failed to seal it");
   }
-  MEMENTO_RETURN_IF_ERROR(MarkCommitted(job));
+  const Status marked = MarkCommitted(job);
+  if (parts_.after_commit) {
+    Status after = parts_.after_commit(job.version);
+    if (!after.ok()) return Broke(after.WithContext("after the commit of " + v));
+  }
+  MEMENTO_RETURN_IF_ERROR(marked);
   return RunHook(Stage::kCommitted, job.version);
 }
 

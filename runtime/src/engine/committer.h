@@ -21,6 +21,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -52,6 +53,11 @@ class Committer {
     Persister* persister = nullptr;
     int persist_every = 0;
     StageHook hook;  // may be empty
+    // Called on the commit thread after a version committed on every rank
+    // (even if marking it committed failed on this one), before the version
+    // counts as decided: a collective that every rank of the commit enters.
+    // A failure stops checkpointing like a failed commit collective. May be empty.
+    std::function<Status(uint64_t version)> after_commit;
   };
 
   explicit Committer(Parts parts);

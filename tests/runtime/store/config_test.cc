@@ -42,8 +42,12 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_CHUNK_BYTES", "8M"},
                             {"MEMENTO_THREADS", "4"},
                             {"MEMENTO_TIMEOUT_S", "2.5"},
-                            {"MEMENTO_STALE", "replace"}});
+                            {"MEMENTO_STALE", "replace"},
+                            {"MEMENTO_INTERVAL", "7"},
+                            {"MEMENTO_NODE_MTBF_H", "0.5"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->interval, 7);
+  EXPECT_DOUBLE_EQ(c->node_mtbf_h, 0.5);
   EXPECT_EQ(c->job, "run-7_a");
   EXPECT_EQ(c->node, "nodeA");
   EXPECT_EQ(c->ranks_per_node, 4);
@@ -57,7 +61,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(c->threads, 4);
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
-  EXPECT_EQ(Config::VariableNames().size(), 13u);
+  EXPECT_EQ(Config::VariableNames().size(), 15u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -89,6 +93,15 @@ TEST(Config, BadValuesNameTheVariable) {
       {"MEMENTO_TIMEOUT_S", "inf"},
       {"MEMENTO_STALE", "keep"},
       {"MEMENTO_NODE", std::string(201, 'n')},
+      {"MEMENTO_INTERVAL", "0"},
+      {"MEMENTO_INTERVAL", "-2"},
+      {"MEMENTO_INTERVAL", "Auto"},
+      {"MEMENTO_INTERVAL", "3.5"},
+      {"MEMENTO_INTERVAL", ""},
+      {"MEMENTO_NODE_MTBF_H", "0"},
+      {"MEMENTO_NODE_MTBF_H", "-5"},
+      {"MEMENTO_NODE_MTBF_H", "1e3"},
+      {"MEMENTO_NODE_MTBF_H", "nan"},
   };
   for (const auto& [var, value] : bad) {
     auto c = Config::FromMap({{var, value}});
@@ -97,6 +110,25 @@ TEST(Config, BadValuesNameTheVariable) {
     EXPECT_NE(c.status().message().find(var), std::string::npos) << c.status().ToString();
     EXPECT_NE(c.status().message().find("accepted"), std::string::npos) << c.status().ToString();
   }
+}
+
+// The default saves at every Save call; auto needs the failure rate, and says so.
+TEST(Config, AutoIntervalNeedsTheNodeMtbf) {
+  auto d = Config::FromMap({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->interval, 1);
+  auto missing = Config::FromMap({{"MEMENTO_INTERVAL", "auto"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("MEMENTO_INTERVAL=auto"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("MEMENTO_NODE_MTBF_H"), std::string::npos);
+  auto good = Config::FromMap({{"MEMENTO_INTERVAL", "auto"}, {"MEMENTO_NODE_MTBF_H", "8760"}});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->interval, Config::kAutoInterval);
+  EXPECT_NE(good->ToString().find("MEMENTO_INTERVAL=auto"), std::string::npos);
+  Config in_code;
+  in_code.interval = -1;
+  EXPECT_NE(in_code.Validate().message().find("MEMENTO_INTERVAL"), std::string::npos);
 }
 
 TEST(Config, UnknownKeyInMapIsAnError) {

@@ -82,6 +82,12 @@ class IntervalTuner {
   void RecordProtect(double protect_s);
   // A new configured (or observed) failure rate of the job, per second.
   void SetFailureRate(double failure_rate_per_s);
+  // Measurements taken elsewhere (already smoothed, e.g. agreed across the ranks of a job)
+  // replace the tuner's own, and the interval is re-tuned at once (hysteresis applies) as of
+  // offer `step`. Deterministic: tuners with the same options given the same sequence of
+  // Update and SetFailureRate calls choose the same intervals. Non-positive step_s or a
+  // negative cost is ignored.
+  void Update(int64_t step, double step_s, double stall_s, double protect_s);
 
   int interval_steps() const { return interval_; }
   double step_s() const { return step_s_; }

@@ -44,6 +44,19 @@
 
 namespace memento::runtime {
 
+// Which Save calls took a checkpoint (Config::interval), for reports and tests.
+struct IntervalStats {
+  bool automatic = false;   // MEMENTO_INTERVAL=auto
+  bool last_saved = false;  // whether the last Save call took a checkpoint
+  uint64_t saves = 0;       // Save calls that took a checkpoint
+  uint64_t skipped = 0;     // Save calls that returned OK without one
+  int interval_steps = 1;   // the interval in force (auto: the one agreed by all ranks)
+  int changes = 0;          // times auto changed it (since creation or the last Restore)
+  // Auto: the measurements agreed across ranks behind the interval (the maximum
+  // over ranks of each rank's smoothed value); 0 before the first agreement.
+  double step_s = 0, stall_s = 0, protect_s = 0;
+};
+
 class Checkpointer {
  public:
   // Makes a Checkpointer for this rank. `config` is validated (InvalidArgument
@@ -96,7 +109,22 @@ class Checkpointer {
   // is unusable), every later Save and WaitSnapshot returns that failure
   // instead of pretending: relaunch the job and Restore(). The blocked time counts in
   // BlockedSeconds().
+  //
+  // Config::interval decides which calls take a checkpoint: every call (1,
+  // the default), the steps that are multiples of N, or auto (the interval
+  // that maximises goodput for the measured costs and Config::node_mtbf_h,
+  // the same on every rank). A call that does not take one returns OK at once
+  // without waiting for anything (IntervalStats counts it); steps must still
+  // increase from call to call.
   Status Save(uint64_t step);
+
+  // Whether Save(step) would take a checkpoint now (no side effects): callers
+  // that prepare their buffers for a save (staging copies) skip that work
+  // when it would not. Application thread.
+  bool WouldSave(uint64_t step) const;
+
+  // Which Save calls took a checkpoint so far. Thread-safe.
+  IntervalStats Interval() const;
 
   // Device buffers: the CUDA stream (a cudaStream_t) on which the training
   // queues the work that writes the registered device buffers. Each Save

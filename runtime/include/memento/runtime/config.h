@@ -117,6 +117,23 @@ struct Config {
   // this job that cannot be attached; see StalePolicy. Default error.
   StalePolicy stale_policy = StalePolicy::kError;
 
+  // MEMENTO_INTERVAL. Which Save(step) calls take a checkpoint. 1 (default):
+  // every call. N > 1: the steps that are multiples of N; the other calls
+  // return OK at once. "auto" (interval == kAutoInterval): the engine picks
+  // the interval that maximises goodput from the measured step time (between
+  // Save calls), stall and protect time and the failure rate of
+  // MEMENTO_NODE_MTBF_H (required), re-tunes it as they drift and logs each
+  // change at info; every rank makes the same decision (docs/goodput.md).
+  // Longer intervals cut the stall; shorter ones the work lost per failure.
+  static constexpr int kAutoInterval = 0;
+  int interval = 1;
+
+  // MEMENTO_NODE_MTBF_H. Mean hours between failures of one node (any
+  // failure that rolls the job back), for MEMENTO_INTERVAL=auto: the job
+  // fails nodes / MTBF times per hour. A positive decimal, e.g. 8760 or
+  // 0.5; 0 (default) = not set.
+  double node_mtbf_h = 0;
+
   // Reads every MEMENTO_* variable of the process environment once, logs the
   // ones that are set (info) and sets the process log threshold to
   // log_level. A malformed value is InvalidArgument naming the variable, the

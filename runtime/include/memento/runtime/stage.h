@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "memento/common/status.h"
+#include "memento/placement/interval_tuner.h"
 
 namespace memento::runtime {
 
@@ -36,6 +37,11 @@ struct FaultHooks {
   // failure of that stage (e.g. "this rank fails to seal"). May be empty.
   // Called from the thread named in Stage; must be thread-safe.
   StageHook at_stage;
+  // The clock that times MEMENTO_INTERVAL=auto's measurements (step, stall
+  // and protect time); null = the steady clock. Tests drive it. Borrowed: it
+  // must outlive the Checkpointer; called from the application and commit
+  // threads, so it must be thread-safe.
+  placement::TunerClock* interval_clock = nullptr;
 };
 
 }  // namespace memento::runtime

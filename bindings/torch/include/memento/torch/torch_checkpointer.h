@@ -173,6 +173,9 @@ class TorchCheckpointer {
 
   std::optional<uint64_t> LatestCommitted() const;
   double BlockedSeconds() const;
+  // Which Save calls took a checkpoint (Config::interval; runtime::IntervalStats).
+  // Counts restart when a re-registration makes a new engine.
+  runtime::IntervalStats Interval() const;
   // Entry names registered with the engine, in order (after a Save or Restore).
   std::vector<std::string> EntryNames() const;
   // Times the engine was re-opened over a changed set of tensors, and of those

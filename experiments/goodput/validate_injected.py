@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""Goodput model vs the injected-failure runs of experiments/recovery_rate.
+
+For every goodput record of a recovery_rate results file (a 12-step run of the demo on N
+nodes with F single-node losses injected, memento schemes and the synchronous-remote
+baseline), feeds `memento advise` the same job and the costs measured in that run, with the
+run's save and persist intervals, and compares the measured goodput with the model's.
+
+The model is a steady state (renewal reward over a long job); these runs are 12 steps long,
+and most of their wall time is the first launch (process start, imports, model set-up and
+teardown), which no failure causes and the model leaves out. That launch overhead is
+measured, not modelled: from the trial records of the same file (12-step runs with one
+failure event), overhead = wall - time lost to the failure - useful compute. The prediction
+is then
+
+    wall_pred = overhead + W / G_model,     goodput_pred = W / wall_pred
+
+with W the useful compute (the record's useful_s) and G_model from `memento advise` at the
+failure rate that puts F failures into W / G_model (a fixed point). With one run per
+scheme there is no sampling interval for the measurement; the stated tolerance is two
+standard deviations of the measured overhead plus F times two standard deviations of the
+measured relaunch time (both from the trials): the run-to-run spread of what the model does
+not predict. `--simulate` also runs the event-driven simulation at the same inputs and
+checks that the closed form lies in its 95 % interval.
+
+    /usr/bin/python3 experiments/goodput/validate_injected.py \\
+        [--results experiments/results/recovery_rate_small.jsonl] [--cli build/bindings/cli/memento]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def lost_total(lost):
+    keys = ("detection", "relaunch", "restore", "reprotect", "recompute")
+    return sum(lost.get(k, 0.0) or 0.0 for k in keys)
+
+
+def trial_overheads(records, steps, useful_s):
+    """Per scheme: the launch overhead and the relaunch time of each trial run."""
+    out = {}
+    for r in records:
+        if r.get("record") != "trial" or not r.get("restore", {}).get("ok"):
+            continue
+        lost = r["restore"]["lost"]
+        time_lost = (lost.get("detection_s", 0) + lost.get("relaunch_s", 0) +
+                     lost.get("restore_s", 0) + lost.get("reprotect_s", 0) +
+                     lost.get("recompute_s", 0))
+        o = out.setdefault(r["scheme"], {"overhead": [], "relaunch": []})
+        o["overhead"].append(r["wall_s"] - time_lost - useful_s)
+        o["relaunch"].append(lost.get("detection_s", 0) + lost.get("relaunch_s", 0))
+    return out
+
+
+def advise(cli, nodes, step_s, failures_per_s, costs, scheme, save_every, persist_every,
+           simulate):
+    node_mtbf_h = nodes / failures_per_s / 3600.0
+    remote_only = scheme == "baseline"
+    args = [cli, "advise", "--nodes", str(nodes), "--shard", "1M", "--step-s", repr(step_s),
+            "--node-mtbf-h", repr(node_mtbf_h), "--memory-budget", "8",
+            "--schemes", "none" if remote_only else scheme,
+            "--relaunch-s", repr(costs["relaunch_s"]),
+            "--stall-s", repr(costs["stall_s"]), "--protect-s", repr(costs["stall_s"]),
+            "--persist-s", repr(costs["stall_s"])]
+    for src in ("local", "replica", "decode", "remote"):
+        args += ["--recover-%s-s" % src, repr(costs["restore_s"])]
+    args += ["--save-every-steps", str(save_every), "--persist-every-saves", str(persist_every),
+             "--json"]
+    if simulate:
+        args.append("--simulate")
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("memento advise failed (%d): %s\n%s" % (p.returncode, " ".join(args), p.stderr))
+    j = json.loads(p.stdout)
+    return j["remote_only"] if remote_only else j["schemes"][0]
+
+
+def model_goodput(cli, rec, steps, costs, persist_every, simulate):
+    """G_model at the failure rate that puts the run's F failures into W / G_model."""
+    useful = rec["useful_s"]
+    step_s = useful / steps
+    n = rec["failures"]
+    wall = useful + n * costs["relaunch_s"]  # first guess of the model's wall time
+    for _ in range(30):
+        cand = advise(cli, rec["nodes"], step_s, n / wall, costs, rec["scheme"], 1,
+                      persist_every, False)
+        g = cand["estimate"]["goodput"]
+        new_wall = useful / g if g > 0 else float("inf")
+        if abs(new_wall - wall) < 1e-9 * wall:
+            break
+        wall = new_wall
+    sim = None
+    if simulate:
+        sim = advise(cli, rec["nodes"], step_s, n / wall, costs, rec["scheme"], 1, persist_every,
+                     True).get("simulation")
+    return g, wall, sim
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results",
+                    default=os.path.join(ROOT, "experiments/results/recovery_rate_small.jsonl"))
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build/bindings/cli/memento"))
+    ap.add_argument("--steps", type=int, default=12, help="steps of each run (recovery_rate's)")
+    ap.add_argument("--persist-every", type=int, default=3,
+                    help="recovery_rate's persist interval, in saves")
+    ap.add_argument("--simulate", action="store_true",
+                    help="also check the closed form against the simulation at these inputs")
+    a = ap.parse_args()
+
+    records = load(a.results)
+    goodput = [r for r in records if r.get("record") == "goodput" and r.get("ok")]
+    if not goodput:
+        sys.exit("no finished goodput record in " + a.results)
+    useful_s = goodput[0]["useful_s"]
+    trials = trial_overheads(records, a.steps, useful_s)
+    pooled = {"overhead": [x for t in trials.values() for x in t["overhead"]],
+              "relaunch": [x for t in trials.values() for x in t["relaunch"]]}
+
+    print("%-10s %3s %2s %8s %8s %8s %8s %9s %9s %9s %9s %5s" % (
+        "scheme", "N", "F", "wall_s", "ovh_s", "G_model", "wall_prd", "measured", "predicted",
+        "tol", "diff", "agree"))
+    rows = []
+    for rec in goodput:
+        n = rec["failures"]
+        lost = rec["time_lost_s"] or {}
+        costs = {"relaunch_s": (lost.get("detection", 0) + lost.get("relaunch", 0)) / n,
+                 "restore_s": (lost.get("restore", 0) + lost.get("reprotect", 0)) / n,
+                 # not itemised by the runs: the save cost is inside the step time
+                 "stall_s": 0.0}
+        own = trials.get(rec["scheme"], pooled)  # the baseline has no trials: all schemes
+        ovh = statistics.mean(own["overhead"])
+        tol = 2 * statistics.stdev(own["overhead"]) + n * 2 * statistics.stdev(own["relaunch"])
+        g, model_wall, sim = model_goodput(a.cli, rec, a.steps, costs, a.persist_every,
+                                           a.simulate)
+        wall_pred = ovh + model_wall
+        pred = useful_s / wall_pred
+        # Tolerance on the wall time, carried to goodput (W / wall is monotone).
+        lo, hi = useful_s / (wall_pred + tol), useful_s / max(wall_pred - tol, 1e-9)
+        ok = lo <= rec["goodput"] <= hi
+        row = {"scheme": rec["scheme"], "nodes": rec["nodes"], "failures": n,
+               "wall_s": rec["wall_s"], "overhead_s": ovh, "overhead_trials": len(own["overhead"]),
+               "model_goodput": g, "model_wall_s": model_wall, "wall_pred_s": wall_pred,
+               "measured": rec["goodput"], "predicted": pred, "interval": [lo, hi],
+               "wall_tolerance_s": tol, "agree": ok}
+        if sim:
+            row["simulation"] = sim
+            row["closed_in_sim_ci"] = sim["ci95_low"] <= g <= sim["ci95_high"]
+        rows.append(row)
+        print("%-10s %3d %2d %8.1f %8.1f %8.4f %8.1f %9.4f %9.4f %9s %+9.4f %5s" % (
+            rec["scheme"], rec["nodes"], n, rec["wall_s"], ovh, g, wall_pred, rec["goodput"],
+            pred, "%.4f-%.4f" % (lo, hi), rec["goodput"] - pred, "yes" if ok else "NO"))
+        if sim:
+            print("%10s simulation %.4f [%.4f, %.4f]: closed form %s" % (
+                "", sim["goodput"], sim["ci95_low"], sim["ci95_high"],
+                "inside" if row["closed_in_sim_ci"] else "OUTSIDE"))
+    agree = sum(r["agree"] for r in rows)
+    print("%d of %d measured goodputs inside the model's interval (tolerance: 2 sd of the "
+          "launch overhead + F x 2 sd of the relaunch time, from %d trial runs)" % (
+              agree, len(rows), len(pooled["overhead"])))
+    for r in rows:
+        print(json.dumps(r))
+    return 0 if agree == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

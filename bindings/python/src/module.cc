@@ -303,12 +303,12 @@ PYBIND11_MODULE(_memento, m) {
       .def("blocked_seconds", [](PyCheckpointer& c) { return c.ck().BlockedSeconds(); })
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {
-             runtime::Checkpointer* engine = c.ck().engine();
+             memento::runtime::Checkpointer* engine = c.ck().engine();
              return engine == nullptr || engine->WouldSave(step);
            })
       .def("interval_stats",
            [](PyCheckpointer& c) {
-             const runtime::IntervalStats s = c.ck().Interval();
+             const memento::runtime::IntervalStats s = c.ck().Interval();
              py::dict d;
              d["automatic"] = s.automatic;
              d["last_saved"] = s.last_saved;

@@ -33,7 +33,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(Config config,
   MEMENTO_RETURN_IF_ERROR(config.Validate());
   if (!transport) return Status::InvalidArgument("Checkpointer::Create: transport is null");
   if (!remote && !config.remote_dir.empty()) {
-    remote = std::make_shared<DirectoryRemoteStore>(config.remote_dir, config.job);
+    // Checked now (a file, a read-only or pseudo file system, a missing
+    // parent), not at the first persist; a relative path is resolved once.
+    MEMENTO_ASSIGN_OR_RETURN(remote, DirectoryRemoteStore::Open(config.remote_dir, config.job));
   }
   auto impl = std::make_unique<Impl>(std::move(config), std::move(transport), std::move(remote),
                                      std::move(hooks));
@@ -196,7 +198,8 @@ Status Checkpointer::Impl::OpenStore(int lane) {
   if (protection_->protects()) protection_->ExtendStoreLayout(&layout);
   StoreId id{config_.job, node_, static_cast<uint32_t>(lane)};
   bool attached = false;
-  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached);
+  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached,
+                                       &set_aside_);
   Status mine = store.status();
   MEMENTO_ASSIGN_OR_RETURN(bool all_ok, transport_->AllTrue(mine.ok()));
   if (!mine.ok()) return mine.WithContext("Prepare: node store " + id.ToString());
@@ -367,6 +370,14 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   RecoveryExecutor executor(std::move(parts));
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, executor.Run());
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
+  if (!set_aside_.empty()) {
+    // Restored without it: the damaged store it replaced can go now.
+    Status gone = ShmSegment::Unlink(set_aside_);
+    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "node store: removing the damaged " + set_aside_ + " after the restore: " +
+            gone.ToString());
+    set_aside_.clear();
+  }
   return report;
 }
 

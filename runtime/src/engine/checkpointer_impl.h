@@ -81,6 +81,7 @@ class Checkpointer::Impl {
   bool any_device_ = false;
   std::string node_;
   NodeStore store_;
+  std::string set_aside_;  // a damaged store moved aside by Prepare, unlinked by a good Restore
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
   std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA

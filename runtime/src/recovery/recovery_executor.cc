@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <set>
 #include <thread>
 
 #include "memento/common/check.h"
@@ -51,6 +53,9 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     // Every failure an end-to-end mismatch: the inputs of the mismatched
     // shards are bad copies; plan again without them.
     if (!agreed.other_failure && MarkMismatchedSources(agreed, attempt)) continue;
+    // A remote version that failed its checks on some rank is no candidate
+    // any more; the planner picks the next one (memory or remote).
+    if (DropRemoteVersionOfPlan()) continue;
     MEMENTO_RETURN_IF_ERROR(FallBackToRemote());
     break;
   }
@@ -76,7 +81,7 @@ Result<RestoreReport> RecoveryExecutor::Run() {
 
 Status RecoveryExecutor::TakeInventory() {
   wire::Inventory mine;
-  mine.remote_newest = parts_.io->NewestRemoteVersion(&report_.notes);
+  mine.remote_complete = parts_.io->CompleteRemoteVersions(&report_.notes);
   const size_t entries = parts_.io->entries().size();
   for (const SlotState& st : parts_.store->Inventory().slots) {
     if (!st.ok) {
@@ -116,19 +121,28 @@ Status RecoveryExecutor::TakeInventory() {
   const std::vector<uint8_t> blob = wire::EncodeInventory(mine);
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
   input_.new_num_nodes = pl_.num_nodes();
-  remote_agreed_ = parts_.io->has_remote() ? INT64_MAX : -1;
+  // Remote candidates: the versions every rank sees complete, each tried
+  // newest first by the planner and by the fallback.
+  std::optional<std::set<uint64_t>> remote_agreed;
   for (int node = 0; node < pl_.num_nodes(); ++node) {
     bool reported = false;
     for (int lane = 0; lane < pl_.lanes(); ++lane) {
       MEMENTO_ASSIGN_OR_RETURN(wire::Inventory theirs,
                                wire::DecodeInventory(all.at(pl_.rank_of(node, lane)), node, lane));
-      remote_agreed_ = std::min(remote_agreed_, theirs.remote_newest);
+      const std::set<uint64_t> seen(theirs.remote_complete.begin(), theirs.remote_complete.end());
+      if (!remote_agreed) {
+        remote_agreed = seen;
+      } else {
+        for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
+          it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
+        }
+      }
       reported = reported || !theirs.items.empty();
       input_.inventory.insert(input_.inventory.end(), theirs.items.begin(), theirs.items.end());
     }
     if (!reported) input_.failed_nodes.push_back(node);
   }
-  if (remote_agreed_ >= 0) input_.remote_versions.insert(static_cast<uint64_t>(remote_agreed_));
+  if (remote_agreed) input_.remote_versions = std::move(*remote_agreed);
   report_.lost_nodes = input_.failed_nodes;
   return Status::Ok();
 }
@@ -531,22 +545,38 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
   return changed;
 }
 
-Status RecoveryExecutor::FallBackToRemote() {
-  if (remote_agreed_ < 0) {
-    std::string why = "restore of " + V(plan_.version) + " failed";
-    for (const auto& n : report_.notes) why += "; " + n;
-    return Status::Unavailable(why);
+bool RecoveryExecutor::DropRemoteVersionOfPlan() {
+  bool reads_remote = false;
+  for (const placement::ShardSource& s : plan_.shards) {
+    reads_remote = reads_remote || s.kind == placement::SourceKind::kRemote;
   }
-  const uint64_t rv = static_cast<uint64_t>(remote_agreed_);
-  Status r = parts_.io->ReadRemoteToBuffers(rv, &crcs_);
-  MEMENTO_ASSIGN_OR_RETURN(bool ok, parts_.transport->AllTrue(r.ok()));
-  if (!ok) return r.ok() ? Status::Unavailable("remote restore failed on another rank") : r;
-  report_.version = rv;
-  source_ = RestoreSource::kRemote;
-  report_.source_detail = "remote (fallback)";
-  all_local_ = false;
-  fell_back_ = true;
-  return Status::Ok();
+  if (!reads_remote || input_.remote_versions.erase(plan_.version) == 0) return false;
+  report_.notes.push_back("remote " + V(plan_.version) +
+                          " failed its checks; trying the next complete version");
+  return true;
+}
+
+Status RecoveryExecutor::FallBackToRemote() {
+  Status elastic = Status::Ok();
+  for (auto v = input_.remote_versions.rbegin(); v != input_.remote_versions.rend(); ++v) {
+    Status r = parts_.io->ReadRemoteToBuffers(*v, &crcs_);
+    MEMENTO_ASSIGN_OR_RETURN(bool ok, parts_.transport->AllTrue(r.ok()));
+    if (ok) {
+      report_.version = *v;
+      source_ = RestoreSource::kRemote;
+      report_.source_detail = "remote (fallback)";
+      all_local_ = false;
+      fell_back_ = true;
+      return Status::Ok();
+    }
+    if (r.code() == StatusCode::kElasticRestoreNeeded && elastic.ok()) elastic = r;
+    report_.notes.push_back("remote " + V(*v) + ": " +
+                            (r.ok() ? std::string("failed on another rank") : r.ToString()));
+  }
+  if (!elastic.ok()) return elastic;
+  std::string why = "restore of " + V(plan_.version) + " failed";
+  for (const auto& n : report_.notes) why += "; " + n;
+  return Status::Unavailable(why);
 }
 
 // ---- 6. re-protect -------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 //
 //  1. Inventory. Every rank reports every item of every sealed slot (its
 //     shard, everything it holds for peers) from the seal records alone
-//     (length + crc32c, no payload hashing) and allgathers them with the
-//     newest complete remote version it sees. A node none of whose ranks
-//     reports anything lost its memory.
+//     (length + crc32c, no payload hashing) and allgathers them with every
+//     complete remote version it sees; those all ranks see are candidates.
+//     A node none of whose ranks reports anything lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
 //  3. Verify. Each rank verifies (crc32c, one pass) only what the plan reads
 //     from it, plus its own shard of the plan's version; the failures are
@@ -24,8 +24,10 @@
 //     verified), remote ones read from the remote tier.
 //  5. Agree (allgather of each rank's outcome). When every failure is an
 //     end-to-end mismatch, the copies the mismatched shards were rebuilt from
-//     are marked bad and the restore goes back to step 2. Otherwise every
-//     rank falls back to the newest remote version if there is one.
+//     are marked bad and the restore goes back to step 2. When the plan read
+//     from a remote version, that version stops being a candidate and the
+//     restore goes back to step 2. Otherwise every rank falls back to the
+//     complete remote versions, newest first, until one reads back intact.
 //  6. Re-protect (reprotector.h): nothing when every shard was local and
 //     nothing held for peers was lost; else minimal when possible, else full.
 //     Either way the version is committed before Restore returns.
@@ -104,6 +106,11 @@ class RecoveryExecutor {
   Status CheckAndScatter(const std::vector<uint8_t>& shard);
   Result<Agreement> Agree(const Status& local);            // 5
   bool MarkMismatchedSources(const Agreement& agreed, int attempt);
+  // When the failed plan read from remote: drops its version from the remote
+  // candidates (true), so that the next plan tries the next one.
+  bool DropRemoteVersionOfPlan();
+  // Every remaining complete remote version, newest first, until one reads
+  // back with every crc right on every rank.
   Status FallBackToRemote();
   Status Reprotect();                                      // 6
   Status GatherByteCounts();                               // 7
@@ -123,7 +130,6 @@ class RecoveryExecutor {
 
   // Steps 1 - 3.
   placement::RecoveryInput input_;
-  int64_t remote_agreed_ = -1;
   std::map<std::pair<int, int>, bool> region_ok_;  // (slot, region) -> verified
 
   // One attempt (steps 4 - 5).

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
@@ -413,9 +415,32 @@ Result<NodeStore> NodeStore::FromSegment(ShmSegment seg, const StoreId* expect) 
   return store;
 }
 
+namespace {
+
+// Renames the damaged segment `name` aside (see OpenOrCreate); its new name.
+Result<std::string> SetAside(const std::string& name, const Status& why) {
+  for (int n = 0; n < 100; ++n) {
+    const std::string aside = name + NodeStore::kSetAsideSuffix + std::to_string(getpid()) +
+                              (n == 0 ? "" : "." + std::to_string(n));
+    Status moved = ShmSegment::Rename(name, aside);
+    if (moved.code() == StatusCode::kAlreadyExists) continue;
+    if (!moved.ok()) return moved;
+    Log(LogLevel::kWarn, "node store: " + name + " cannot be read (" + why.ToString() +
+                             "); its node counts as lost and it is kept as " + aside +
+                             " until a restore succeeds");
+    return aside;
+  }
+  return Status::AlreadyExists("node store " + name +
+                               ": too many set-aside copies; run `memento clean`");
+}
+
+}  // namespace
+
 Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
-                                          StalePolicy policy, bool* attached) {
+                                          StalePolicy policy, bool* attached,
+                                          std::string* set_aside) {
   if (attached != nullptr) *attached = false;
+  if (set_aside != nullptr) set_aside->clear();
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
   for (int attempt = 0; attempt < 2; ++attempt) {
     Result<NodeStore> existing = Attach(id, ShmSegment::Access::kReadWrite);
@@ -442,6 +467,12 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       // Unavailable: another running job holds it, or another user owns it;
       // it is not ours to replace.
       return existing.status();
+    } else if (existing.status().code() == StatusCode::kCorruption && set_aside != nullptr) {
+      // A damaged header or layout: this node's memory is lost for the
+      // planner, but the bytes stay (under another name) until the caller
+      // has restored from elsewhere.
+      MEMENTO_ASSIGN_OR_RETURN(*set_aside, SetAside(name, existing.status()));
+      return Create(id, layout, slots);
     } else {
       reason = existing.status().ToString();
     }

@@ -86,8 +86,9 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
   std::vector<uint8_t> out;
-  out.reserve(8 * (1 + kInventoryFields * inv.items.size()));
-  Put(&out, inv.remote_newest);
+  out.reserve(8 * (1 + inv.remote_complete.size() + kInventoryFields * inv.items.size()));
+  Put(&out, static_cast<int64_t>(inv.remote_complete.size()));
+  for (uint64_t v : inv.remote_complete) Put(&out, static_cast<int64_t>(v));
   for (const placement::InventoryItem& it : inv.items) {
     for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
                       static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
@@ -101,13 +102,18 @@ std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
 
 Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane) {
   const size_t n = bytes.size() / 8;
-  if (bytes.size() % 8 != 0 || n < 1 || (n - 1) % kInventoryFields != 0) {
+  const uint8_t* p = bytes.data();
+  const int64_t remotes = n >= 1 ? Get<int64_t>(p) : -1;
+  if (bytes.size() % 8 != 0 || n < 1 || remotes < 0 || static_cast<uint64_t>(remotes) > n - 1 ||
+      (n - 1 - static_cast<size_t>(remotes)) % kInventoryFields != 0) {
     return Status::Corruption("restore inventory of " + std::to_string(bytes.size()) + " bytes");
   }
-  const uint8_t* p = bytes.data();
   Inventory inv;
-  inv.remote_newest = Get<int64_t>(p);
-  for (size_t i = 1; i < n; i += kInventoryFields) {
+  const size_t first_item = 1 + static_cast<size_t>(remotes);
+  for (size_t i = 1; i < first_item; ++i) {
+    inv.remote_complete.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * i)));
+  }
+  for (size_t i = first_item; i < n; i += kInventoryFields) {
     auto f = [&](size_t k) { return Get<int64_t>(p + 8 * (i + k)); };
     placement::InventoryItem it;
     it.node = node;

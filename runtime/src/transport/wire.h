@@ -104,12 +104,13 @@ struct RankRecord {
 std::vector<uint8_t> EncodeRankRecord(const RankRecord& record);
 Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
 
-// Restore inventory of one rank (one allgather): the newest complete remote
-// version it sees (-1: none) and every item of its sealed slots. i64
-// remote_newest, then per item 8 x i64: version, kind, owner, stripe, row,
-// bytes, crc_ok, 0. Node and lane are the sender's, known to the receiver.
+// Restore inventory of one rank (one allgather): every complete remote
+// version it sees (ascending) and every item of its sealed slots. i64 count
+// of remote versions, that many i64 versions, then per item 8 x i64:
+// version, kind, owner, stripe, row, bytes, crc_ok, 0. Node and lane are the
+// sender's, known to the receiver.
 struct Inventory {
-  int64_t remote_newest = -1;
+  std::vector<uint64_t> remote_complete;
   std::vector<placement::InventoryItem> items;
 };
 std::vector<uint8_t> EncodeInventory(const Inventory& inventory);

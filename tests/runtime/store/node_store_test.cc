@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -409,6 +411,42 @@ TEST_F(NodeStoreTest, SecondRunningJobWithTheSameIdIsRefused) {
   }
   ASSERT_EQ(waitpid(relaunch, &wstatus, 0), relaunch);
   EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "relaunch could not attach";
+}
+
+// A holder killed with SIGKILL (no destructor, no cleanup) never blocks a
+// relaunch: the kernel drops its lock with the process, and the relaunch
+// attaches the store with its committed version.
+TEST_F(NodeStoreTest, HolderKilledWithSigkillNeverBlocksARelaunch) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    if (!store.ok()) _exit(3);
+    WriteVersion(*store, 9);
+    if (write(ready[1], "x", 1) != 1) _exit(4);
+    for (;;) pause();  // holds the store until killed
+  }
+  close(ready[1]);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the holder did not create its store";
+  close(ready[0]);
+  // While it runs, this process (another job) is refused, naming its pid.
+  auto refused = NodeStore::Attach(id_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("pid " + std::to_string(holder)), std::string::npos)
+      << refused.status().ToString();
+  ASSERT_EQ(kill(holder, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(holder, &wstatus, 0), holder);
+  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
+  auto relaunch = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
+  ASSERT_TRUE(relaunch.ok()) << relaunch.status().ToString();
+  auto slot = relaunch->FindVersion(9);
+  ASSERT_TRUE(slot.has_value());
+  ExpectVersion(*relaunch, *slot, 9);
 }
 
 // A segment of this job's name that another user owns, or whose mode is not

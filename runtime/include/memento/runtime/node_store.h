@@ -156,8 +156,20 @@ class NodeStore {
   // (FailedPrecondition naming segment and reason; nothing touched) or
   // unlinked and recreated (logged at warn). `*attached` (optional) tells
   // which happened.
+  //
+  // With `set_aside` given, a segment whose header or layout fails
+  // validation (Corruption) is, whatever `policy`, renamed to
+  // "<name>.corrupt.<pid>" (logged at warn) and a fresh store created: the
+  // node's memory is lost for the restore, and its bytes are kept until the
+  // caller unlinks `*set_aside` (after a successful restore). `*set_aside` is
+  // "" when nothing was set aside.
   static Result<NodeStore> OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
-                                        StalePolicy policy, bool* attached = nullptr);
+                                        StalePolicy policy, bool* attached = nullptr,
+                                        std::string* set_aside = nullptr);
+
+  // What OpenOrCreate puts between a segment's name and the pid when it sets
+  // a damaged segment aside.
+  static constexpr const char* kSetAsideSuffix = ".corrupt.";
 
   // Unlinks the segment of `id` (node loss in tests, `memento clean`).
   // NotFound if absent. Existing mappings stay valid.

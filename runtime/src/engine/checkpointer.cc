@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <random>
 
 #include "engine/checkpointer_impl.h"
 #include "memento/common/check.h"
@@ -126,6 +128,7 @@ Status Checkpointer::Impl::Prepare() {
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
+  MEMENTO_RETURN_IF_ERROR(StartLineage());
   BuildStages();
   prepared_ = true;
   return Status::Ok();
@@ -173,6 +176,22 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
                            ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
   protection_.emplace(std::move(protection));
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::StartLineage() {
+  // Rank 0's start time (ns), its low bits random: distinct per run and
+  // growing with the time a run started, which is how Restore picks the newest.
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  const uint64_t mine = (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
+  if (all.empty() || all[0].size() != sizeof(lineage_)) {
+    return Status::Internal("Prepare: malformed lineage from rank 0");
+  }
+  std::memcpy(&lineage_, all[0].data(), sizeof(lineage_));
   return Status::Ok();
 }
 
@@ -292,7 +311,7 @@ Status Checkpointer::Impl::Save(uint64_t step) {
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   const int slot = slots_->Acquire();
-  if (Status s = store_.BeginWriteSlot(slot, version); !s.ok()) {
+  if (Status s = store_.BeginWriteSlot(slot, version, lineage_); !s.ok()) {
     // Still through the commit thread, so that this rank votes "false" in the
     // version's commit collective instead of leaving the others waiting.
     committer_->Submit(version, slot, persistable, s);
@@ -357,6 +376,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   rp.chunk_bytes = config_.chunk_bytes;
   rp.resnapshot = [this](uint64_t version) { return Resnapshot(version); };
   rp.protect = protect_stage_.get();
+  rp.lineage = &lineage_;
   Reprotector reprotector(std::move(rp));
   RecoveryExecutor::Parts parts;
   parts.transport = transport_.get();
@@ -367,8 +387,14 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   parts.reprotector = &reprotector;
   parts.chunk_bytes = config_.chunk_bytes;
   if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  // The restore adopts the lineage it restores from; a failed one leaves
+  // this run's own.
+  const uint64_t own_lineage = lineage_;
+  parts.lineage = &lineage_;
   RecoveryExecutor executor(std::move(parts));
-  MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, executor.Run());
+  Result<RestoreReport> restored = executor.Run();
+  if (!restored.ok()) lineage_ = own_lineage;
+  MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
   if (!set_aside_.empty()) {
     // Restored without it: the damaged store it replaced can go now.

@@ -80,8 +80,25 @@ Result<RestoreReport> RecoveryExecutor::Run() {
 // ---- 1. inventory --------------------------------------------------------------------------
 
 Status RecoveryExecutor::TakeInventory() {
+  const std::vector<uint8_t> blob = wire::EncodeInventory(MyInventory());
+  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
+  std::vector<wire::Inventory> theirs(all.size());
+  for (int node = 0; node < pl_.num_nodes(); ++node) {
+    for (int lane = 0; lane < pl_.lanes(); ++lane) {
+      const int rank = pl_.rank_of(node, lane);
+      MEMENTO_ASSIGN_OR_RETURN(theirs.at(rank), wire::DecodeInventory(all.at(rank), node, lane));
+    }
+  }
+  ChooseLineage(theirs);
+  return Status::Ok();
+}
+
+wire::Inventory RecoveryExecutor::MyInventory() {
   wire::Inventory mine;
-  mine.remote_complete = parts_.io->CompleteRemoteVersions(&report_.notes);
+  for (const auto& [version, lineage] : parts_.io->CompleteRemoteVersions(&report_.notes)) {
+    mine.remote_complete.push_back(version);
+    mine.remote_lineage.push_back(lineage);
+  }
   const size_t entries = parts_.io->entries().size();
   for (const SlotState& st : parts_.store->Inventory().slots) {
     if (!st.ok) {
@@ -109,6 +126,7 @@ Status RecoveryExecutor::TakeInventory() {
       item.bytes = bytes;
       item.crc_ok = ok;
       mine.items.push_back(item);
+      mine.item_lineage.push_back(st.lineage);
     };
     bool shard_ok = true;
     for (size_t i = 0; i < entries; ++i) shard_ok = record_ok(static_cast<int>(i)) && shard_ok;
@@ -118,33 +136,73 @@ Status RecoveryExecutor::TakeInventory() {
       push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, record_ok(h.region));
     }
   }
-  const std::vector<uint8_t> blob = wire::EncodeInventory(mine);
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
+  return mine;
+}
+
+void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs) {
+  // Remote candidates: the (version, lineage) pairs every rank sees complete.
+  std::optional<std::set<std::pair<uint64_t, uint64_t>>> remote_agreed;
+  bool any = false;
+  uint64_t newest = 0;
+  auto see = [&](uint64_t lineage) {
+    newest = any ? std::max(newest, lineage) : lineage;
+    any = true;
+  };
+  for (const wire::Inventory& inv : theirs) {
+    std::set<std::pair<uint64_t, uint64_t>> seen;
+    for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
+      seen.emplace(inv.remote_complete[i], inv.remote_lineage[i]);
+    }
+    if (!remote_agreed) {
+      remote_agreed = std::move(seen);
+    } else {
+      for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
+        it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
+      }
+    }
+    for (uint64_t l : inv.item_lineage) see(l);
+  }
+  if (remote_agreed) {
+    for (const auto& [v, l] : *remote_agreed) see(l);
+  }
+  // Only the newest run's versions are candidates (lineage ids grow with the
+  // time a run started); another run's are passed over, whatever their numbers.
+  lineage_ = newest;
+  if (any) *parts_.lineage = newest;
+  uint64_t passed_over = 0;
+  bool other_run = false;
   input_.new_num_nodes = pl_.num_nodes();
-  // Remote candidates: the versions every rank sees complete, each tried
-  // newest first by the planner and by the fallback.
-  std::optional<std::set<uint64_t>> remote_agreed;
   for (int node = 0; node < pl_.num_nodes(); ++node) {
     bool reported = false;
     for (int lane = 0; lane < pl_.lanes(); ++lane) {
-      MEMENTO_ASSIGN_OR_RETURN(wire::Inventory theirs,
-                               wire::DecodeInventory(all.at(pl_.rank_of(node, lane)), node, lane));
-      const std::set<uint64_t> seen(theirs.remote_complete.begin(), theirs.remote_complete.end());
-      if (!remote_agreed) {
-        remote_agreed = seen;
-      } else {
-        for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
-          it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
+      const wire::Inventory& inv = theirs.at(pl_.rank_of(node, lane));
+      for (size_t i = 0; i < inv.items.size(); ++i) {
+        if (inv.item_lineage[i] != newest) {
+          other_run = true;
+          passed_over = std::max(passed_over, inv.items[i].version);
+          continue;
         }
+        input_.inventory.push_back(inv.items[i]);
+        reported = true;
       }
-      reported = reported || !theirs.items.empty();
-      input_.inventory.insert(input_.inventory.end(), theirs.items.begin(), theirs.items.end());
     }
     if (!reported) input_.failed_nodes.push_back(node);
   }
-  if (remote_agreed) input_.remote_versions = std::move(*remote_agreed);
+  if (remote_agreed) {
+    for (const auto& [v, l] : *remote_agreed) {
+      if (l == newest) {
+        input_.remote_versions.insert(v);
+      } else {
+        other_run = true;
+        passed_over = std::max(passed_over, v);
+      }
+    }
+  }
+  if (other_run) {
+    report_.notes.push_back("versions of an older run under this job id (up to v" +
+                            std::to_string(passed_over) + ") are not restored");
+  }
   report_.lost_nodes = input_.failed_nodes;
-  return Status::Ok();
 }
 
 // ---- 2 + 3. plan, verify -------------------------------------------------------------------
@@ -212,7 +270,7 @@ Result<bool> RecoveryExecutor::VerifyPlanReads(const placement::RecoveryPlan& pl
     item.row = row;
     bad.push_back(item);
   };
-  if (const std::optional<int> slot = parts_.store->FindVersion(plan.version)) {
+  if (const std::optional<int> slot = parts_.store->FindVersion(plan.version, lineage_)) {
     bool shard_ok = true;
     const size_t entries = parts_.io->entries().size();
     for (size_t i = 0; i < entries && shard_ok; ++i) shard_ok = RegionOk(*slot, static_cast<int>(i));
@@ -263,7 +321,7 @@ Status RecoveryExecutor::GatherEntrySeals() {
   seals_of_.clear();
   std::vector<uint8_t> mine;
   NodeStore* store = parts_.store;
-  if (const std::optional<int> slot = store->FindVersion(plan_.version)) {
+  if (const std::optional<int> slot = store->FindVersion(plan_.version, lineage_)) {
     std::vector<EntrySeal> own;
     const size_t entries = parts_.io->entries().size();
     for (size_t i = 0; i < entries; ++i) {
@@ -311,7 +369,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   restored_shard_.clear();
   mismatch_ = false;
   source_ = RestoreSource::kLocalMemory;
-  my_slot_ = parts_.store->FindVersion(plan_.version);
+  my_slot_ = parts_.store->FindVersion(plan_.version, lineage_);
   // Every rank takes part in every exchange, whatever failed before.
   std::map<size_t, std::vector<uint8_t>> received;
   Status got = ExchangeReplicas(&received);

@@ -5,7 +5,9 @@
 //     shard, everything it holds for peers) from the seal records alone
 //     (length + crc32c, no payload hashing) and allgathers them with every
 //     complete remote version it sees; those all ranks see are candidates.
-//     A node none of whose ranks reports anything lost its memory.
+//     Every version carries the lineage (run) that wrote it; only the newest
+//     lineage's versions are kept (Checkpointer: lineages), and a node none of
+//     whose ranks reports one of them lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
 //  3. Verify. Each rank verifies (crc32c, one pass) only what the plan reads
 //     from it, plus its own shard of the plan's version; the failures are
@@ -56,6 +58,7 @@
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
 #include "store/slot_allocator.h"
+#include "transport/wire.h"
 
 namespace memento::runtime {
 
@@ -71,6 +74,9 @@ class RecoveryExecutor {
     Reprotector* reprotector = nullptr;
     uint64_t chunk_bytes = 0;
     StageHook hook;  // may be empty
+    // Set to the lineage of the versions the restore considers (the newest
+    // run's) once the inventory is taken; left alone when there is none.
+    uint64_t* lineage = nullptr;
   };
   explicit RecoveryExecutor(Parts parts);
 
@@ -94,6 +100,10 @@ class RecoveryExecutor {
   };
 
   Status TakeInventory();                                  // 1
+  wire::Inventory MyInventory();
+  // Keeps the newest lineage's items and remote versions (input_) and notes
+  // the nodes that report none as lost.
+  void ChooseLineage(const std::vector<wire::Inventory>& theirs);
   Result<placement::RecoveryPlan> PlanVerified();          // 2 + 3
   Result<bool> VerifyPlanReads(const placement::RecoveryPlan& plan);  // 3: any new failure
   Status GatherEntrySeals();                               // 4 (collective part)
@@ -130,6 +140,7 @@ class RecoveryExecutor {
 
   // Steps 1 - 3.
   placement::RecoveryInput input_;
+  uint64_t lineage_ = 0;  // of every version considered
   std::map<std::pair<int, int>, bool> region_ok_;  // (slot, region) -> verified
 
   // One attempt (steps 4 - 5).

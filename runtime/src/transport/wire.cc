@@ -86,14 +86,21 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
   std::vector<uint8_t> out;
-  out.reserve(8 * (1 + inv.remote_complete.size() + kInventoryFields * inv.items.size()));
+  auto lineage = [](const std::vector<uint64_t>& of, size_t i) {
+    return static_cast<int64_t>(i < of.size() ? of[i] : 0);
+  };
+  out.reserve(8 * (1 + 2 * inv.remote_complete.size() + kInventoryFields * inv.items.size()));
   Put(&out, static_cast<int64_t>(inv.remote_complete.size()));
-  for (uint64_t v : inv.remote_complete) Put(&out, static_cast<int64_t>(v));
-  for (const placement::InventoryItem& it : inv.items) {
+  for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
+    Put(&out, static_cast<int64_t>(inv.remote_complete[i]));
+    Put(&out, lineage(inv.remote_lineage, i));
+  }
+  for (size_t i = 0; i < inv.items.size(); ++i) {
+    const placement::InventoryItem& it = inv.items[i];
     for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
                       static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
                       static_cast<int64_t>(it.row), static_cast<int64_t>(it.bytes),
-                      static_cast<int64_t>(it.crc_ok ? 1 : 0), int64_t{0}}) {
+                      static_cast<int64_t>(it.crc_ok ? 1 : 0), lineage(inv.item_lineage, i)}) {
       Put(&out, f);
     }
   }
@@ -104,14 +111,16 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
   const size_t n = bytes.size() / 8;
   const uint8_t* p = bytes.data();
   const int64_t remotes = n >= 1 ? Get<int64_t>(p) : -1;
-  if (bytes.size() % 8 != 0 || n < 1 || remotes < 0 || static_cast<uint64_t>(remotes) > n - 1 ||
-      (n - 1 - static_cast<size_t>(remotes)) % kInventoryFields != 0) {
+  if (bytes.size() % 8 != 0 || n < 1 || remotes < 0 ||
+      static_cast<uint64_t>(remotes) > (n - 1) / 2 ||
+      (n - 1 - 2 * static_cast<size_t>(remotes)) % kInventoryFields != 0) {
     return Status::Corruption("restore inventory of " + std::to_string(bytes.size()) + " bytes");
   }
   Inventory inv;
-  const size_t first_item = 1 + static_cast<size_t>(remotes);
-  for (size_t i = 1; i < first_item; ++i) {
+  const size_t first_item = 1 + 2 * static_cast<size_t>(remotes);
+  for (size_t i = 1; i < first_item; i += 2) {
     inv.remote_complete.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * i)));
+    inv.remote_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * (i + 1))));
   }
   for (size_t i = first_item; i < n; i += kInventoryFields) {
     auto f = [&](size_t k) { return Get<int64_t>(p + 8 * (i + k)); };
@@ -127,6 +136,7 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
     it.sealed = true;
     it.crc_ok = f(6) != 0;
     inv.items.push_back(it);
+    inv.item_lineage.push_back(static_cast<uint64_t>(f(7)));
   }
   return inv;
 }

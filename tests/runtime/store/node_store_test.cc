@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -61,8 +62,8 @@ std::vector<uint8_t> Pattern(uint64_t n, uint32_t seed) {
 }
 
 // Writes version `v` into a slot chosen by BeginWrite, seals it; returns the slot.
-int WriteVersion(NodeStore& store, uint64_t v, bool commit = true) {
-  auto slot = store.BeginWrite(v);
+int WriteVersion(NodeStore& store, uint64_t v, bool commit = true, uint64_t lineage = 0) {
+  auto slot = store.BeginWrite(v, lineage);
   MEMENTO_CHECK(slot.ok());
   for (int r = 0; r < store.region_count(); ++r) {
     const uint64_t cap = store.layout().regions[r].capacity;
@@ -582,6 +583,35 @@ TEST_F(NodeStoreCorruptionTest, EverySlotHeaderFieldIsDetected) {
     });
   }
   EXPECT_TRUE(store_.FindVersion(7).has_value());
+}
+
+// A slot records the lineage (run) of its version, covered by the slot
+// header's crc; FindVersion with a lineage finds only that run's copy.
+TEST_F(NodeStoreTest, SlotRecordsItsLineageUnderTheHeaderCrc) {
+  auto store = NodeStore::Create(id_, TestLayout(), 3);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const uint64_t run_a = 0x1111222233334444ull, run_b = 0x5555666677778888ull;
+  const int a = WriteVersion(*store, 3, true, run_a);
+  const int b = WriteVersion(*store, 3 + 1, true, run_b);
+  StoreInventory inv = store->Inventory();
+  EXPECT_EQ(inv.slots[a].lineage, run_a);
+  EXPECT_EQ(inv.slots[b].lineage, run_b);
+  EXPECT_EQ(store->FindVersion(3, run_a), std::optional<int>(a));
+  EXPECT_FALSE(store->FindVersion(3, run_b).has_value());
+  EXPECT_FALSE(store->FindVersion(4, run_a).has_value());
+  auto raw = ShmSegment::Open(store->segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok());
+  f::SegmentHeader h;
+  std::memcpy(&h, raw->data(), sizeof(h));
+  const uint64_t at =
+      h.slot_table_offset + h.slot_control_bytes * a + offsetof(f::SlotHeader, lineage);
+  for (uint64_t off = 0; off < sizeof(uint64_t); ++off) {
+    raw->data()[at + off] ^= 0x5A;
+    EXPECT_FALSE(store->Inventory().slots[a].ok) << "lineage byte " << off;
+    EXPECT_FALSE(store->FindVersion(3, run_a).has_value());
+    raw->data()[at + off] ^= 0x5A;
+  }
+  EXPECT_TRUE(store->Inventory().slots[a].ok);
 }
 
 TEST_F(NodeStoreCorruptionTest, EverySealRecordByteIsDetected) {

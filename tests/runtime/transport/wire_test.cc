@@ -97,12 +97,16 @@ placement::InventoryItem Item(uint64_t version, placement::ItemKind kind, int ow
 TEST(Wire, InventoryRoundTripsWithTheSendersNodeAndLane) {
   Inventory inv;
   inv.remote_complete = {37, 41};
+  inv.remote_lineage = {7, 0xF000000000000001ull};
   inv.items.push_back(Item(42, placement::ItemKind::kShard, 2, -1, -1, 1000, true));
   inv.items.push_back(Item(42, placement::ItemKind::kParity, -1, 3, 1, 256, false));
   inv.items.push_back(Item(40, placement::ItemKind::kReplica, 5, -1, -1, 1000, true));
+  inv.item_lineage = {9};
   auto back = DecodeInventory(EncodeInventory(inv), /*node=*/2, /*lane=*/1);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->remote_complete, (std::vector<uint64_t>{37, 41}));
+  EXPECT_EQ(back->remote_lineage, inv.remote_lineage);
+  EXPECT_EQ(back->item_lineage, (std::vector<uint64_t>{9, 0, 0}));  // missing ones are 0
   ASSERT_EQ(back->items.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const auto& a = inv.items[i];

@@ -89,6 +89,7 @@ struct RegionState {
 struct SlotState {
   int slot = 0;
   uint64_t version = 0;    // meaningful when sealed or writing
+  uint64_t lineage = 0;    // the run that wrote it (Checkpointer lineage; 0: none)
   bool writing = false;    // BeginWrite called, not sealed yet
   bool sealed = false;     // the sealed flag is set
   bool committed = false;  // MarkCommitted was called for this version
@@ -189,11 +190,12 @@ class NodeStore {
   // newest committed version (if none is committed: never the newest sealed
   // one); among the rest an empty/invalid slot first, else the lowest
   // version. AlreadyExists if a sealed slot already holds `version`
-  // (Invalidate it first to rewrite). Returns the slot index.
-  Result<int> BeginWrite(uint64_t version);
-  // Invalidates `slot` and marks it as being written with `version` (for the
-  // engine writing a restored version into a chosen slot).
-  Status BeginWriteSlot(int slot, uint64_t version);
+  // (Invalidate it first to rewrite). Returns the slot index. `lineage` is
+  // recorded in the slot header (SlotState::lineage; 0: none).
+  Result<int> BeginWrite(uint64_t version, uint64_t lineage = 0);
+  // Invalidates `slot` and marks it as being written with `version` of
+  // `lineage` (for the engine writing a version into a chosen slot).
+  Status BeginWriteSlot(int slot, uint64_t version, uint64_t lineage = 0);
   // Clears the sealed and committed flags of `slot` (its data is then never
   // read as a checkpoint).
   Status Invalidate(int slot);
@@ -239,6 +241,9 @@ class NodeStore {
 
   // The ok, sealed slot holding `version`, if any.
   std::optional<int> FindVersion(uint64_t version) const;
+  // The same, of `lineage` only (a slot of another run with the same number
+  // is not it).
+  std::optional<int> FindVersion(uint64_t version, uint64_t lineage) const;
 
  private:
   friend class NodeStoreTestPeer;

@@ -74,7 +74,8 @@ std::vector<std::string> Seeds() {
   persist.file = {2, "rank-2.bin", 4096, 0xdeadbeef};
   wire::RankRecord rank{"host-a/0", 1, 2, 4, 1 << 20, 3};
   wire::Inventory inventory;
-  inventory.remote_newest = 5;
+  inventory.remote_complete = {5};
+  inventory.remote_lineage = {1};
   placement::InventoryItem item;
   item.version = 6;
   item.owner = 2;

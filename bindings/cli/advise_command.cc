@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "memento/placement/checkpoint_cost_model.h"
 #include "memento/placement/goodput_model.h"
 #include "memento/placement/goodput_simulation.h"
@@ -588,10 +589,10 @@ void AddAdviseCommand(CLI::App& app) {
   cmd->callback([args, given]() {
     try {
       const int rc = RunAdvise(*args, *given);
-      if (rc != 0) throw CLI::RuntimeError(rc);
+      if (rc != 0) throw CommandFailed(rc);
     } catch (const FlagError& e) {
       std::fprintf(stderr, "memento advise: %s\n", e.message.c_str());
-      throw CLI::RuntimeError(2);
+      throw CommandFailed(2);
     }
   });
 }

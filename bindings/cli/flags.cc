@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "memento/common/strings.h"
+
 namespace memento::cli {
 namespace {
 
@@ -14,18 +16,6 @@ bool IsDecimal(const std::string& s) {
     if (c < '0' || c > '9') return false;
   }
   return true;
-}
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return out;
 }
 
 // "memento" or "memento <subcommand>" for the subcommand that was being parsed.

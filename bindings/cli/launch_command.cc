@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "memento/launch/launcher.h"
 
 namespace memento::cli {
@@ -82,7 +83,7 @@ void AddLaunchCommand(CLI::App& app) {
   sub->callback([args, sub] {
     auto& o = args->options;
     if (!args->rank_exec.empty()) {
-      throw CLI::RuntimeError(launch::RankExec(args->rank_exec, o.command));
+      throw CommandFailed(launch::RankExec(args->rank_exec, o.command));
     }
     if (sub->count("--np") == 0) throw CLI::RequiredError("-n,--np");
     std::istringstream words(args->mpirun);
@@ -91,9 +92,9 @@ void AddLaunchCommand(CLI::App& app) {
     auto code = launch::RunLaunch(o);
     if (!code.ok()) {
       std::fprintf(stderr, "memento launch: %s\n", code.status().message().c_str());
-      throw CLI::RuntimeError(2);
+      throw CommandFailed(2);
     }
-    if (*code != 0) throw CLI::RuntimeError(*code);
+    if (*code != 0) throw CommandFailed(*code);
   });
 }
 

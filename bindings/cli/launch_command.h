@@ -6,9 +6,9 @@
 namespace memento::cli {
 
 // Adds `launch` to `app`. Its callback runs the job (launch/launcher.h) and
-// throws CLI::RuntimeError(code) for a non-zero exit code, which
-// CLI::App::exit turns into the process exit code (2 for bad options, with
-// the problem named on stderr).
+// throws CommandFailed(code) (flags.h) for a non-zero exit code, which
+// RunApp returns as the process exit code: the job's own status when it
+// fails, 130 after Ctrl-C, 2 for bad options (the problem named on stderr).
 void AddLaunchCommand(CLI::App& app);
 
 }  // namespace memento::cli

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "decimal_validator.h"
 #include "memento/erasure/rs_codec.h"
 #include "memento/erasure/xor_codec.h"
 
@@ -163,16 +164,9 @@ Row Measure(const Config& config, const Codec& codec, const Args& args, int thre
              gbps(Median(t_memcpy))};
 }
 
-// Digits only: " 5", "+5", "0x10" are refused (CLI11 alone would read 0x10 as hex).
-const CLI::Validator kDecimal(
-    [](std::string& s) {
-      const bool ok = !s.empty() && s.size() <= 18 &&
-                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-      return ok ? std::string() : "'" + s + "' is not a decimal integer (digits only)";
-    },
-    "", "decimal");
-
 }  // namespace
+
+using memento::experiments::kDecimal;
 
 int main(int argc, char** argv) {
   Args args;

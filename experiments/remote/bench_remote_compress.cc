@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "decimal_validator.h"
 #include "memento/runtime/directory_remote_store.h"
 
 namespace {
@@ -158,18 +159,7 @@ double WriteMbps(const std::string& dir, const std::vector<uint8_t>& data, uint6
 
 }  // namespace
 
-namespace {
-
-// Digits only: " 5", "+5", "0x10" are refused (CLI11 alone would read 0x10 as hex).
-const CLI::Validator kDecimal(
-    [](std::string& s) {
-      const bool ok = !s.empty() && s.size() <= 18 &&
-                      std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-      return ok ? std::string() : "'" + s + "' is not a decimal integer (digits only)";
-    },
-    "", "decimal");
-
-}  // namespace
+using memento::experiments::kDecimal;
 
 int main(int argc, char** argv) {
   size_t mib = 256;

@@ -1,38 +1,17 @@
 // Fuzz target: the remote tier's MANIFEST reader (text with a crc line) and
 // the listing of complete versions that uses it.
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "fuzz_target.h"
 #include "memento/runtime/directory_remote_store.h"
-#include "memento/runtime/log.h"
+#include "scratch_remote_store.h"
 
 using namespace memento::runtime;
 
 namespace {
 
-std::string* g_root = nullptr;
-
-DirectoryRemoteStore& Store() {
-  static const std::string& root = *[] {
-    std::string t = "/tmp/memento-fuzz-manifest-" + std::to_string(getpid());
-    mkdir(t.c_str(), 0700);
-    SetLogLevel(LogLevel::kError);  // rejected inputs are the normal case here
-    g_root = new std::string(t);  // never destroyed: the exit handler uses it
-    std::atexit([] { std::filesystem::remove_all(*g_root); });
-    return g_root;
-  }();
-  DirectoryRemoteStore::Options options;
-  options.fsync = false;  // speed; durability is not what is fuzzed
-  static DirectoryRemoteStore store(root, "job", options);
-  return store;
-}
+DirectoryRemoteStore& Store() { return memento::fuzz::ScratchRemoteStore("manifest"); }
 
 }  // namespace
 

@@ -1,11 +1,6 @@
 // Fuzz target: a remote rank file (header, entry records, payloads, trailer),
 // read with a manifest that matches its size and crc, so that the reader gets
 // past the file-level checks and parses every record.
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -13,28 +8,13 @@
 #include "fuzz_target.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/directory_remote_store.h"
-#include "memento/runtime/log.h"
+#include "scratch_remote_store.h"
 
 using namespace memento::runtime;
 
 namespace {
 
-std::string* g_root = nullptr;
-
-DirectoryRemoteStore& Store() {
-  static const std::string& root = *[] {
-    std::string t = "/tmp/memento-fuzz-rank-" + std::to_string(getpid());
-    mkdir(t.c_str(), 0700);
-    SetLogLevel(LogLevel::kError);  // rejected inputs are the normal case here
-    g_root = new std::string(t);  // never destroyed: the exit handler uses it
-    std::atexit([] { std::filesystem::remove_all(*g_root); });
-    return g_root;
-  }();
-  DirectoryRemoteStore::Options options;
-  options.fsync = false;  // speed; durability is not what is fuzzed
-  static DirectoryRemoteStore store(root, "job", options);
-  return store;
-}
+DirectoryRemoteStore& Store() { return memento::fuzz::ScratchRemoteStore("rank"); }
 
 }  // namespace
 

@@ -12,3 +12,6 @@ cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null
 cmake --build "$work/build" >/dev/null
 "$work/build/consumer"
+if [[ -x $work/build/torch_consumer ]]; then
+  MEMENTO_JOB="install-$$" "$work/build/torch_consumer"
+fi

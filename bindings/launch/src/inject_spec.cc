@@ -4,20 +4,10 @@
 #include <random>
 #include <sstream>
 
+#include "memento/common/strings.h"
+
 namespace memento::launch {
 namespace {
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) break;
-    start = pos + 1;
-  }
-  return out;
-}
 
 bool ParseUint(const std::string& s, uint64_t* out) {
   if (s.empty() || s.size() > 12) return false;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <random>
 
 #include "engine/checkpointer_impl.h"
 #include "memento/common/check.h"
@@ -33,7 +35,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(Config config,
   MEMENTO_RETURN_IF_ERROR(config.Validate());
   if (!transport) return Status::InvalidArgument("Checkpointer::Create: transport is null");
   if (!remote && !config.remote_dir.empty()) {
-    remote = std::make_shared<DirectoryRemoteStore>(config.remote_dir, config.job);
+    // Checked now (a file, a read-only or pseudo file system, a missing
+    // parent), not at the first persist; a relative path is resolved once.
+    MEMENTO_ASSIGN_OR_RETURN(remote, DirectoryRemoteStore::Open(config.remote_dir, config.job));
   }
   auto impl = std::make_unique<Impl>(std::move(config), std::move(transport), std::move(remote),
                                      std::move(hooks));
@@ -124,6 +128,7 @@ Status Checkpointer::Impl::Prepare() {
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
+  MEMENTO_RETURN_IF_ERROR(StartLineage());
   BuildStages();
   prepared_ = true;
   return Status::Ok();
@@ -174,6 +179,22 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   return Status::Ok();
 }
 
+Status Checkpointer::Impl::StartLineage() {
+  // Rank 0's start time (ns), its low bits random: distinct per run and
+  // growing with the time a run started, which is how Restore picks the newest.
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  const uint64_t mine = (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
+  if (all.empty() || all[0].size() != sizeof(lineage_)) {
+    return Status::Internal("Prepare: malformed lineage from rank 0");
+  }
+  std::memcpy(&lineage_, all[0].data(), sizeof(lineage_));
+  return Status::Ok();
+}
+
 std::vector<uint64_t> Checkpointer::Impl::EntryBytes() const {
   std::vector<uint64_t> bytes;
   for (const auto& e : entries_) bytes.push_back(e.bytes);
@@ -196,7 +217,8 @@ Status Checkpointer::Impl::OpenStore(int lane) {
   if (protection_->protects()) protection_->ExtendStoreLayout(&layout);
   StoreId id{config_.job, node_, static_cast<uint32_t>(lane)};
   bool attached = false;
-  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached);
+  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached,
+                                       &set_aside_);
   Status mine = store.status();
   MEMENTO_ASSIGN_OR_RETURN(bool all_ok, transport_->AllTrue(mine.ok()));
   if (!mine.ok()) return mine.WithContext("Prepare: node store " + id.ToString());
@@ -289,7 +311,7 @@ Status Checkpointer::Impl::Save(uint64_t step) {
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   const int slot = slots_->Acquire();
-  if (Status s = store_.BeginWriteSlot(slot, version); !s.ok()) {
+  if (Status s = store_.BeginWriteSlot(slot, version, lineage_); !s.ok()) {
     // Still through the commit thread, so that this rank votes "false" in the
     // version's commit collective instead of leaving the others waiting.
     committer_->Submit(version, slot, persistable, s);
@@ -354,6 +376,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   rp.chunk_bytes = config_.chunk_bytes;
   rp.resnapshot = [this](uint64_t version) { return Resnapshot(version); };
   rp.protect = protect_stage_.get();
+  rp.lineage = &lineage_;
   Reprotector reprotector(std::move(rp));
   RecoveryExecutor::Parts parts;
   parts.transport = transport_.get();
@@ -364,9 +387,23 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   parts.reprotector = &reprotector;
   parts.chunk_bytes = config_.chunk_bytes;
   if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  // The restore adopts the lineage it restores from; a failed one leaves
+  // this run's own.
+  const uint64_t own_lineage = lineage_;
+  parts.lineage = &lineage_;
   RecoveryExecutor executor(std::move(parts));
-  MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, executor.Run());
+  Result<RestoreReport> restored = executor.Run();
+  if (!restored.ok()) lineage_ = own_lineage;
+  MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
+  if (!set_aside_.empty()) {
+    // Restored without it: the damaged store it replaced can go now.
+    Status gone = ShmSegment::Unlink(set_aside_);
+    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "node store: removing the damaged " + set_aside_ + " after the restore: " +
+            gone.ToString());
+    set_aside_.clear();
+  }
   return report;
 }
 

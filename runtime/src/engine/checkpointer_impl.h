@@ -59,6 +59,8 @@ class Checkpointer::Impl {
   // stages and the threads that run them.
   Status LearnTopology(int* lane);
   Status OpenStore(int lane);
+  // A fresh lineage for this run, the same on every rank (one allgather).
+  Status StartLineage();
   void BuildStages();
   std::vector<uint64_t> EntryBytes() const;
   // Starts the pipeline for `version` (the Save path minus its argument
@@ -81,6 +83,11 @@ class Checkpointer::Impl {
   bool any_device_ = false;
   std::string node_;
   NodeStore store_;
+  std::string set_aside_;  // a damaged store moved aside by Prepare, unlinked by a good Restore
+  // The run's lineage, written with every version: fresh at Prepare, the
+  // restored version's after a Restore (application thread; read by the
+  // commit thread only through versions it is handed).
+  uint64_t lineage_ = 0;
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
   std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA

@@ -48,6 +48,12 @@ std::string Hex(uint32_t v) {
   return buf;
 }
 
+std::string Hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 Status MakeDir(const std::string& path, bool* created) {
   if (mkdir(path.c_str(), 0755) == 0) {
     if (created != nullptr) *created = true;
@@ -530,7 +536,8 @@ Status DirectoryRemoteStore::CheckRankFiles(uint64_t version,
 }
 
 Status DirectoryRemoteStore::WriteManifest(uint64_t version, int world_size,
-                                           const std::vector<RankFileInfo>& ranks) {
+                                           const std::vector<RankFileInfo>& ranks,
+                                           uint64_t lineage) {
   if (world_size < 1 || ranks.size() != static_cast<size_t>(world_size)) {
     return Status::InvalidArgument("WriteManifest: world size " + std::to_string(world_size) +
                                    " with " + std::to_string(ranks.size()) + " rank files");
@@ -547,6 +554,7 @@ Status DirectoryRemoteStore::WriteManifest(uint64_t version, int world_size,
      << "job " << job_ << "\n"
      << "version " << version << "\n"
      << "world_size " << world_size << "\n";
+  if (lineage != 0) os << "lineage " << Hex64(lineage) << "\n";
   for (const auto& r : ranks) {
     os << "rank " << r.rank << " " << r.file << " " << r.bytes << " " << Hex(r.crc) << "\n";
   }
@@ -588,6 +596,19 @@ Result<RemoteManifest> DirectoryRemoteStore::ReadManifest(uint64_t version) {
   m.version = v;
   if (!(is >> key >> m.world_size) || key != "world_size" || m.world_size < 1) {
     return bad("world_size line");
+  }
+  // Optional (manifests written before lineages existed have none).
+  const std::streampos before_lineage = is.tellg();
+  std::string lineage_hex;
+  if (is >> key >> lineage_hex && key == "lineage") {
+    if (lineage_hex.size() != 16 ||
+        lineage_hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return bad("lineage line");
+    }
+    m.lineage = std::stoull(lineage_hex, nullptr, 16);
+  } else {
+    is.clear();
+    is.seekg(before_lineage);
   }
   if (m.job != job_) return bad("belongs to job '" + m.job + "', not '" + job_ + "'");
   if (m.version != version) return bad("names version " + std::to_string(m.version));

@@ -75,9 +75,12 @@ void Persister::Loop() {
 Status Persister::PersistOne(const Job& job, Status* local) {
   RankFileInfo info;
   *local = WriteLocal(job, &info);
+  // The run that wrote the version, for the manifest (rank 0's slot).
+  const StoreInventory slots = store_->Inventory();
+  const uint64_t lineage = slots.slots.at(job.slot).lineage;
   // The slot has been read: release it before the (possibly slow) exchange.
   slots_->Unpin(job.slot);
-  return CollectAndPublish(job.version, info, *local);
+  return CollectAndPublish(job.version, lineage, info, *local);
 }
 
 Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
@@ -101,7 +104,8 @@ Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
   return Status::Ok();
 }
 
-Status Persister::CollectAndPublish(uint64_t version, RankFileInfo own, const Status& own_status) {
+Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFileInfo own,
+                                    const Status& own_status) {
   const int rank = transport_->rank();
   const int size = transport_->size();
   own.rank = rank;
@@ -155,7 +159,7 @@ Status Persister::CollectAndPublish(uint64_t version, RankFileInfo own, const St
   }
   if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
   if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));
-  MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks));
+  MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks, lineage));
   Log(LogLevel::kInfo, "persisted v" + std::to_string(version) + " to " + remote_->Describe());
   MEMENTO_RETURN_IF_ERROR(remote_->Prune(keep_));
   return Status::Ok();

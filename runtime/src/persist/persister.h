@@ -65,7 +65,8 @@ class Persister {
   void Loop();
   Status PersistOne(const Job& job, Status* local);
   Status WriteLocal(const Job& job, RankFileInfo* info);
-  Status CollectAndPublish(uint64_t version, RankFileInfo own, const Status& own_status);
+  Status CollectAndPublish(uint64_t version, uint64_t lineage, RankFileInfo own,
+                           const Status& own_status);
 
   std::shared_ptr<RemoteStore> remote_;
   std::shared_ptr<Transport> transport_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <set>
 #include <thread>
 
 #include "memento/common/check.h"
@@ -51,6 +53,9 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     // Every failure an end-to-end mismatch: the inputs of the mismatched
     // shards are bad copies; plan again without them.
     if (!agreed.other_failure && MarkMismatchedSources(agreed, attempt)) continue;
+    // A remote version that failed its checks on some rank is no candidate
+    // any more; the planner picks the next one (memory or remote).
+    if (DropRemoteVersionOfPlan()) continue;
     MEMENTO_RETURN_IF_ERROR(FallBackToRemote());
     break;
   }
@@ -75,8 +80,25 @@ Result<RestoreReport> RecoveryExecutor::Run() {
 // ---- 1. inventory --------------------------------------------------------------------------
 
 Status RecoveryExecutor::TakeInventory() {
+  const std::vector<uint8_t> blob = wire::EncodeInventory(MyInventory());
+  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
+  std::vector<wire::Inventory> theirs(all.size());
+  for (int node = 0; node < pl_.num_nodes(); ++node) {
+    for (int lane = 0; lane < pl_.lanes(); ++lane) {
+      const int rank = pl_.rank_of(node, lane);
+      MEMENTO_ASSIGN_OR_RETURN(theirs.at(rank), wire::DecodeInventory(all.at(rank), node, lane));
+    }
+  }
+  ChooseLineage(theirs);
+  return Status::Ok();
+}
+
+wire::Inventory RecoveryExecutor::MyInventory() {
   wire::Inventory mine;
-  mine.remote_newest = parts_.io->NewestRemoteVersion(&report_.notes);
+  for (const auto& [version, lineage] : parts_.io->CompleteRemoteVersions(&report_.notes)) {
+    mine.remote_complete.push_back(version);
+    mine.remote_lineage.push_back(lineage);
+  }
   const size_t entries = parts_.io->entries().size();
   for (const SlotState& st : parts_.store->Inventory().slots) {
     if (!st.ok) {
@@ -104,6 +126,7 @@ Status RecoveryExecutor::TakeInventory() {
       item.bytes = bytes;
       item.crc_ok = ok;
       mine.items.push_back(item);
+      mine.item_lineage.push_back(st.lineage);
     };
     bool shard_ok = true;
     for (size_t i = 0; i < entries; ++i) shard_ok = record_ok(static_cast<int>(i)) && shard_ok;
@@ -113,24 +136,73 @@ Status RecoveryExecutor::TakeInventory() {
       push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, record_ok(h.region));
     }
   }
-  const std::vector<uint8_t> blob = wire::EncodeInventory(mine);
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
+  return mine;
+}
+
+void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs) {
+  // Remote candidates: the (version, lineage) pairs every rank sees complete.
+  std::optional<std::set<std::pair<uint64_t, uint64_t>>> remote_agreed;
+  bool any = false;
+  uint64_t newest = 0;
+  auto see = [&](uint64_t lineage) {
+    newest = any ? std::max(newest, lineage) : lineage;
+    any = true;
+  };
+  for (const wire::Inventory& inv : theirs) {
+    std::set<std::pair<uint64_t, uint64_t>> seen;
+    for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
+      seen.emplace(inv.remote_complete[i], inv.remote_lineage[i]);
+    }
+    if (!remote_agreed) {
+      remote_agreed = std::move(seen);
+    } else {
+      for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
+        it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
+      }
+    }
+    for (uint64_t l : inv.item_lineage) see(l);
+  }
+  if (remote_agreed) {
+    for (const auto& [v, l] : *remote_agreed) see(l);
+  }
+  // Only the newest run's versions are candidates (lineage ids grow with the
+  // time a run started); another run's are passed over, whatever their numbers.
+  lineage_ = newest;
+  if (any) *parts_.lineage = newest;
+  uint64_t passed_over = 0;
+  bool other_run = false;
   input_.new_num_nodes = pl_.num_nodes();
-  remote_agreed_ = parts_.io->has_remote() ? INT64_MAX : -1;
   for (int node = 0; node < pl_.num_nodes(); ++node) {
     bool reported = false;
     for (int lane = 0; lane < pl_.lanes(); ++lane) {
-      MEMENTO_ASSIGN_OR_RETURN(wire::Inventory theirs,
-                               wire::DecodeInventory(all.at(pl_.rank_of(node, lane)), node, lane));
-      remote_agreed_ = std::min(remote_agreed_, theirs.remote_newest);
-      reported = reported || !theirs.items.empty();
-      input_.inventory.insert(input_.inventory.end(), theirs.items.begin(), theirs.items.end());
+      const wire::Inventory& inv = theirs.at(pl_.rank_of(node, lane));
+      for (size_t i = 0; i < inv.items.size(); ++i) {
+        if (inv.item_lineage[i] != newest) {
+          other_run = true;
+          passed_over = std::max(passed_over, inv.items[i].version);
+          continue;
+        }
+        input_.inventory.push_back(inv.items[i]);
+        reported = true;
+      }
     }
     if (!reported) input_.failed_nodes.push_back(node);
   }
-  if (remote_agreed_ >= 0) input_.remote_versions.insert(static_cast<uint64_t>(remote_agreed_));
+  if (remote_agreed) {
+    for (const auto& [v, l] : *remote_agreed) {
+      if (l == newest) {
+        input_.remote_versions.insert(v);
+      } else {
+        other_run = true;
+        passed_over = std::max(passed_over, v);
+      }
+    }
+  }
+  if (other_run) {
+    report_.notes.push_back("versions of an older run under this job id (up to v" +
+                            std::to_string(passed_over) + ") are not restored");
+  }
   report_.lost_nodes = input_.failed_nodes;
-  return Status::Ok();
 }
 
 // ---- 2 + 3. plan, verify -------------------------------------------------------------------
@@ -198,7 +270,7 @@ Result<bool> RecoveryExecutor::VerifyPlanReads(const placement::RecoveryPlan& pl
     item.row = row;
     bad.push_back(item);
   };
-  if (const std::optional<int> slot = parts_.store->FindVersion(plan.version)) {
+  if (const std::optional<int> slot = parts_.store->FindVersion(plan.version, lineage_)) {
     bool shard_ok = true;
     const size_t entries = parts_.io->entries().size();
     for (size_t i = 0; i < entries && shard_ok; ++i) shard_ok = RegionOk(*slot, static_cast<int>(i));
@@ -249,7 +321,7 @@ Status RecoveryExecutor::GatherEntrySeals() {
   seals_of_.clear();
   std::vector<uint8_t> mine;
   NodeStore* store = parts_.store;
-  if (const std::optional<int> slot = store->FindVersion(plan_.version)) {
+  if (const std::optional<int> slot = store->FindVersion(plan_.version, lineage_)) {
     std::vector<EntrySeal> own;
     const size_t entries = parts_.io->entries().size();
     for (size_t i = 0; i < entries; ++i) {
@@ -297,7 +369,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   restored_shard_.clear();
   mismatch_ = false;
   source_ = RestoreSource::kLocalMemory;
-  my_slot_ = parts_.store->FindVersion(plan_.version);
+  my_slot_ = parts_.store->FindVersion(plan_.version, lineage_);
   // Every rank takes part in every exchange, whatever failed before.
   std::map<size_t, std::vector<uint8_t>> received;
   Status got = ExchangeReplicas(&received);
@@ -531,22 +603,38 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
   return changed;
 }
 
-Status RecoveryExecutor::FallBackToRemote() {
-  if (remote_agreed_ < 0) {
-    std::string why = "restore of " + V(plan_.version) + " failed";
-    for (const auto& n : report_.notes) why += "; " + n;
-    return Status::Unavailable(why);
+bool RecoveryExecutor::DropRemoteVersionOfPlan() {
+  bool reads_remote = false;
+  for (const placement::ShardSource& s : plan_.shards) {
+    reads_remote = reads_remote || s.kind == placement::SourceKind::kRemote;
   }
-  const uint64_t rv = static_cast<uint64_t>(remote_agreed_);
-  Status r = parts_.io->ReadRemoteToBuffers(rv, &crcs_);
-  MEMENTO_ASSIGN_OR_RETURN(bool ok, parts_.transport->AllTrue(r.ok()));
-  if (!ok) return r.ok() ? Status::Unavailable("remote restore failed on another rank") : r;
-  report_.version = rv;
-  source_ = RestoreSource::kRemote;
-  report_.source_detail = "remote (fallback)";
-  all_local_ = false;
-  fell_back_ = true;
-  return Status::Ok();
+  if (!reads_remote || input_.remote_versions.erase(plan_.version) == 0) return false;
+  report_.notes.push_back("remote " + V(plan_.version) +
+                          " failed its checks; trying the next complete version");
+  return true;
+}
+
+Status RecoveryExecutor::FallBackToRemote() {
+  Status elastic = Status::Ok();
+  for (auto v = input_.remote_versions.rbegin(); v != input_.remote_versions.rend(); ++v) {
+    Status r = parts_.io->ReadRemoteToBuffers(*v, &crcs_);
+    MEMENTO_ASSIGN_OR_RETURN(bool ok, parts_.transport->AllTrue(r.ok()));
+    if (ok) {
+      report_.version = *v;
+      source_ = RestoreSource::kRemote;
+      report_.source_detail = "remote (fallback)";
+      all_local_ = false;
+      fell_back_ = true;
+      return Status::Ok();
+    }
+    if (r.code() == StatusCode::kElasticRestoreNeeded && elastic.ok()) elastic = r;
+    report_.notes.push_back("remote " + V(*v) + ": " +
+                            (r.ok() ? std::string("failed on another rank") : r.ToString()));
+  }
+  if (!elastic.ok()) return elastic;
+  std::string why = "restore of " + V(plan_.version) + " failed";
+  for (const auto& n : report_.notes) why += "; " + n;
+  return Status::Unavailable(why);
 }
 
 // ---- 6. re-protect -------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 //
 //  1. Inventory. Every rank reports every item of every sealed slot (its
 //     shard, everything it holds for peers) from the seal records alone
-//     (length + crc32c, no payload hashing) and allgathers them with the
-//     newest complete remote version it sees. A node none of whose ranks
-//     reports anything lost its memory.
+//     (length + crc32c, no payload hashing) and allgathers them with every
+//     complete remote version it sees; those all ranks see are candidates.
+//     Every version carries the lineage (run) that wrote it; only the newest
+//     lineage's versions are kept (Checkpointer: lineages), and a node none of
+//     whose ranks reports one of them lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
 //  3. Verify. Each rank verifies (crc32c, one pass) only what the plan reads
 //     from it, plus its own shard of the plan's version; the failures are
@@ -24,8 +26,10 @@
 //     verified), remote ones read from the remote tier.
 //  5. Agree (allgather of each rank's outcome). When every failure is an
 //     end-to-end mismatch, the copies the mismatched shards were rebuilt from
-//     are marked bad and the restore goes back to step 2. Otherwise every
-//     rank falls back to the newest remote version if there is one.
+//     are marked bad and the restore goes back to step 2. When the plan read
+//     from a remote version, that version stops being a candidate and the
+//     restore goes back to step 2. Otherwise every rank falls back to the
+//     complete remote versions, newest first, until one reads back intact.
 //  6. Re-protect (reprotector.h): nothing when every shard was local and
 //     nothing held for peers was lost; else minimal when possible, else full.
 //     Either way the version is committed before Restore returns.
@@ -54,6 +58,7 @@
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
 #include "store/slot_allocator.h"
+#include "transport/wire.h"
 
 namespace memento::runtime {
 
@@ -69,6 +74,9 @@ class RecoveryExecutor {
     Reprotector* reprotector = nullptr;
     uint64_t chunk_bytes = 0;
     StageHook hook;  // may be empty
+    // Set to the lineage of the versions the restore considers (the newest
+    // run's) once the inventory is taken; left alone when there is none.
+    uint64_t* lineage = nullptr;
   };
   explicit RecoveryExecutor(Parts parts);
 
@@ -92,6 +100,10 @@ class RecoveryExecutor {
   };
 
   Status TakeInventory();                                  // 1
+  wire::Inventory MyInventory();
+  // Keeps the newest lineage's items and remote versions (input_) and notes
+  // the nodes that report none as lost.
+  void ChooseLineage(const std::vector<wire::Inventory>& theirs);
   Result<placement::RecoveryPlan> PlanVerified();          // 2 + 3
   Result<bool> VerifyPlanReads(const placement::RecoveryPlan& plan);  // 3: any new failure
   Status GatherEntrySeals();                               // 4 (collective part)
@@ -104,6 +116,11 @@ class RecoveryExecutor {
   Status CheckAndScatter(const std::vector<uint8_t>& shard);
   Result<Agreement> Agree(const Status& local);            // 5
   bool MarkMismatchedSources(const Agreement& agreed, int attempt);
+  // When the failed plan read from remote: drops its version from the remote
+  // candidates (true), so that the next plan tries the next one.
+  bool DropRemoteVersionOfPlan();
+  // Every remaining complete remote version, newest first, until one reads
+  // back with every crc right on every rank.
   Status FallBackToRemote();
   Status Reprotect();                                      // 6
   Status GatherByteCounts();                               // 7
@@ -123,7 +140,7 @@ class RecoveryExecutor {
 
   // Steps 1 - 3.
   placement::RecoveryInput input_;
-  int64_t remote_agreed_ = -1;
+  uint64_t lineage_ = 0;  // of every version considered
   std::map<std::pair<int, int>, bool> region_ok_;  // (slot, region) -> verified
 
   // One attempt (steps 4 - 5).

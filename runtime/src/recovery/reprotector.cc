@@ -64,7 +64,9 @@ Status BuildReprotectChains(const placement::RecoveryPlan& plan, const Protectio
   return Status::Ok();
 }
 
-Reprotector::Reprotector(Parts parts) : parts_(std::move(parts)) {}
+Reprotector::Reprotector(Parts parts) : parts_(std::move(parts)) {
+  MEMENTO_CHECK(parts_.lineage != nullptr);
+}
 
 Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
                             const std::vector<uint8_t>* restored_shard,
@@ -83,7 +85,8 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
     local = restored_shard == nullptr
                 ? Status::Internal("lost node's rank has no restored shard")
                 : WriteRestoredShard(version, *restored_shard, &slot);
-  } else if (const std::optional<int> found = parts_.store->FindVersion(version)) {
+  } else if (const std::optional<int> found =
+                 parts_.store->FindVersion(version, *parts_.lineage)) {
     slot = *found;
   } else {
     local = Status::NotFound("v" + std::to_string(version) + " vanished from this store");
@@ -124,7 +127,7 @@ Status Reprotector::WriteRestoredShard(uint64_t version, const std::vector<uint8
                                        int* slot) {
   NodeStore* store = parts_.store;
   const int chosen = parts_.slots->Acquire();
-  MEMENTO_RETURN_IF_ERROR(store->BeginWriteSlot(chosen, version));
+  MEMENTO_RETURN_IF_ERROR(store->BeginWriteSlot(chosen, version, *parts_.lineage));
   *slot = chosen;
   const std::vector<RegisteredEntry>& entries = parts_.io->entries();
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -195,7 +198,7 @@ Status Reprotector::Full(uint64_t version, ReduceBytes* bytes) {
   // only once the new one is committed: a failure during the re-protect
   // still leaves `version` in memory. Without one, the slot of the newest
   // committed version is kept the same way.
-  if (std::optional<int> held = parts_.store->FindVersion(version)) {
+  if (std::optional<int> held = parts_.store->FindVersion(version, *parts_.lineage)) {
     parts_.slots->SetCommitted(*held);
   }
   Status s = parts_.resnapshot(version);

@@ -76,6 +76,9 @@ class Reprotector {
     // Snapshots the registered buffers as `version` and waits for its commit.
     std::function<Status(uint64_t version)> resnapshot;
     const ProtectStage* protect = nullptr;  // for the bytes a full re-protect moved; may be null
+    // The lineage of the version being re-protected (read when it runs,
+    // after the restore has chosen it); must not be null.
+    const uint64_t* lineage = nullptr;
   };
   explicit Reprotector(Parts parts);
 

@@ -146,14 +146,20 @@ Status ShardIo::ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t 
   return Status::Ok();
 }
 
-int64_t ShardIo::NewestRemoteVersion(std::vector<std::string>* notes) const {
-  if (remote_ == nullptr) return -1;
-  auto newest = remote_->NewestComplete();
-  if (!newest.ok()) {
-    notes->push_back("remote: " + newest.status().ToString());
-    return -1;
+std::vector<std::pair<uint64_t, uint64_t>> ShardIo::CompleteRemoteVersions(
+    std::vector<std::string>* notes) const {
+  if (remote_ == nullptr) return {};
+  auto complete = remote_->ListComplete();
+  if (!complete.ok()) {
+    notes->push_back("remote: " + complete.status().ToString());
+    return {};
   }
-  return newest->has_value() ? static_cast<int64_t>(**newest) : -1;
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (uint64_t v : *complete) {
+    auto manifest = remote_->ReadManifest(v);
+    if (manifest.ok()) out.emplace_back(v, manifest->lineage);  // else gone meanwhile
+  }
+  return out;
 }
 
 }  // namespace memento::runtime

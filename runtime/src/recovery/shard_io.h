@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -47,9 +49,12 @@ class ShardIo {
   Status ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin, uint64_t len,
                    uint8_t* dst) const;
 
-  // The newest complete remote version, or -1 when there is none or no
-  // remote tier; a failure to list is appended to `notes` (and counts as none).
-  int64_t NewestRemoteVersion(std::vector<std::string>* notes) const;
+  // Every complete remote version, ascending, as (version, lineage) (empty
+  // when there is none or no remote tier); a failure to list is appended to
+  // `notes` (and counts as none). Complete means manifest and file sizes
+  // check out; payload crcs are verified only when a version is read.
+  std::vector<std::pair<uint64_t, uint64_t>> CompleteRemoteVersions(
+      std::vector<std::string>* notes) const;
 
   const std::vector<RegisteredEntry>& entries() const { return *entries_; }
   bool has_remote() const { return remote_ != nullptr; }

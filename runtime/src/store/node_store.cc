@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
@@ -413,9 +415,32 @@ Result<NodeStore> NodeStore::FromSegment(ShmSegment seg, const StoreId* expect) 
   return store;
 }
 
+namespace {
+
+// Renames the damaged segment `name` aside (see OpenOrCreate); its new name.
+Result<std::string> SetAside(const std::string& name, const Status& why) {
+  for (int n = 0; n < 100; ++n) {
+    const std::string aside = name + NodeStore::kSetAsideSuffix + std::to_string(getpid()) +
+                              (n == 0 ? "" : "." + std::to_string(n));
+    Status moved = ShmSegment::Rename(name, aside);
+    if (moved.code() == StatusCode::kAlreadyExists) continue;
+    if (!moved.ok()) return moved;
+    Log(LogLevel::kWarn, "node store: " + name + " cannot be read (" + why.ToString() +
+                             "); its node counts as lost and it is kept as " + aside +
+                             " until a restore succeeds");
+    return aside;
+  }
+  return Status::AlreadyExists("node store " + name +
+                               ": too many set-aside copies; run `memento clean`");
+}
+
+}  // namespace
+
 Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
-                                          StalePolicy policy, bool* attached) {
+                                          StalePolicy policy, bool* attached,
+                                          std::string* set_aside) {
   if (attached != nullptr) *attached = false;
+  if (set_aside != nullptr) set_aside->clear();
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
   for (int attempt = 0; attempt < 2; ++attempt) {
     Result<NodeStore> existing = Attach(id, ShmSegment::Access::kReadWrite);
@@ -442,6 +467,12 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       // Unavailable: another running job holds it, or another user owns it;
       // it is not ours to replace.
       return existing.status();
+    } else if (existing.status().code() == StatusCode::kCorruption && set_aside != nullptr) {
+      // A damaged header or layout: this node's memory is lost for the
+      // planner, but the bytes stay (under another name) until the caller
+      // has restored from elsewhere.
+      MEMENTO_ASSIGN_OR_RETURN(*set_aside, SetAside(name, existing.status()));
+      return Create(id, layout, slots);
     } else {
       reason = existing.status().ToString();
     }
@@ -494,7 +525,7 @@ Status NodeStore::CheckWritable(const char* what) const {
   return Status::Ok();
 }
 
-Result<int> NodeStore::BeginWrite(uint64_t version) {
+Result<int> NodeStore::BeginWrite(uint64_t version, uint64_t lineage) {
   MEMENTO_RETURN_IF_ERROR(CheckWritable("BeginWrite"));
   const StoreInventory inv = Inventory();
   for (const auto& s : inv.slots) {
@@ -516,7 +547,7 @@ Result<int> NodeStore::BeginWrite(uint64_t version) {
     if (pick < 0 || s.version < inv.slots[pick].version) pick = s.slot;
   }
   MEMENTO_CHECK_GE(pick, 0);  // slot_count_ >= 2, so one slot besides `keep` exists
-  MEMENTO_RETURN_IF_ERROR(BeginWriteSlot(pick, version));
+  MEMENTO_RETURN_IF_ERROR(BeginWriteSlot(pick, version, lineage));
   return pick;
 }
 
@@ -534,7 +565,7 @@ Status NodeStore::Invalidate(int slot) {
   return Status::Ok();
 }
 
-Status NodeStore::BeginWriteSlot(int slot, uint64_t version) {
+Status NodeStore::BeginWriteSlot(int slot, uint64_t version, uint64_t lineage) {
   MEMENTO_RETURN_IF_ERROR(CheckWritable("BeginWriteSlot"));
   if (slot < 0 || slot >= slot_count_) {
     return Status::InvalidArgument("node store " + segment_.name() + ": slot " +
@@ -543,6 +574,7 @@ Status NodeStore::BeginWriteSlot(int slot, uint64_t version) {
   MEMENTO_RETURN_IF_ERROR(Invalidate(slot));
   SlotPtrs p = SlotAt(SlotControl(slot));
   p.header->version = version;
+  p.header->lineage = lineage;
   StoreRelease(&p.header->state, f::kStateWriting);
   Log(LogLevel::kDebug, "node store " + segment_.name() + ": slot " + std::to_string(slot) +
                             " writing version " + std::to_string(version));
@@ -607,6 +639,15 @@ std::string CheckSeal(const f::RegionSeal& seal, int region, const RegionSpec& s
   return "";
 }
 
+// The crc32c a sealed slot header carries (see format::SlotHeader::lineage).
+uint32_t SlotHeaderCrc(const f::SlotHeader& h) {
+  if (h.lineage == 0) return Crc32c(&h, f::kSlotHeaderCrcBytes);
+  erasure::Crc32cStream crc;
+  crc.Update(&h, f::kSlotHeaderCrcBytes);
+  crc.Update(&h.lineage, sizeof(h.lineage));
+  return crc.value();
+}
+
 // Validates a sealed slot header; "" when ok.
 // `committed` is the flag word loaded (acquire) by the caller.
 std::string CheckSlotHeader(const f::SlotHeader& h, uint32_t committed, int slot, int regions,
@@ -616,7 +657,7 @@ std::string CheckSlotHeader(const f::SlotHeader& h, uint32_t committed, int slot
   if (h.slot_index != static_cast<uint32_t>(slot)) return "slot header: slot index mismatch";
   if (h.region_count != static_cast<uint32_t>(regions)) return "slot header: region count mismatch";
   if (h.job_hash != job_hash) return "slot header: job mismatch";
-  if (Crc32c(&h, f::kSlotHeaderCrcBytes) != h.header_crc) return "slot header: crc mismatch";
+  if (SlotHeaderCrc(h) != h.header_crc) return "slot header: crc mismatch";
   if (committed != 0 && committed != f::kCommitted) return "slot header: bad committed flag";
   return "";
 }
@@ -641,7 +682,7 @@ Status NodeStore::SealSlot(int slot, uint64_t version) {
                                         "': " + problem);
     }
   }
-  p.header->header_crc = Crc32c(p.header, f::kSlotHeaderCrcBytes);
+  p.header->header_crc = SlotHeaderCrc(*p.header);
   // Last, with release: a reader that acquires kStateSealed sees all data,
   // seal records and the header crc written before.
   StoreRelease(&p.header->state, f::kStateSealed);
@@ -674,6 +715,7 @@ StoreInventory NodeStore::Inventory() const {
     f::SlotHeader h;
     std::memcpy(&h, p.header, sizeof(h));
     st.version = h.version;
+    st.lineage = h.lineage;
     if (state == f::kStateEmpty) {
       st.problem = "empty";
     } else if (state == f::kStateWriting) {
@@ -790,6 +832,13 @@ bool NodeStore::StillSealed(int slot, uint64_t version) const {
 std::optional<int> NodeStore::FindVersion(uint64_t version) const {
   for (const auto& s : Inventory().slots) {
     if (s.ok && s.version == version) return s.slot;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> NodeStore::FindVersion(uint64_t version, uint64_t lineage) const {
+  for (const auto& s : Inventory().slots) {
+    if (s.ok && s.version == version && s.lineage == lineage) return s.slot;
   }
   return std::nullopt;
 }

@@ -88,7 +88,11 @@ struct SlotHeader {
   uint32_t state;       // kStateEmpty / kStateWriting / kStateSealed (atomic)
   uint32_t committed;   // 0 or kCommitted (atomic)
   uint32_t generation;  // bumped by every BeginWrite/Invalidate (atomic, readers' torn check)
-  uint8_t pad1[16];
+  // The run (lineage) that wrote this version; 0 for none. Covered by
+  // header_crc when not 0 (the crc of the fields above continued over it),
+  // so that a slot written before lineages existed validates unchanged.
+  uint64_t lineage;
+  uint8_t pad1[8];
 };
 static_assert(sizeof(SlotHeader) == 64);
 inline constexpr size_t kSlotHeaderCrcBytes = offsetof(SlotHeader, header_crc);

@@ -291,6 +291,24 @@ Status ShmSegment::Unlink(const std::string& name) {
   return Status::Ok();
 }
 
+Status ShmSegment::Rename(const std::string& from, const std::string& to) {
+  MEMENTO_RETURN_IF_ERROR(CheckName(from));
+  MEMENTO_RETURN_IF_ERROR(CheckName(to));
+  const std::string dir = Directory();
+  // A hard link then an unlink: unlike rename(2), never replaces `to`.
+  if (link((dir + from).c_str(), (dir + to).c_str()) != 0) {
+    const int err = errno;
+    if (err == EEXIST) return Status::AlreadyExists("shm segment " + to + " exists");
+    if (err == ENOENT) return Status::NotFound("shm segment " + from + " does not exist");
+    return Status::IoError("renaming shm segment " + from + " to " + to + ": " + Errno(err));
+  }
+  if (unlink((dir + from).c_str()) != 0) {
+    const int err = errno;
+    return Status::IoError("renaming shm segment " + from + " to " + to + ": " + Errno(err));
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<std::string>> ShmSegment::List(const std::string& prefix) {
   std::string p = prefix;
   if (!p.empty() && p[0] == '/') p.erase(0, 1);

@@ -86,13 +86,21 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
 
 std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
   std::vector<uint8_t> out;
-  out.reserve(8 * (1 + kInventoryFields * inv.items.size()));
-  Put(&out, inv.remote_newest);
-  for (const placement::InventoryItem& it : inv.items) {
+  auto lineage = [](const std::vector<uint64_t>& of, size_t i) {
+    return static_cast<int64_t>(i < of.size() ? of[i] : 0);
+  };
+  out.reserve(8 * (1 + 2 * inv.remote_complete.size() + kInventoryFields * inv.items.size()));
+  Put(&out, static_cast<int64_t>(inv.remote_complete.size()));
+  for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
+    Put(&out, static_cast<int64_t>(inv.remote_complete[i]));
+    Put(&out, lineage(inv.remote_lineage, i));
+  }
+  for (size_t i = 0; i < inv.items.size(); ++i) {
+    const placement::InventoryItem& it = inv.items[i];
     for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
                       static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
                       static_cast<int64_t>(it.row), static_cast<int64_t>(it.bytes),
-                      static_cast<int64_t>(it.crc_ok ? 1 : 0), int64_t{0}}) {
+                      static_cast<int64_t>(it.crc_ok ? 1 : 0), lineage(inv.item_lineage, i)}) {
       Put(&out, f);
     }
   }
@@ -101,13 +109,20 @@ std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
 
 Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane) {
   const size_t n = bytes.size() / 8;
-  if (bytes.size() % 8 != 0 || n < 1 || (n - 1) % kInventoryFields != 0) {
+  const uint8_t* p = bytes.data();
+  const int64_t remotes = n >= 1 ? Get<int64_t>(p) : -1;
+  if (bytes.size() % 8 != 0 || n < 1 || remotes < 0 ||
+      static_cast<uint64_t>(remotes) > (n - 1) / 2 ||
+      (n - 1 - 2 * static_cast<size_t>(remotes)) % kInventoryFields != 0) {
     return Status::Corruption("restore inventory of " + std::to_string(bytes.size()) + " bytes");
   }
-  const uint8_t* p = bytes.data();
   Inventory inv;
-  inv.remote_newest = Get<int64_t>(p);
-  for (size_t i = 1; i < n; i += kInventoryFields) {
+  const size_t first_item = 1 + 2 * static_cast<size_t>(remotes);
+  for (size_t i = 1; i < first_item; i += 2) {
+    inv.remote_complete.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * i)));
+    inv.remote_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * (i + 1))));
+  }
+  for (size_t i = first_item; i < n; i += kInventoryFields) {
     auto f = [&](size_t k) { return Get<int64_t>(p + 8 * (i + k)); };
     placement::InventoryItem it;
     it.node = node;
@@ -121,6 +136,7 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
     it.sealed = true;
     it.crc_ok = f(6) != 0;
     inv.items.push_back(it);
+    inv.item_lineage.push_back(static_cast<uint64_t>(f(7)));
   }
   return inv;
 }

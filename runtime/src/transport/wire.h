@@ -104,13 +104,17 @@ struct RankRecord {
 std::vector<uint8_t> EncodeRankRecord(const RankRecord& record);
 Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
 
-// Restore inventory of one rank (one allgather): the newest complete remote
-// version it sees (-1: none) and every item of its sealed slots. i64
-// remote_newest, then per item 8 x i64: version, kind, owner, stripe, row,
-// bytes, crc_ok, 0. Node and lane are the sender's, known to the receiver.
+// Restore inventory of one rank (one allgather): every complete remote
+// version it sees (ascending) with its lineage, and every item of its sealed
+// slots with the lineage of its slot. i64 count of remote versions, per
+// remote version 2 x i64: version, lineage; then per item 8 x i64: version,
+// kind, owner, stripe, row, bytes, crc_ok, lineage. Node and lane are the
+// sender's, known to the receiver. Lineages are u64 carried in i64 words.
 struct Inventory {
-  int64_t remote_newest = -1;
+  std::vector<uint64_t> remote_complete;
+  std::vector<uint64_t> remote_lineage;  // parallel to remote_complete (missing: 0)
   std::vector<placement::InventoryItem> items;
+  std::vector<uint64_t> item_lineage;  // parallel to items (missing: 0)
 };
 std::vector<uint8_t> EncodeInventory(const Inventory& inventory);
 // Items get (node, lane) and sealed = true.

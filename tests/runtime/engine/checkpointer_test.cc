@@ -18,127 +18,15 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "engine/checkpointer_fixture.h"
 #include "test_pattern.h"
 
 namespace memento::runtime {
 namespace {
 
-// Entry sizes: odd, bigger than a chunk, smaller than a chunk, empty.
-const std::vector<size_t> kEntryBytes = {100003, 4096 * 3, 77, 0};
-
+using testing::CheckpointerTest;
+using testing::kEntryBytes;
 using testing::Pattern;
-
-struct Rank {
-  std::vector<std::vector<uint8_t>> bufs;
-  std::unique_ptr<Checkpointer> ck;
-
-  void Fill(int rank, uint64_t step) {
-    for (size_t e = 0; e < bufs.size(); ++e) {
-      for (size_t i = 0; i < bufs[e].size(); ++i) bufs[e][i] = Pattern(rank, step, e, i);
-    }
-  }
-  // First mismatching entry against the pattern of (rank, step), or -1.
-  int Mismatch(int rank, uint64_t step) const {
-    for (size_t e = 0; e < bufs.size(); ++e) {
-      for (size_t i = 0; i < bufs[e].size(); ++i) {
-        if (bufs[e][i] != Pattern(rank, step, e, i)) return static_cast<int>(e);
-      }
-    }
-    return -1;
-  }
-  void Scribble() {
-    for (auto& b : bufs) std::fill(b.begin(), b.end(), 0xEE);
-  }
-};
-
-class CheckpointerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    job_ = std::string("ckt-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-           "-" + std::to_string(getpid());
-    for (char& c : job_) {
-      if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
-    }
-    if (job_.size() > 48) job_ = job_.substr(job_.size() - 48);
-    remote_dir_ = std::filesystem::temp_directory_path() / ("memento-" + job_);
-  }
-  void TearDown() override {
-    ranks_.clear();
-    (void)CleanJob(job_);
-    std::filesystem::remove_all(remote_dir_);
-  }
-
-  Config MakeConfig() const {
-    Config c;
-    c.job = job_;
-    c.ranks_per_node = 1;
-    c.chunk_bytes = 4096;
-    c.threads = 2;
-    c.persist_every = 0;
-    c.timeout_s = 20;
-    return c;
-  }
-
-  // Fresh group, fresh Checkpointers for n ranks (a "launch"); node stores
-  // are re-attached when they exist.
-  void Launch(int n, const Config& config, FaultHooks hooks = FaultHooks(),
-              bool with_remote = false) {
-    ranks_.clear();
-    group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
-    ranks_.resize(n);
-    for (int r = 0; r < n; ++r) {
-      std::shared_ptr<RemoteStore> remote;
-      if (with_remote) remote = std::make_shared<DirectoryRemoteStore>(remote_dir_, config.job);
-      auto ck = Checkpointer::Create(config, group_->transport(r), remote, hooks);
-      ASSERT_TRUE(ck.ok()) << ck.status().ToString();
-      ranks_[r].ck = std::move(ck).value();
-      for (size_t e = 0; e < kEntryBytes.size(); ++e) {
-        ranks_[r].bufs.emplace_back(kEntryBytes[e] + r);  // sizes differ per rank too
-        EntryLayout layout{"uint8",
-                           {static_cast<int64_t>(kEntryBytes[e] + r)},
-                           {static_cast<int64_t>(kEntryBytes[e] + r)},
-                           {0}};
-        ASSERT_TRUE(ranks_[r]
-                        .ck
-                        ->RegisterBuffer("e" + std::to_string(e), ranks_[r].bufs[e].data(),
-                                         ranks_[r].bufs[e].size(), layout)
-                        .ok());
-      }
-    }
-  }
-
-  // fn(rank) on one thread per rank.
-  void Run(const std::function<void(int)>& fn) {
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < ranks_.size(); ++r) threads.emplace_back(fn, static_cast<int>(r));
-    for (auto& t : threads) t.join();
-  }
-
-  // Every rank: fill with `step`'s pattern, Save, Wait; returns Wait statuses.
-  std::vector<Status> SaveAll(uint64_t step) {
-    std::vector<Status> out(ranks_.size());
-    Run([&](int r) {
-      ranks_[r].Fill(r, step);
-      Status s = ranks_[r].ck->Save(step);
-      out[r] = s.ok() ? ranks_[r].ck->Wait() : s;
-    });
-    return out;
-  }
-
-  std::vector<Result<RestoreReport>> RestoreAll() {
-    std::vector<Result<RestoreReport>> out(ranks_.size(), Status::Internal("not run"));
-    Run([&](int r) {
-      ranks_[r].Scribble();
-      out[r] = ranks_[r].ck->Restore();
-    });
-    return out;
-  }
-
-  std::string job_;
-  std::filesystem::path remote_dir_;
-  std::shared_ptr<InProcessGroup> group_;
-  std::vector<Rank> ranks_;
-};
 
 class CheckpointerRanksTest : public CheckpointerTest, public ::testing::WithParamInterface<int> {};
 

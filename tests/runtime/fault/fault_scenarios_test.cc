@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "harness/spawn.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/shm_segment.h"
 #include "test_pattern.h"
 
 namespace memento::runtime {
@@ -133,6 +136,41 @@ void LoseNodes(const Job& job, const std::vector<int>& nodes) {
   });
 }
 
+// The segment name of virtual node `node`'s first lane.
+std::string SegmentOf(const Job& job, int node) {
+  const Config c = MakeConfig(job);
+  auto name = NodeStore::SegmentName({c.job, NodeIdentity(c, node * job.ranks_per_node), 0U});
+  EXPECT_TRUE(name.ok()) << name.status().ToString();
+  return name.ok() ? *name : std::string();
+}
+
+// The set-aside copies of `segment` (see NodeStore::OpenOrCreate).
+std::vector<std::string> SetAsideOf(const std::string& segment) {
+  auto names = ShmSegment::List(segment + NodeStore::kSetAsideSuffix);
+  EXPECT_TRUE(names.ok()) << names.status().ToString();
+  return names.ok() ? *names : std::vector<std::string>();
+}
+
+// Flips one byte of a shm segment (driver only): at 100 it is in the header's
+// node string, at 1024 + 40 in the layout area (format::kHeaderBytes = 1024).
+void FlipSegmentByte(const std::string& segment, long offset) {
+  std::fstream f(std::string(ShmSegment::Directory()) + segment,
+                 std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << segment;
+  char c = 0;
+  f.seekg(offset);
+  f.read(&c, 1);
+  c ^= 0x01;
+  f.seekp(offset);
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good()) << segment;
+}
+
+StoreId NodeStoreId(const Job& job, int node) {
+  const Config c = MakeConfig(job);
+  return {c.job, NodeIdentity(c, node * job.ranks_per_node), 0};
+}
+
 class FaultScenario : public ::testing::Test {
  protected:
   void TearDown() override { testing::SpawnCleanup(); }
@@ -192,6 +230,50 @@ TEST_F(FaultScenario, KillDuringProtectThenNodeLost) {  // replica:2: rank 1 die
         {/*expect_death=*/true});
   LoseNodes(job, {1});
   Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 4); });
+}
+
+// A damaged store header or layout on one node makes that node lost for the
+// planner: under replica:2 its peer's replica serves it, bit-exact, and the
+// damaged segment, kept aside until then, is removed once the restore worked.
+class CorruptStoreScenario : public FaultScenario,
+                             public ::testing::WithParamInterface<long> {};
+
+TEST_P(CorruptStoreScenario, ReplicaServesTheNodeWithTheDamagedStore) {
+  const Job job{4, 1, "replica:2"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  testing::OnDriver([&] { FlipSegmentByte(SegmentOf(job, 2), GetParam()); });
+  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+  testing::OnDriver([&] {
+    EXPECT_TRUE(SetAsideOf(SegmentOf(job, 2)).empty());
+    auto store = NodeStore::Attach(NodeStoreId(job, 2), ShmSegment::Access::kReadOnly);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE(store->FindVersion(3).has_value()) << "v3 re-protected into the fresh store";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(HeaderAndLayout, CorruptStoreScenario, ::testing::Values(100L, 1064L));
+
+// Without redundancy the same damage makes the restore fail, and the damaged
+// segment is still there afterwards (set aside, bytes unchanged): nothing is
+// unlinked before a restore has succeeded.
+TEST_F(FaultScenario, DamagedStoreIsKeptWhenTheRestoreFails) {
+  const Job job{2, 1, "none"};
+  Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
+  testing::OnDriver([&] { FlipSegmentByte(SegmentOf(job, 1), 100); });
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    RankState st = Open(ctx, job);
+    if (!st.ck) return;
+    auto report = st.ck->Restore();
+    EXPECT_FALSE(report.ok()) << report->ToString();
+  });
+  testing::OnDriver([&] {
+    const std::vector<std::string> aside = SetAsideOf(SegmentOf(job, 1));
+    ASSERT_EQ(aside.size(), 1u);
+    FlipSegmentByte(aside[0], 100);  // flipped back: the original store, intact
+    auto store = NodeStore::AttachByName(aside[0], ShmSegment::Access::kReadOnly);
+    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition)
+        << "the original header, now under another name: " << store.status().ToString();
+  });
 }
 
 }  // namespace

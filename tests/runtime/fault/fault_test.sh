@@ -40,6 +40,12 @@ run() {  # run EXPECT(ok|fail) ARGS...: one mpirun launch
   fi
 }
 
+flip_byte() {  # flip_byte FILE OFFSET: xor one byte with 1, in place
+  local b
+  b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
 manifests() { find "$remote" -name MANIFEST | sort; }
 newest_manifest() {  # the newest version with a manifest, as a plain number
   manifests | sed -E 's#.*/v0*([0-9]+)/MANIFEST$#\1#' | sort -n | tail -n 1
@@ -131,6 +137,23 @@ case $scenario in
     run ok flip 1
     run ok lose 0
     run ok restore 3 3 any
+    ;;
+  protect-corrupt-header)  # replica:2, 8 nodes x 1: node 2's store header damaged -> node 2
+    # counts as lost, v3 from its replica; the damaged segment, set aside, goes after the restore
+    export MEMENTO_SCHEME=replica:2
+    run ok train 3
+    segs=(/dev/shm/memento."$MEMENTO_JOB".*_2-*.r0)
+    if [[ ${#segs[@]} -ne 1 || ! -f ${segs[0]} ]]; then
+      echo "FAIL: node 2's segment not found: ${segs[*]}"
+      exit 1
+    fi
+    flip_byte "${segs[0]}" 100  # inside the header's node identity (header crc)
+    run ok restore 3 3 memory
+    aside=("${segs[0]}".corrupt.*)
+    if [[ -e ${aside[0]} ]]; then
+      echo "FAIL: the damaged segment was kept after a successful restore: ${aside[*]}"
+      exit 1
+    fi
     ;;
   protect-kill-protect)  # replica:2: rank 1 killed while v4 is streamed, its node lost
     export MEMENTO_SCHEME=replica:2

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "memento/runtime/directory_remote_store.h"
@@ -222,6 +223,31 @@ TEST_F(DirectoryRemoteStoreTest, PruneNeverRemovesAVersionBeingWritten) {
   EXPECT_TRUE(fs::exists(store.RankFilePath(1, 0)));
   ASSERT_TRUE(store.WriteManifest(1, 1, {*info}).ok());
   EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{1, 11}));
+}
+
+// The manifest records the lineage (run) that wrote the version; one written
+// without (as before lineages existed) reads back as lineage 0, and a bad
+// lineage line hides the version like any corrupt manifest.
+TEST_F(DirectoryRemoteStoreTest, ManifestRecordsTheLineage) {
+  DirectoryRemoteStore store(root_, "job1");
+  std::vector<uint8_t> w = Bytes(64, 3);
+  for (uint64_t v : {1, 2}) {
+    auto info = store.WriteRankFile(v, 0, {{"w", w.data(), w.size(), {}}});
+    ASSERT_TRUE(info.ok());
+    Status written = v == 1 ? store.WriteManifest(v, 1, {*info}, 0xF123456789ABCDEFull)
+                            : store.WriteManifest(v, 1, {*info});
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  }
+  auto with = store.ReadManifest(1);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->lineage, 0xF123456789ABCDEFull);
+  auto without = store.ReadManifest(2);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(without->lineage, 0u);
+  std::ifstream in(store.ManifestPath(2));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("lineage"), std::string::npos) << text;
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{1, 2}));
 }
 
 // A failed rank-file write leaves no empty version folder behind.

@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -59,8 +62,8 @@ std::vector<uint8_t> Pattern(uint64_t n, uint32_t seed) {
 }
 
 // Writes version `v` into a slot chosen by BeginWrite, seals it; returns the slot.
-int WriteVersion(NodeStore& store, uint64_t v, bool commit = true) {
-  auto slot = store.BeginWrite(v);
+int WriteVersion(NodeStore& store, uint64_t v, bool commit = true, uint64_t lineage = 0) {
+  auto slot = store.BeginWrite(v, lineage);
   MEMENTO_CHECK(slot.ok());
   for (int r = 0; r < store.region_count(); ++r) {
     const uint64_t cap = store.layout().regions[r].capacity;
@@ -411,6 +414,42 @@ TEST_F(NodeStoreTest, SecondRunningJobWithTheSameIdIsRefused) {
   EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "relaunch could not attach";
 }
 
+// A holder killed with SIGKILL (no destructor, no cleanup) never blocks a
+// relaunch: the kernel drops its lock with the process, and the relaunch
+// attaches the store with its committed version.
+TEST_F(NodeStoreTest, HolderKilledWithSigkillNeverBlocksARelaunch) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    if (!store.ok()) _exit(3);
+    WriteVersion(*store, 9);
+    if (write(ready[1], "x", 1) != 1) _exit(4);
+    for (;;) pause();  // holds the store until killed
+  }
+  close(ready[1]);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the holder did not create its store";
+  close(ready[0]);
+  // While it runs, this process (another job) is refused, naming its pid.
+  auto refused = NodeStore::Attach(id_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("pid " + std::to_string(holder)), std::string::npos)
+      << refused.status().ToString();
+  ASSERT_EQ(kill(holder, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(holder, &wstatus, 0), holder);
+  ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
+  auto relaunch = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
+  ASSERT_TRUE(relaunch.ok()) << relaunch.status().ToString();
+  auto slot = relaunch->FindVersion(9);
+  ASSERT_TRUE(slot.has_value());
+  ExpectVersion(*relaunch, *slot, 9);
+}
+
 // A segment of this job's name that another user owns, or whose mode is not
 // 0600, is refused and left in place, whatever the stale policy.
 TEST_F(NodeStoreTest, ForeignOrLooseSegmentIsRefusedAndKept) {
@@ -544,6 +583,35 @@ TEST_F(NodeStoreCorruptionTest, EverySlotHeaderFieldIsDetected) {
     });
   }
   EXPECT_TRUE(store_.FindVersion(7).has_value());
+}
+
+// A slot records the lineage (run) of its version, covered by the slot
+// header's crc; FindVersion with a lineage finds only that run's copy.
+TEST_F(NodeStoreTest, SlotRecordsItsLineageUnderTheHeaderCrc) {
+  auto store = NodeStore::Create(id_, TestLayout(), 3);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const uint64_t run_a = 0x1111222233334444ull, run_b = 0x5555666677778888ull;
+  const int a = WriteVersion(*store, 3, true, run_a);
+  const int b = WriteVersion(*store, 3 + 1, true, run_b);
+  StoreInventory inv = store->Inventory();
+  EXPECT_EQ(inv.slots[a].lineage, run_a);
+  EXPECT_EQ(inv.slots[b].lineage, run_b);
+  EXPECT_EQ(store->FindVersion(3, run_a), std::optional<int>(a));
+  EXPECT_FALSE(store->FindVersion(3, run_b).has_value());
+  EXPECT_FALSE(store->FindVersion(4, run_a).has_value());
+  auto raw = ShmSegment::Open(store->segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok());
+  f::SegmentHeader h;
+  std::memcpy(&h, raw->data(), sizeof(h));
+  const uint64_t at =
+      h.slot_table_offset + h.slot_control_bytes * a + offsetof(f::SlotHeader, lineage);
+  for (uint64_t off = 0; off < sizeof(uint64_t); ++off) {
+    raw->data()[at + off] ^= 0x5A;
+    EXPECT_FALSE(store->Inventory().slots[a].ok) << "lineage byte " << off;
+    EXPECT_FALSE(store->FindVersion(3, run_a).has_value());
+    raw->data()[at + off] ^= 0x5A;
+  }
+  EXPECT_TRUE(store->Inventory().slots[a].ok);
 }
 
 TEST_F(NodeStoreCorruptionTest, EverySealRecordByteIsDetected) {

@@ -9,6 +9,9 @@
 namespace memento::runtime::wire {
 namespace {
 
+// Fields per inventory item on the wire (see wire.h).
+constexpr size_t kInventoryFieldsForTest = 8;
+
 TEST(Wire, RecoverTagStaysInsideItsRange) {
   EXPECT_EQ(RecoverTag(0), kTagRecoverBase);
   EXPECT_EQ(RecoverTag(5), kTagRecoverBase + 5);
@@ -93,13 +96,17 @@ placement::InventoryItem Item(uint64_t version, placement::ItemKind kind, int ow
 
 TEST(Wire, InventoryRoundTripsWithTheSendersNodeAndLane) {
   Inventory inv;
-  inv.remote_newest = 41;
+  inv.remote_complete = {37, 41};
+  inv.remote_lineage = {7, 0xF000000000000001ull};
   inv.items.push_back(Item(42, placement::ItemKind::kShard, 2, -1, -1, 1000, true));
   inv.items.push_back(Item(42, placement::ItemKind::kParity, -1, 3, 1, 256, false));
   inv.items.push_back(Item(40, placement::ItemKind::kReplica, 5, -1, -1, 1000, true));
+  inv.item_lineage = {9};
   auto back = DecodeInventory(EncodeInventory(inv), /*node=*/2, /*lane=*/1);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->remote_newest, 41);
+  EXPECT_EQ(back->remote_complete, (std::vector<uint64_t>{37, 41}));
+  EXPECT_EQ(back->remote_lineage, inv.remote_lineage);
+  EXPECT_EQ(back->item_lineage, (std::vector<uint64_t>{9, 0, 0}));  // missing ones are 0
   ASSERT_EQ(back->items.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const auto& a = inv.items[i];
@@ -118,7 +125,7 @@ TEST(Wire, InventoryRoundTripsWithTheSendersNodeAndLane) {
   Inventory empty;
   auto none = DecodeInventory(EncodeInventory(empty), 0, 0);
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->remote_newest, -1);
+  EXPECT_TRUE(none->remote_complete.empty());
   EXPECT_TRUE(none->items.empty());
 }
 
@@ -131,6 +138,12 @@ TEST(Wire, InventoryOfWrongSizeIsCorruption) {
   EXPECT_EQ(DecodeInventory({}, 0, 0).status().code(), StatusCode::kCorruption);
   EXPECT_EQ(DecodeInventory(std::vector<uint8_t>(13), 0, 0).status().code(),
             StatusCode::kCorruption);
+  // A remote-version count that runs past the end, or is negative.
+  for (int64_t count : {int64_t{5}, int64_t{-1}}) {
+    std::vector<uint8_t> lying(8 * (1 + kInventoryFieldsForTest));
+    std::memcpy(lying.data(), &count, 8);
+    EXPECT_EQ(DecodeInventory(lying, 0, 0).status().code(), StatusCode::kCorruption) << count;
+  }
 }
 
 TEST(Wire, BadItemsRoundTrip) {

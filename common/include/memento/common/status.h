@@ -70,8 +70,8 @@ class [[nodiscard]] Status {
     return std::string(StatusCodeName(code_)) + ": " + message_;
   }
 
-  // Returns a copy whose message is prefixed by `context` (the trail that
-  // MEMENTO_RETURN_IF_ERROR builds as an error travels up).
+  // Returns a copy whose message is prefixed by `context` (words for the
+  // user: what was being done when the error happened).
   Status WithContext(const std::string& context) const {
     if (ok()) return *this;
     return Status(code_, context + ": " + message_);
@@ -138,11 +138,13 @@ class [[nodiscard]] Result {
 #define MEMENTO_STATUS_CONCAT_(a, b) MEMENTO_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the error of `expr` (a Status or Result) from the enclosing function,
-// prefixed with the expression text so that the message carries a trail.
+// unchanged. Messages reach users, so no source text is added to them: a
+// caller that has context worth giving says it in words with
+// `MEMENTO_RETURN_IF_ERROR(f().WithContext("reading the manifest"))`.
 #define MEMENTO_RETURN_IF_ERROR(expr)                                          \
   do {                                                                         \
     ::memento::Status memento_status_ = ::memento::internal::ToStatus((expr)); \
-    if (!memento_status_.ok()) return memento_status_.WithContext(#expr);      \
+    if (!memento_status_.ok()) return memento_status_;                         \
   } while (0)
 
 // MEMENTO_ASSIGN_OR_RETURN(auto x, ComputeX()); binds the value or returns the error.
@@ -150,7 +152,7 @@ class [[nodiscard]] Result {
   MEMENTO_ASSIGN_OR_RETURN_IMPL_(MEMENTO_STATUS_CONCAT_(memento_result_, __LINE__), lhs, expr)
 #define MEMENTO_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
-  if (!tmp.ok()) return tmp.status().WithContext(#expr); \
+  if (!tmp.ok()) return tmp.status();                  \
   lhs = std::move(tmp).value()
 
 namespace memento::internal {

@@ -134,6 +134,13 @@ class Checkpointer {
   // and none is complete remotely; ElasticRestoreNeeded when the remote
   // version was written by another number of ranks. The report says where
   // each entry came from (restore_report.h).
+  //
+  // Runs under one job id: every version records the lineage of the run that
+  // wrote it. A run's lineage is fresh at Prepare (a run that saves without
+  // restoring starts a new one); Restore considers only the versions of the
+  // newest lineage (the run started last) and adopts it, so later Saves
+  // continue it. An older run's versions are never restored instead, even
+  // with higher step numbers (README: "Reusing a job id").
   Result<RestoreReport> Restore();
 
   // The newest version committed (or restored) by this Checkpointer; empty

@@ -15,8 +15,9 @@
 // job id, version, rank, entry count, header crc32c}, then per entry a record
 // {magic, name, EntryLayout, bytes, payload crc32c, record crc32c} followed by
 // the payload; a trailer {magic, crc32c of everything before it}. The
-// manifest is text ("memento-manifest 1", job, version, world size, one
-// "rank file bytes crc" line per rank, "crc <crc32c of the lines above>").
+// manifest is text ("memento-manifest 1", job, version, world size, an
+// optional "lineage <16 hex digits>" line, one "rank file bytes crc" line per
+// rank, "crc <crc32c of the lines above>").
 //
 // Thread-safety: as RemoteStore; the object holds no mutable state.
 #pragma once
@@ -72,8 +73,9 @@ class DirectoryRemoteStore : public RemoteStore {
   Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
                                      const std::vector<RemoteEntrySource>& entries) override;
   Status CheckRankFiles(uint64_t version, const std::vector<RankFileInfo>& ranks) override;
-  Status WriteManifest(uint64_t version, int world_size,
-                       const std::vector<RankFileInfo>& ranks) override;
+  using RemoteStore::WriteManifest;
+  Status WriteManifest(uint64_t version, int world_size, const std::vector<RankFileInfo>& ranks,
+                       uint64_t lineage) override;
   Result<std::vector<uint64_t>> ListComplete() override;
   Result<std::optional<uint64_t>> NewestComplete() override;
   Result<RemoteManifest> ReadManifest(uint64_t version) override;

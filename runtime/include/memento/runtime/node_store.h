@@ -89,6 +89,7 @@ struct RegionState {
 struct SlotState {
   int slot = 0;
   uint64_t version = 0;    // meaningful when sealed or writing
+  uint64_t lineage = 0;    // the run that wrote it (Checkpointer lineage; 0: none)
   bool writing = false;    // BeginWrite called, not sealed yet
   bool sealed = false;     // the sealed flag is set
   bool committed = false;  // MarkCommitted was called for this version
@@ -156,8 +157,20 @@ class NodeStore {
   // (FailedPrecondition naming segment and reason; nothing touched) or
   // unlinked and recreated (logged at warn). `*attached` (optional) tells
   // which happened.
+  //
+  // With `set_aside` given, a segment whose header or layout fails
+  // validation (Corruption) is, whatever `policy`, renamed to
+  // "<name>.corrupt.<pid>" (logged at warn) and a fresh store created: the
+  // node's memory is lost for the restore, and its bytes are kept until the
+  // caller unlinks `*set_aside` (after a successful restore). `*set_aside` is
+  // "" when nothing was set aside.
   static Result<NodeStore> OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
-                                        StalePolicy policy, bool* attached = nullptr);
+                                        StalePolicy policy, bool* attached = nullptr,
+                                        std::string* set_aside = nullptr);
+
+  // What OpenOrCreate puts between a segment's name and the pid when it sets
+  // a damaged segment aside.
+  static constexpr const char* kSetAsideSuffix = ".corrupt.";
 
   // Unlinks the segment of `id` (node loss in tests, `memento clean`).
   // NotFound if absent. Existing mappings stay valid.
@@ -177,11 +190,12 @@ class NodeStore {
   // newest committed version (if none is committed: never the newest sealed
   // one); among the rest an empty/invalid slot first, else the lowest
   // version. AlreadyExists if a sealed slot already holds `version`
-  // (Invalidate it first to rewrite). Returns the slot index.
-  Result<int> BeginWrite(uint64_t version);
-  // Invalidates `slot` and marks it as being written with `version` (for the
-  // engine writing a restored version into a chosen slot).
-  Status BeginWriteSlot(int slot, uint64_t version);
+  // (Invalidate it first to rewrite). Returns the slot index. `lineage` is
+  // recorded in the slot header (SlotState::lineage; 0: none).
+  Result<int> BeginWrite(uint64_t version, uint64_t lineage = 0);
+  // Invalidates `slot` and marks it as being written with `version` of
+  // `lineage` (for the engine writing a version into a chosen slot).
+  Status BeginWriteSlot(int slot, uint64_t version, uint64_t lineage = 0);
   // Clears the sealed and committed flags of `slot` (its data is then never
   // read as a checkpoint).
   Status Invalidate(int slot);
@@ -227,6 +241,9 @@ class NodeStore {
 
   // The ok, sealed slot holding `version`, if any.
   std::optional<int> FindVersion(uint64_t version) const;
+  // The same, of `lineage` only (a slot of another run with the same number
+  // is not it).
+  std::optional<int> FindVersion(uint64_t version, uint64_t lineage) const;
 
  private:
   friend class NodeStoreTestPeer;

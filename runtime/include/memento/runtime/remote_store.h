@@ -64,6 +64,7 @@ struct RankFileInfo {
 struct RemoteManifest {
   std::string job;
   uint64_t version = 0;
+  uint64_t lineage = 0;  // the run that wrote it (Checkpointer lineage; 0: none recorded)
   int world_size = 0;
   std::vector<RankFileInfo> ranks;  // indexed by rank
 };
@@ -89,9 +90,13 @@ class RemoteStore {
 
   // Writes the manifest of `version` last, atomically, after
   // CheckRankFiles(version, ranks) succeeds. `ranks` must hold world_size
-  // entries with rank == index (InvalidArgument otherwise). Call on one rank.
+  // entries with rank == index (InvalidArgument otherwise). `lineage` (0:
+  // none) is recorded for ReadManifest. Call on one rank.
   virtual Status WriteManifest(uint64_t version, int world_size,
-                               const std::vector<RankFileInfo>& ranks) = 0;
+                               const std::vector<RankFileInfo>& ranks, uint64_t lineage) = 0;
+  Status WriteManifest(uint64_t version, int world_size, const std::vector<RankFileInfo>& ranks) {
+    return WriteManifest(version, world_size, ranks, 0);
+  }
 
   // Complete versions, ascending (see the file comment; cost: one manifest
   // read and one stat per rank file per version).

@@ -59,6 +59,11 @@ class ShmSegment {
   // NotFound if it does not exist.
   static Status Unlink(const std::string& name);
 
+  // Renames `from` to `to` (both "/x" names) in the shm directory, keeping its
+  // bytes, owner and mode; mappings stay valid. AlreadyExists if `to` exists
+  // (never replaced), NotFound if `from` does not. Linux (/dev/shm) only.
+  static Status Rename(const std::string& from, const std::string& to);
+
   // Names ("/" + file name) of the objects in the shm directory whose name
   // starts with `prefix` (given with or without the leading '/'), sorted.
   static Result<std::vector<std::string>> List(const std::string& prefix);

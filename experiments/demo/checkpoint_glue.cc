@@ -1,21 +1,33 @@
 #include "checkpoint_glue.h"
 
+#include "memento/runtime/config.h"
+#include "memento/torch/launcher.h"
+
 namespace memento::demo {
 
-Status RegisterTensors(runtime::Checkpointer& ck,
-                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    runtime::FaultHooks hooks) {
+  auto config = runtime::Config::FromEnv();
+  if (!config.ok()) return config.status();
+  auto transport =
+      torch_adapter::CreateLauncherTransport(torch_adapter::Launcher::kMpi, *config);
+  if (!transport.ok()) return transport.status();
+  torch_adapter::Options options;
+  // The demo draws its batches from (seed, step, rank) and uses the torch
+  // generator only for the initial weights: nothing to keep.
+  options.save_rng = false;
+  options.hooks = std::move(hooks);
+  auto ck = torch_adapter::TorchCheckpointer::Create(std::move(config).value(),
+                                                     std::move(transport).value(), options);
+  if (!ck.ok()) return ck.status();
   for (const auto& [name, t] : tensors) {
     if (!t.is_contiguous() || !t.device().is_cpu()) {
       return Status::InvalidArgument("tensor '" + name + "' must be contiguous and on the CPU");
     }
-    runtime::EntryLayout layout;
-    layout.dtype = std::string(c10::toString(t.scalar_type()));
-    for (int64_t d : t.sizes()) layout.global_shape.push_back(d);
-    layout.shape = layout.global_shape;
-    layout.offsets.assign(layout.shape.size(), 0);
-    MEMENTO_RETURN_IF_ERROR(ck.RegisterBuffer(name, t.data_ptr(), t.nbytes(), layout));
+    if (Status s = (*ck)->Register(name, t); !s.ok()) return s;
   }
-  return Status::Ok();
+  return ck;
 }
 
 }  // namespace memento::demo

@@ -1,22 +1,29 @@
-// The demo's only contact with memento's checkpoint API: registering named
-// tensors (parameters, optimizer state) and raw bytes with the runtime's
-// Checkpointer. Kept in one file so that it can move to the libtorch adapter
-// (memento::torch) without touching the training loop.
+// The demo's only contact with memento: a libtorch checkpointer
+// (memento::torch, bindings/torch) over MPI with the shard's named tensors
+// registered. Kept in one file so that the training loop never sees the
+// checkpoint API beyond Restore / WaitSnapshot / Save / Wait.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "memento/runtime/checkpointer.h"
+#include "memento/common/status.h"
+#include "memento/runtime/stage.h"
+#include "memento/torch/torch_checkpointer.h"
 
 namespace memento::demo {
 
-// Registers every tensor (contiguous, on the CPU; its storage must stay put
-// while the Checkpointer lives) as one entry, with its dtype and shape.
-Status RegisterTensors(runtime::Checkpointer& ck,
-                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+// Reads the runtime's settings from the environment (Config::FromEnv), opens
+// the MPI transport (MPI is initialized already) and registers every tensor
+// under its name (in place: contiguous CPU tensors whose storage must stay put
+// while the checkpointer lives). `hooks`: the launcher's fault injection.
+// InvalidArgument for bad settings; the transport's or adapter's error otherwise.
+Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    runtime::FaultHooks hooks);
 
 }  // namespace memento::demo

@@ -32,9 +32,7 @@
 #include "corpus.h"
 #include "gpt_model.h"
 #include "memento/launch/job_reporter.h"
-#include "memento/runtime/checkpointer.h"
-#include "memento/runtime/config.h"
-#include "memento/runtime/mpi_transport.h"
+#include "memento/runtime/restore_report.h"
 
 namespace memento::demo {
 namespace {
@@ -90,6 +88,16 @@ class Trainer {
   void AdamUpdate(uint64_t step);
   Status BaselineSave(uint64_t step);
   uint64_t BaselineRestore();
+  // Time per step and checkpoint stall, summed over this launch's steps.
+  struct LoopStats {
+    double step_sum = 0, stall_sum = 0;
+    uint64_t counted = 0;
+  };
+  // The steps of Run.
+  void ResumeBaseline(uint64_t* start);
+  int ResumeMemento(uint64_t* start);
+  int TrainLoop(uint64_t start, LoopStats* stats);
+  int Finish(const LoopStats& stats);
 
   Args a_;
   int rank_, size_;
@@ -99,6 +107,8 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   int64_t total_ = 0, chunk_ = 0;
   torch::Tensor flat_, grad_flat_, grad_slice_, slice_, m_, v_, meta_;
+  launch::JobReporter reporter_;
+  std::unique_ptr<torch_adapter::TorchCheckpointer> ck_;  // null for --baseline-remote
 };
 
 void Trainer::Build() {
@@ -232,86 +242,67 @@ uint64_t Trainer::BaselineRestore() {
   return in ? latest : 0;
 }
 
-int Trainer::Run() {
-  auto reporter = launch::JobReporter::FromEnv(rank_);
-  at::set_num_threads(1);
-  Build();
-  if (rank_ == 0 && !a_.quiet) {
-    std::printf(
-        "memento_demo: %d ranks, %lld parameters (%lld per rank slice), vocab %lld, "
-        "%llu steps\n",
-        size_, static_cast<long long>(total_), static_cast<long long>(chunk_),
-        static_cast<long long>(vocab_), static_cast<unsigned long long>(a_.steps));
+// Baseline: the newest step every rank has on the remote directory (the
+// initial state when there is none).
+void Trainer::ResumeBaseline(uint64_t* start) {
+  std::filesystem::create_directories(a_.baseline_remote);
+  reporter_.RestoreBegin();
+  const double t0 = launch::JobReporter::Now();
+  uint64_t mine = BaselineRestore(), agreed = 0;
+  MPI_Allreduce(&mine, &agreed, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  *start = agreed;
+  if (agreed == 0) slice_.copy_(flat_.narrow(0, rank_ * chunk_, chunk_));
+  runtime::RestoreReport report;
+  report.version = agreed;
+  for (const auto& [name, t] : Shard()) {
+    report.entries.push_back({name, t.nbytes(), 0, runtime::RestoreSource::kRemote});
   }
-  reporter.Start(a_.steps);
-  std::unique_ptr<runtime::Checkpointer> ck;
-  const bool baseline = !a_.baseline_remote.empty();
-  uint64_t start = 0;
-  if (baseline) {
-    std::filesystem::create_directories(a_.baseline_remote);
-    reporter.RestoreBegin();
-    const double t0 = launch::JobReporter::Now();
-    start = BaselineRestore();
-    uint64_t agreed = 0;
-    MPI_Allreduce(&start, &agreed, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    start = agreed;
-    if (start == 0) {  // nothing saved yet: the initial state
-      slice_.copy_(flat_.narrow(0, rank_ * chunk_, chunk_));
-    }
-    runtime::RestoreReport report;
-    report.version = start;
-    for (const auto& [name, t] : Shard()) {
-      report.entries.push_back({name, t.nbytes(), 0, runtime::RestoreSource::kRemote});
-    }
-    const std::string hash = StateHash();
-    if (start > 0) {
-      reporter.Restored(report, t0, launch::JobReporter::Now(), hash);
-    } else {
-      reporter.Restored(Status::NotFound("nothing to restore"), t0, launch::JobReporter::Now(),
-                        hash);
-    }
+  const std::string hash = StateHash();
+  if (agreed > 0) {
+    reporter_.Restored(report, t0, launch::JobReporter::Now(), hash);
   } else {
-    auto config = runtime::Config::FromEnv();
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
-      return 2;
-    }
-    runtime::MpiTransportOptions mpi_options;
-    mpi_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config->timeout_s * 1000));
-    auto transport = runtime::CreateMpiTransport(mpi_options);
-    if (!transport.ok()) {
-      std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
-      return 1;
-    }
-    auto created = runtime::Checkpointer::Create(*config, *transport, nullptr, reporter.Hooks());
-    if (!created.ok()) {
-      std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
-      return 1;
-    }
-    ck = std::move(created).value();
-    if (Status s = RegisterTensors(*ck, Shard()); !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return 1;
-    }
-    reporter.RestoreBegin();
-    const double t0 = launch::JobReporter::Now();
-    auto report = ck->Restore();
-    const double t1 = launch::JobReporter::Now();
-    if (report.ok()) {
-      start = report->version;
-      GatherParams();
-    } else if (report.status().code() != StatusCode::kNotFound) {
-      reporter.Restored(report, t0, t1, "");
-      std::fprintf(stderr, "rank %d: restore failed: %s\n", rank_,
-                   report.status().ToString().c_str());
-      return 3;
-    }
-    reporter.Restored(report, t0, t1, StateHash());
-    if (rank_ == 0 && !a_.quiet) {
-      std::printf("%s\n",
-                  report.ok() ? report->ToString().c_str() : "fresh start (nothing to restore)");
-    }
+    reporter_.Restored(Status::NotFound("nothing to restore"), t0, launch::JobReporter::Now(),
+                       hash);
   }
+}
+
+// memento: the checkpointer over the shard, then the newest version it can
+// rebuild. Returns 0, or the exit code (2 bad settings, 1 no checkpointer,
+// 3 the restore failed).
+int Trainer::ResumeMemento(uint64_t* start) {
+  auto created = CreateCheckpointer(Shard(), reporter_.Hooks());
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+    return created.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  ck_ = std::move(created).value();
+  reporter_.RestoreBegin();
+  const double t0 = launch::JobReporter::Now();
+  auto restored = ck_->Restore();
+  const double t1 = launch::JobReporter::Now();
+  if (!restored.ok()) {
+    reporter_.Restored(restored.status(), t0, t1, "");
+    std::fprintf(stderr, "rank %d: restore failed: %s\n", rank_,
+                 restored.status().ToString().c_str());
+    return 3;
+  }
+  if (restored->has_value()) {
+    *start = (*restored)->step;
+    GatherParams();
+    reporter_.Restored((*restored)->report, t0, t1, StateHash());
+  } else {
+    reporter_.Restored(Status::NotFound("nothing to restore"), t0, t1, StateHash());
+  }
+  if (rank_ == 0 && !a_.quiet) {
+    std::printf("%s\n", restored->has_value() ? (*restored)->report.ToString().c_str()
+                                              : "fresh start (nothing to restore)");
+  }
+  return 0;
+}
+
+// Steps start+1 .. a_.steps, checkpointing every a_.ckpt_every steps and at
+// the last. Returns 0, or 1 when a checkpoint failed.
+int Trainer::TrainLoop(uint64_t start, LoopStats* stats) {
   std::unique_ptr<std::ofstream> hash_log;
   if (!a_.hash_log.empty() && rank_ == 0) {
     hash_log = std::make_unique<std::ofstream>(a_.hash_log, std::ios::app);
@@ -320,17 +311,14 @@ int Trainer::Run() {
     const std::string h = StateHash();
     if (hash_log) *hash_log << 0 << " " << h << "\n";
   }
-
-  double step_sum = 0, stall_sum = 0;
-  uint64_t counted = 0;
   for (uint64_t step = start + 1; step <= a_.steps; ++step) {
     const auto t0 = Clock::now();
     const double loss = TrainStep(step);
     double stall = 0;
     const bool save = step % static_cast<uint64_t>(a_.ckpt_every) == 0 || step == a_.steps;
-    if (ck) {
+    if (ck_) {
       const auto w0 = Clock::now();
-      if (Status s = ck->WaitSnapshot(); !s.ok()) {
+      if (Status s = ck_->WaitSnapshot(); !s.ok()) {
         std::fprintf(stderr, "rank %d: snapshot of the previous checkpoint failed: %s\n", rank_,
                      s.ToString().c_str());
       }
@@ -339,7 +327,7 @@ int Trainer::Run() {
     AdamUpdate(step);
     if (save) {
       const auto s0 = Clock::now();
-      Status s = ck ? ck->Save(step) : BaselineSave(step);
+      Status s = ck_ ? ck_->Save(step) : BaselineSave(step);
       stall += Seconds(s0, Clock::now());
       if (!s.ok()) {
         std::fprintf(stderr, "rank %d: checkpoint of step %llu failed: %s\n", rank_,
@@ -349,11 +337,11 @@ int Trainer::Run() {
     }
     GatherParams();
     const double step_s = Seconds(t0, Clock::now());
-    step_sum += step_s;
-    stall_sum += stall;
-    ++counted;
-    reporter.Step(step, loss, step_s, stall);
-    if (hash_log != nullptr || !a_.hash_log.empty()) {
+    stats->step_sum += step_s;
+    stats->stall_sum += stall;
+    ++stats->counted;
+    reporter_.Step(step, loss, step_s, stall);
+    if (!a_.hash_log.empty()) {
       const std::string h = StateHash();
       if (hash_log) *hash_log << step << " " << h << std::endl;
     }
@@ -364,8 +352,14 @@ int Trainer::Run() {
       std::fflush(stdout);
     }
   }
-  if (ck) {
-    Status w = ck->Wait(), p = ck->WaitPersist();
+  return 0;
+}
+
+// The end: the last checkpoint (and persist) complete, the final state hash
+// reported and (rank 0) printed, the parameters written to --out.
+int Trainer::Finish(const LoopStats& stats) {
+  if (ck_) {
+    Status w = ck_->Wait(), p = ck_->WaitPersist();
     if (!w.ok() || !p.ok()) {
       std::fprintf(stderr, "rank %d: last checkpoint: %s; persist: %s\n", rank_,
                    w.ToString().c_str(), p.ToString().c_str());
@@ -380,17 +374,40 @@ int Trainer::Run() {
                 static_cast<std::streamsize>(flat_.nbytes()));
     }
     if (!a_.quiet) {
+      const double n = stats.counted ? static_cast<double>(stats.counted) : 1.0;
       std::printf(
           "done: step %llu, state %s, mean step %.4f s, mean checkpoint stall %.2f ms "
           "(%llu steps this launch)\n",
-          static_cast<unsigned long long>(a_.steps), hash.c_str(),
-          counted ? step_sum / counted : 0.0, counted ? stall_sum / counted * 1e3 : 0.0,
-          static_cast<unsigned long long>(counted));
+          static_cast<unsigned long long>(a_.steps), hash.c_str(), stats.step_sum / n,
+          stats.stall_sum / n * 1e3, static_cast<unsigned long long>(stats.counted));
     }
   }
-  reporter.Done(a_.steps, hash);
-  ck.reset();
+  reporter_.Done(a_.steps, hash);
+  ck_.reset();
   return 0;
+}
+
+int Trainer::Run() {
+  reporter_ = launch::JobReporter::FromEnv(rank_);
+  at::set_num_threads(1);
+  Build();
+  if (rank_ == 0 && !a_.quiet) {
+    std::printf(
+        "memento_demo: %d ranks, %lld parameters (%lld per rank slice), vocab %lld, "
+        "%llu steps\n",
+        size_, static_cast<long long>(total_), static_cast<long long>(chunk_),
+        static_cast<long long>(vocab_), static_cast<unsigned long long>(a_.steps));
+  }
+  reporter_.Start(a_.steps);
+  uint64_t start = 0;
+  if (a_.baseline_remote.empty()) {
+    if (int rc = ResumeMemento(&start); rc != 0) return rc;
+  } else {
+    ResumeBaseline(&start);
+  }
+  LoopStats stats;
+  if (int rc = TrainLoop(start, &stats); rc != 0) return rc;
+  return Finish(stats);
 }
 
 }  // namespace

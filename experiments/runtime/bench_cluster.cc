@@ -542,6 +542,29 @@ class Bench {
 
   Status Run(Report* out) {
     RankStats me;
+    MEMENTO_RETURN_IF_ERROR(CheckLostNodes());
+    buf_.assign(opt_.size, 0);
+    Fill(buf_, rank_, 0);
+    me.rss_before = static_cast<double>(ProcStatusBytes("VmRSS"));
+    MEMENTO_ASSIGN_OR_RETURN(const uint64_t last, MeasureProtect(out, &me));
+    MEMENTO_RETURN_IF_ERROR(MeasurePeakMemory(&me));
+    MEMENTO_RETURN_IF_ERROR(MeasureMpiBaseline(out, &me));
+    const uint64_t expect_sum = Checksum(buf_);  // contents of version `last`
+    MEMENTO_RETURN_IF_ERROR(MeasureRemoteRead(out, expect_sum));
+    MEMENTO_RETURN_IF_ERROR(MeasureRecovery(out, &me, last, expect_sum));
+    GatherRankStats(me, out);
+    out->ranks = size_;
+    out->ranks_per_node = config_.ranks_per_node;
+    out->nodes = size_ / config_.ranks_per_node;
+    out->slots = config_.slots;
+    out->threads = config_.threads;
+    out->chunk = config_.chunk_bytes;
+    out->cores = static_cast<int>(std::thread::hardware_concurrency());
+    return Status::Ok();
+  }
+
+ private:
+  Status CheckLostNodes() const {
     const int nodes = size_ / config_.ranks_per_node;
     for (int n : opt_.lose) {
       if (n >= nodes) {
@@ -550,12 +573,12 @@ class Bench {
                                        std::to_string(nodes - 1) + ")");
       }
     }
-    const uint64_t s = opt_.size;
-    buf_.assign(s, 0);
-    Fill(buf_, rank_, 0);
-    me.rss_before = static_cast<double>(ProcStatusBytes("VmRSS"));
+    return Status::Ok();
+  }
 
-    // ---- 1. protect ----
+  // 1. Protect: two warm-up versions, then opt_.reps timed ones. Returns the
+  // last version saved.
+  Result<uint64_t> MeasureProtect(Report* out, RankStats* me) {
     MEMENTO_ASSIGN_OR_RETURN(
         auto mpi, CreateMpiTransport(MpiTransportOptions{
                       MPI_COMM_WORLD,
@@ -587,80 +610,88 @@ class Bench {
       protect.push_back(t);
       snapshot.push_back(snap_max);
       traffic.push_back(static_cast<double>(transport_->sent() + transport_->received()));
-      me.protect_cpu_s += cpu;
-      me.protect_bytes_total += traffic.back();
+      me->protect_cpu_s += cpu;
+      me->protect_bytes_total += traffic.back();
     }
-    const uint64_t last = step - 1;
     out->protect_s = Median(protect);
     for (double t : protect) out->protect_wall_s += t;
     out->snapshot_s = Median(snapshot);
-    me.protect_bytes = Median(traffic);
+    me->protect_bytes = Median(traffic);
+    return step - 1;
+  }
 
-    // ---- 2. peak memory (before any baseline buffer exists) ----
-    me.hwm = static_cast<double>(ProcStatusBytes("VmHWM"));
-    {
-      MEMENTO_ASSIGN_OR_RETURN(std::string name, NodeStore::SegmentName(Id()));
-      struct stat st {};
-      if (stat(("/dev/shm" + name).c_str(), &st) == 0)
-        me.shm_bytes = static_cast<double>(st.st_size);
+  // 2. Peak memory (before any baseline buffer exists) and the segment's size.
+  Status MeasurePeakMemory(RankStats* me) {
+    me->hwm = static_cast<double>(ProcStatusBytes("VmHWM"));
+    MEMENTO_ASSIGN_OR_RETURN(std::string name, NodeStore::SegmentName(Id()));
+    struct stat st {};
+    if (stat(("/dev/shm" + name).c_str(), &st) == 0) me->shm_bytes = static_cast<double>(st.st_size);
+    return Status::Ok();
+  }
+
+  // 3. The MPI baseline: the ring over the emulated link when it is on, else
+  // the faster raw ring (decided on every rank alike: the times are maxima).
+  Status MeasureMpiBaseline(Report* out, RankStats* me) {
+    std::vector<uint8_t> recv(opt_.size, 1);
+    const RingResult chunked = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
+    const RingResult single = RingExchange(buf_, recv, opt_.size, opt_.reps);
+    out->ring_chunked_s = chunked.s;
+    out->ring_single_s = single.s;
+    RingResult base = chunked.s <= single.s ? chunked : single;
+    if (opt_.link_gibps > 0) {
+      MEMENTO_ASSIGN_OR_RETURN(base,
+                               TransportRing(*link_, buf_, recv, config_.chunk_bytes, opt_.reps));
+      out->ring_link_s = base.s;
     }
+    me->ring_cpu_s = base.cpu_s;
+    out->ring_wall_s = base.wall_s;
+    me->ring_bytes_total = base.bytes;
+    return Status::Ok();
+  }
 
-    // ---- 3. MPI baseline ----
-    {
-      std::vector<uint8_t> recv(s, 1);
-      const RingResult chunked = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
-      const RingResult single = RingExchange(buf_, recv, s, opt_.reps);
-      out->ring_chunked_s = chunked.s;
-      out->ring_single_s = single.s;
-      // The baseline: the ring over the emulated link when it is on, else the
-      // faster raw ring (decided on every rank alike: the times are maxima).
-      RingResult base = chunked.s <= single.s ? chunked : single;
-      if (opt_.link_gibps > 0) {
-        MEMENTO_ASSIGN_OR_RETURN(base,
-                                 TransportRing(*link_, buf_, recv, config_.chunk_bytes, opt_.reps));
-        out->ring_link_s = base.s;
+  // Writes every rank's file of version 1 and (rank 0) the manifest.
+  Status WriteRemoteVersion() {
+    MEMENTO_ASSIGN_OR_RETURN(RankFileInfo info, remote_->WriteRankFile(
+                                                    1, rank_, {{"model", buf_.data(), opt_.size, {}}}));
+    // Gather every rank's file record to rank 0 for the manifest.
+    char name[256] = {};
+    std::snprintf(name, sizeof(name), "%s", info.file.c_str());
+    std::vector<char> names(rank_ == 0 ? 256 * size_ : 0);
+    uint64_t mine[2] = {info.bytes, info.crc};
+    std::vector<uint64_t> all(2 * size_);
+    MPI_Gather(name, 256, MPI_CHAR, names.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Gather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    int ok = 1;
+    if (rank_ == 0) {
+      std::vector<RankFileInfo> files(size_);
+      for (int r = 0; r < size_; ++r) {
+        files[r] = RankFileInfo{r, std::string(&names[256 * r]), all[2 * r],
+                                static_cast<uint32_t>(all[2 * r + 1])};
       }
-      me.ring_cpu_s = base.cpu_s;
-      out->ring_wall_s = base.wall_s;
-      me.ring_bytes_total = base.bytes;
+      ok = remote_->WriteManifest(1, size_, files).ok();
     }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok) return Status::IoError("bench_cluster: writing the remote manifest failed");
+    return Status::Ok();
+  }
 
-    // ---- 4. remote baseline ----
-    const uint64_t expect_sum = Checksum(buf_);  // contents of version `last`
-    {
-      remote_ = std::make_unique<DirectoryRemoteStore>(opt_.remote, config_.job);
-      MEMENTO_ASSIGN_OR_RETURN(RankFileInfo info,
-                               remote_->WriteRankFile(1, rank_, {{"model", buf_.data(), s, {}}}));
-      // Gather every rank's file record to rank 0 for the manifest.
-      char name[256] = {};
-      std::snprintf(name, sizeof(name), "%s", info.file.c_str());
-      std::vector<char> names(rank_ == 0 ? 256 * size_ : 0);
-      std::vector<uint64_t> sizes(size_), crcs(size_);
-      uint64_t mine[2] = {info.bytes, info.crc};
-      std::vector<uint64_t> all(2 * size_);
-      MPI_Gather(name, 256, MPI_CHAR, names.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
-      MPI_Gather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-      int ok = 1;
-      if (rank_ == 0) {
-        std::vector<RankFileInfo> files(size_);
-        for (int r = 0; r < size_; ++r) {
-          files[r] = RankFileInfo{r, std::string(&names[256 * r]), all[2 * r],
-                                  static_cast<uint32_t>(all[2 * r + 1])};
-        }
-        ok = remote_->WriteManifest(1, size_, files).ok();
-      }
-      MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-      if (!ok) return Status::IoError("bench_cluster: writing the remote manifest failed");
-      std::vector<uint8_t> dst(s);
-      MEMENTO_ASSIGN_OR_RETURN(double warm0, TimedRemoteRead(*remote_, rank_, dst));
-      MEMENTO_ASSIGN_OR_RETURN(double warm1, TimedRemoteRead(*remote_, rank_, dst));
-      out->remote_warm_s = std::min(warm0, warm1);
-      MEMENTO_RETURN_IF_ERROR(EvictFile(remote_->RankFilePath(1, rank_)));
-      MEMENTO_ASSIGN_OR_RETURN(out->remote_cold_s, TimedRemoteRead(*remote_, rank_, dst));
-      if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
-    }
+  // 4. The remote baseline: reading this rank's file warm and cold.
+  Status MeasureRemoteRead(Report* out, uint64_t expect_sum) {
+    remote_ = std::make_unique<DirectoryRemoteStore>(opt_.remote, config_.job);
+    MEMENTO_RETURN_IF_ERROR(WriteRemoteVersion());
+    std::vector<uint8_t> dst(opt_.size);
+    MEMENTO_ASSIGN_OR_RETURN(double warm0, TimedRemoteRead(*remote_, rank_, dst));
+    MEMENTO_ASSIGN_OR_RETURN(double warm1, TimedRemoteRead(*remote_, rank_, dst));
+    out->remote_warm_s = std::min(warm0, warm1);
+    MEMENTO_RETURN_IF_ERROR(EvictFile(remote_->RankFilePath(1, rank_)));
+    MEMENTO_ASSIGN_OR_RETURN(out->remote_cold_s, TimedRemoteRead(*remote_, rank_, dst));
+    if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
+    return Status::Ok();
+  }
 
-    // ---- 5. recovery of the nodes in `lose` ----
+  // 5. Recovery of the nodes in opt_.lose: their segments are unlinked and
+  // their buffers poisoned, then every rank restores.
+  Status MeasureRecovery(Report* out, RankStats* me, uint64_t last, uint64_t expect_sum) {
     ck_.reset();
     MPI_Barrier(MPI_COMM_WORLD);
     if (std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0) {
@@ -685,27 +716,33 @@ class Bench {
     out->reprotect_s = MaxOverRanks(rep.stats.reprotect_s);
     out->restored_version = rep.version;
     if (rank_ == 0) out->source_detail = rep.source_detail;
-    me.recover_sent = static_cast<double>(rep.stats.bytes_sent);
-    me.recover_received = static_cast<double>(rep.stats.bytes_received);
-    me.restored_ok = rep.version == last && Checksum(buf_) == expect_sum ? 1 : 0;
-    // The lost node's detail is the interesting one; pass it to rank 0.
-    if (node() == opt_.lose[0] && LocalRank(config_, rank_) == 0 && rank_ != 0) {
-      const std::string& d = rep.source_detail;
-      int len = static_cast<int>(d.size());
+    me->recover_sent = static_cast<double>(rep.stats.bytes_sent);
+    me->recover_received = static_cast<double>(rep.stats.bytes_received);
+    me->restored_ok = rep.version == last && Checksum(buf_) == expect_sum ? 1 : 0;
+    PassLostNodeDetail(rep.source_detail, out);
+    return Status::Ok();
+  }
+
+  // The first lost node's restore detail is the interesting one: its first
+  // rank passes it to rank 0.
+  void PassLostNodeDetail(const std::string& detail, Report* out) {
+    const int lost_rank = opt_.lose[0] * config_.ranks_per_node;
+    if (rank_ == lost_rank && rank_ != 0) {
+      int len = static_cast<int>(detail.size());
       MPI_Send(&len, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
-      MPI_Send(d.data(), len, MPI_CHAR, 0, 8, MPI_COMM_WORLD);
+      MPI_Send(detail.data(), len, MPI_CHAR, 0, 8, MPI_COMM_WORLD);
     }
-    if (rank_ == 0 && opt_.lose[0] * config_.ranks_per_node != 0) {
+    if (rank_ == 0 && lost_rank != 0) {
       int len = 0;
-      MPI_Recv(&len, 1, MPI_INT, opt_.lose[0] * config_.ranks_per_node, 7, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
+      MPI_Recv(&len, 1, MPI_INT, lost_rank, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       std::string d(len, ' ');
-      MPI_Recv(d.data(), len, MPI_CHAR, opt_.lose[0] * config_.ranks_per_node, 8, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
+      MPI_Recv(d.data(), len, MPI_CHAR, lost_rank, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       out->source_detail = d;
     }
+  }
 
-    // ---- gather ----
+  // Every rank's stats to rank 0 (out->per_rank, in rank order).
+  void GatherRankStats(const RankStats& me, Report* out) const {
     double mine[RankStats::kFields] = {me.protect_bytes, me.rss_before,      me.hwm,
                                        me.shm_bytes,     me.recover_sent,    me.recover_received,
                                        me.restored_ok,   me.protect_cpu_s,   me.protect_bytes_total,
@@ -713,24 +750,14 @@ class Bench {
     std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
     MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);
-    if (rank_ == 0) {
-      for (int r = 0; r < size_; ++r) {
-        const double* f = &all[RankStats::kFields * r];
-        out->per_rank.push_back(
-            RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]});
-      }
+    if (rank_ != 0) return;
+    for (int r = 0; r < size_; ++r) {
+      const double* f = &all[RankStats::kFields * r];
+      out->per_rank.push_back(
+          RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]});
     }
-    out->ranks = size_;
-    out->ranks_per_node = config_.ranks_per_node;
-    out->nodes = size_ / config_.ranks_per_node;
-    out->slots = config_.slots;
-    out->threads = config_.threads;
-    out->chunk = config_.chunk_bytes;
-    out->cores = static_cast<int>(std::thread::hardware_concurrency());
-    return Status::Ok();
   }
 
- private:
   Options opt_;
   Config config_;
   int rank_, size_;
@@ -742,164 +769,223 @@ class Bench {
   bool cleaned_ = false;
 };
 
-// "[1, 2, 3]" (integers).
-// Prints the gathered report (rank 0).
-void Print(const Options& opt, const Report& r, double factor,
-           const std::vector<double>& node_factor) {
-  const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
-  const double s = static_cast<double>(opt.size);
+double Mean(const std::vector<double>& v) {
+  double t = 0;
+  for (double x : v) t += x;
+  return v.empty() ? 0 : t / v.size();
+}
+double MinOf(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+// The first fields of every JSON record of the benchmark (results and skips).
+nlohmann::ordered_json JsonHead(const std::string& scheme, int nodes) {
+  nlohmann::ordered_json j;
+  j["benchmark"] = "bench_cluster";
+  j["scheme"] = scheme;
+  j["nodes"] = nodes;
+  return j;
+}
+
+// What the printed report derives from the gathered one.
+struct Derived {
+  std::vector<double> traffic, hwm, ckpt, shm;           // per node sums
+  std::vector<double> ckpt_ratio, shm_ratio, hwm_ratio;  // per node, vs its formula
+  double node_s = 0;                                     // shard bytes per node
+  double formula_nominal = 0, formula = 0;  // the scheme's K; the formed groups' worst node
+  double protect_gibps = 0, protect_min_gibps = 0, shard_gibps = 0;
+  double mpi_raw_gibps = 0, mpi_gibps = 0, ratio = 0;
+  // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks),
+  // and the share of the machine's cores busy (CPU s / (cores x wall s)).
+  double protect_cpu_per_gib = 0, mpi_cpu_per_gib = 0, cpu_ratio = 0;
+  double protect_util = 0, mpi_util = 0;
+  double recover_sent = 0, recover_received = 0;  // the busiest rank's
+  bool bit_exact = true;
+};
+
+Derived Derive(const Options& opt, const Report& r, double factor,
+               const std::vector<double>& node_factor) {
+  constexpr double gib = 1024.0 * 1024 * 1024;
+  Derived d;
   const int nodes = r.nodes, per = r.ranks_per_node;
-  // Per node sums.
-  std::vector<double> traffic(nodes), hwm(nodes), ckpt(nodes), shm(nodes);
+  d.traffic.assign(nodes, 0);
+  d.hwm.assign(nodes, 0);
+  d.ckpt.assign(nodes, 0);
+  d.shm.assign(nodes, 0);
   for (int i = 0; i < r.ranks; ++i) {
     const RankStats& x = r.per_rank[i];
-    traffic[i / per] += x.protect_bytes;
-    hwm[i / per] += x.hwm;
-    ckpt[i / per] += x.hwm - x.rss_before;
-    shm[i / per] += x.shm_bytes;
+    d.traffic[i / per] += x.protect_bytes;
+    d.hwm[i / per] += x.hwm;
+    d.ckpt[i / per] += x.hwm - x.rss_before;
+    d.shm[i / per] += x.shm_bytes;
   }
-  auto mean = [](const std::vector<double>& v) {
-    double t = 0;
-    for (double x : v) t += x;
-    return v.empty() ? 0 : t / v.size();
-  };
-  auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
-  auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
-  const double node_s = s * per;  // shard bytes per node
-  // Nominal formula (the scheme's K) and the per-node one of the formed groups.
-  const double formula_nominal = factor * node_s * r.slots;
-  std::vector<double> ckpt_ratio(nodes), shm_ratio(nodes), hwm_ratio(nodes);
+  d.node_s = static_cast<double>(opt.size) * per;
+  d.formula_nominal = factor * d.node_s * r.slots;
   for (int n = 0; n < nodes; ++n) {
-    const double f = node_factor[n] * node_s * r.slots;
-    ckpt_ratio[n] = ckpt[n] / f;
-    shm_ratio[n] = shm[n] / f;
-    hwm_ratio[n] = hwm[n] / f;
+    const double f = node_factor[n] * d.node_s * r.slots;
+    d.ckpt_ratio.push_back(d.ckpt[n] / f);
+    d.shm_ratio.push_back(d.shm[n] / f);
+    d.hwm_ratio.push_back(d.hwm[n] / f);
   }
-  const double formula =
-      *std::max_element(node_factor.begin(), node_factor.end()) * node_s * r.slots;
-  const double protect_gibps = mean(traffic) / r.protect_s / gib;
-  const double protect_min_gibps = mn(traffic) / r.protect_s / gib;
-  const double shard_gibps = node_s / r.protect_s / gib;
+  d.formula = MaxOf(node_factor) * d.node_s * r.slots;
+  d.protect_gibps = Mean(d.traffic) / r.protect_s / gib;
+  d.protect_min_gibps = MinOf(d.traffic) / r.protect_s / gib;
+  d.shard_gibps = d.node_s / r.protect_s / gib;
   const double raw_ring_s = std::min(r.ring_chunked_s, r.ring_single_s);
-  const double mpi_raw_gibps = 2 * node_s / raw_ring_s / gib;
+  d.mpi_raw_gibps = 2 * d.node_s / raw_ring_s / gib;
   const double ring_s = opt.link_gibps > 0 ? r.ring_link_s : raw_ring_s;
-  const double mpi_gibps = 2 * node_s / ring_s / gib;
-  const double ratio = protect_gibps / mpi_gibps;
-  // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks).
+  d.mpi_gibps = 2 * d.node_s / ring_s / gib;
+  d.ratio = d.protect_gibps / d.mpi_gibps;
   double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
   for (const auto& x : r.per_rank) {
     protect_cpu += x.protect_cpu_s;
     protect_bytes += x.protect_bytes_total;
     ring_cpu += x.ring_cpu_s;
     ring_bytes += x.ring_bytes_total;
+    d.recover_sent = std::max(d.recover_sent, x.recover_sent);
+    d.recover_received = std::max(d.recover_received, x.recover_received);
+    d.bit_exact = d.bit_exact && x.restored_ok > 0;
   }
-  const double protect_cpu_per_gib = protect_cpu / (protect_bytes / gib);
-  const double mpi_cpu_per_gib = ring_cpu / (ring_bytes / gib);
-  const double cpu_ratio = mpi_cpu_per_gib / protect_cpu_per_gib;
-  // Share of the machine's cores busy (CPU seconds / (cores x wall seconds)).
+  d.protect_cpu_per_gib = protect_cpu / (protect_bytes / gib);
+  d.mpi_cpu_per_gib = ring_cpu / (ring_bytes / gib);
+  d.cpu_ratio = d.mpi_cpu_per_gib / d.protect_cpu_per_gib;
   const double cores = r.cores > 0 ? r.cores : 1;
-  const double protect_util = protect_cpu / (cores * r.protect_wall_s);
-  const double mpi_util = ring_cpu / (cores * r.ring_wall_s);
-  double sent = 0, recv = 0, ok = 1;
-  for (const auto& x : r.per_rank) {
-    sent = std::max(sent, x.recover_sent);
-    recv = std::max(recv, x.recover_received);
-    ok = std::min(ok, x.restored_ok);
-  }
+  d.protect_util = protect_cpu / (cores * r.protect_wall_s);
+  d.mpi_util = ring_cpu / (cores * r.ring_wall_s);
+  return d;
+}
+
+std::vector<long long> Ints(const std::vector<double>& v) {
+  std::vector<long long> out;
+  for (double x : v) out.push_back(static_cast<long long>(x));
+  return out;
+}
+
+void PrintJson(const Options& opt, const Report& r, const Derived& d) {
+  const double s = static_cast<double>(opt.size);
+  nlohmann::ordered_json j = JsonHead(opt.scheme, r.nodes);
+  j["ranks_per_node"] = r.ranks_per_node;
+  j["shard_bytes"] = d.node_s;
+  j["slots"] = r.slots;
+  j["threads"] = r.threads;
+  j["chunk_bytes"] = r.chunk;
+  j["reps"] = opt.reps;
+  j["ranks"] = r.ranks;
+  j["cores"] = r.cores;
+  j["link_gibps"] = opt.link_gibps;
+  j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
+  j["protect_s"] = r.protect_s;
+  j["snapshot_s"] = r.snapshot_s;
+  j["protect_traffic_node_mean_bytes"] = Mean(d.traffic);
+  j["protect_node_gibps"] = d.protect_gibps;
+  j["protect_node_min_gibps"] = d.protect_min_gibps;
+  j["protect_shard_gibps"] = d.shard_gibps;
+  j["mpi_ring_chunked_s"] = r.ring_chunked_s;
+  j["mpi_ring_single_s"] = r.ring_single_s;
+  j["mpi_ring_link_s"] = r.ring_link_s;
+  j["mpi_raw_node_gibps"] = d.mpi_raw_gibps;
+  j["mpi_node_gibps"] = d.mpi_gibps;
+  j["protect_cpu_s_per_gib"] = d.protect_cpu_per_gib;
+  j["mpi_cpu_s_per_gib"] = d.mpi_cpu_per_gib;
+  j["cpu_ratio"] = d.cpu_ratio;
+  j["protect_cpu_util"] = d.protect_util;
+  j["mpi_cpu_util"] = d.mpi_util;
+  j["protect_vs_mpi"] = d.ratio;
+  j["protect_min_vs_mpi"] = d.protect_min_gibps / d.mpi_gibps;
+  j["target_protect_vs_mpi"] = 0.8;
+  j["protect_target_met"] = d.ratio >= 0.8;
+  j["lost_node"] = opt.lose[0];
+  j["lost_nodes"] = opt.lose;
+  j["restored_version"] = r.restored_version;
+  j["restore_bit_exact"] = d.bit_exact;
+  j["recover_source"] = r.source_detail;
+  j["prepare_s"] = r.prepare_s;
+  j["recover_s"] = r.recover_s;
+  j["inventory_s"] = r.inventory_s;
+  j["plan_s"] = r.plan_s;
+  j["transfer_s"] = r.transfer_s;
+  j["reprotect_s"] = r.reprotect_s;
+  j["recover_max_sent_bytes"] = d.recover_sent;
+  j["recover_max_received_bytes"] = d.recover_received;
+  j["remote_bytes"] = s * r.ranks;
+  j["remote_warm_s"] = r.remote_warm_s;
+  j["remote_cold_s"] = r.remote_cold_s;
+  j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
+  j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
+  j["recover_incl_prepare_vs_remote_cold"] = (r.prepare_s + r.recover_s) / r.remote_cold_s;
+  j["rss_formula_nominal_node_bytes"] = d.formula_nominal;
+  j["rss_formula_node_bytes"] = d.formula;
+  j["vmhwm_node_max_bytes"] = MaxOf(d.hwm);
+  j["rss_ckpt_node_max_bytes"] = MaxOf(d.ckpt);
+  j["shm_node_max_bytes"] = MaxOf(d.shm);
+  j["rss_ckpt_vs_formula_max"] = MaxOf(d.ckpt_ratio);
+  j["rss_ckpt_vs_formula_min"] = MinOf(d.ckpt_ratio);
+  j["shm_vs_formula_max"] = MaxOf(d.shm_ratio);
+  j["vmhwm_vs_formula_max"] = MaxOf(d.hwm_ratio);
+  j["protect_traffic_node_bytes"] = Ints(d.traffic);
+  j["rss_ckpt_node_bytes"] = Ints(d.ckpt);
+  j["shm_node_bytes"] = Ints(d.shm);
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void PrintText(const Options& opt, const Report& r, const Derived& d) {
+  const double mib = 1024.0 * 1024;
+  std::printf(
+      "%s N=%d S=%.0f MiB slots=%d ranks=%d cores=%d link=%s\n"
+      "  protect   %.3f s (snapshot %.3f s), traffic/node %.1f MiB -> %.3f GiB/s/node "
+      "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
+      "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
+      "%.3f\n"
+      "  recover   node(s) %s: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
+      "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
+      "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
+      "(%.3f), VmHWM %.0f MiB\n",
+      opt.scheme.c_str(), r.nodes, static_cast<double>(opt.size) / mib, r.slots, r.ranks, r.cores,
+      opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off",
+      r.protect_s, r.snapshot_s, Mean(d.traffic) / mib, d.protect_gibps, d.protect_min_gibps,
+      opt.link_gibps > 0 ? "link" : "MPI", d.mpi_gibps, d.mpi_raw_gibps, d.ratio,
+      d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util,
+      d.cpu_ratio, LostNodesText(opt.lose).c_str(), r.recover_s, r.inventory_s, r.plan_s,
+      r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s,
+      r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
+      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", d.formula / mib, MaxOf(d.ckpt) / mib,
+      MaxOf(d.ckpt_ratio), MaxOf(d.shm) / mib, MaxOf(d.shm_ratio), MaxOf(d.hwm) / mib);
+}
+
+// Prints the gathered report (rank 0).
+void Print(const Options& opt, const Report& r, double factor,
+           const std::vector<double>& node_factor) {
+  const Derived d = Derive(opt, r, factor, node_factor);
   if (opt.json) {
-    auto ints = [](const std::vector<double>& v) {
-      std::vector<long long> out;
-      for (double x : v) out.push_back(static_cast<long long>(x));
-      return out;
-    };
-    nlohmann::ordered_json j;
-    j["benchmark"] = "bench_cluster";
-    j["scheme"] = opt.scheme;
-    j["nodes"] = nodes;
-    j["ranks_per_node"] = per;
-    j["shard_bytes"] = node_s;
-    j["slots"] = r.slots;
-    j["threads"] = r.threads;
-    j["chunk_bytes"] = r.chunk;
-    j["reps"] = opt.reps;
-    j["ranks"] = r.ranks;
-    j["cores"] = r.cores;
-    j["link_gibps"] = opt.link_gibps;
-    j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
-    j["protect_s"] = r.protect_s;
-    j["snapshot_s"] = r.snapshot_s;
-    j["protect_traffic_node_mean_bytes"] = mean(traffic);
-    j["protect_node_gibps"] = protect_gibps;
-    j["protect_node_min_gibps"] = protect_min_gibps;
-    j["protect_shard_gibps"] = shard_gibps;
-    j["mpi_ring_chunked_s"] = r.ring_chunked_s;
-    j["mpi_ring_single_s"] = r.ring_single_s;
-    j["mpi_ring_link_s"] = r.ring_link_s;
-    j["mpi_raw_node_gibps"] = mpi_raw_gibps;
-    j["mpi_node_gibps"] = mpi_gibps;
-    j["protect_cpu_s_per_gib"] = protect_cpu_per_gib;
-    j["mpi_cpu_s_per_gib"] = mpi_cpu_per_gib;
-    j["cpu_ratio"] = cpu_ratio;
-    j["protect_cpu_util"] = protect_util;
-    j["mpi_cpu_util"] = mpi_util;
-    j["protect_vs_mpi"] = ratio;
-    j["protect_min_vs_mpi"] = protect_min_gibps / mpi_gibps;
-    j["target_protect_vs_mpi"] = 0.8;
-    j["protect_target_met"] = ratio >= 0.8;
-    j["lost_node"] = opt.lose[0];
-    j["lost_nodes"] = opt.lose;
-    j["restored_version"] = r.restored_version;
-    j["restore_bit_exact"] = ok > 0;
-    j["recover_source"] = r.source_detail;
-    j["prepare_s"] = r.prepare_s;
-    j["recover_s"] = r.recover_s;
-    j["inventory_s"] = r.inventory_s;
-    j["plan_s"] = r.plan_s;
-    j["transfer_s"] = r.transfer_s;
-    j["reprotect_s"] = r.reprotect_s;
-    j["recover_max_sent_bytes"] = sent;
-    j["recover_max_received_bytes"] = recv;
-    j["remote_bytes"] = s * r.ranks;
-    j["remote_warm_s"] = r.remote_warm_s;
-    j["remote_cold_s"] = r.remote_cold_s;
-    j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
-    j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
-    j["recover_incl_prepare_vs_remote_cold"] = (r.prepare_s + r.recover_s) / r.remote_cold_s;
-    j["rss_formula_nominal_node_bytes"] = formula_nominal;
-    j["rss_formula_node_bytes"] = formula;
-    j["vmhwm_node_max_bytes"] = mx(hwm);
-    j["rss_ckpt_node_max_bytes"] = mx(ckpt);
-    j["shm_node_max_bytes"] = mx(shm);
-    j["rss_ckpt_vs_formula_max"] = mx(ckpt_ratio);
-    j["rss_ckpt_vs_formula_min"] = mn(ckpt_ratio);
-    j["shm_vs_formula_max"] = mx(shm_ratio);
-    j["vmhwm_vs_formula_max"] = mx(hwm_ratio);
-    j["protect_traffic_node_bytes"] = ints(traffic);
-    j["rss_ckpt_node_bytes"] = ints(ckpt);
-    j["shm_node_bytes"] = ints(shm);
-    std::printf("%s\n", j.dump().c_str());
+    PrintJson(opt, r, d);
   } else {
-    std::printf(
-        "%s N=%d S=%.0f MiB slots=%d ranks=%d cores=%d link=%s\n"
-        "  protect   %.3f s (snapshot %.3f s), traffic/node %.1f MiB -> %.3f GiB/s/node "
-        "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
-        "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
-        "%.3f\n"
-        "  recover   node(s) %s: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
-        "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
-        "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
-        "(%.3f), VmHWM %.0f MiB\n",
-        opt.scheme.c_str(), nodes, s / mib, r.slots, r.ranks, r.cores,
-        opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off",
-        r.protect_s, r.snapshot_s, mean(traffic) / mib, protect_gibps, protect_min_gibps,
-        opt.link_gibps > 0 ? "link" : "MPI", mpi_gibps, mpi_raw_gibps, ratio, protect_cpu_per_gib,
-        100 * protect_util, mpi_cpu_per_gib, 100 * mpi_util, cpu_ratio,
-        LostNodesText(opt.lose).c_str(), r.recover_s, r.inventory_s, r.plan_s, r.transfer_s,
-        r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s, r.recover_s / r.remote_warm_s,
-        r.recover_s / r.remote_cold_s, ok > 0 ? "bit-exact" : "RESTORE MISMATCH", formula / mib,
-        mx(ckpt) / mib, mx(ckpt_ratio), mx(shm) / mib, mx(shm_ratio), mx(hwm) / mib);
+    PrintText(opt, r, d);
   }
   std::fflush(stdout);
+}
+
+// Memory check (rank 0 decides for all): per rank, shm = factor x S x slots
+// plus the training buffer, the ring's receive buffer and a read buffer. When
+// it does not fit, prints a "skipped" record and returns false.
+bool FitsInMemory(const Options& opt, const Config& config, double factor, int size) {
+  const double need_shm = factor * opt.size * config.slots * size;
+  const double need_mem = need_shm + 3.0 * opt.size * size;
+  struct statvfs vfs {};
+  const double shm_free =
+      statvfs("/dev/shm", &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize : 0;
+  const double avail = static_cast<double>(MemAvailableBytes());
+  if (need_shm <= 0.9 * shm_free && need_mem <= 0.85 * avail) return true;
+  char reason[200];
+  std::snprintf(reason, sizeof(reason),
+                "needs %.1f GiB shm / %.1f GiB memory, /dev/shm has %.1f GiB free, "
+                "MemAvailable %.1f GiB",
+                need_shm / (1 << 30), need_mem / (1 << 30), shm_free / (1 << 30),
+                avail / (1 << 30));
+  nlohmann::ordered_json j = JsonHead(opt.scheme, size / config.ranks_per_node);
+  j["shard_bytes"] = opt.size;
+  j["skipped"] = true;
+  j["reason"] = reason;
+  std::printf("%s%s\n", opt.json ? "" : "SKIPPED ", j.dump().c_str());
+  return false;
 }
 
 int Main(int argc, char** argv) {
@@ -966,34 +1052,7 @@ int Main(int argc, char** argv) {
   }
   config->job = opt.job;
 
-  // Memory check (rank 0 decides for all): per rank, shm = factor x S x slots
-  // plus the training buffer, the ring's receive buffer and a read buffer.
-  int skip = 0;
-  if (rank == 0) {
-    const double need_shm = *factor * opt.size * config->slots * size;
-    const double need_mem = need_shm + 3.0 * opt.size * size;
-    struct statvfs vfs {};
-    const double shm_free =
-        statvfs("/dev/shm", &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize : 0;
-    const double avail = static_cast<double>(MemAvailableBytes());
-    if (need_shm > 0.9 * shm_free || need_mem > 0.85 * avail) {
-      char reason[200];
-      std::snprintf(reason, sizeof(reason),
-                    "needs %.1f GiB shm / %.1f GiB memory, /dev/shm has %.1f GiB free, "
-                    "MemAvailable %.1f GiB",
-                    need_shm / (1 << 30), need_mem / (1 << 30), shm_free / (1 << 30),
-                    avail / (1 << 30));
-      nlohmann::ordered_json j;
-      j["benchmark"] = "bench_cluster";
-      j["scheme"] = opt.scheme;
-      j["nodes"] = size / config->ranks_per_node;
-      j["shard_bytes"] = opt.size;
-      j["skipped"] = true;
-      j["reason"] = reason;
-      std::printf("%s%s\n", opt.json ? "" : "SKIPPED ", j.dump().c_str());
-      skip = 1;
-    }
-  }
+  int skip = rank == 0 && !FitsInMemory(opt, *config, *factor, size) ? 1 : 0;
   MPI_Bcast(&skip, 1, MPI_INT, 0, MPI_COMM_WORLD);
   int rc = 0;
   if (!skip) {

@@ -12,7 +12,8 @@ usage: launch_test.py SCENARIO
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
-                  and output tail shown
+                  and output tail shown (and it ran with Open MPI's kill grace
+                  set to 0)
 Every scenario that trains requires the final state to be bit-identical to
 the reference (the same hash of every rank's parameters and Adam moments).
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
@@ -201,7 +202,8 @@ def run(scenario, job, remote):
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:
-            f.write("#!/bin/sh\necho 'bad things on rank' $OMPI_COMM_WORLD_RANK >&2\nexit 7\n")
+            f.write("#!/bin/sh\necho 'bad things on rank' $OMPI_COMM_WORLD_RANK >&2\n"
+                    "echo 'sigkill grace' \"$OMPI_MCA_odls_base_sigkill_timeout\" >&2\nexit 7\n")
         os.chmod(script, 0o755)
         records = tempfile.mktemp(prefix="memento-launch-records-")
         cmd = [CLI, "launch", "-n", "2", "--job", job, "--max-restarts", "2", "--backoff", "0.1",
@@ -218,6 +220,9 @@ def run(scenario, job, remote):
             fail("expected 3 launches (1 + --max-restarts 2), got %d" % len(of(recs, "launch")))
         if "exit status 7" not in p.stdout or "bad things on rank" not in p.stdout:
             fail("the job's exit status or output tail is not shown")
+        # Open MPI kills the other ranks of a failed job without its 1 s grace.
+        if "sigkill grace 0" not in p.stdout:
+            fail("the job did not run with OMPI_MCA_odls_base_sigkill_timeout=0")
         print("PASS: gave up after 3 launches, exit status and output shown")
     else:
         fail("unknown scenario " + scenario)

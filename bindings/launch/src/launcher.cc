@@ -133,7 +133,7 @@ class EventTail {
 class Launcher {
  public:
   Launcher(LaunchOptions o, std::vector<InjectEvent> events)
-      : o_(std::move(o)), events_(std::move(events)) {
+      : o_(std::move(o)), events_(std::move(events)), tail_("") {
     nodes_ = o_.np / o_.ranks_per_node;
     generation_.assign(nodes_, 0);
   }
@@ -141,6 +141,22 @@ class Launcher {
   int Run();
 
  private:
+  // One launch of the job, from Spawn to mpirun's exit.
+  struct Attempt {
+    int index = 0;
+    pid_t pid = 0;
+    int status = 0;  // waitpid status of mpirun
+    bool exited = false;
+    bool killed_by_launcher = false;  // a step event fired
+    double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
+    uint64_t last_step = 0;
+    std::vector<double> step_times;
+    // The restore record is written once every rank reported (or at the end).
+    bool restore_recorded = false;
+    bool unrecoverable = false;
+  };
+  enum class Next { kRelaunch, kStop };
+
   std::string Identity(int node) const {
     return NodeBase(generation_[node]) + "/" + std::to_string(node);
   }
@@ -154,13 +170,28 @@ class Launcher {
     const std::string text = ReadFile(PidPath(attempt, rank));
     return text.empty() ? 0 : static_cast<pid_t>(std::atol(text.c_str()));
   }
+  // The steps of Run, in order.
+  bool OpenStatusDir();
+  void RecordJob();
+  bool StartAttempt(Attempt* a);
+  void Watch(Attempt* a);
+  Next AfterExit(Attempt* a);
+  int Finish();
+  // Helpers of the steps.
+  void PollEvents(Attempt* a);
+  void InjectStepEvent(Attempt* a);
+  void StopOnInterrupt(Attempt* a);
+  void RecordRestore(Attempt* a, bool attempt_over);
+  json TimeLost(const json& restore, const Attempt& a) const;
+  void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
+  Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
+  json Summary(int segments_removed) const;
   void KillRanks(int attempt, const std::vector<int>& nodes);
   void KillAllRanks(int attempt);
   pid_t Spawn(int attempt);
   void Progress(bool final_line);
   void Record(json record);
   void ReadRestores(int attempt, json* restore);
-  void Finish(const std::string& outcome, int exit_code, const std::string& message);
 
   LaunchOptions o_;
   std::vector<InjectEvent> events_;
@@ -171,6 +202,21 @@ class Launcher {
   bool own_dir_ = false;
   std::vector<json> records_;
   double t0_ = 0;
+  EventTail tail_;
+
+  // Across attempts.
+  int unplanned_ = 0;  // consecutive failures nobody injected
+  double backoff_ = 0;
+  std::vector<std::string> replaced_;  // replacements made for the next launch
+  // Failures not yet recovered from (a failure during a recovery adds to the
+  // previous one); the next successful restore closes them.
+  std::vector<json> open_failures_;
+  uint64_t reached_ = 0;  // the newest step the job reported, over all attempts
+  std::string outcome_ = "failed";
+  int exit_code_ = 1;
+  std::string message_;
+  uint64_t final_step_ = 0;
+  std::string final_hash_;
 
   // Live state for the progress line.
   int attempt_ = 0;
@@ -286,6 +332,11 @@ pid_t Launcher::Spawn(int attempt) {
     setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
   }
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  // When a rank dies, Open MPI sends the others SIGCONT, waits this many
+  // seconds, sends SIGTERM, waits again, then SIGKILL. A memento job has
+  // nothing to flush on SIGTERM (its checkpoints are in shared memory and
+  // outlive the ranks), so the default 1 s grace only delays the relaunch.
+  setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -361,14 +412,13 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   out["t_begin"] = t_begin - t0_;
 }
 
-int Launcher::Run() {
-  t0_ = Now();
+bool Launcher::OpenStatusDir() {
   if (o_.status_dir.empty()) {
     std::string templ = (fs::temp_directory_path() / "memento-launch-XXXXXX").string();
     if (mkdtemp(templ.data()) == nullptr) {
       std::fprintf(stderr, "memento launch: cannot create a status folder: %s\n",
                    std::strerror(errno));
-      return 1;
+      return false;
     }
     dir_ = templ;
     own_dir_ = true;
@@ -378,12 +428,11 @@ int Launcher::Run() {
     fs::create_directories(dir_, ec);
     for (const auto& f : fs::directory_iterator(dir_, ec)) fs::remove_all(f.path(), ec);
   }
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  tail_ = EventTail(dir_ + "/events.jsonl");
+  return true;
+}
 
+void Launcher::RecordJob() {
   std::vector<json> planned;
   for (const auto& ev : events_) {
     planned.push_back({{"event", ev.text},
@@ -404,264 +453,275 @@ int Launcher::Run() {
           {"seed", o_.seed},
           {"command", o_.command},
           {"status_dir", dir_}});
+}
 
-  EventTail tail(dir_ + "/events.jsonl");
-  int unplanned = 0;
-  double backoff = 0;
-  std::vector<std::string> replaced;
-  // Failures not yet recovered from (a failure during a recovery adds to the
-  // previous one); the next successful restore closes them.
-  std::vector<json> open_failures;
-  uint64_t reached = 0;  // the newest step the job reported, over all attempts
-  std::string outcome = "failed";
-  int exit_code = 1;
-  std::string message;
-  uint64_t final_step = 0;
-  std::string final_hash;
-
-  for (int attempt = 0;; ++attempt) {
-    attempt_ = attempt;
-    if (backoff > 0) SleepFor(backoff);
-    if (g_interrupted) {
-      outcome = "interrupted";
-      exit_code = 130;
-      break;
-    }
-    const double t_launch = Now();
-    const pid_t pid = Spawn(attempt);
-    if (pid < 0) {
-      message = std::string("fork failed: ") + std::strerror(errno);
-      break;
-    }
-    Record({{"record", "launch"},
-            {"attempt", attempt},
-            {"backoff_s", backoff},
-            {"replaced", replaced},
-            {"fault_env", Pending() != nullptr && Pending()->stage != InjectStage::kStep
-                              ? Pending()->ToString()
-                              : std::string()}});
-    replaced.clear();
-
-    int status = 0;
-    bool exited = false, killed_by_launcher = false;
-    double t_kill = 0, t_restore_begin = 0;
-    uint64_t last_step = 0;
-    std::vector<double> step_times;
-    // What the attempt's restore did (every rank's record), recorded as soon
-    // as every rank has reported, or when the attempt ends.
-    bool restore_recorded = false, stop_unrecoverable = false;
-    auto record_restore = [&](bool attempt_over) {
-      json restore = json::object();
-      ReadRestores(attempt, &restore);
-      if (restore.empty() || (!attempt_over && restore.value("ranks_reported", 0) < o_.np)) return;
-      restore_recorded = true;
-      restore["record"] = "restore";
-      restore["attempt"] = attempt;
-      const bool started_over =
-          restore.value("nothing_to_restore", false) && restore.value("ranks_reported", 0) == o_.np;
-      if (!open_failures.empty() && (restore.value("ok", false) || started_over)) {
-        // Close the books on the failures this attempt recovered from. Time
-        // lost: detection of each, relaunch from the first failure's end to
-        // this restore (less the later detections), restore, re-protect, and
-        // recomputing the steps between the restored version and the
-        // newest step reached (all of them when nothing could be restored).
-        const json& first = open_failures.front();
-        const uint64_t from = restore.value("version", uint64_t{0});
-        const uint64_t last = open_failures.back().value("last_step", uint64_t{0});
-        json lost, indices = json::array();
-        double detection = 0;
-        for (const json& f : open_failures) {
-          indices.push_back(f.value("index", 0));
-          detection += f.value("detection_s", 0.0);
-        }
-        lost["failures"] = indices;
-        lost["steps_lost"] = last > from ? last - from : 0;
-        lost["detection_s"] = detection;
-        const double relaunch_s = t_restore_begin > 0
-                                      ? t_restore_begin - first.value("t_exit_abs", t_launch) -
-                                            (detection - first.value("detection_s", 0.0))
-                                      : 0.0;
-        lost["relaunch_s"] = std::max(0.0, relaunch_s);
-        lost["restore_s"] = restore.value("restore_s", 0.0);
-        lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
-        lost["recompute_s"] =
-            static_cast<double>(lost["steps_lost"].get<uint64_t>()) * first.value("step_s", 0.0);
-        restore["lost"] = lost;
-        open_failures.clear();
-      }
-      Record(restore);
-      if (restore.value("ranks_reported", 0) == o_.np && !restore.value("ok", false) &&
-          !restore.value("nothing_to_restore", false)) {
-        outcome = "unrecoverable";
-        exit_code = 1;
-        message = "the job could not restore its state";
-        if (restore.contains("errors")) message += ": " + restore["errors"][0].get<std::string>();
-        stop_unrecoverable = true;
-      }
-    };
-    while (!exited) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid) exited = true;
-      for (const json& ev : tail.Poll()) {
-        const std::string kind = ev.value("event", std::string());
-        if (kind == "start") {
-          total_steps_ = ev.value("total_steps", uint64_t{0});
-        } else if (kind == "restore_begin") {
-          t_restore_begin = ev.value("t", 0.0);
-        } else if (kind == "step") {
-          step_ = last_step = ev.value("step", uint64_t{0});
-          reached = last_step;
-          loss_ = ev.value("loss", 0.0);
-          step_s_ = ev.value("step_s", 0.0);
-          stall_s_ = ev.value("stall_s", 0.0);
-          step_times.push_back(step_s_);
-        } else if (kind == "done") {
-          final_step = ev.value("step", uint64_t{0});
-          final_hash = ev.value("state_hash", std::string());
-        }
-      }
-      if (!restore_recorded && t_restore_begin > 0) record_restore(false);
-      Progress(false);
-      // A step event: the launcher kills the node's ranks itself.
-      const InjectEvent* ev = Pending();
-      if (!exited && !killed_by_launcher && ev != nullptr && ev->stage == InjectStage::kStep &&
-          last_step >= ev->step) {
-        KillRanks(attempt, ev->nodes);
-        killed_by_launcher = true;
-        t_kill = Now();
-      }
-      if (!exited && killed_by_launcher && Now() - t_kill > o_.kill_grace_s) {
-        kill(-pid, SIGKILL);
-        KillAllRanks(attempt);
-      }
-      if (g_interrupted && !exited) {
-        // Ctrl-C: stop the job (mpirun forwards SIGTERM to the ranks), then
-        // make sure nothing of it is left.
-        kill(pid, SIGTERM);
-        const double until = Now() + 5;
-        while (waitpid(pid, &status, WNOHANG) != pid) {
-          if (Now() > until) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            break;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        exited = true;
-      }
-      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    const double t_exit = Now();
-    KillAllRanks(attempt);  // nothing of this attempt may outlive it
-
-    if (!restore_recorded) record_restore(true);
-    if (stop_unrecoverable) break;
-    double median_step_s = 0;
-    if (!step_times.empty()) {
-      std::sort(step_times.begin(), step_times.end());
-      median_step_s = step_times[step_times.size() / 2];
-    }
-
-    if (g_interrupted) {
-      outcome = "interrupted";
-      exit_code = 130;
-      message = "interrupted; the job was stopped";
-      break;
-    }
-    const std::string fault_path = dir_ + "/fault.a" + std::to_string(attempt);
-    const json fault = json::parse(ReadFile(fault_path), nullptr, false);
-    const bool stage_fired = !fault.is_discarded() && fault.is_object();
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !killed_by_launcher && !stage_fired) {
-      outcome = "finished";
-      exit_code = 0;
-      if (final_step == 0) final_step = last_step;
-      break;
-    }
-    if (killed_by_launcher || stage_fired) {
-      // An injected node loss: the node's memory goes with it.
-      const InjectEvent& ev = events_[next_event_++];
-      std::vector<std::string> lost_ids, segments;
-      for (int node : ev.nodes) {
-        lost_ids.push_back(Identity(node));
-        for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
-          runtime::StoreId id{o_.job, Identity(node), static_cast<uint32_t>(lane)};
-          auto name = runtime::NodeStore::SegmentName(id);
-          if (runtime::NodeStore::Destroy(id).ok() && name.ok()) segments.push_back(*name);
-        }
-        ++generation_[node];
-        replaced.push_back("node " + std::to_string(node) + " -> " + Identity(node));
-      }
-      ++failures_;
-      const double t_fail = stage_fired ? fault.value("t", t_exit) : t_kill;
-      json failure = {{"record", "failure"},
-                      {"index", failures_},
-                      {"attempt", attempt},
-                      {"injected", true},
-                      {"event", ev.text},
-                      {"what", ev.ToString()},
-                      {"stage", InjectStageName(ev.stage)},
-                      {"nodes", ev.nodes},
-                      {"identities", lost_ids},
-                      {"segments_unlinked", segments},
-                      {"last_step", reached},
-                      {"job_exit", DescribeExit(status)},
-                      {"detection_s", std::max(0.0, t_exit - t_fail)},
-                      {"step_s", median_step_s},
-                      {"t_fail", t_fail - t0_},
-                      {"t_exit_abs", t_exit}};
-      if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
-      Record(failure);
-      open_failures.push_back(failure);
-      unplanned = 0;
-      backoff = o_.backoff_s;
-      continue;
-    }
-    // A failure nobody injected.
-    ++failures_;
-    ++unplanned;
-    const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(attempt) + ".log", 15);
-    json failure = {{"record", "failure"},
-                    {"index", failures_},
-                    {"attempt", attempt},
-                    {"injected", false},
-                    {"what", "the job failed (" + DescribeExit(status) + ")"},
-                    {"nodes", json::array()},
-                    {"last_step", reached},
-                    {"job_exit", DescribeExit(status)},
-                    {"exit_code", ExitCode(status)},
-                    {"output_tail", tail_text},
-                    {"detection_s", 0.0},
-                    {"step_s", median_step_s},
-                    {"t_fail", t_exit - t0_},
-                    {"t_exit_abs", t_exit}};
-    Record(failure);
-    open_failures.push_back(failure);
-    if (unplanned > o_.max_restarts) {
-      message = "the job failed " + std::to_string(unplanned) +
-                " times in a row without an injected failure (" + DescribeExit(status) +
-                "); giving up after --max-restarts " + std::to_string(o_.max_restarts) +
-                ". Last output:\n" + tail_text;
-      break;
-    }
-    backoff = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, unplanned - 1));
+// Starts mpirun for `a->index` and records the launch; false when the launch
+// cannot go ahead (interrupted, fork failed), with the outcome set.
+bool Launcher::StartAttempt(Attempt* a) {
+  attempt_ = a->index;
+  if (backoff_ > 0) SleepFor(backoff_);
+  if (g_interrupted) {
+    outcome_ = "interrupted";
+    exit_code_ = 130;
+    return false;
   }
-  Progress(true);
+  a->t_launch = Now();
+  a->pid = Spawn(a->index);
+  if (a->pid < 0) {
+    message_ = std::string("fork failed: ") + std::strerror(errno);
+    return false;
+  }
+  const InjectEvent* pending = Pending();
+  Record({{"record", "launch"},
+          {"attempt", a->index},
+          {"backoff_s", backoff_},
+          {"replaced", replaced_},
+          {"fault_env", pending != nullptr && pending->stage != InjectStage::kStep
+                            ? pending->ToString()
+                            : std::string()}});
+  replaced_.clear();
+  return true;
+}
 
-  // Events that never fired (the job ended first, or the stage never came).
-  for (size_t i = next_event_; i < events_.size(); ++i) {
-    Record({{"record", "not_fired"}, {"event", events_[i].text}, {"what", events_[i].ToString()}});
+// Follows the job until mpirun exits: its events, the progress line, step
+// injections and Ctrl-C.
+void Launcher::Watch(Attempt* a) {
+  while (!a->exited) {
+    if (waitpid(a->pid, &a->status, WNOHANG) == a->pid) a->exited = true;
+    PollEvents(a);
+    if (!a->restore_recorded && a->t_restore_begin > 0) RecordRestore(a, false);
+    Progress(false);
+    InjectStepEvent(a);
+    StopOnInterrupt(a);
+    if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  int segments_removed = 0;
-  if (!o_.keep_segments) {
-    auto removed = runtime::CleanJob(o_.job);
-    if (removed.ok()) segments_removed = static_cast<int>(removed->size());
+  a->t_exit = Now();
+  KillAllRanks(a->index);  // nothing of this attempt may outlive it
+  if (!a->restore_recorded) RecordRestore(a, true);
+}
+
+void Launcher::PollEvents(Attempt* a) {
+  for (const json& ev : tail_.Poll()) {
+    const std::string kind = ev.value("event", std::string());
+    if (kind == "start") {
+      total_steps_ = ev.value("total_steps", uint64_t{0});
+    } else if (kind == "restore_begin") {
+      a->t_restore_begin = ev.value("t", 0.0);
+    } else if (kind == "step") {
+      step_ = a->last_step = ev.value("step", uint64_t{0});
+      reached_ = a->last_step;
+      loss_ = ev.value("loss", 0.0);
+      step_s_ = ev.value("step_s", 0.0);
+      stall_s_ = ev.value("stall_s", 0.0);
+      a->step_times.push_back(step_s_);
+    } else if (kind == "done") {
+      final_step_ = ev.value("step", uint64_t{0});
+      final_hash_ = ev.value("state_hash", std::string());
+    }
   }
-  json summary = {{"record", "summary"},      {"outcome", outcome},
-                  {"exit_code", exit_code},   {"final_step", final_step},
-                  {"state_hash", final_hash}, {"failures", failures_},
+}
+
+// A step event: the launcher kills the node's ranks itself; a job still
+// running kill_grace_s later is killed whole.
+void Launcher::InjectStepEvent(Attempt* a) {
+  const InjectEvent* ev = Pending();
+  if (!a->exited && !a->killed_by_launcher && ev != nullptr &&
+      ev->stage == InjectStage::kStep && a->last_step >= ev->step) {
+    KillRanks(a->index, ev->nodes);
+    a->killed_by_launcher = true;
+    a->t_kill = Now();
+  }
+  if (!a->exited && a->killed_by_launcher && Now() - a->t_kill > o_.kill_grace_s) {
+    kill(-a->pid, SIGKILL);
+    KillAllRanks(a->index);
+  }
+}
+
+// Ctrl-C: stop the job (mpirun forwards SIGTERM to the ranks), then make sure
+// nothing of it is left.
+void Launcher::StopOnInterrupt(Attempt* a) {
+  if (!g_interrupted || a->exited) return;
+  kill(a->pid, SIGTERM);
+  const double until = Now() + 5;
+  while (waitpid(a->pid, &a->status, WNOHANG) != a->pid) {
+    if (Now() > until) {
+      kill(-a->pid, SIGKILL);
+      waitpid(a->pid, &a->status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  a->exited = true;
+}
+
+// Time lost to the failures this restore recovered from: detection of each,
+// relaunch from the first failure's end to this restore (less the later
+// detections), restore, re-protect, and recomputing the steps between the
+// restored version and the newest step reached (all of them when nothing
+// could be restored).
+json Launcher::TimeLost(const json& restore, const Attempt& a) const {
+  const json& first = open_failures_.front();
+  const uint64_t from = restore.value("version", uint64_t{0});
+  const uint64_t last = open_failures_.back().value("last_step", uint64_t{0});
+  json lost, indices = json::array();
+  double detection = 0;
+  for (const json& f : open_failures_) {
+    indices.push_back(f.value("index", 0));
+    detection += f.value("detection_s", 0.0);
+  }
+  lost["failures"] = indices;
+  lost["steps_lost"] = last > from ? last - from : 0;
+  lost["detection_s"] = detection;
+  const double relaunch_s = a.t_restore_begin > 0
+                                ? a.t_restore_begin - first.value("t_exit_abs", a.t_launch) -
+                                      (detection - first.value("detection_s", 0.0))
+                                : 0.0;
+  lost["relaunch_s"] = std::max(0.0, relaunch_s);
+  lost["restore_s"] = restore.value("restore_s", 0.0);
+  lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
+  lost["recompute_s"] =
+      static_cast<double>(lost["steps_lost"].get<uint64_t>()) * first.value("step_s", 0.0);
+  return lost;
+}
+
+// Records what the attempt's restore did, once every rank has reported (or
+// when the attempt is over), and closes the books on the open failures.
+void Launcher::RecordRestore(Attempt* a, bool attempt_over) {
+  json restore = json::object();
+  ReadRestores(a->index, &restore);
+  if (restore.empty() || (!attempt_over && restore.value("ranks_reported", 0) < o_.np)) return;
+  a->restore_recorded = true;
+  restore["record"] = "restore";
+  restore["attempt"] = a->index;
+  const bool all_reported = restore.value("ranks_reported", 0) == o_.np;
+  const bool started_over = restore.value("nothing_to_restore", false) && all_reported;
+  if (!open_failures_.empty() && (restore.value("ok", false) || started_over)) {
+    restore["lost"] = TimeLost(restore, *a);
+    open_failures_.clear();
+  }
+  Record(restore);
+  if (all_reported && !restore.value("ok", false) && !restore.value("nothing_to_restore", false)) {
+    outcome_ = "unrecoverable";
+    exit_code_ = 1;
+    message_ = "the job could not restore its state";
+    if (restore.contains("errors")) message_ += ": " + restore["errors"][0].get<std::string>();
+    a->unrecoverable = true;
+  }
+}
+
+// What to do once mpirun has exited: stop (finished, interrupted,
+// unrecoverable, too many failures) or relaunch.
+Launcher::Next Launcher::AfterExit(Attempt* a) {
+  if (a->unrecoverable) return Next::kStop;
+  double median_step_s = 0;
+  if (!a->step_times.empty()) {
+    std::sort(a->step_times.begin(), a->step_times.end());
+    median_step_s = a->step_times[a->step_times.size() / 2];
+  }
+  if (g_interrupted) {
+    outcome_ = "interrupted";
+    exit_code_ = 130;
+    message_ = "interrupted; the job was stopped";
+    return Next::kStop;
+  }
+  const json fault =
+      json::parse(ReadFile(dir_ + "/fault.a" + std::to_string(a->index)), nullptr, false);
+  const bool stage_fired = !fault.is_discarded() && fault.is_object();
+  if (WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0 && !a->killed_by_launcher &&
+      !stage_fired) {
+    outcome_ = "finished";
+    exit_code_ = 0;
+    if (final_step_ == 0) final_step_ = a->last_step;
+    return Next::kStop;
+  }
+  if (a->killed_by_launcher || stage_fired) {
+    RecordInjectedFailure(*a, stage_fired ? fault : json(), median_step_s);
+    return Next::kRelaunch;
+  }
+  return RecordUnplannedFailure(*a, median_step_s);
+}
+
+// An injected node loss: the node's memory goes with it. `fault`: the stage
+// hook's record (null for a step event).
+void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s) {
+  const InjectEvent& ev = events_[next_event_++];
+  std::vector<std::string> lost_ids, segments;
+  for (int node : ev.nodes) {
+    lost_ids.push_back(Identity(node));
+    for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+      runtime::StoreId id{o_.job, Identity(node), static_cast<uint32_t>(lane)};
+      auto name = runtime::NodeStore::SegmentName(id);
+      if (runtime::NodeStore::Destroy(id).ok() && name.ok()) segments.push_back(*name);
+    }
+    ++generation_[node];
+    replaced_.push_back("node " + std::to_string(node) + " -> " + Identity(node));
+  }
+  ++failures_;
+  const bool stage_fired = fault.is_object();
+  const double t_fail = stage_fired ? fault.value("t", a.t_exit) : a.t_kill;
+  json failure = {{"record", "failure"},
+                  {"index", failures_},
+                  {"attempt", a.index},
+                  {"injected", true},
+                  {"event", ev.text},
+                  {"what", ev.ToString()},
+                  {"stage", InjectStageName(ev.stage)},
+                  {"nodes", ev.nodes},
+                  {"identities", lost_ids},
+                  {"segments_unlinked", segments},
+                  {"last_step", reached_},
+                  {"job_exit", DescribeExit(a.status)},
+                  {"detection_s", std::max(0.0, a.t_exit - t_fail)},
+                  {"step_s", median_step_s},
+                  {"t_fail", t_fail - t0_},
+                  {"t_exit_abs", a.t_exit}};
+  if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
+  Record(failure);
+  open_failures_.push_back(failure);
+  unplanned_ = 0;
+  backoff_ = o_.backoff_s;
+}
+
+// A failure nobody injected: relaunched with a doubling backoff, at most
+// max_restarts times in a row.
+Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_step_s) {
+  ++failures_;
+  ++unplanned_;
+  const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(a.index) + ".log", 15);
+  json failure = {{"record", "failure"},
+                  {"index", failures_},
+                  {"attempt", a.index},
+                  {"injected", false},
+                  {"what", "the job failed (" + DescribeExit(a.status) + ")"},
+                  {"nodes", json::array()},
+                  {"last_step", reached_},
+                  {"job_exit", DescribeExit(a.status)},
+                  {"exit_code", ExitCode(a.status)},
+                  {"output_tail", tail_text},
+                  {"detection_s", 0.0},
+                  {"step_s", median_step_s},
+                  {"t_fail", a.t_exit - t0_},
+                  {"t_exit_abs", a.t_exit}};
+  Record(failure);
+  open_failures_.push_back(failure);
+  if (unplanned_ > o_.max_restarts) {
+    message_ = "the job failed " + std::to_string(unplanned_) +
+               " times in a row without an injected failure (" + DescribeExit(a.status) +
+               "); giving up after --max-restarts " + std::to_string(o_.max_restarts) +
+               ". Last output:\n" + tail_text;
+    return Next::kStop;
+  }
+  backoff_ = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, unplanned_ - 1));
+  return Next::kRelaunch;
+}
+
+json Launcher::Summary(int segments_removed) const {
+  json summary = {{"record", "summary"},      {"outcome", outcome_},
+                  {"exit_code", exit_code_},  {"final_step", final_step_},
+                  {"state_hash", final_hash_}, {"failures", failures_},
                   {"launches", attempt_ + 1}, {"segments_removed", segments_removed},
                   {"wall_s", Now() - t0_}};
-  if (!message.empty()) summary["message"] = message;
+  if (!message_.empty()) summary["message"] = message_;
   double totals[5] = {0, 0, 0, 0, 0};
   uint64_t steps_lost = 0;
   for (const json& r : records_) {
@@ -680,26 +740,59 @@ int Launcher::Run() {
                             {"restore", totals[2]},
                             {"reprotect", totals[3]},
                             {"recompute", totals[4]}};
-  Record(summary);
+  return summary;
+}
 
+// The end of a launch: events that never fired, the job's segments, the
+// summary, the timeline or records, and the status folder.
+int Launcher::Finish() {
+  Progress(true);
+  for (size_t i = next_event_; i < events_.size(); ++i) {
+    Record({{"record", "not_fired"}, {"event", events_[i].text}, {"what", events_[i].ToString()}});
+  }
+  int segments_removed = 0;
+  if (!o_.keep_segments) {
+    auto removed = runtime::CleanJob(o_.job);
+    if (removed.ok()) segments_removed = static_cast<int>(removed->size());
+  }
+  Record(Summary(segments_removed));
   if (!o_.records_path.empty()) {
     std::ofstream out(o_.records_path, std::ios::trunc);
     for (const json& r : records_) out << r.dump() << "\n";
   }
   if (!o_.json) std::fputs(RenderTimeline(records_).c_str(), stdout);
   std::fflush(stdout);
-  if (exit_code != 0 && !message.empty()) {
-    std::fprintf(stderr, "memento launch: %s\n", message.c_str());
+  if (exit_code_ != 0 && !message_.empty()) {
+    std::fprintf(stderr, "memento launch: %s\n", message_.c_str());
   }
   if (own_dir_) {
     std::error_code ec;
-    if (exit_code == 0) {
+    if (exit_code_ == 0) {
       fs::remove_all(dir_, ec);
     } else {
       std::fprintf(stderr, "memento launch: job logs kept in %s\n", dir_.c_str());
     }
   }
-  return exit_code;
+  return exit_code_;
+}
+
+int Launcher::Run() {
+  t0_ = Now();
+  if (!OpenStatusDir()) return 1;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  RecordJob();
+  for (int index = 0;; ++index) {
+    Attempt a;
+    a.index = index;
+    if (!StartAttempt(&a)) break;
+    Watch(&a);
+    if (AfterExit(&a) == Next::kStop) break;
+  }
+  return Finish();
 }
 
 }  // namespace

@@ -328,7 +328,7 @@ class TorchCheckpointer::Impl {
     tracked_ = std::move(tracked);
     extra_buf_.assign(options_.extra_capacity, 0);
 
-    auto engine = runtime::Checkpointer::Create(config, transport_);
+    auto engine = runtime::Checkpointer::Create(config, transport_, nullptr, options_.hooks);
     if (!engine.ok()) return engine.status();
     std::unique_ptr<runtime::Checkpointer> e = std::move(engine).value();
     entry_names_.clear();

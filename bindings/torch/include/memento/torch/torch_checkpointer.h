@@ -96,6 +96,7 @@
 #include "memento/common/status.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/config.h"
+#include "memento/runtime/stage.h"
 #include "memento/runtime/transport.h"
 
 namespace memento::torch_adapter {
@@ -112,6 +113,9 @@ struct Options {
   uint64_t extra_capacity = 256ull << 10;
   // Save and restore the torch generators (CPU, and CUDA when available).
   bool save_rng = true;
+  // Fault injection at the engine's stages (runtime/stage.h), passed to every
+  // engine this checkpointer opens; empty in production.
+  runtime::FaultHooks hooks;
 };
 
 struct RestoreResult {

@@ -117,187 +117,219 @@ void ApplyReplacement(Config* config, int rank) {
   if (rank / per_node == std::atoi(env)) config->node = "replacement";
 }
 
-int Main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: fault_worker train STEPS | restore MIN MAX SRC | clean\n");
-    return 2;
+// `clean`: one rank removes the job's segments; the others wait so that
+// mpirun exits cleanly.
+int RunClean(const Config& config) {
+  auto t = CreateMpiTransport();
+  if (!t.ok()) return 1;
+  if ((*t)->rank() == 0) {
+    auto removed = CleanJob(config.job);
+    if (!removed.ok()) return 1;
+    std::printf("removed %zu segments\n", removed->size());
   }
-  const std::string mode = argv[1];
-  auto config = Config::FromEnv();
-  if (!config.ok()) {
-    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
-    return 2;
+  return (*t)->Barrier().ok() ? 0 : 1;
+}
+
+// Flips one byte of a protection region (replica or parity) of the newest
+// sealed slot of `id`'s store; 0 if one was flipped.
+int FlipProtectionByte(const StoreId& id, int rank) {
+  auto store = NodeStore::Attach(id);
+  if (!store.ok()) return 1;
+  const int slot = store->Inventory().NewestSealed();
+  for (int r = 0; slot >= 0 && r < store->region_count(); ++r) {
+    const auto& spec = store->layout().regions[r];
+    if (spec.kind == RegionKind::kShard || spec.capacity == 0) continue;
+    auto view = store->ReadRegion(slot, r);
+    if (!view.ok() || view->length == 0) continue;
+    const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
+    std::printf("rank %d: flipped a byte of %s in slot %d\n", rank, spec.name.c_str(), slot);
+    return 0;
   }
-  if (mode == "clean") {
-    // One rank is enough; the others wait so that mpirun exits cleanly.
-    auto t = CreateMpiTransport();
-    if (!t.ok()) return 1;
-    if ((*t)->rank() == 0) {
-      auto removed = CleanJob(config->job);
-      if (!removed.ok()) return 1;
-      std::printf("removed %zu segments\n", removed->size());
+  return 1;
+}
+
+// `lose NODES` / `flip NODES` (comma-separated virtual node indices): the
+// ranks of those nodes unlink their store, or damage a protection region.
+int RunLoseOrFlip(Config config, const std::string& mode, const std::string& nodes) {
+  auto t = CreateMpiTransport();
+  if (!t.ok()) return 1;
+  const int rank = (*t)->rank();
+  const int per_node = config.ranks_per_node > 0 ? config.ranks_per_node : 1;
+  const std::string list = "," + nodes + ",";
+  const bool mine = list.find("," + std::to_string(rank / per_node) + ",") != std::string::npos;
+  ApplyReplacement(&config, rank);
+  int rc = 0;
+  if (mine) {
+    StoreId id{config.job, NodeIdentity(config, rank),
+               static_cast<uint32_t>(LocalRank(config, rank))};
+    if (mode == "lose") {
+      rc = NodeStore::Destroy(id).ok() ? 0 : 1;
+      std::printf("rank %d: node %d lost (segment unlinked)\n", rank, rank / per_node);
+    } else {
+      rc = FlipProtectionByte(id, rank);
     }
-    return (*t)->Barrier().ok() ? 0 : 1;
   }
-  if (mode == "lose" || mode == "flip") {
-    auto t = CreateMpiTransport();
-    if (!t.ok() || argc < 3) return 1;
-    const int rank = (*t)->rank();
-    const int per_node = config->ranks_per_node > 0 ? config->ranks_per_node : 1;
-    const std::string list = std::string(",") + argv[2] + ",";
-    const bool mine = list.find("," + std::to_string(rank / per_node) + ",") != std::string::npos;
-    ApplyReplacement(&*config, rank);
-    int rc = 0;
-    if (mine) {
-      StoreId id{config->job, NodeIdentity(*config, rank),
-                 static_cast<uint32_t>(LocalRank(*config, rank))};
-      if (mode == "lose") {
-        rc = NodeStore::Destroy(id).ok() ? 0 : 1;
-        std::printf("rank %d: node %d lost (segment unlinked)\n", rank, rank / per_node);
-      } else {
-        rc = 1;
-        auto store = NodeStore::Attach(id);
-        if (store.ok()) {
-          const int slot = store->Inventory().NewestSealed();
-          for (int r = 0; slot >= 0 && r < store->region_count(); ++r) {
-            const auto& spec = store->layout().regions[r];
-            if (spec.kind == RegionKind::kShard || spec.capacity == 0) continue;
-            auto view = store->ReadRegion(slot, r);
-            if (!view.ok() || view->length == 0) continue;
-            const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
-            std::printf("rank %d: flipped a byte of %s in slot %d\n", rank, spec.name.c_str(),
-                        slot);
-            rc = 0;
-            break;
-          }
-        }
-      }
+  return (*t)->Barrier().ok() ? rc : 1;
+}
+
+// A training rank: its transport, its checkpointer (with the kill point of
+// MEMENTO_TEST_KILL) and two registered entries of rank-dependent sizes.
+struct Worker {
+  int rank = 0;
+  std::shared_ptr<Transport> transport;
+  std::unique_ptr<Checkpointer> ck;
+  std::vector<std::vector<uint8_t>> bufs;
+
+  void Fill(uint64_t step) {
+    for (size_t e = 0; e < bufs.size(); ++e) {
+      for (size_t i = 0; i < bufs[e].size(); ++i) bufs[e][i] = Pattern(rank, step, e, i);
     }
-    return (*t)->Barrier().ok() ? rc : 1;
   }
+};
+
+Result<Worker> OpenWorker(Config config) {
   MpiTransportOptions mpi_options;
   mpi_options.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config->timeout_s * 1000));  // MEMENTO_TIMEOUT_S
-  auto transport = CreateMpiTransport(mpi_options);
-  if (!transport.ok()) {
-    std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
-    return 1;
-  }
-  const int rank = (*transport)->rank();
-  ApplyReplacement(&*config, rank);
+      static_cast<int64_t>(config.timeout_s * 1000));  // MEMENTO_TIMEOUT_S
+  MEMENTO_ASSIGN_OR_RETURN(auto transport, CreateMpiTransport(mpi_options));
+  Worker w;
+  w.transport = std::move(transport);
+  w.rank = w.transport->rank();
+  ApplyReplacement(&config, w.rank);
   const KillPoint kill = ParseKill();
   FaultHooks hooks;
-  hooks.at_stage = [kill, rank](Stage stage, uint64_t version) {
+  hooks.at_stage = [kill, rank = w.rank](Stage stage, uint64_t version) {
     if (kill.rank == rank && kill.step == version && kill.stage == StageName(stage)) {
       Die(StageName(stage), rank, version);
     }
     return Status::Ok();
   };
   std::shared_ptr<RemoteStore> remote;
-  if (!config->remote_dir.empty()) {
-    remote = std::make_shared<KillingRemoteStore>(config->remote_dir, config->job, kill, rank);
+  if (!config.remote_dir.empty()) {
+    remote = std::make_shared<KillingRemoteStore>(config.remote_dir, config.job, kill, w.rank);
   }
-  auto created = Checkpointer::Create(*config, *transport, remote, hooks);
-  if (!created.ok()) {
-    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+  MEMENTO_ASSIGN_OR_RETURN(w.ck, Checkpointer::Create(config, w.transport, remote, hooks));
+  // Many chunks each.
+  w.bufs = {std::vector<uint8_t>((6 << 20) + 1001 * w.rank), std::vector<uint8_t>(77777 + w.rank)};
+  for (size_t e = 0; e < w.bufs.size(); ++e) {
+    MEMENTO_RETURN_IF_ERROR(
+        w.ck->RegisterBuffer("entry" + std::to_string(e), w.bufs[e].data(), w.bufs[e].size()));
+  }
+  return w;
+}
+
+// `train STEPS`: saves versions 1..STEPS (a kill point may end it early).
+int RunTrain(Worker& w, uint64_t steps) {
+  for (uint64_t step = 1; step <= steps; ++step) {
+    if (!w.ck->WaitSnapshot().ok()) return 1;
+    w.Fill(step);  // the "optimizer step"
+    Status s = w.ck->Save(step);
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d Save(%llu): %s\n", w.rank, (unsigned long long)step,
+                   s.ToString().c_str());
+      return 1;
+    }
+  }
+  Status wait = w.ck->Wait();
+  Status persist = w.ck->WaitPersist();
+  if (!wait.ok() || !persist.ok()) {
+    std::fprintf(stderr, "rank %d: wait %s persist %s\n", w.rank, wait.ToString().c_str(),
+                 persist.ToString().c_str());
     return 1;
   }
-  auto ck = std::move(created).value();
-
-  // Two entries of rank-dependent sizes, many chunks each.
-  std::vector<std::vector<uint8_t>> bufs = {std::vector<uint8_t>((6 << 20) + 1001 * rank),
-                                            std::vector<uint8_t>(77777 + rank)};
-  for (size_t e = 0; e < bufs.size(); ++e) {
-    Status s = ck->RegisterBuffer("entry" + std::to_string(e), bufs[e].data(), bufs[e].size());
-    if (!s.ok()) return 1;
+  if (w.rank == 0) {
+    std::printf("trained: latest committed v%llu\n",
+                (unsigned long long)w.ck->LatestCommitted().value_or(0));
   }
-  auto fill = [&](uint64_t step) {
-    for (size_t e = 0; e < bufs.size(); ++e) {
-      for (size_t i = 0; i < bufs[e].size(); ++i) bufs[e][i] = Pattern(rank, step, e, i);
-    }
-  };
+  return 0;
+}
 
-  if (mode == "train") {
-    const uint64_t steps = std::stoull(argv[2]);
-    for (uint64_t step = 1; step <= steps; ++step) {
-      if (!ck->WaitSnapshot().ok()) return 1;
-      fill(step);  // the "optimizer step"
-      Status s = ck->Save(step);
-      if (!s.ok()) {
-        std::fprintf(stderr, "rank %d Save(%llu): %s\n", rank, (unsigned long long)step,
-                     s.ToString().c_str());
-        return 1;
-      }
-    }
-    Status w = ck->Wait();
-    Status p = ck->WaitPersist();
-    if (!w.ok() || !p.ok()) {
-      std::fprintf(stderr, "rank %d: wait %s persist %s\n", rank, w.ToString().c_str(),
-                   p.ToString().c_str());
-      return 1;
-    }
-    if (rank == 0)
-      std::printf("trained: latest committed v%llu\n",
-                  (unsigned long long)ck->LatestCommitted().value_or(0));
-    return 0;
+// Problems of a restore: version outside [min, max], an entry from another
+// source than `want` (memory | remote | any), a byte that differs.
+int CountRestoreProblems(const Worker& w, const RestoreReport& report, uint64_t min, uint64_t max,
+                         const std::string& want) {
+  int bad = 0;
+  if (report.version < min || report.version > max) {
+    std::fprintf(stderr, "rank %d: restored v%llu outside [%llu, %llu]\n", w.rank,
+                 (unsigned long long)report.version, (unsigned long long)min,
+                 (unsigned long long)max);
+    ++bad;
   }
-  if (mode == "restore") {
-    if (argc < 5) return 2;
-    const uint64_t min = std::stoull(argv[2]);
-    const uint64_t max = std::stoull(argv[3]);
-    const std::string want = argv[4];
-    for (auto& b : bufs) std::fill(b.begin(), b.end(), 0xEE);
-    auto report = ck->Restore();
-    if (!report.ok()) {
-      std::fprintf(stderr, "rank %d: Restore: %s\n", rank, report.status().ToString().c_str());
-      return 1;
-    }
-    if (rank == 0) {
-      std::printf("%s; re-protect %s\n", report->ToString().c_str(),
-                  report->stats.reprotect_mode.c_str());
-    }
-    if (!report->source_detail.empty()) {
-      std::printf("rank %d: %s; recovery report %s\n", rank, report->source_detail.c_str(),
-                  report->ToJson().substr(0, 400).c_str());
-    }
-    int bad = 0;
-    if (report->version < min || report->version > max) {
-      std::fprintf(stderr, "rank %d: restored v%llu outside [%llu, %llu]\n", rank,
-                   (unsigned long long)report->version, (unsigned long long)min,
-                   (unsigned long long)max);
+  for (const auto& e : report.entries) {
+    const char* got = e.source == RestoreSource::kRemote ? "remote" : "memory";
+    if (want != "any" && want != got) {
+      std::fprintf(stderr, "rank %d: entry %s from %s, expected %s\n", w.rank, e.name.c_str(), got,
+                   want.c_str());
       ++bad;
     }
-    for (const auto& e : report->entries) {
-      const char* got = e.source == RestoreSource::kRemote ? "remote" : "memory";
-      if (want != "any" && want != got) {
-        std::fprintf(stderr, "rank %d: entry %s from %s, expected %s\n", rank, e.name.c_str(), got,
-                     want.c_str());
+  }
+  for (size_t e = 0; e < w.bufs.size(); ++e) {
+    for (size_t i = 0; i < w.bufs[e].size(); ++i) {
+      if (w.bufs[e][i] != Pattern(w.rank, report.version, e, i)) {
+        std::fprintf(stderr, "rank %d: entry %zu byte %zu differs\n", w.rank, e, i);
         ++bad;
+        break;
       }
     }
-    for (size_t e = 0; e < bufs.size(); ++e) {
-      for (size_t i = 0; i < bufs[e].size(); ++i) {
-        if (bufs[e][i] != Pattern(rank, report->version, e, i)) {
-          std::fprintf(stderr, "rank %d: entry %zu byte %zu differs\n", rank, e, i);
-          ++bad;
-          break;
-        }
-      }
-    }
-    // Every rank restored the same version.
-    auto lo = (*transport)->AllReduceMin(static_cast<int64_t>(report->version));
-    auto hi = (*transport)->AllReduceMax(static_cast<int64_t>(report->version));
-    if (!lo.ok() || !hi.ok() || *lo != *hi) {
-      std::fprintf(stderr, "rank %d: ranks restored different versions\n", rank);
-      ++bad;
-    }
-    if (bad == 0 && rank == 0)
-      std::printf("restore OK: v%llu bit-exact on every rank\n",
-                  (unsigned long long)report->version);
-    return bad == 0 ? 0 : 1;
   }
-  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
-  return 2;
+  return bad;
+}
+
+// `restore MIN MAX SRC`: restores; the version, the sources and every byte are checked.
+int RunRestore(Worker& w, uint64_t min, uint64_t max, const std::string& want) {
+  for (auto& b : w.bufs) std::fill(b.begin(), b.end(), 0xEE);
+  auto report = w.ck->Restore();
+  if (!report.ok()) {
+    std::fprintf(stderr, "rank %d: Restore: %s\n", w.rank, report.status().ToString().c_str());
+    return 1;
+  }
+  if (w.rank == 0) {
+    std::printf("%s; re-protect %s\n", report->ToString().c_str(),
+                report->stats.reprotect_mode.c_str());
+  }
+  if (!report->source_detail.empty()) {
+    std::printf("rank %d: %s; recovery report %s\n", w.rank, report->source_detail.c_str(),
+                report->ToJson().substr(0, 400).c_str());
+  }
+  int bad = CountRestoreProblems(w, *report, min, max, want);
+  // Every rank restored the same version.
+  auto lo = w.transport->AllReduceMin(static_cast<int64_t>(report->version));
+  auto hi = w.transport->AllReduceMax(static_cast<int64_t>(report->version));
+  if (!lo.ok() || !hi.ok() || *lo != *hi) {
+    std::fprintf(stderr, "rank %d: ranks restored different versions\n", w.rank);
+    ++bad;
+  }
+  if (bad == 0 && w.rank == 0) {
+    std::printf("restore OK: v%llu bit-exact on every rank\n",
+                (unsigned long long)report->version);
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  const std::string mode = argc >= 2 ? argv[1] : "";
+  const int need = mode == "restore" ? 5 : mode == "clean" ? 2 : 3;
+  if (argc < need || (mode != "train" && mode != "restore" && mode != "clean" &&
+                      mode != "lose" && mode != "flip")) {
+    std::fprintf(stderr,
+                 "usage: fault_worker train STEPS | restore MIN MAX SRC | lose NODES | "
+                 "flip NODES | clean\n");
+    return 2;
+  }
+  auto config = Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  if (mode == "clean") return RunClean(*config);
+  if (mode == "lose" || mode == "flip") return RunLoseOrFlip(*config, mode, argv[2]);
+  auto worker = OpenWorker(*config);
+  if (!worker.ok()) {
+    std::fprintf(stderr, "%s\n", worker.status().ToString().c_str());
+    return 1;
+  }
+  if (mode == "train") return RunTrain(*worker, std::stoull(argv[2]));
+  return RunRestore(*worker, std::stoull(argv[2]), std::stoull(argv[3]), argv[4]);
 }
 
 }  // namespace

@@ -66,8 +66,9 @@ Result<long long> ParseInt(const std::string& var, const std::string& value, lon
   return v;
 }
 
-// Strict decimal seconds: digits, optionally '.' and digits ("300", "0.5", ".5").
-Result<double> ParseSeconds(const std::string& var, const std::string& value) {
+// A plain decimal: digits, at most one '.', a digit on both sides of it or
+// only after it ("300", "0.5", ".5"), at most 32 characters.
+bool IsPlainDecimal(const std::string& value) {
   size_t digits = 0, dots = 0;
   for (char ch : value) {
     if (ch >= '0' && ch <= '9') {
@@ -75,31 +76,25 @@ Result<double> ParseSeconds(const std::string& var, const std::string& value) {
     } else if (ch == '.' && dots == 0) {
       ++dots;
     } else {
-      return Bad(var, value, kTimeoutForms);
+      return false;
     }
   }
   const bool dangling_dot = !value.empty() && value.back() == '.';
-  if (digits == 0 || dangling_dot || value.size() > 32) return Bad(var, value, kTimeoutForms);
+  return digits > 0 && !dangling_dot && value.size() <= 32;
+}
+
+// Seconds in [0.001, 86400], a plain decimal.
+Result<double> ParseSeconds(const std::string& var, const std::string& value) {
+  if (!IsPlainDecimal(value)) return Bad(var, value, kTimeoutForms);
   const double v = std::strtod(value.c_str(), nullptr);
   if (!(v >= 0.001 && v <= 86400)) return Bad(var, value, kTimeoutForms);
   return v;
 }
 
-// Strict positive decimal ("8760", "0.5", ".5") up to 1e12.
+// A positive plain decimal up to 1e12 ("8760", "0.5", ".5").
 Result<double> ParsePositiveDecimal(const std::string& var, const std::string& value,
                                     const std::string& accepted) {
-  size_t digits = 0, dots = 0;
-  for (char ch : value) {
-    if (ch >= '0' && ch <= '9') {
-      ++digits;
-    } else if (ch == '.' && dots == 0) {
-      ++dots;
-    } else {
-      return Bad(var, value, accepted);
-    }
-  }
-  const bool dangling_dot = !value.empty() && value.back() == '.';
-  if (digits == 0 || dangling_dot || value.size() > 32) return Bad(var, value, accepted);
+  if (!IsPlainDecimal(value)) return Bad(var, value, accepted);
   const double v = std::strtod(value.c_str(), nullptr);
   if (!(v > 0 && v <= 1e12)) return Bad(var, value, accepted);
   return v;

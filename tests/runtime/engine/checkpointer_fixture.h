@@ -121,6 +121,18 @@ class CheckpointerTest : public ::testing::Test {
     return out;
   }
 
+  // Launches n ranks with a remote tier (persist every 2nd commit, keep 2),
+  // saves versions 1..steps on every rank and waits for the persists.
+  void TrainPersisted(Config config, int n, uint64_t steps) {
+    config.persist_every = 2;
+    config.persist_keep = 2;
+    Launch(n, config, FaultHooks(), /*with_remote=*/true);
+    for (uint64_t step = 1; step <= steps; ++step) {
+      for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  }
+
   std::vector<Result<RestoreReport>> RestoreAll() {
     std::vector<Result<RestoreReport>> out(ranks_.size(), Status::Internal("not run"));
     Run([&](int r) {

@@ -257,14 +257,11 @@ TEST_F(CheckpointerTest, CorruptLocalCopyFallsBackToOlderVersion) {
 
 TEST_F(CheckpointerTest, PersistThenRestoreFromRemoteAfterAllSegmentsUnlinked) {
   Config c = MakeConfig();
-  c.persist_every = 2;
+  c.persist_every = 2;  // as TrainPersisted, for the relaunch below
   c.persist_keep = 2;
   const int n = 3;
-  Launch(n, c, FaultHooks(), /*with_remote=*/true);
-  for (uint64_t step = 1; step <= 7; ++step) {
-    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  TrainPersisted(c, n, 7);
+  if (HasFatalFailure()) return;
   {
     DirectoryRemoteStore remote(remote_dir_, c.job);
     auto complete = remote.ListComplete();

@@ -40,14 +40,11 @@ using RemoteFallbackTest = CheckpointerTest;
 // bit-exact, and the report says why v6 was passed over.
 TEST_F(RemoteFallbackTest, CorruptNewestRemoteVersionRestoresTheOlderOne) {
   Config c = MakeConfig();
-  c.persist_every = 2;
+  c.persist_every = 2;  // as TrainPersisted, for the relaunch below
   c.persist_keep = 2;
   const int n = 3;
-  Launch(n, c, FaultHooks(), /*with_remote=*/true);
-  for (uint64_t step = 1; step <= 7; ++step) {
-    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  TrainPersisted(c, n, 7);
+  if (HasFatalFailure()) return;
   ranks_.clear();
   DirectoryRemoteStore remote(remote_dir_, c.job);
   ASSERT_EQ(*remote.ListComplete(), (std::vector<uint64_t>{4, 6}));

@@ -1,11 +1,13 @@
-"""What the plain and the memento DDP example share: launch detection, the
-model, the data, and the final dump the tests compare."""
+"""What the plain and the memento DDP example share: arguments, launch detection, the
+DDP model and its optimizer, the data, and the final dump the tests compare."""
+import argparse
 import os
 import random
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def init_distributed():
@@ -53,3 +55,21 @@ def dump(path, model, optimizer):
              "optimizer": optimizer.state_dict(),
              "draws": (torch.rand(8), np.random.rand(4), random.random())}
     torch.save(state, path)
+
+
+def setup(description):
+    """Arguments, process group, seeds, the DDP model and its Adam optimizer."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    rank, _ = init_distributed()
+    seed(args.seed, rank)
+    # find_unused_parameters: DDP keeps its first gradient buckets (it re-buckets
+    # after the first iteration otherwise, which changes the order of the float
+    # sums in the allreduce, so a relaunch would differ in the last bits).
+    model = DDP(Net(args.width), find_unused_parameters=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return args, rank, model, optimizer

@@ -1,8 +1,5 @@
 """Data-parallel training with DDP over gloo, checkpointed in memory by memento every step."""
-import argparse
-
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddp_common
 import fault
@@ -10,19 +7,7 @@ import memento
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--out", default="")
-    args = p.parse_args()
-    rank, world = ddp_common.init_distributed()
-    ddp_common.seed(args.seed, rank)
-    # find_unused_parameters: DDP keeps its first gradient buckets (it re-buckets
-    # after the first iteration otherwise, which changes the order of the float
-    # sums in the allreduce, so a relaunch would differ in the last bits).
-    model = DDP(ddp_common.Net(args.width), find_unused_parameters=True)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    args, rank, model, optimizer = ddp_common.setup(__doc__)
     ck = memento.Checkpointer()  # settings from MEMENTO_* (scheme, job, ...)
     ck.register(model, optimizer, replicated=True)
     start = ck.restore()

@@ -13,11 +13,11 @@
 namespace memento::launch {
 namespace {
 
-std::string TakeEnv(const char* name) {
+// Read, not removed: the runtime's Config knows MEMENTO_LAUNCH_* belong to
+// the launcher, and the environment is never changed under running threads.
+std::string LaunchEnv(const char* name) {
   const char* v = std::getenv(name);
-  std::string out = v == nullptr ? "" : v;
-  unsetenv(name);
-  return out;
+  return v == nullptr ? "" : v;
 }
 
 // Writes `text` to `path` through a temporary file and a rename, so that the
@@ -40,10 +40,10 @@ double JobReporter::Now() {
 JobReporter JobReporter::FromEnv(int rank) {
   JobReporter r;
   r.rank_ = rank;
-  r.dir_ = TakeEnv("MEMENTO_LAUNCH_DIR");
-  const std::string attempt = TakeEnv("MEMENTO_LAUNCH_ATTEMPT");
+  r.dir_ = LaunchEnv("MEMENTO_LAUNCH_DIR");
+  const std::string attempt = LaunchEnv("MEMENTO_LAUNCH_ATTEMPT");
   r.attempt_ = attempt.empty() ? 0 : std::atoi(attempt.c_str());
-  const std::string fault = TakeEnv("MEMENTO_LAUNCH_FAULT");
+  const std::string fault = LaunchEnv("MEMENTO_LAUNCH_FAULT");
   const size_t a = fault.find(':'), b = fault.rfind(':');
   if (!fault.empty() && a != std::string::npos && b != a) {
     r.fault_stage_ = fault.substr(0, a);

@@ -20,8 +20,32 @@ T Get(const uint8_t* p) {
   return value;
 }
 
-constexpr size_t kInventoryFields = 8;
-constexpr size_t kBadFields = 5;
+// An item's key, the first fields of both item records: i64 version, kind,
+// owner, stripe, row.
+constexpr size_t kKeyFields = 5;
+constexpr size_t kInventoryFields = kKeyFields + 3;  // + bytes, crc_ok, lineage
+constexpr size_t kBadFields = kKeyFields;
+
+void PutItemKey(std::vector<uint8_t>* out, const placement::InventoryItem& it) {
+  for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
+                    static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
+                    static_cast<int64_t>(it.row)}) {
+    Put(out, f);
+  }
+}
+
+// The key at p, as an item held by (node, lane).
+placement::InventoryItem GetItemKey(const uint8_t* p, int node, int lane) {
+  placement::InventoryItem it;
+  it.node = node;
+  it.lane = lane;
+  it.version = static_cast<uint64_t>(Get<int64_t>(p));
+  it.kind = static_cast<placement::ItemKind>(Get<int64_t>(p + 8));
+  it.owner = static_cast<int>(Get<int64_t>(p + 16));
+  it.stripe = static_cast<int>(Get<int64_t>(p + 24));
+  it.row = static_cast<int>(Get<int64_t>(p + 32));
+  return it;
+}
 
 }  // namespace
 
@@ -97,12 +121,10 @@ std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
   }
   for (size_t i = 0; i < inv.items.size(); ++i) {
     const placement::InventoryItem& it = inv.items[i];
-    for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
-                      static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
-                      static_cast<int64_t>(it.row), static_cast<int64_t>(it.bytes),
-                      static_cast<int64_t>(it.crc_ok ? 1 : 0), lineage(inv.item_lineage, i)}) {
-      Put(&out, f);
-    }
+    PutItemKey(&out, it);
+    Put(&out, static_cast<int64_t>(it.bytes));
+    Put(&out, static_cast<int64_t>(it.crc_ok ? 1 : 0));
+    Put(&out, lineage(inv.item_lineage, i));
   }
   return out;
 }
@@ -123,20 +145,13 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
     inv.remote_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(p + 8 * (i + 1))));
   }
   for (size_t i = first_item; i < n; i += kInventoryFields) {
-    auto f = [&](size_t k) { return Get<int64_t>(p + 8 * (i + k)); };
-    placement::InventoryItem it;
-    it.node = node;
-    it.lane = lane;
-    it.version = static_cast<uint64_t>(f(0));
-    it.kind = static_cast<placement::ItemKind>(f(1));
-    it.owner = static_cast<int>(f(2));
-    it.stripe = static_cast<int>(f(3));
-    it.row = static_cast<int>(f(4));
-    it.bytes = static_cast<uint64_t>(f(5));
+    const uint8_t* at = p + 8 * i;
+    placement::InventoryItem it = GetItemKey(at, node, lane);
+    it.bytes = static_cast<uint64_t>(Get<int64_t>(at + 8 * kKeyFields));
     it.sealed = true;
-    it.crc_ok = f(6) != 0;
+    it.crc_ok = Get<int64_t>(at + 8 * (kKeyFields + 1)) != 0;
     inv.items.push_back(it);
-    inv.item_lineage.push_back(static_cast<uint64_t>(f(7)));
+    inv.item_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(at + 8 * (kKeyFields + 2))));
   }
   return inv;
 }
@@ -144,13 +159,7 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
 std::vector<uint8_t> EncodeBadItems(const std::vector<placement::InventoryItem>& items) {
   std::vector<uint8_t> out;
   out.reserve(8 * kBadFields * items.size());
-  for (const placement::InventoryItem& it : items) {
-    for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
-                      static_cast<int64_t>(it.owner), static_cast<int64_t>(it.stripe),
-                      static_cast<int64_t>(it.row)}) {
-      Put(&out, f);
-    }
-  }
+  for (const placement::InventoryItem& it : items) PutItemKey(&out, it);
   return out;
 }
 
@@ -162,16 +171,7 @@ Result<std::vector<placement::InventoryItem>> DecodeBadItems(const std::vector<u
   }
   std::vector<placement::InventoryItem> items;
   for (size_t at = 0; at < bytes.size(); at += 8 * kBadFields) {
-    auto f = [&](size_t k) { return Get<int64_t>(bytes.data() + at + 8 * k); };
-    placement::InventoryItem it;
-    it.node = node;
-    it.lane = lane;
-    it.version = static_cast<uint64_t>(f(0));
-    it.kind = static_cast<placement::ItemKind>(f(1));
-    it.owner = static_cast<int>(f(2));
-    it.stripe = static_cast<int>(f(3));
-    it.row = static_cast<int>(f(4));
-    items.push_back(it);
+    items.push_back(GetItemKey(bytes.data() + at, node, lane));
   }
   return items;
 }

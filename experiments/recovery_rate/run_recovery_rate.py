@@ -17,7 +17,8 @@ node losses. With --goodput it also measures goodput (useful compute time /
 wall time) per scheme with G failures per run, against the same job
 checkpointing synchronously to the remote directory only.
 
-Writes RESULTS/NAME.md, RESULTS/NAME.jsonl (one record per trial and run) and,
+Writes RESULTS/NAME.jsonl (one record per trial and run, appended as each
+ends: --resume reuses them and runs only the missing ones), RESULTS/NAME.md and,
 unless --no-plots, RESULTS/NAME.png (rate vs f per scheme, with memory per
 node) and RESULTS/NAME_time_lost.png (time lost per failure by source). Plots
 need matplotlib: run with /usr/bin/python3 on Debian.
@@ -80,7 +81,11 @@ class Runner:
     def __init__(self, args):
         self.a = args
         self.tmp = tempfile.mkdtemp(prefix="memento-rr-")
-        self.records = []
+        self.jobs = 0
+
+    def job_name(self, prefix):
+        self.jobs += 1
+        return "%s-%d-%d" % (prefix, os.getpid(), self.jobs)
 
     def launch(self, job, nodes, scheme, inject=None, seed=1, remote=None, demo_extra=(),
                timeout=900):
@@ -137,7 +142,7 @@ class Runner:
         remote = os.path.join(self.tmp, "remote")
         shutil.rmtree(remote, ignore_errors=True)
         inject = "rand%d@%s:rand" % (f, a.window)
-        job = "rr-%d-%d" % (os.getpid(), len(self.records))
+        job = self.job_name("rr")
         p, recs, wall = self.launch(job, nodes, scheme, inject=inject, seed=seed, remote=remote)
         shutil.rmtree(remote, ignore_errors=True)
         rec = {"record": "trial", "scheme": scheme, "nodes": nodes, "f": f, "trial": t,
@@ -180,7 +185,7 @@ class Runner:
         inject = ",".join("rand@%d" % s for s in goodput_steps(a.steps, a.goodput_failures))
         remote = os.path.join(self.tmp, "remote-gp")
         shutil.rmtree(remote, ignore_errors=True)
-        job = "rr-gp-%d-%d" % (os.getpid(), len(self.records))
+        job = self.job_name("rr-gp")
         extra = []
         launch_scheme = scheme
         if scheme == "baseline":
@@ -224,6 +229,8 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "experiments", "results"))
     ap.add_argument("--name", default="recovery_rate")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the trials already in RESULTS/NAME.jsonl and run the rest")
     ap.add_argument("--cli", default=os.path.join(ROOT, "build", "bindings", "cli", "memento"))
     ap.add_argument("--demo", default=os.path.join(ROOT, "build", "experiments", "demo",
                                                     "memento_demo"))
@@ -236,61 +243,102 @@ def main():
             sys.exit("not found: %s (build first, or pass --cli / --demo)" % tool)
     os.makedirs(a.results, exist_ok=True)
     run = Runner(a)
+    log = RecordLog(os.path.join(a.results, a.name + ".jsonl"), a.resume)
     schemes = a.schemes.split(",")
     failures = parse_counts(a.failures)
     rows = []
+    goodput = []
+    refs = {}
     t_start = time.time()
     try:
+        cells = []
         for nodes in parse_counts(a.nodes):
-            ref = run.reference(nodes)
             for scheme in schemes:
                 if not group_fits(scheme, nodes):
                     print("skip %s on %d nodes (group does not fit)" % (scheme, nodes))
                     continue
                 mem, exact = run.exact(scheme, nodes, [f for f in failures if f <= nodes])
-                for f in failures:
-                    if f > nodes:
-                        continue
-                    counts = {"memory": 0, "remote": 0, "failed": 0}
-                    for t in range(a.trials):
-                        rec = run.trial(scheme, nodes, f, t, ref)
-                        run.records.append(rec)
-                        counts[rec["class"]] += 1
-                        print("%-15s N=%-2d f=%d trial %2d: %-6s %s" % (
-                            scheme, nodes, f, t, rec["class"], rec.get("why", "")), flush=True)
-                    lo, hi = wilson(counts["memory"], a.trials)
-                    row = {"record": "rate", "scheme": scheme, "nodes": nodes, "f": f,
-                           "trials": a.trials, "memory_per_node": mem, "exact": exact[f],
-                           "measured": counts["memory"] / a.trials, "ci95": [lo, hi],
-                           "agree": lo - 1e-9 <= exact[f] <= hi + 1e-9, **counts}
-                    rows.append(row)
-                    run.records.append(row)
-                    print("  => memory %d/%d = %.3f [%.3f, %.3f] vs exact %.4f (%s); remote %d, "
-                          "failed %d" % (counts["memory"], a.trials, row["measured"], lo, hi,
-                                         exact[f], "agree" if row["agree"] else "DISAGREE",
-                                         counts["remote"], counts["failed"]), flush=True)
-        goodput = []
+                cells += [(scheme, nodes, f, mem, exact[f]) for f in failures if f <= nodes]
+        # Trial t of every cell before trial t+1 of any: a run cut short
+        # leaves the same number of trials everywhere (--resume --trials K).
+        for t in range(a.trials):
+            for scheme, nodes, f, _, _ in cells:
+                rec = log.find("trial", scheme=scheme, nodes=nodes, f=f, trial=t)
+                if rec is None:
+                    if nodes not in refs:
+                        refs[nodes] = run.reference(nodes)
+                    rec = run.trial(scheme, nodes, f, t, refs[nodes])
+                    log.append(rec)
+                print("%-15s N=%-2d f=%d trial %2d: %-6s %s" % (
+                    scheme, nodes, f, t, rec["class"], rec.get("why", "")), flush=True)
+        for scheme, nodes, f, mem, exact in cells:
+            counts = {"memory": 0, "remote": 0, "failed": 0}
+            for t in range(a.trials):
+                counts[log.find("trial", scheme=scheme, nodes=nodes, f=f, trial=t)["class"]] += 1
+            lo, hi = wilson(counts["memory"], a.trials)
+            row = {"record": "rate", "scheme": scheme, "nodes": nodes, "f": f,
+                   "trials": a.trials, "memory_per_node": mem, "exact": exact,
+                   "measured": counts["memory"] / a.trials, "ci95": [lo, hi],
+                   "agree": lo - 1e-9 <= exact <= hi + 1e-9, **counts}
+            rows.append(row)
+            print("%-15s N=%-2d f=%d => memory %d/%d = %.3f [%.3f, %.3f] vs exact %.4f (%s); "
+                  "remote %d, failed %d" % (scheme, nodes, f, counts["memory"], a.trials,
+                                            row["measured"], lo, hi, exact,
+                                            "agree" if row["agree"] else "DISAGREE",
+                                            counts["remote"], counts["failed"]), flush=True)
         if a.goodput:
             nodes = a.goodput_nodes
-            # Useful time per step: the median step time of a failure-free
-            # run that checkpoints only at its last step.
-            compute_s = median_step(run, nodes)
+            compute_s = None
             for scheme in [s for s in schemes if group_fits(s, nodes)] + ["baseline"]:
-                g = run.goodput(scheme, nodes, compute_s)
+                g = log.find("goodput", scheme=scheme, nodes=nodes, failures=a.goodput_failures)
+                if g is None:
+                    # Useful time per step: the median step time of a
+                    # failure-free run that checkpoints only at its last step.
+                    if compute_s is None:
+                        compute_s = median_step(run, nodes)
+                    g = run.goodput(scheme, nodes, compute_s)
+                    log.append(g)
                 goodput.append(g)
-                run.records.append(g)
                 print("goodput %-15s N=%d %d failures: %.3f (wall %.1f s)" % (
                     scheme, nodes, a.goodput_failures, g["goodput"], g["wall_s"]), flush=True)
     finally:
         shutil.rmtree(run.tmp, ignore_errors=True)
-    with open(os.path.join(a.results, a.name + ".jsonl"), "w") as f:
-        for r in run.records:
-            f.write(json.dumps(r) + "\n")
-    write_report(a, rows, run.records, goodput, time.time() - t_start)
+        log.append({"record": "session", "elapsed_s": time.time() - t_start})
+    write_report(a, rows, log.records, goodput, log.elapsed())
     if not a.no_plots:
-        plot(a, rows, run.records)
+        plot(a, rows, log.records)
     bad = [r for r in rows if not r["agree"]]
     print("wrote %s/%s.md (%d rows, %d outside the CI)" % (a.results, a.name, len(rows), len(bad)))
+
+
+class RecordLog:
+    """NAME.jsonl, written one record at a time so that an interrupted run
+    keeps its trials; with resume, the records already there are reused."""
+
+    def __init__(self, path, resume):
+        self.path = path
+        self.records = []
+        if resume and os.path.exists(path):
+            with open(path) as f:
+                self.records = [json.loads(line) for line in f if line.strip()]
+            self.records = [r for r in self.records if r["record"] != "rate"]
+        with open(path, "w") as f:
+            for r in self.records:
+                f.write(json.dumps(r) + "\n")
+
+    def find(self, kind, **key):
+        for r in self.records:
+            if r["record"] == kind and all(r.get(k) == v for k, v in key.items()):
+                return r
+        return None
+
+    def append(self, rec):
+        self.records.append(rec)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def elapsed(self):
+        return sum(r["elapsed_s"] for r in self.records if r["record"] == "session")
 
 
 def median_step(run, nodes):
@@ -318,7 +366,7 @@ def write_report(a, rows, records, goodput, elapsed):
     with open(path, "w") as f:
         f.write("# Recovery rate under injected node failures\n\n")
         f.write("Produced by `experiments/recovery_rate/run_recovery_rate.py %s` in %.0f s.\n\n"
-                % (" ".join(sys.argv[1:]), elapsed))
+                % (" ".join(x for x in sys.argv[1:] if x != "--resume"), elapsed))
         f.write("Each trial runs the demo (%d steps, `%s`) under `memento launch`, loses f "
                 "random nodes at once at a random step in %s and a random stage, relaunches "
                 "and classifies the trial (memory / remote / failed; bit-exact against the "

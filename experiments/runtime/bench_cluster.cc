@@ -4,7 +4,7 @@
 //
 //   mpirun -np N bench_cluster --scheme replica:2 --size 64M [--reps 3] [--lose 1[,2...]]
 //                              [--remote /tmp/dir] [--job NAME] [--json]
-//                              [--link-gibps X]
+//                              [--link-gibps X] [--remote-gibps X]
 //
 // Every rank registers one buffer of S bytes (its shard). One launch measures,
 // in this order and in the same process (so MPI and memento share the same
@@ -89,6 +89,21 @@
 //    remote_cold_s (after fdatasync + posix_fadvise(DONTNEED) on the file, which
 //    evicts its pages without root; dropping the whole page cache is not
 //    possible here). The slowest rank counts.
+//    A local disk is no parallel file system: after a failure, a job that
+//    restores from storage reloads every rank at once through the file
+//    system's aggregate bandwidth, shared by the whole job. remote_link_s
+//    emulates that (StorageLink below): all ranks read their rank file at once
+//    through one link of remote_gibps GiB/s for the whole job, booked in
+//    kStorageChunk pieces on a counter shared by every rank (so the ranks'
+//    reads interleave and the job's aggregate is the link's rate), then read
+//    it (page-cached) and verify its crc32c as a restore does; slowest rank.
+//    --remote-gibps X sets the aggregate; the default (auto) gives every node
+//    1/kStorageShare (1/15) of its own network link: --link-gibps when set,
+//    else the per-direction bandwidth of the baseline ring measured in 3.
+//    That is the usual ratio on clusters (a node's NIC carries 10-20x its
+//    fair share of the shared file system's bandwidth: e.g. 25 GB/s NICs on
+//    1000 nodes against a 1-2.5 TB/s file system). JSON: remote_gibps,
+//    remote_gibps_auto, remote_link_s; 0 disables it (remote_link_s 0).
 // 5. recovery of the lost nodes (default 1 node; `--lose 1,2` loses M nodes).
 //    Every rank destroys its Checkpointer; the ranks of the nodes in `--lose`
 //    unlink their segment (NodeStore::Destroy: the node's
@@ -98,7 +113,9 @@
 //    slowest rank). The report's phase times (inventory, plan, transfer,
 //    reprotect) are the max over ranks. The restored buffers are checked
 //    against a checksum taken before the loss. Ratios: recover_s /
-//    remote_warm_s and recover_s / remote_cold_s.
+//    remote_warm_s, recover_s / remote_cold_s and recover_vs_remote_link =
+//    recover_s / remote_link_s (the restore of the whole job through the
+//    emulated file system).
 //
 // Output: rank 0 prints one JSON object (--json) or a readable block. Every
 // exit path unlinks this job's segments and removes its remote folder.
@@ -121,6 +138,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -270,6 +288,72 @@ class LinkTransport : public ForwardingTransport {
 // Depth of the emulated link's token buckets (see LinkTransport).
 constexpr double kLinkBurstBytes = 1 << 20;
 
+// The emulated parallel file system's link: one rate for the whole job. A
+// counter of the bytes booked since a common start lives in memory shared by
+// every rank (MPI_Win_allocate_shared, so all ranks must share one host, as
+// virtual nodes do); a rank's piece ends at start + (bytes booked up to and
+// including it) / rate, and the rank sleeps until then. While every rank
+// reads at once (the case measured) the link is never idle, so the counter is
+// its schedule.
+class StorageLink {
+ public:
+  static Result<std::unique_ptr<StorageLink>> Create(double bytes_per_s) {
+    std::unique_ptr<StorageLink> link(new StorageLink(bytes_per_s));
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &link->host_);
+    int host_size = 0, world = 0, rank = 0;
+    MPI_Comm_size(link->host_, &host_size);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(link->host_, &rank);
+    if (host_size != world) {
+      return Status::InvalidArgument(
+          "bench_cluster: the emulated storage link (--remote-gibps) needs every rank on one "
+          "host; " + std::to_string(host_size) + " of " + std::to_string(world) +
+          " share this one (pass --remote-gibps 0)");
+    }
+    void* base = nullptr;
+    MPI_Win_allocate_shared(rank == 0 ? sizeof(std::atomic<uint64_t>) : 0, 1, MPI_INFO_NULL,
+                            link->host_, &base, &link->win_);
+    MPI_Aint bytes = 0;
+    int disp = 0;
+    MPI_Win_shared_query(link->win_, 0, &bytes, &disp, &base);
+    link->booked_ = static_cast<std::atomic<uint64_t>*>(base);
+    if (rank == 0) new (base) std::atomic<uint64_t>(0);
+    MPI_Barrier(link->host_);
+    return link;
+  }
+  ~StorageLink() {
+    if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+    if (host_ != MPI_COMM_NULL) MPI_Comm_free(&host_);
+  }
+  StorageLink(const StorageLink&) = delete;
+  StorageLink& operator=(const StorageLink&) = delete;
+
+  // Collective: empties the link and starts its clock.
+  void Start() {
+    MPI_Barrier(host_);
+    int rank = 0;
+    MPI_Comm_rank(host_, &rank);
+    if (rank == 0) booked_->store(0);
+    MPI_Barrier(host_);
+    start_ = Clock::now();
+  }
+  // Carries `bytes` of this rank's read: books them and sleeps until done.
+  void Carry(uint64_t bytes) {
+    const uint64_t end = booked_->fetch_add(bytes) + bytes;
+    std::this_thread::sleep_until(
+        start_ + std::chrono::duration_cast<Clock::duration>(
+                     std::chrono::duration<double>(static_cast<double>(end) / bytes_per_s_)));
+  }
+
+ private:
+  explicit StorageLink(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
+  const double bytes_per_s_;
+  MPI_Comm host_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  std::atomic<uint64_t>* booked_ = nullptr;
+  Clock::time_point start_;
+};
+
 // Tag of the bench's own ring over the Transport. The engine's tags
 // (runtime/src/message_tags.h): persist 100, protect 1000, recovery
 // 2000 .. 2000 + 2 * 14000 + 1; kMaxTag is 32767.
@@ -314,7 +398,16 @@ struct Options {
   std::string remote = "/tmp";
   std::string job;
   double link_gibps = 0;  // emulated link per direction per node; 0: off
+  // Emulated parallel file system for the whole job, GiB/s; < 0: auto
+  // (1/kStorageShare of each node's link), 0: off.
+  double remote_gibps = -1;
 };
+
+// A node's network link carries this many times its fair share of the shared
+// file system's bandwidth (the --remote-gibps default; see the header).
+constexpr double kStorageShare = 15;
+// Pieces in which a rank books its remote read on the storage link.
+constexpr uint64_t kStorageChunk = 4ull << 20;
 
 // The scheme's memory factor: bytes a node holds per shard byte per slot.
 Result<double> SchemeFactor(const std::string& scheme) {
@@ -505,6 +598,7 @@ struct Report {
   double ring_link_s = 0;                        // over the emulated link; 0 when off
   double protect_wall_s = 0, ring_wall_s = 0;    // summed over the timed reps
   double remote_warm_s = 0, remote_cold_s = 0;
+  double remote_gibps = 0, remote_link_s = 0;  // emulated file system; 0 when off
   double prepare_s = 0, recover_s = 0;
   double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
   uint64_t restored_version = 0;
@@ -685,6 +779,35 @@ class Bench {
     out->remote_warm_s = std::min(warm0, warm1);
     MEMENTO_RETURN_IF_ERROR(EvictFile(remote_->RankFilePath(1, rank_)));
     MEMENTO_ASSIGN_OR_RETURN(out->remote_cold_s, TimedRemoteRead(*remote_, rank_, dst));
+    if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
+    return MeasureRemoteLink(out, dst, expect_sum);
+  }
+
+  // The same read of every rank at once through the emulated file system.
+  Status MeasureRemoteLink(Report* out, std::vector<uint8_t>& dst, uint64_t expect_sum) {
+    constexpr double gib = 1024.0 * 1024 * 1024;
+    double gibps = opt_.remote_gibps;
+    if (gibps < 0) {
+      // Per-direction bandwidth of a node's link: the emulated one, else the
+      // baseline ring measured in 3.
+      const double ring_s = std::min(out->ring_chunked_s, out->ring_single_s);
+      const double node_link = opt_.link_gibps > 0
+                                   ? opt_.link_gibps
+                                   : static_cast<double>(opt_.size) * config_.ranks_per_node /
+                                         ring_s / gib;
+      gibps = (size_ / config_.ranks_per_node) * node_link / kStorageShare;
+    }
+    out->remote_gibps = gibps;
+    if (gibps <= 0) return Status::Ok();
+    MEMENTO_ASSIGN_OR_RETURN(auto link, StorageLink::Create(gibps * gib));
+    link->Start();
+    auto t0 = Clock::now();
+    for (uint64_t off = 0; off < opt_.size; off += kStorageChunk) {
+      link->Carry(std::min(kStorageChunk, opt_.size - off));
+    }
+    Status s = remote_->ReadRankFile(1, rank_, {RemoteEntryTarget{"model", dst.data(), dst.size()}});
+    out->remote_link_s = MaxOverRanks(Since(t0));
+    MEMENTO_RETURN_IF_ERROR(s);
     if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
     return Status::Ok();
   }
@@ -912,6 +1035,10 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
   j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
   j["recover_incl_prepare_vs_remote_cold"] = (r.prepare_s + r.recover_s) / r.remote_cold_s;
+  j["remote_gibps"] = r.remote_gibps;
+  j["remote_gibps_auto"] = opt.remote_gibps < 0;
+  j["remote_link_s"] = r.remote_link_s;
+  j["recover_vs_remote_link"] = r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0;
   j["rss_formula_nominal_node_bytes"] = d.formula_nominal;
   j["rss_formula_node_bytes"] = d.formula;
   j["vmhwm_node_max_bytes"] = MaxOf(d.hwm);
@@ -937,6 +1064,7 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       "%.3f\n"
       "  recover   node(s) %s: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
       "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
+      "  fs        whole job through %.3f GiB/s (%s): %.3f s -> recover / fs %.3f\n"
       "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
       "(%.3f), VmHWM %.0f MiB\n",
       opt.scheme.c_str(), r.nodes, static_cast<double>(opt.size) / mib, r.slots, r.ranks, r.cores,
@@ -947,7 +1075,9 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       d.cpu_ratio, LostNodesText(opt.lose).c_str(), r.recover_s, r.inventory_s, r.plan_s,
       r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s,
       r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
-      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", d.formula / mib, MaxOf(d.ckpt) / mib,
+      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.remote_gibps,
+      opt.remote_gibps < 0 ? "auto" : "set", r.remote_link_s,
+      r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0, d.formula / mib, MaxOf(d.ckpt) / mib,
       MaxOf(d.ckpt_ratio), MaxOf(d.shm) / mib, MaxOf(d.shm_ratio), MaxOf(d.hwm) / mib);
 }
 
@@ -1012,6 +1142,10 @@ int Main(int argc, char** argv) {
   app.add_option("--job", opt.job, "job id of the segments");
   app.add_option("--link-gibps", opt.link_gibps,
                  "emulated per-node link bandwidth in GiB/s; 0 = no emulation")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--remote-gibps", opt.remote_gibps,
+                 "emulated parallel file system for the whole job, GiB/s (default: each node "
+                 "gets 1/15 of its link; 0 = off)")
       ->check(CLI::Range(0.0, 1e6));
   try {
     app.parse(argc, argv);

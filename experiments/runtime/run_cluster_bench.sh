@@ -12,9 +12,14 @@
 # definitions of every field: the header of bench_cluster.cc.
 #
 #   run_cluster_bench.sh [--json] [--smoke] [--reps R] [--sizes "64M 256M"] [--link-gibps X]
+#                        [--remote-gibps X]
 #     --link-gibps X  emulated link of X GiB/s per direction per node for every
 #               configuration (bench_cluster --link-gibps; default 0 = off):
 #               protect, the MPI baseline ring and recovery all go through it
+#     --remote-gibps X  emulated parallel file system of X GiB/s for the whole
+#               job, against which recovery is compared (fs_s: every rank
+#               reloads at once through it); default auto = each node gets
+#               1/15 of its link (bench_cluster's header says why); 0 = off
 #     --smoke   N=4, S=1 MiB, replica:2 and xor:3, 2 reps, plus replica:2 with
 #               S=4 MiB over a 0.5 GiB/s link and rs:4+2 on N=6 losing 2 nodes
 #               (1,2); checks the JSON fields, that every
@@ -36,6 +41,7 @@ smoke=0
 reps=3
 sizes="64M 256M"
 link=0
+remote_gibps=auto
 while (($#)); do
   case $1 in
     --json) json=1 ;;
@@ -43,6 +49,7 @@ while (($#)); do
     --reps) reps=$2; shift ;;
     --sizes) sizes=$2; shift ;;
     --link-gibps) link=$2; shift ;;
+    --remote-gibps) remote_gibps=$2; shift ;;
     *) sed -n '2,25p' "$0"; exit 2 ;;
   esac
   shift
@@ -82,9 +89,9 @@ fi
 
 if ((!json)); then
   echo "# /dev/shm: $(df -h --output=size,avail /dev/shm | tail -1); $(grep MemAvailable /proc/meminfo)"
-  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s | %6s %6s %s\n' \
+  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
     scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r recover inv plan transfer reprot \
-    rem_cold r/warm r/cold rss/f shm/f lost
+    rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
 fi
 status=0
 skipped=0
@@ -93,9 +100,11 @@ for c in "${configs[@]}"; do
   read -r n scheme size lk lose <<<"$c"
   lose=${lose:-1}
   job="benchc-$$-$((i++))"
+  fs=()
+  [[ $remote_gibps == auto ]] || fs=(--remote-gibps "$remote_gibps")
   timeout 900 "${mpirun[@]}" -np "$n" "$bench" --json --scheme "$scheme" --size "$size" \
     --reps "$reps" --lose "$lose" --remote "$remote" --job "$job" --link-gibps "$lk" \
-    >"$out" 2>"$out.err"
+    "${fs[@]}" >"$out" 2>"$out.err"
   rc=$?
   line=$(grep '^{' "$out" | tail -1)
   cleanup_job
@@ -120,7 +129,8 @@ print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M {lin
       f"{r['protect_vs_mpi']:6.3f} {r['cpu_ratio']:6.3f} | {r['recover_s']:7.3f} {r['inventory_s']:7.4f} "
       f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['reprotect_s']:7.3f} "
       f"{r['remote_cold_s']:7.3f} {r['recover_vs_remote_warm']:6.2f} "
-      f"{r['recover_vs_remote_cold']:6.2f} | {r['rss_ckpt_vs_formula_max']:6.3f} "
+      f"{r['recover_vs_remote_cold']:6.2f} {r['remote_link_s']:7.3f} "
+      f"{r['recover_vs_remote_link']:6.3f} | {r['rss_ckpt_vs_formula_max']:6.3f} "
       f"{r['shm_vs_formula_max']:6.3f} {','.join(map(str, r['lost_nodes']))}")
 EOF
   fi
@@ -136,7 +146,8 @@ need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "
         "recover_vs_remote_warm", "recover_vs_remote_cold", "rss_ckpt_vs_formula_max",
         "shm_vs_formula_max", "vmhwm_vs_formula_max", "link_gibps", "mpi_ring_link_s",
         "mpi_raw_node_gibps", "protect_cpu_util", "mpi_cpu_util"]
-positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks"]
+positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks",
+            "remote_gibps", "remote_link_s", "recover_vs_remote_link"]
 if r.get("link_gibps", 0) > 0:
     positive += ["link_gibps", "mpi_ring_link_s"]
 missing = [k for k in need + positive if k not in r]
@@ -151,6 +162,12 @@ if r.get("link_gibps", 0) > 0 and not missing:
     for rate, t in (("protect_node_gibps", r["protect_s"]), ("mpi_node_gibps", r["mpi_ring_link_s"])):
         if r[rate] > 1.01 * (2 * L + 2 * B / t):
             fast.append(f"{rate} {r[rate]:.3f} > {2 * L + 2 * B / t:.3f}")
+# The whole job's read through the emulated file system takes at least its
+# bytes over the link's rate.
+if not missing and r["remote_gibps"] > 0:
+    floor = r["remote_bytes"] / (r["remote_gibps"] * (1 << 30))
+    if r["remote_link_s"] < 0.99 * floor:
+        fast.append(f"remote_link_s {r['remote_link_s']:.4f} < {floor:.4f}")
 # Every smoke configuration is recoverable from memory (rs:4+2 losing 2 nodes
 # of its group too): the lost node must come back from a replica or a decode.
 source = r.get("recover_source", "")
@@ -179,7 +196,8 @@ if ((!json)); then
   echo "# ratio = protect_node_GB/s / mpi_node_GB/s (target >= 0.8); mpi = the ring over the link when"
   echo "# link is set (GiB/s per direction per node), else raw MPI; cpu_r = mpi_cpu_s_per_gib /"
   echo "# protect_cpu_s_per_gib (CPU seconds of all ranks per GiB moved); r/warm, r/cold = recover_s /"
-  echo "# remote read of all shards (page-cached / after fadvise DONTNEED); rss/f = (VmHWM - RSS"
+  echo "# remote read of all shards (page-cached / after fadvise DONTNEED); fs_s = every rank reloads"
+  echo "# at once through the emulated file system (--remote-gibps), r/fs = recover / fs_s; rss/f = (VmHWM - RSS"
   echo "# before the checkpointer) / formula, shm/f = segment bytes / formula (max over nodes)"
 fi
 if ((smoke && status == 0 && skipped)); then

@@ -281,6 +281,7 @@ def main():
                    "measured": counts["memory"] / a.trials, "ci95": [lo, hi],
                    "agree": lo - 1e-9 <= exact <= hi + 1e-9, **counts}
             rows.append(row)
+            log.append(row)
             print("%-15s N=%-2d f=%d => memory %d/%d = %.3f [%.3f, %.3f] vs exact %.4f (%s); "
                   "remote %d, failed %d" % (scheme, nodes, f, counts["memory"], a.trials,
                                             row["measured"], lo, hi, exact,

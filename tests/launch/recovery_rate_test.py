@@ -6,6 +6,7 @@ a trial must be served from memory exactly when the two lost nodes are in
 different groups, and from the remote tier when they form a whole group. The
 seed is chosen so that both classes occur; every trial's class is checked
 against that prediction, and the rate row against `memento rate` (exact 2/3).
+Then --resume with a sixth trial must reuse the five records and run one.
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO.
 """
 import json
@@ -58,6 +59,21 @@ def main():
         fail("exact probability %s, expected 2/3" % row["exact"])
     if not os.path.exists(os.path.join(results, "check.md")):
         fail("no report written")
+    # --resume with one trial more: the five are reused as they are, one runs.
+    p = subprocess.run(cmd[:cmd.index("--trials") + 1] + ["6"] + cmd[cmd.index("--trials") + 2:]
+                       + ["--resume"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=1500)
+    print(p.stdout)
+    if p.returncode != 0:
+        fail("resumed driver exited %d" % p.returncode)
+    with open(os.path.join(results, "check.jsonl")) as f:
+        again = [json.loads(line) for line in f]
+    trials6 = [r for r in again if r["record"] == "trial"]
+    if trials6[:5] != trials or len(trials6) != 6:
+        fail("--resume did not keep the 5 trials and add one: %d trials" % len(trials6))
+    rows = [r for r in again if r["record"] == "rate"]
+    if len(rows) != 1 or rows[0]["trials"] != 6:
+        fail("--resume: expected one rate row over 6 trials, got %s" % rows)
     subprocess.run(["rm", "-rf", results])
     print("PASS: %d trials classified as predicted by the lost nodes' groups: %s"
           % (len(trials), [(t["lost_nodes"], t["class"]) for t in trials]))

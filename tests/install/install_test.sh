@@ -6,7 +6,8 @@ set -euo pipefail
 build=$1
 consumer=$2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The consumer's node store outlives it by design; the test removes it.
+trap 'rm -rf "$work"; rm -f /dev/shm/memento.install-$$.*' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null

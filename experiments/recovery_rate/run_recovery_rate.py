@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -212,6 +213,8 @@ def goodput_steps(steps, failures):
 
 
 def main():
+    # A run stopped with SIGTERM still records its session and cleans up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--schemes", default="replica:2,replica:2:ring,xor:3,rs:4+2,rs:6+2")
     ap.add_argument("--nodes", default="8,16")
@@ -363,11 +366,13 @@ def median_step(run, nodes):
 
 def write_report(a, rows, records, goodput, elapsed):
     path = os.path.join(a.results, a.name + ".md")
-    trials = [r for r in records if r["record"] == "trial"]
+    trials = [r for r in records if r["record"] == "trial" and r["trial"] < a.trials]
     with open(path, "w") as f:
         f.write("# Recovery rate under injected node failures\n\n")
-        f.write("Produced by `experiments/recovery_rate/run_recovery_rate.py %s` in %.0f s.\n\n"
-                % (" ".join(x for x in sys.argv[1:] if x != "--resume"), elapsed))
+        f.write("Produced by `experiments/recovery_rate/run_recovery_rate.py %s`; its %d trials' "
+                "launches took %.0f s in all (driver time recorded: %.0f s).\n\n"
+                % (" ".join(x for x in sys.argv[1:] if x != "--resume"), len(trials),
+                   sum(t["wall_s"] for t in trials), elapsed))
         f.write("Each trial runs the demo (%d steps, `%s`) under `memento launch`, loses f "
                 "random nodes at once at a random step in %s and a random stage, relaunches "
                 "and classifies the trial (memory / remote / failed; bit-exact against the "
@@ -446,7 +451,8 @@ def plot(a, rows, records):
     fig.savefig(os.path.join(a.results, a.name + ".png"), dpi=110)
     plt.close(fig)
 
-    trials = [t for t in records if t["record"] == "trial" and t["class"] != "failed"
+    trials = [t for t in records if t["record"] == "trial" and t["trial"] < a.trials
+              and t["class"] != "failed"
               and (t.get("restore") or {}).get("lost")]
     keys = sorted({(t["scheme"], t["class"]) for t in trials})
     if not keys:

@@ -28,6 +28,7 @@ constexpr char kChunkBytes[] = "MEMENTO_CHUNK_BYTES";
 constexpr char kThreads[] = "MEMENTO_THREADS";
 constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
 constexpr char kStale[] = "MEMENTO_STALE";
+constexpr char kElastic[] = "MEMENTO_ELASTIC";
 constexpr char kInterval[] = "MEMENTO_INTERVAL";
 constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
@@ -207,7 +208,7 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
 const std::vector<std::string>& Config::VariableNames() {
   static const std::vector<std::string> names = {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
-      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf};
+      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic};
   return names;
 }
 
@@ -308,6 +309,9 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       Result<double> v = ParsePositiveDecimal(var, value, kNodeMtbfForms);
       if (!v.ok()) return v.status();
       c.node_mtbf_h = *v;
+    } else if (var == kElastic) {
+      if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
+      c.elastic = value == "1";
     } else if (var == kStale) {
       if (value == "error") {
         c.stale_policy = StalePolicy::kError;
@@ -386,7 +390,7 @@ std::string Config::ToString() const {
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
      << "=" << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
-     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h;
+     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "=" << (elastic ? 1 : 0);
   return os.str();
 }
 

@@ -10,6 +10,7 @@
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_identity.h"
+#include "recovery/elastic_restorer.h"
 #include "recovery/recovery_executor.h"
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
@@ -130,6 +131,7 @@ Status Checkpointer::Impl::Prepare() {
   }
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
+  MEMENTO_RETURN_IF_ERROR(GatherCatalogs(lane));
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
   MEMENTO_RETURN_IF_ERROR(StartLineage());
   BuildStages();
@@ -147,6 +149,16 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   int lane = LocalRank(config_, rank);
   if (lane < 0) lane = LocalRankAmong(identities, rank);
   *lane_out = lane;
+  if (config_.elastic) {
+    std::map<std::string, int> per_node;
+    for (const auto& id : identities) ++per_node[id];
+    const int nodes = static_cast<int>(per_node.size());
+    const int lanes = per_node.begin()->second;
+    MEMENTO_RETURN_IF_ERROR(SetAsideOtherTopology(nodes, lanes, lane));
+    MEMENTO_ASSIGN_OR_RETURN(int64_t any,
+                             transport_->AllReduceMax(elastic_aside_.empty() ? 0 : 1));
+    elastic_ = any != 0;
+  }
 
   // What a surviving store of this rank says about the topology it was
   // written for (node index, node count); see protection_layout.h.
@@ -166,6 +178,7 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
       const int topo = old->layout().Find("topology");
       if (topo >= 0 && regions[topo].kind == RegionKind::kParity) {
         record.old_nodes = regions[topo].owner_node;
+        record.old_lanes = regions[topo].owner_lane;
       }
     }
   }
@@ -179,6 +192,91 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
                            ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
   protection_.emplace(std::move(protection));
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::SetAsideOtherTopology(int nodes, int lanes, int lane) {
+  // Set aside by an earlier elastic relaunch whose restore did not finish:
+  // still the newest memory of the old topology.
+  const std::string prefix = NodeStore::JobPrefix(config_.job);
+  MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ShmSegment::List(prefix));
+  for (const std::string& name : names) {
+    if (name.find(NodeStore::kElasticSuffix) == std::string::npos) continue;
+    auto old = NodeStore::AttachAside(name);
+    if (!old.ok() || old->id().job != config_.job || old->id().node != node_) continue;
+    if (placement::ServingLane(static_cast<int>(old->id().local_rank), lanes) != lane) continue;
+    elastic_aside_.push_back(name);
+  }
+  // This node's stores of another topology: every lane this rank serves.
+  for (int old_lane = lane; old_lane < 4096; old_lane += lanes) {
+    StoreId id{config_.job, node_, static_cast<uint32_t>(old_lane)};
+    auto old = NodeStore::Attach(id, ShmSegment::Access::kReadOnly);
+    if (!old.ok()) {
+      if (old_lane >= lanes) break;  // the old lanes end here
+      continue;
+    }
+    const int topo = old->layout().Find("topology");
+    int old_nodes = 0, old_lanes = 0;
+    if (topo >= 0) {
+      old_nodes = static_cast<int>(old->layout().regions[topo].owner_node);
+      old_lanes = static_cast<int>(old->layout().regions[topo].owner_lane);
+    } else if (!old->catalog().empty()) {
+      auto catalog = wire::DecodeJobCatalog(old->catalog());
+      if (catalog.ok()) {
+        old_nodes = catalog->nodes;
+        old_lanes = catalog->lanes;
+      }
+    }
+    if (old_nodes == 0 || (old_nodes == nodes && old_lanes == lanes)) continue;
+    old = NodeStore();  // unmap before the rename
+    MEMENTO_ASSIGN_OR_RETURN(std::string aside, NodeStore::SetAsideForElastic(id));
+    elastic_aside_.push_back(aside);
+  }
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::GatherCatalogs(int lane) {
+  placement::RankCatalog mine;
+  mine.node = protection_->node();
+  mine.lane = lane;
+  for (const auto& e : entries_) {
+    mine.entries.push_back({e.name, e.bytes,
+                            {e.layout.dtype, e.layout.global_shape, e.layout.shape,
+                             e.layout.offsets}});
+  }
+  const std::vector<uint8_t> blob = wire::EncodeRankCatalog(mine);
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(blob.data(), blob.size()));
+  const ProtectionLayout& pl = *protection_;
+  new_catalogs_.assign(static_cast<size_t>(pl.num_nodes()) * pl.lanes(), {});
+  for (int node = 0; node < pl.num_nodes(); ++node) {
+    for (int l = 0; l < pl.lanes(); ++l) {
+      MEMENTO_ASSIGN_OR_RETURN(placement::RankCatalog rc,
+                               wire::DecodeRankCatalog(all.at(pl.rank_of(node, l))));
+      rc.node = node;
+      rc.lane = l;
+      new_catalogs_[static_cast<size_t>(node) * pl.lanes() + l] = std::move(rc);
+    }
+  }
+  // What this store records: the topology, and the entries of every rank
+  // whose bytes it holds (its own, and the owners of its replicas and parity).
+  wire::JobCatalog catalog;
+  catalog.scheme = config_.scheme;
+  catalog.nodes = pl.num_nodes();
+  catalog.lanes = pl.lanes();
+  for (int node = 0; node < pl.num_nodes(); ++node) {
+    for (int l = 0; l < pl.lanes(); ++l) {
+      catalog.shard_bytes.push_back(pl.shard_bytes(node, l));
+      catalog.entry_count.push_back(pl.entry_count(node, l));
+    }
+  }
+  std::set<int> owners{pl.node()};
+  if (pl.protects()) {
+    for (int owner : pl.SealOwners()) owners.insert(owner);
+  }
+  for (int owner : owners) {
+    catalog.ranks.push_back(new_catalogs_[static_cast<size_t>(owner) * pl.lanes() + lane]);
+  }
+  store_catalog_ = wire::EncodeJobCatalog(catalog);
   return Status::Ok();
 }
 
@@ -220,8 +318,12 @@ Status Checkpointer::Impl::OpenStore(int lane) {
   if (protection_->protects()) protection_->ExtendStoreLayout(&layout);
   StoreId id{config_.job, node_, static_cast<uint32_t>(lane)};
   bool attached = false;
-  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, config_.stale_policy, &attached,
-                                       &set_aside_);
+  // While an elastic restore is pending, a store of the new topology holds
+  // nothing it needs (an earlier attempt's, e.g. with slices that did not
+  // tile): replaced, not refused.
+  const StalePolicy policy = elastic_ ? StalePolicy::kReplace : config_.stale_policy;
+  auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, policy, &attached,
+                                       &set_aside_, store_catalog_);
   Status mine = store.status();
   MEMENTO_ASSIGN_OR_RETURN(bool all_ok, transport_->AllTrue(mine.ok()));
   if (!mine.ok()) return mine.WithContext("Prepare: node store " + id.ToString());
@@ -386,6 +488,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
   schedule_.Reset();  // every rank schedules alike from the restored version on
+  if (elastic_) return RestoreElastic();
   ShardIo io(&entries_, &store_, &*protection_, remote_.get(), transport_.get());
   Reprotector::Parts rp;
   rp.transport = transport_.get();
@@ -414,6 +517,12 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   RecoveryExecutor executor(std::move(parts));
   Result<RestoreReport> restored = executor.Run();
   if (!restored.ok()) lineage_ = own_lineage;
+  if (!restored.ok() && config_.elastic &&
+      restored.status().code() == StatusCode::kElasticRestoreNeeded) {
+    // No store of another topology survives, but the remote version was
+    // written by another number of ranks: reshard it.
+    return RestoreElastic();
+  }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
   if (!set_aside_.empty()) {
@@ -424,6 +533,44 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
             gone.ToString());
     set_aside_.clear();
   }
+  return report;
+}
+
+Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
+  ElasticRestorer::Parts parts;
+  parts.transport = transport_.get();
+  parts.entries = &entries_;
+  parts.layout = &*protection_;
+  parts.new_catalogs = &new_catalogs_;
+  parts.remote = remote_.get();
+  parts.aside = elastic_aside_;
+  parts.chunk_bytes = config_.chunk_bytes;
+  if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  const uint64_t own_lineage = lineage_;
+  parts.lineage = &lineage_;
+  ElasticRestorer restorer(std::move(parts));
+  Result<RestoreReport> restored = restorer.Run();
+  if (!restored.ok()) {
+    lineage_ = own_lineage;
+    return restored.status();
+  }
+  RestoreReport report = std::move(restored).value();
+  // Protected under the new topology before Restore returns, as every restore.
+  const auto t0 = Clock::now();
+  MEMENTO_RETURN_IF_ERROR(
+      Resnapshot(report.version).WithContext("elastic restore: protecting v" +
+                                             std::to_string(report.version) + " on the new topology"));
+  report.stats.reprotect_mode = "full";
+  report.stats.reprotect_s = SecondsSince(t0);
+  committer_->SetLatest(report.version);
+  // Committed under the new topology: the old stores can go.
+  for (const std::string& name : elastic_aside_) {
+    Status gone = ShmSegment::Unlink(name);
+    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "elastic restore: releasing " + name + ": " + gone.ToString());
+  }
+  elastic_aside_.clear();
+  elastic_ = false;
   return report;
 }
 

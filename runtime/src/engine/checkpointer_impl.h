@@ -61,7 +61,16 @@ class Checkpointer::Impl {
   // allgathers); this rank's node store (one AllTrue); the chunk list, the
   // stages and the threads that run them.
   Status LearnTopology(int* lane);
+  // With Config::elastic: sets aside this node's stores written for another
+  // topology than (nodes, lanes) that lane `lane` serves (ServingLane), and
+  // collects those set aside by an earlier elastic relaunch.
+  Status SetAsideOtherTopology(int nodes, int lanes, int lane);
+  // Every rank's entries (one allgather): new_catalogs_ and this store's catalog.
+  Status GatherCatalogs(int lane);
   Status OpenStore(int lane);
+  // The elastic restore (recovery/elastic_restorer.h), then the re-protect
+  // under the new topology and the release of the set-aside stores.
+  Result<RestoreReport> RestoreElastic();
   // A fresh lineage for this run, the same on every rank (one allgather).
   Status StartLineage();
   void BuildStages();
@@ -89,6 +98,14 @@ class Checkpointer::Impl {
   std::string node_;
   NodeStore store_;
   std::string set_aside_;  // a damaged store moved aside by Prepare, unlinked by a good Restore
+  // Elastic restore: whether this run restores elastically (the same on every
+  // rank), the stores of another topology this rank serves (unlinked once the
+  // restored version is protected under the new one), every rank's entries
+  // (node-major over the new topology) and what this rank's store records.
+  bool elastic_ = false;
+  std::vector<std::string> elastic_aside_;
+  std::vector<placement::RankCatalog> new_catalogs_;
+  std::vector<uint8_t> store_catalog_;
   // The run's lineage, written with every version: fresh at Prepare, the
   // restored version's after a Restore (application thread; read by the
   // commit thread only through versions it is handed).

@@ -56,6 +56,13 @@ std::string RestoreReport::ToJson() const {
                   {"plan", stats.plan_s},
                   {"transfer", stats.transfer_s},
                   {"reprotect", stats.reprotect_s}};
+  if (elastic) {
+    j["elastic"] = {{"plan", elastic_plan},
+                    {"received_bytes_per_node", elastic_received_per_node},
+                    {"remote_bytes_per_node", elastic_remote_per_node},
+                    {"minimum_bytes_per_node", elastic_minimum_per_node},
+                    {"served_bytes_per_node", elastic_served_per_node}};
+  }
   if (!plan_json.empty()) {
     // The plan is JSON already; a text that does not parse is kept as a string.
     json plan = json::parse(plan_json, nullptr, /*allow_exceptions=*/false);

@@ -31,10 +31,14 @@ Result<ProtectionLayout> ProtectionLayout::Build(const std::string& scheme_text,
     }
   }
   for (const auto& r : records) {
-    if (r.old_nodes != 0 && static_cast<int>(r.old_nodes) != n) {
+    if ((r.old_nodes != 0 && static_cast<int>(r.old_nodes) != n) ||
+        (r.old_lanes != 0 && static_cast<int>(r.old_lanes) != pl.lanes_)) {
       return Status::ElasticRestoreNeeded(
           "elastic restore needed: the node store of '" + r.identity + "' was written for " +
-          std::to_string(r.old_nodes) + " nodes, the job now runs on " + std::to_string(n));
+          std::to_string(r.old_nodes) + " nodes x " + std::to_string(r.old_lanes) +
+          " ranks, the job now runs on " + std::to_string(n) + " x " +
+          std::to_string(pl.lanes_) +
+          "; set MEMENTO_ELASTIC=1 to restore onto the new topology from memory");
     }
   }
   // Survivors keep their old index; the others fill the holes in sorted order.
@@ -120,18 +124,7 @@ void ProtectionLayout::ExtendStoreLayout(StoreLayout* layout) {
     held_.push_back({item, static_cast<int>(layout->regions.size()), item.bytes});
     layout->regions.push_back(std::move(spec));
   }
-  std::set<int> owners;
-  for (const HeldRegion& h : held_) {
-    if (h.item.kind == placement::ItemKind::kReplica) {
-      owners.insert(h.item.owner);
-    } else {
-      const int g = groups_->group_of(node_);
-      for (int r = 0; r < groups_->group(g).data; ++r) {
-        owners.insert(groups_->DataRowNode(g, h.item.stripe, r));
-      }
-    }
-  }
-  for (int owner : owners) {
+  for (int owner : SealOwners()) {
     RegionSpec spec;
     spec.kind = RegionKind::kSeals;
     spec.name = "seals/n" + std::to_string(owner);
@@ -149,6 +142,22 @@ void ProtectionLayout::ExtendStoreLayout(StoreLayout* layout) {
   topo.owner_lane = static_cast<uint32_t>(lanes_);
   topology_region_ = static_cast<int>(layout->regions.size());
   layout->regions.push_back(std::move(topo));
+}
+
+std::vector<int> ProtectionLayout::SealOwners() const {
+  std::set<int> owners;
+  if (!protects()) return {};
+  for (const placement::HeldItem& item : maps_.at(lane_).held_by(node_)) {
+    if (item.kind == placement::ItemKind::kReplica) {
+      owners.insert(item.owner);
+    } else if (item.kind == placement::ItemKind::kParity) {
+      const int g = groups_->group_of(node_);
+      for (int r = 0; r < groups_->group(g).data; ++r) {
+        owners.insert(groups_->DataRowNode(g, item.stripe, r));
+      }
+    }
+  }
+  return {owners.begin(), owners.end()};
 }
 
 int ProtectionLayout::ReplicaRegion(int owner) const {

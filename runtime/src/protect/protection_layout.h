@@ -85,6 +85,9 @@ class ProtectionLayout {
   // stripe with a piece of it), by owner; see entry_seals.h.
   const std::vector<SealsRegion>& seals() const { return seals_; }
   int SealsRegionOf(int owner) const;
+  // The owners (nodes, same lane) this rank holds a replica or parity of: the
+  // owners of seals(), known before ExtendStoreLayout.
+  std::vector<int> SealOwners() const;
   // The nodes (same lane) that keep this rank's entry seals: every node that
   // holds a replica of it or parity of a stripe with one of its pieces.
   std::vector<int> SealHolders() const;

@@ -76,6 +76,8 @@ std::string EncodeRegionRecord(const RegionSpec& r, uint32_t index, uint64_t job
 struct Geometry {
   uint64_t layout_offset = f::kHeaderBytes;
   uint64_t layout_bytes = 0;
+  uint64_t catalog_offset = 0;
+  uint64_t catalog_bytes = 0;
   uint64_t slot_table_offset = 0;
   uint64_t slot_control_bytes = 0;
   uint64_t slot_data_offset = 0;
@@ -84,7 +86,7 @@ struct Geometry {
   std::vector<uint64_t> region_offsets;
 };
 
-Geometry ComputeGeometry(const StoreLayout& layout, int slots) {
+Geometry ComputeGeometry(const StoreLayout& layout, int slots, uint64_t catalog_bytes) {
   Geometry g;
   uint64_t off = 0;
   for (const auto& r : layout.regions) {
@@ -95,7 +97,9 @@ Geometry ComputeGeometry(const StoreLayout& layout, int slots) {
                               8);
   }
   g.slot_stride = AlignUp(off, f::kSlotAlign);
-  g.slot_table_offset = AlignUp(g.layout_offset + g.layout_bytes, 64);
+  g.catalog_offset = AlignUp(g.layout_offset + g.layout_bytes, 8);
+  g.catalog_bytes = catalog_bytes;
+  g.slot_table_offset = AlignUp(g.catalog_offset + g.catalog_bytes, 64);
   g.slot_control_bytes =
       AlignUp(sizeof(f::SlotHeader) + sizeof(f::RegionSeal) * layout.regions.size(), 64);
   g.slot_data_offset = AlignUp(g.slot_table_offset + g.slot_control_bytes * slots, f::kSlotAlign);
@@ -216,7 +220,7 @@ Result<std::string> NodeStore::SegmentName(const StoreId& id) {
 }
 
 uint64_t NodeStore::SegmentBytes(const StoreLayout& layout, int slots) {
-  return ComputeGeometry(layout, slots).total_bytes;
+  return ComputeGeometry(layout, slots, 0).total_bytes;
 }
 
 namespace {
@@ -237,14 +241,15 @@ Status NameTheOtherJob(const StoreId& id, const std::string& name, Status s) {
 
 }  // namespace
 
-Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout, int slots) {
+Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout, int slots,
+                                    const std::vector<uint8_t>& catalog) {
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
   MEMENTO_RETURN_IF_ERROR(layout.Validate());
   if (slots < 2 || slots > 64) {
     return Status::InvalidArgument("node store " + name + ": slots " + std::to_string(slots) +
                                    " (accepted: 2..64)");
   }
-  const Geometry g = ComputeGeometry(layout, slots);
+  const Geometry g = ComputeGeometry(layout, slots, catalog.size());
   Result<ShmSegment> created = ShmSegment::Create(name, g.total_bytes);
   if (!created.ok()) return NameTheOtherJob(id, name, created.status());
   ShmSegment seg = std::move(created).value();
@@ -260,6 +265,7 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
     pos += rec.size();
   }
   MEMENTO_CHECK_EQ(pos, g.layout_offset + g.layout_bytes);
+  if (!catalog.empty()) std::memcpy(base + g.catalog_offset, catalog.data(), catalog.size());
 
   // Slot control blocks: empty slots (the mapping is zero-filled).
   for (int s = 0; s < slots; ++s) {
@@ -285,6 +291,9 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
   h->job_hash = job_hash;
   h->layout_offset = g.layout_offset;
   h->layout_bytes = g.layout_bytes;
+  h->catalog_offset = g.catalog_offset;
+  h->catalog_bytes = g.catalog_bytes;
+  h->catalog_crc = Crc32c(base + g.catalog_offset, g.catalog_bytes);
   h->slot_table_offset = g.slot_table_offset;
   h->slot_control_bytes = g.slot_control_bytes;
   h->slot_data_offset = g.slot_data_offset;
@@ -394,14 +403,20 @@ Result<NodeStore> NodeStore::FromSegment(ShmSegment seg, const StoreId* expect) 
   if (!ls.ok()) return corrupt(ls.message());
   // Every offset must be what this build computes for the layout: this checks
   // all geometry fields at once and keeps every later access in bounds.
-  const Geometry g = ComputeGeometry(layout, static_cast<int>(h.slot_count));
+  if (h.catalog_bytes > seg.size()) return corrupt("catalog area out of bounds");
+  const Geometry g = ComputeGeometry(layout, static_cast<int>(h.slot_count), h.catalog_bytes);
   if (g.layout_bytes != h.layout_bytes || g.slot_table_offset != h.slot_table_offset ||
       g.slot_control_bytes != h.slot_control_bytes || g.slot_data_offset != h.slot_data_offset ||
       g.slot_stride != h.slot_stride || g.total_bytes != h.total_bytes ||
+      g.catalog_offset != h.catalog_offset ||
       g.region_offsets != recorded_offsets) {
     return corrupt("geometry fields disagree with the layout");
   }
+  if (Crc32c(base + h.catalog_offset, h.catalog_bytes) != h.catalog_crc) {
+    return corrupt("catalog crc mismatch");
+  }
   NodeStore store;
+  store.catalog_.assign(base + h.catalog_offset, base + h.catalog_offset + h.catalog_bytes);
   store.segment_ = std::move(seg);
   store.id_ = std::move(id);
   store.layout_ = std::move(layout);
@@ -417,28 +432,48 @@ Result<NodeStore> NodeStore::FromSegment(ShmSegment seg, const StoreId* expect) 
 
 namespace {
 
-// Renames the damaged segment `name` aside (see OpenOrCreate); its new name.
-Result<std::string> SetAside(const std::string& name, const Status& why) {
+// Renames segment `name` to "<name><suffix><pid>[.n]"; its new name.
+Result<std::string> RenameAside(const std::string& name, const char* suffix) {
   for (int n = 0; n < 100; ++n) {
-    const std::string aside = name + NodeStore::kSetAsideSuffix + std::to_string(getpid()) +
-                              (n == 0 ? "" : "." + std::to_string(n));
+    const std::string aside =
+        name + suffix + std::to_string(getpid()) + (n == 0 ? "" : "." + std::to_string(n));
     Status moved = ShmSegment::Rename(name, aside);
     if (moved.code() == StatusCode::kAlreadyExists) continue;
     if (!moved.ok()) return moved;
-    Log(LogLevel::kWarn, "node store: " + name + " cannot be read (" + why.ToString() +
-                             "); its node counts as lost and it is kept as " + aside +
-                             " until a restore succeeds");
     return aside;
   }
   return Status::AlreadyExists("node store " + name +
                                ": too many set-aside copies; run `memento clean`");
 }
 
+// Renames the damaged segment `name` aside (see OpenOrCreate); its new name.
+Result<std::string> SetAside(const std::string& name, const Status& why) {
+  MEMENTO_ASSIGN_OR_RETURN(std::string aside, RenameAside(name, NodeStore::kSetAsideSuffix));
+  Log(LogLevel::kWarn, "node store: " + name + " cannot be read (" + why.ToString() +
+                           "); its node counts as lost and it is kept as " + aside +
+                           " until a restore succeeds");
+  return aside;
+}
+
 }  // namespace
+
+Result<std::string> NodeStore::SetAsideForElastic(const StoreId& id) {
+  MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
+  MEMENTO_ASSIGN_OR_RETURN(std::string aside, RenameAside(name, kElasticSuffix));
+  Log(LogLevel::kInfo, "node store: " + name + " was written for another topology; kept as " +
+                           aside + " for the elastic restore");
+  return aside;
+}
+
+Result<NodeStore> NodeStore::AttachAside(const std::string& name) {
+  MEMENTO_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::Open(name, ShmSegment::Access::kReadOnly));
+  return FromSegment(std::move(seg), nullptr);
+}
 
 Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
                                           StalePolicy policy, bool* attached,
-                                          std::string* set_aside) {
+                                          std::string* set_aside,
+                                          const std::vector<uint8_t>& catalog) {
   if (attached != nullptr) *attached = false;
   if (set_aside != nullptr) set_aside->clear();
   MEMENTO_ASSIGN_OR_RETURN(std::string name, SegmentName(id));
@@ -446,7 +481,8 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
     Result<NodeStore> existing = Attach(id, ShmSegment::Access::kReadWrite);
     std::string reason;
     if (existing.ok()) {
-      if (existing->layout_ == layout && existing->slot_count_ == slots) {
+      if (existing->layout_ == layout && existing->slot_count_ == slots &&
+          existing->catalog_ == catalog) {
         if (attached != nullptr) *attached = true;
         Log(LogLevel::kInfo, "node store: attached " + name + " (" + id.ToString() + ")");
         return existing;
@@ -454,9 +490,11 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       reason = existing->slot_count_ != slots
                    ? "it has " + std::to_string(existing->slot_count_) + " slots, not " +
                          std::to_string(slots)
-                   : "its shard layout differs from the one registered now";
+                   : existing->layout_ != layout
+                         ? "its shard layout differs from the one registered now"
+                         : "the job's catalog (its ranks' entries) differs from the one now";
     } else if (existing.status().code() == StatusCode::kNotFound) {
-      Result<NodeStore> created = Create(id, layout, slots);
+      Result<NodeStore> created = Create(id, layout, slots, catalog);
       // Lost a creation race with another process of the same lane: attach.
       if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) continue;
       return created;
@@ -472,7 +510,7 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
       // planner, but the bytes stay (under another name) until the caller
       // has restored from elsewhere.
       MEMENTO_ASSIGN_OR_RETURN(*set_aside, SetAside(name, existing.status()));
-      return Create(id, layout, slots);
+      return Create(id, layout, slots, catalog);
     } else {
       reason = existing.status().ToString();
     }
@@ -484,7 +522,7 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
     Log(LogLevel::kWarn, "node store: replacing stale " + name + ": " + reason);
     Status u = ShmSegment::Unlink(name);
     if (!u.ok() && u.code() != StatusCode::kNotFound) return u;
-    return Create(id, layout, slots);
+    return Create(id, layout, slots, catalog);
   }
   return Status::Unavailable("node store " + name +
                              ": created and removed concurrently by another process");

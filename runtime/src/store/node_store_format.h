@@ -4,6 +4,7 @@
 //
 //   [SegmentHeader]                 at 0, kHeaderBytes reserved
 //   [region records]                layout area, one variable-length record per region
+//   [catalog]                       opaque bytes the creator recorded (the job's catalog)
 //   [slot control blocks]           per slot: SlotHeader + RegionSeal[regions]
 //   [slot data]                     per slot: the regions' bytes (page-aligned slots)
 #pragma once
@@ -49,6 +50,11 @@ struct SegmentHeader {
   uint64_t slot_stride;
   uint64_t total_bytes;
   uint64_t created_unix_ns;
+  // The catalog area (NodeStore::catalog): right after the layout area.
+  uint64_t catalog_offset;
+  uint64_t catalog_bytes;
+  uint32_t catalog_crc;  // crc32c of the catalog area
+  uint32_t pad0;
   uint32_t header_crc;  // crc32c of every byte above
   uint32_t ready;       // kReady, stored last (release) when creation is complete
 };

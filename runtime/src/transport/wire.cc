@@ -83,18 +83,20 @@ Result<PersistRecord> DecodePersistRecord(const uint8_t* p, size_t n) {
 
 std::vector<uint8_t> EncodeRankRecord(const RankRecord& r) {
   std::vector<uint8_t> out;
-  out.reserve(24 + r.identity.size());
+  out.reserve(32 + r.identity.size());
   Put(&out, r.lane);
   Put(&out, r.old_index);
   Put(&out, r.old_nodes);
   Put(&out, r.entries);
   Put(&out, r.shard_bytes);
+  Put(&out, r.old_lanes);
+  Put(&out, uint32_t{0});
   out.insert(out.end(), r.identity.begin(), r.identity.end());
   return out;
 }
 
 Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
-  if (bytes.size() < 25) {
+  if (bytes.size() < 33) {
     return Status::Corruption("rank record of " + std::to_string(bytes.size()) + " bytes");
   }
   const uint8_t* p = bytes.data();
@@ -104,7 +106,8 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes) {
   r.old_nodes = Get<uint32_t>(p + 8);
   r.entries = Get<uint32_t>(p + 12);
   r.shard_bytes = Get<uint64_t>(p + 16);
-  r.identity.assign(bytes.begin() + 24, bytes.end());
+  r.old_lanes = Get<uint32_t>(p + 24);
+  r.identity.assign(bytes.begin() + 32, bytes.end());
   return r;
 }
 
@@ -218,6 +221,152 @@ Result<std::vector<uint64_t>> DecodeCounters(const std::vector<uint8_t>& bytes, 
   std::vector<uint64_t> out(count);
   for (size_t i = 0; i < count; ++i) out[i] = Get<uint64_t>(bytes.data() + 8 * i);
   return out;
+}
+
+// ---- catalogs -------------------------------------------------------------------------------
+
+namespace {
+
+void PutString(std::vector<uint8_t>* out, const std::string& v) {
+  Put(out, static_cast<uint32_t>(v.size()));
+  out->insert(out->end(), v.begin(), v.end());
+}
+
+void PutDims(std::vector<uint8_t>* out, const std::vector<int64_t>& v) {
+  Put(out, static_cast<uint32_t>(v.size()));
+  for (int64_t x : v) Put(out, x);
+}
+
+void PutRankCatalog(std::vector<uint8_t>* out, const placement::RankCatalog& r) {
+  Put(out, static_cast<int32_t>(r.node));
+  Put(out, static_cast<int32_t>(r.lane));
+  Put(out, static_cast<uint32_t>(r.entries.size()));
+  for (const placement::CatalogEntry& e : r.entries) {
+    PutString(out, e.name);
+    Put(out, e.bytes);
+    PutString(out, e.slice.dtype);
+    PutDims(out, e.slice.global_shape);
+    PutDims(out, e.slice.shape);
+    PutDims(out, e.slice.offsets);
+  }
+}
+
+// Bounds-checked reading of a catalog record; every failure is Corruption.
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n, const char* what) : p_(p), n_(n), what_(what) {}
+  template <typename T>
+  Status Read(T* v) {
+    if (sizeof(T) > n_ - pos_) return Cut();
+    std::memcpy(v, p_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return Status::Ok();
+  }
+  Status ReadString(std::string* v) {
+    uint32_t len = 0;
+    MEMENTO_RETURN_IF_ERROR(Read(&len));
+    if (len > n_ - pos_) return Cut();
+    v->assign(reinterpret_cast<const char*>(p_ + pos_), len);
+    pos_ += len;
+    return Status::Ok();
+  }
+  Status ReadDims(std::vector<int64_t>* v) {
+    uint32_t len = 0;
+    MEMENTO_RETURN_IF_ERROR(Read(&len));
+    if (len > (n_ - pos_) / 8) return Cut();
+    v->resize(len);
+    for (auto& x : *v) MEMENTO_RETURN_IF_ERROR(Read(&x));
+    return Status::Ok();
+  }
+  Status ReadRankCatalog(placement::RankCatalog* r) {
+    int32_t node = 0, lane = 0;
+    uint32_t count = 0;
+    MEMENTO_RETURN_IF_ERROR(Read(&node));
+    MEMENTO_RETURN_IF_ERROR(Read(&lane));
+    MEMENTO_RETURN_IF_ERROR(Read(&count));
+    if (count > n_ - pos_) return Cut();  // every entry takes more than a byte
+    r->node = node;
+    r->lane = lane;
+    r->entries.resize(count);
+    for (placement::CatalogEntry& e : r->entries) {
+      MEMENTO_RETURN_IF_ERROR(ReadString(&e.name));
+      MEMENTO_RETURN_IF_ERROR(Read(&e.bytes));
+      MEMENTO_RETURN_IF_ERROR(ReadString(&e.slice.dtype));
+      MEMENTO_RETURN_IF_ERROR(ReadDims(&e.slice.global_shape));
+      MEMENTO_RETURN_IF_ERROR(ReadDims(&e.slice.shape));
+      MEMENTO_RETURN_IF_ERROR(ReadDims(&e.slice.offsets));
+    }
+    return Status::Ok();
+  }
+  bool done() const { return pos_ == n_; }
+  Status Cut() const { return Status::Corruption(std::string(what_) + " cut short"); }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t pos_ = 0;
+  const char* what_;
+};
+
+}  // namespace
+
+std::vector<uint8_t> EncodeRankCatalog(const placement::RankCatalog& rank) {
+  std::vector<uint8_t> out;
+  PutRankCatalog(&out, rank);
+  return out;
+}
+
+Result<placement::RankCatalog> DecodeRankCatalog(const std::vector<uint8_t>& bytes) {
+  Reader in(bytes.data(), bytes.size(), "rank catalog");
+  placement::RankCatalog r;
+  MEMENTO_RETURN_IF_ERROR(in.ReadRankCatalog(&r));
+  if (!in.done()) return Status::Corruption("rank catalog has trailing bytes");
+  return r;
+}
+
+constexpr uint32_t kJobCatalogMagic = 0x3154434Du;  // "MCT1"
+
+std::vector<uint8_t> EncodeJobCatalog(const JobCatalog& c) {
+  std::vector<uint8_t> out;
+  Put(&out, kJobCatalogMagic);
+  PutString(&out, c.scheme);
+  Put(&out, static_cast<int32_t>(c.nodes));
+  Put(&out, static_cast<int32_t>(c.lanes));
+  for (uint64_t b : c.shard_bytes) Put(&out, b);
+  for (uint32_t e : c.entry_count) Put(&out, e);
+  Put(&out, static_cast<uint32_t>(c.ranks.size()));
+  for (const placement::RankCatalog& r : c.ranks) PutRankCatalog(&out, r);
+  return out;
+}
+
+Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes) {
+  Reader in(bytes.data(), bytes.size(), "job catalog");
+  JobCatalog c;
+  uint32_t magic = 0;
+  MEMENTO_RETURN_IF_ERROR(in.Read(&magic));
+  if (magic != kJobCatalogMagic) return Status::Corruption("job catalog: bad magic");
+  MEMENTO_RETURN_IF_ERROR(in.ReadString(&c.scheme));
+  int32_t nodes = 0, lanes = 0;
+  MEMENTO_RETURN_IF_ERROR(in.Read(&nodes));
+  MEMENTO_RETURN_IF_ERROR(in.Read(&lanes));
+  if (nodes <= 0 || lanes <= 0 || nodes > (1 << 20) || lanes > 4096 ||
+      static_cast<uint64_t>(nodes) * lanes > bytes.size()) {
+    return Status::Corruption("job catalog: " + std::to_string(nodes) + " nodes x " +
+                              std::to_string(lanes) + " lanes");
+  }
+  c.nodes = nodes;
+  c.lanes = lanes;
+  c.shard_bytes.resize(static_cast<size_t>(nodes) * lanes);
+  c.entry_count.resize(c.shard_bytes.size());
+  for (auto& b : c.shard_bytes) MEMENTO_RETURN_IF_ERROR(in.Read(&b));
+  for (auto& e : c.entry_count) MEMENTO_RETURN_IF_ERROR(in.Read(&e));
+  uint32_t count = 0;
+  MEMENTO_RETURN_IF_ERROR(in.Read(&count));
+  if (count > c.shard_bytes.size()) return Status::Corruption("job catalog: too many ranks");
+  c.ranks.resize(count);
+  for (auto& r : c.ranks) MEMENTO_RETURN_IF_ERROR(in.ReadRankCatalog(&r));
+  if (!in.done()) return Status::Corruption("job catalog has trailing bytes");
+  return c;
 }
 
 }  // namespace memento::runtime::wire

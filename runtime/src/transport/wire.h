@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "memento/common/status.h"
+#include "memento/placement/elastic_plan.h"
 #include "memento/placement/recovery_planner.h"
 #include "memento/runtime/remote_store.h"
 
@@ -30,6 +31,11 @@ inline constexpr int kTagPersistDone = 100;
 // payload never interleave with another pair on the (source, destination, tag)
 // channel, which delivers in order.
 inline constexpr int kTagProtect = 1000;
+
+// Elastic restore: serving rank -> new rank, the pieces of its new slices
+// that the server holds, as chunks (a PayloadHeader then the payload, both
+// with this tag). One stream per (server, receiver) pair.
+inline constexpr int kTagElastic = 1500;
 
 // Recovery and re-protect: message i of a restore (a replica transfer's header
 // or payload, a reduce chain's pieces) uses RecoverTag(i); the span wraps so
@@ -92,7 +98,7 @@ Result<PersistRecord> DecodePersistRecord(const uint8_t* data, size_t bytes);
 // What a rank says about itself in Prepare (one allgather): its node identity,
 // lane, and what a surviving store of it records about the topology it was
 // written for. i32 lane, i32 old_index, u32 old_nodes, u32 entries,
-// u64 shard_bytes, identity (the rest).
+// u64 shard_bytes, u32 old_lanes, u32 0, identity (the rest).
 struct RankRecord {
   std::string identity;
   int32_t lane = 0;
@@ -100,6 +106,7 @@ struct RankRecord {
   uint32_t old_nodes = 0;    // node count recorded in its surviving store, 0 if none
   uint64_t shard_bytes = 0;  // sum of its registered entries
   uint32_t entries = 0;      // number of its registered entries
+  uint32_t old_lanes = 0;    // ranks per node recorded in its surviving store, 0 if none
 };
 std::vector<uint8_t> EncodeRankRecord(const RankRecord& record);
 Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
@@ -140,5 +147,28 @@ Result<std::vector<SealsRecord>> DecodeSealsRecords(const std::vector<uint8_t>& 
 // A fixed number of u64 counters (e.g. bytes received by a rank).
 std::vector<uint8_t> EncodeCounters(const std::vector<uint64_t>& counters);
 Result<std::vector<uint64_t>> DecodeCounters(const std::vector<uint8_t>& bytes, size_t count);
+
+// One rank's registered entries with their layouts (one allgather in
+// Prepare): i32 node, i32 lane (as the sender knows them; the receiver
+// overrides), u32 count, per entry: name, u64 bytes, dtype, global_shape,
+// shape, offsets (strings and dims prefixed by a u32 count).
+std::vector<uint8_t> EncodeRankCatalog(const placement::RankCatalog& rank);
+Result<placement::RankCatalog> DecodeRankCatalog(const std::vector<uint8_t>& bytes);
+
+// What a node store records about the job that created it (NodeStore::catalog):
+// the scheme, the topology, every rank's shard size and entry count, and the
+// entries of the ranks whose data the store holds (its own and every owner
+// it keeps a replica or parity of), so that an elastic restore on another
+// topology knows what every surviving byte is.
+struct JobCatalog {
+  std::string scheme;
+  int nodes = 0;
+  int lanes = 0;
+  std::vector<uint64_t> shard_bytes;  // node-major, nodes x lanes
+  std::vector<uint32_t> entry_count;  // node-major
+  std::vector<placement::RankCatalog> ranks;
+};
+std::vector<uint8_t> EncodeJobCatalog(const JobCatalog& catalog);
+Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes);
 
 }  // namespace memento::runtime::wire

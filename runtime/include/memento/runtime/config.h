@@ -117,6 +117,14 @@ struct Config {
   // this job that cannot be attached; see StalePolicy. Default error.
   StalePolicy stale_policy = StalePolicy::kError;
 
+  // MEMENTO_ELASTIC. 0 (default) | 1: whether a relaunch on another number of
+  // nodes or ranks per node than the surviving node stores were written for
+  // restores elastically (Checkpointer::Restore: every rank assembles the
+  // slices it registered from the old slices that survive) instead of
+  // failing with ElasticRestoreNeeded. Opt-in because the caller must have
+  // registered its new slices (EntryLayout) for the new topology.
+  bool elastic = false;
+
   // MEMENTO_INTERVAL. Which Save(step) calls take a checkpoint. 1 (default):
   // every call. N > 1: the steps that are multiples of N; the other calls
   // return OK at once. "auto" (interval == kAutoInterval): the engine picks

@@ -70,7 +70,7 @@ struct StoreId {
 
 // The on-disk (in-shm) format version; a segment with another one is never
 // attached.
-inline constexpr uint32_t kNodeStoreFormat = 1;
+inline constexpr uint32_t kNodeStoreFormat = 2;
 
 // What a slot holds, read cheaply from headers and records (no payload crc).
 struct RegionState {
@@ -139,7 +139,11 @@ class NodeStore {
   // exists (O_EXCL), ResourceExhausted if /dev/shm lacks the bytes,
   // InvalidArgument for a bad id/layout or slots < 2. Cost: allocating and
   // zeroing SegmentBytes() of memory.
-  static Result<NodeStore> Create(const StoreId& id, const StoreLayout& layout, int slots);
+  // `catalog`: opaque bytes kept with the store for its lifetime (the engine
+  // records the job's catalog there: which ranks held which entries, for an
+  // elastic restore on another topology); checked by a crc like the layout.
+  static Result<NodeStore> Create(const StoreId& id, const StoreLayout& layout, int slots,
+                                  const std::vector<uint8_t>& catalog = {});
 
   // Attaches to an existing store, keeping its data. The header must validate
   // (magic, format, crc, job id and node identity of `id`, sizes), else:
@@ -163,14 +167,27 @@ class NodeStore {
   // "<name>.corrupt.<pid>" (logged at warn) and a fresh store created: the
   // node's memory is lost for the restore, and its bytes are kept until the
   // caller unlinks `*set_aside` (after a successful restore). `*set_aside` is
-  // "" when nothing was set aside.
+  // "" when nothing was set aside. A store with another `catalog` counts as
+  // one with another layout.
   static Result<NodeStore> OpenOrCreate(const StoreId& id, const StoreLayout& layout, int slots,
                                         StalePolicy policy, bool* attached = nullptr,
-                                        std::string* set_aside = nullptr);
+                                        std::string* set_aside = nullptr,
+                                        const std::vector<uint8_t>& catalog = {});
 
   // What OpenOrCreate puts between a segment's name and the pid when it sets
   // a damaged segment aside.
   static constexpr const char* kSetAsideSuffix = ".corrupt.";
+  // ... and when it sets aside a store of another topology for an elastic restore.
+  static constexpr const char* kElasticSuffix = ".elastic.";
+
+  // Renames the store of `id` to "<name>.elastic.<pid>" (its data intact,
+  // logged) and returns the new name; NotFound when there is none. The
+  // elastic restore reads it with AttachAside and unlinks it once the
+  // restored version is protected under the new topology.
+  static Result<std::string> SetAsideForElastic(const StoreId& id);
+  // Attaches read-only to a store set aside under `name` (no check that the
+  // name is its id's; the header, layout and catalog are validated).
+  static Result<NodeStore> AttachAside(const std::string& name);
 
   // Unlinks the segment of `id` (node loss in tests, `memento clean`).
   // NotFound if absent. Existing mappings stay valid.
@@ -183,6 +200,8 @@ class NodeStore {
   int slot_count() const { return slot_count_; }
   int region_count() const { return static_cast<int>(layout_.regions.size()); }
   uint64_t segment_bytes() const { return segment_.size(); }
+  // The catalog given at creation (empty if none).
+  const std::vector<uint8_t>& catalog() const { return catalog_; }
 
   // ---- writing (read-write attachment only; else FailedPrecondition) ----
 
@@ -254,6 +273,7 @@ class NodeStore {
   ShmSegment segment_;
   StoreId id_;
   StoreLayout layout_;
+  std::vector<uint8_t> catalog_;
   int slot_count_ = 0;
   uint64_t job_hash_ = 0;
   std::vector<uint64_t> region_offsets_;  // offset of each region within a slot

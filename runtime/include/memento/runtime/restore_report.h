@@ -58,6 +58,17 @@ struct RestoreReport {
   RestoreStats stats;
   std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
 
+  // Elastic restore (onto another topology): the plan's summary, and per new
+  // node the bytes its slices got from other nodes' memory, from remote, and
+  // the least it had to get (the bytes of its new slices no copy on the node
+  // holds); lost_nodes are old node indices then.
+  bool elastic = false;
+  std::string elastic_plan;
+  std::vector<uint64_t> elastic_received_per_node;
+  std::vector<uint64_t> elastic_remote_per_node;
+  std::vector<uint64_t> elastic_minimum_per_node;
+  std::vector<uint64_t> elastic_served_per_node;
+
   // One line: "restored v12: 3 entries (w local-memory, ...)".
   std::string ToString() const;
   // A JSON object with every field above (the recovery report record): version,

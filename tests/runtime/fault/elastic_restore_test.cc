@@ -1,0 +1,304 @@
+// Elastic restore, written once and run under both harnesses (harness/spawn.h):
+// as threads over the in-process transport (label local) and as processes
+// under real mpirun (labels mpi;fault). A job checkpoints global tensors
+// sharded over N nodes, nodes are lost (their segments unlinked), and the job
+// is relaunched on N' != N nodes (or another number of ranks per node) with
+// MEMENTO_ELASTIC: every rank must get exactly the slices it registered of
+// the checkpointed global tensors, from memory when the scheme survives the
+// loss, from the remote tier for exactly the missing old slices otherwise,
+// then go on training and survive a further loss under the new topology.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/spawn.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/shm_segment.h"
+
+namespace memento::runtime {
+namespace {
+
+using testing::RankContext;
+using testing::Spawn;
+
+// The global tensors: "rows" [48 x 20] float32 sharded along dim 0, "cols"
+// [6 x 24] int16 sharded along dim 1, "bias" [20] float32 replicated on
+// every rank (data parallel), "step" [1] int64 replicated.
+constexpr int64_t kRows = 48, kRowCols = 20, kColRows = 6, kCols = 24, kBias = 20;
+
+float RowValue(uint64_t step, int64_t i, int64_t j) {
+  return static_cast<float>(step * 100000 + i * 100 + j) * 0.5f;
+}
+int16_t ColValue(uint64_t step, int64_t i, int64_t j) {
+  return static_cast<int16_t>(step * 1000 + i * 37 + j);
+}
+float BiasValue(uint64_t step, int64_t j) { return static_cast<float>(step) + 0.25f * j; }
+
+// One job: `nodes` virtual nodes x `lanes` ranks; node k of this job is
+// identity "<job>/<ids[k]>" (ids: which old node each is; default 0..nodes-1).
+struct Topo {
+  int nodes = 8;
+  int lanes = 1;
+  std::vector<int> ids;
+  int id(int node) const { return ids.empty() ? node : ids.at(node); }
+};
+
+Config MakeConfig(const Topo& t, int rank, const std::string& scheme, bool elastic,
+                  bool remote) {
+  Config c;
+  c.job = testing::SpawnJob();
+  c.node = "vn/" + std::to_string(t.id(rank / t.lanes));
+  c.ranks_per_node = 0;  // lanes come from the identities
+  c.scheme = scheme;
+  c.chunk_bytes = 4096;
+  c.threads = 2;
+  c.timeout_s = 30;
+  c.elastic = elastic;
+  if (remote) {
+    std::filesystem::create_directories(testing::SpawnDir());
+    c.remote_dir = testing::SpawnDir() + "/remote";
+    c.persist_every = 1;
+  }
+  return c;
+}
+
+// This rank's slice [begin, end) of `extent` split evenly over `parts`.
+std::pair<int64_t, int64_t> Split(int64_t extent, int parts, int k) {
+  const int64_t base = extent / parts, extra = extent % parts;
+  const int64_t begin = k * base + std::min<int64_t>(k, extra);
+  return {begin, begin + base + (k < extra ? 1 : 0)};
+}
+
+struct Rank {
+  std::unique_ptr<Checkpointer> ck;
+  std::vector<float> rows, bias;
+  std::vector<int16_t> cols;
+  int64_t step = 0;
+  int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+};
+
+// Registers this rank's slices of the global tensors. `bad_rows`: a slicing
+// that does not tile (every rank takes one row too many).
+Rank Open(RankContext& ctx, const Topo& t, const std::string& scheme, bool elastic, bool remote,
+          bool bad_rows = false) {
+  Rank r;
+  auto ck = Checkpointer::Create(MakeConfig(t, ctx.rank(), scheme, elastic, remote),
+                                 ctx.transport());
+  EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+  if (!ck.ok()) return r;
+  r.ck = std::move(ck).value();
+  std::tie(r.r0, r.r1) = Split(kRows, ctx.size(), ctx.rank());
+  if (bad_rows && r.r1 < kRows) ++r.r1;
+  std::tie(r.c0, r.c1) = Split(kCols, ctx.size(), ctx.rank());
+  r.rows.resize((r.r1 - r.r0) * kRowCols);
+  r.cols.resize(kColRows * (r.c1 - r.c0));
+  r.bias.resize(kBias);
+  EXPECT_TRUE(r.ck->RegisterBuffer("rows", r.rows.data(), r.rows.size() * 4,
+                                   {"float32", {kRows, kRowCols}, {r.r1 - r.r0, kRowCols},
+                                    {r.r0, 0}})
+                  .ok());
+  EXPECT_TRUE(r.ck->RegisterBuffer("cols", r.cols.data(), r.cols.size() * 2,
+                                   {"int16", {kColRows, kCols}, {kColRows, r.c1 - r.c0},
+                                    {0, r.c0}})
+                  .ok());
+  EXPECT_TRUE(
+      r.ck->RegisterBuffer("bias", r.bias.data(), r.bias.size() * 4,
+                           {"float32", {kBias}, {kBias}, {0}})
+          .ok());
+  EXPECT_TRUE(r.ck->RegisterBuffer("step", &r.step, 8, {"int64", {1}, {1}, {0}}).ok());
+  return r;
+}
+
+void Fill(Rank& r, uint64_t step) {
+  for (int64_t i = r.r0; i < r.r1; ++i) {
+    for (int64_t j = 0; j < kRowCols; ++j) r.rows[(i - r.r0) * kRowCols + j] = RowValue(step, i, j);
+  }
+  for (int64_t i = 0; i < kColRows; ++i) {
+    for (int64_t j = r.c0; j < r.c1; ++j) {
+      r.cols[i * (r.c1 - r.c0) + (j - r.c0)] = ColValue(step, i, j);
+    }
+  }
+  for (int64_t j = 0; j < kBias; ++j) r.bias[j] = BiasValue(step, j);
+  r.step = static_cast<int64_t>(step);
+}
+
+// Elements of this rank's slices that differ from the global tensors at `step`.
+size_t Wrong(const Rank& r, uint64_t step) {
+  size_t bad = 0;
+  for (int64_t i = r.r0; i < r.r1; ++i) {
+    for (int64_t j = 0; j < kRowCols; ++j) {
+      const float want = RowValue(step, i, j);
+      bad += std::memcmp(&r.rows[(i - r.r0) * kRowCols + j], &want, 4) != 0;
+    }
+  }
+  for (int64_t i = 0; i < kColRows; ++i) {
+    for (int64_t j = r.c0; j < r.c1; ++j) bad += r.cols[i * (r.c1 - r.c0) + (j - r.c0)] != ColValue(step, i, j);
+  }
+  for (int64_t j = 0; j < kBias; ++j) bad += r.bias[j] != BiasValue(step, j);
+  bad += r.step != static_cast<int64_t>(step);
+  return bad;
+}
+
+void Train(RankContext& ctx, const Topo& t, const std::string& scheme, uint64_t first,
+           uint64_t last, bool remote) {
+  Rank r = Open(ctx, t, scheme, /*elastic=*/false, remote);
+  if (!r.ck) return;
+  for (uint64_t step = first; step <= last; ++step) {
+    Fill(r, step);
+    ASSERT_TRUE(r.ck->Save(step).ok());
+    ASSERT_TRUE(r.ck->Wait().ok()) << "v" << step;
+  }
+  if (remote) ASSERT_TRUE(r.ck->WaitPersist().ok());
+}
+
+void Lose(const Topo& t, const std::vector<int>& ids) {
+  testing::OnDriver([&] {
+    for (int id : ids) testing::LoseNode(testing::SpawnJob(), "vn/" + std::to_string(id));
+  });
+}
+
+struct Expect {
+  uint64_t version = 0;
+  bool any_remote = false;  // some entry of some rank comes from remote
+};
+
+// Relaunches elastically on `t`, restores, checks every slice bit-exact and
+// the sources, then saves `version + 1` under the new topology.
+void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, const Expect& want,
+                    bool remote) {
+  Rank r = Open(ctx, t, scheme, /*elastic=*/true, remote);
+  if (!r.ck) return;
+  auto report = r.ck->Restore();
+  ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
+  EXPECT_TRUE(report->elastic);
+  EXPECT_EQ(report->version, want.version) << report->ToString();
+  EXPECT_EQ(Wrong(r, want.version), 0u) << "rank " << ctx.rank() << " " << report->source_detail;
+  bool remote_here = false;
+  for (const RestoredEntry& e : report->entries) remote_here |= e.source == RestoreSource::kRemote;
+  auto any = ctx.transport()->AllReduceMax(remote_here ? 1 : 0);
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(*any != 0, want.any_remote) << report->source_detail;
+  // The bytes read remotely are exactly the lost old slices'.
+  if (!want.any_remote) {
+    for (uint64_t b : report->elastic_remote_per_node) EXPECT_EQ(b, 0u);
+  }
+  // Training goes on under the new topology.
+  Fill(r, want.version + 1);
+  ASSERT_TRUE(r.ck->Save(want.version + 1).ok());
+  ASSERT_TRUE(r.ck->Wait().ok());
+}
+
+// A plain (non-elastic) restore on `t` from memory, bit-exact.
+void RestorePlain(RankContext& ctx, const Topo& t, const std::string& scheme, uint64_t version) {
+  Rank r = Open(ctx, t, scheme, /*elastic=*/false, /*remote=*/false);
+  if (!r.ck) return;
+  auto report = r.ck->Restore();
+  ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
+  EXPECT_FALSE(report->elastic);
+  EXPECT_EQ(report->version, version);
+  for (const RestoredEntry& e : report->entries) EXPECT_NE(e.source, RestoreSource::kRemote);
+  EXPECT_EQ(Wrong(r, version), 0u) << "rank " << ctx.rank();
+}
+
+class ElasticScheme : public ::testing::TestWithParam<std::string> {};
+
+// 8 -> 6 after losing 2 nodes without spares, then a further loss on 6.
+TEST_P(ElasticScheme, EightToSixAfterLosingTwo) {
+  const std::string scheme = GetParam();
+  // Nodes 1 and 4 are in different replica pairs and parity groups for
+  // every scheme here, so memory serves.
+  Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{8, 1, {}}, scheme, 1, 3, false); });
+  Lose(Topo{}, {1, 4});
+  const Topo six{6, 1, {0, 2, 3, 5, 6, 7}};
+  Spawn(6, [&](RankContext& ctx) { RestoreElastic(ctx, six, scheme, {3, false}, false); });
+  // Protected under the new topology: losing one of the six is survivable.
+  Lose(Topo{}, {3});
+  Spawn(6, [&](RankContext& ctx) { RestorePlain(ctx, six, scheme, 4); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, ElasticScheme,
+                         ::testing::Values("replica:2", "xor:3", "rs:4+2"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) {
+                             if (c == ':' || c == '+') c = '_';
+                           }
+                           return n;
+                         });
+
+TEST(Elastic, FourToEightNodes) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, false); });
+  Spawn(8, [&](RankContext& ctx) {
+    RestoreElastic(ctx, Topo{8, 1, {}}, "xor:3", {2, false}, false);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+TEST(Elastic, TwoRanksPerNodeToOne) {
+  Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{4, 2, {}}, "replica:2", 1, 2, false); });
+  Lose(Topo{}, {1});
+  Spawn(3, [&](RankContext& ctx) {
+    RestoreElastic(ctx, Topo{3, 1, {0, 2, 3}}, "replica:2", {2, false}, false);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// rs:4+2 keeps two parities per group: losing 3 nodes of the group leaves
+// their slices to the remote tier, and only theirs.
+TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
+  Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "rs:4+2", 1, 2, true); });
+  Lose(Topo{}, {0, 1, 2});
+  Spawn(4, [&](RankContext& ctx) {
+    RestoreElastic(ctx, Topo{4, 1, {3, 4, 5, 6}}, "rs:4+2", {2, true}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// New slices that do not tile the tensor: a clear error naming the entry,
+// and the old stores stay for a correct relaunch.
+TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, false); });
+  Lose(Topo{}, {3});
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    Rank r = Open(ctx, three, "replica:2", true, false, /*bad_rows=*/true);
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
+    EXPECT_NE(report.status().message().find("'rows'"), std::string::npos)
+        << report.status().ToString();
+  });
+  Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+TEST(Elastic, WithoutOptInTheRelaunchIsRefusedAndNothingIsLost) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, false); });
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    Rank r = Open(ctx, three, "replica:2", /*elastic=*/false, false);
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), StatusCode::kElasticRestoreNeeded);
+    EXPECT_NE(report.status().message().find("MEMENTO_ELASTIC=1"), std::string::npos)
+        << report.status().ToString();
+  });
+  Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+}  // namespace
+}  // namespace memento::runtime
+
+int main(int argc, char** argv) {
+  memento::runtime::testing::InitHarness(&argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

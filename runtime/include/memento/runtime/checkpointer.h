@@ -95,7 +95,8 @@ class Checkpointer {
   // the scheme holds for peers); cost: zeroing it once). Called by the first
   // Save or Restore if not called before. FailedPrecondition when nothing is
   // registered or another rank failed; ElasticRestoreNeeded when the surviving
-  // stores were written for another node count.
+  // stores were written for another number of nodes or ranks per node and
+  // Config::elastic is off (with it on, they are set aside for Restore).
   Status Prepare();
 
   // Collective. Starts checkpoint `step` (> LatestCommitted(), else
@@ -160,8 +161,18 @@ class Checkpointer {
   // committed and protected again, so a failure right after is survivable.
   // NotFound "nothing to restore" when no version can be rebuilt from memory
   // and none is complete remotely; ElasticRestoreNeeded when the remote
-  // version was written by another number of ranks. The report says where
-  // each entry came from (restore_report.h).
+  // version was written by another number of ranks (without Config::elastic).
+  // The report says where each entry came from (restore_report.h).
+  //
+  // Elastic (Config::elastic, on another topology than the surviving stores
+  // or the remote version were written for): every rank gets the slices it
+  // registered (EntryLayout) of the checkpointed global tensors, assembled
+  // from the old slices that survive in memory, remote storage only for what
+  // memory lacks; the version is then protected under the new topology
+  // before Restore returns. InvalidArgument naming the entry when the new
+  // slices do not tile a tensor, its dtype or global shape differ, or an
+  // opaque entry is restored onto another rank count; the old stores are
+  // kept for a correct relaunch then.
   //
   // Runs under one job id: every version records the lineage of the run that
   // wrote it. A run's lineage is fresh at Prepare (a run that saves without

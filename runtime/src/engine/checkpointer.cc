@@ -517,11 +517,14 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   RecoveryExecutor executor(std::move(parts));
   Result<RestoreReport> restored = executor.Run();
   if (!restored.ok()) lineage_ = own_lineage;
-  if (!restored.ok() && config_.elastic &&
-      restored.status().code() == StatusCode::kElasticRestoreNeeded) {
-    // No store of another topology survives, but the remote version was
-    // written by another number of ranks: reshard it.
-    return RestoreElastic();
+  if (!restored.ok() && config_.elastic && remote_) {
+    // No store of another topology survives, but the newest remote version
+    // may have been written by another number of ranks: reshard it.
+    auto newest = remote_->NewestComplete();
+    if (newest.ok() && newest->has_value()) {
+      auto manifest = remote_->ReadManifest(**newest);
+      if (manifest.ok() && manifest->world_size != transport_->size()) return RestoreElastic();
+    }
   }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not

@@ -341,6 +341,11 @@ Status ElasticRestorer::TakeInventory() {
   }
   if (!any) return Status::NotFound("nothing to restore: no old store and no remote version");
   lineage_ = newest;
+  if (remote_agreed) {
+    for (const auto& [v, l] : *remote_agreed) {
+      if (l == newest) input_.remote_versions.insert(v);
+    }
+  }
   if (!topology_known) MEMENTO_RETURN_IF_ERROR(RemoteOnlyTopology());
   std::vector<bool> alive(old_nodes_, false);
   for (const Reported& rep : reported) {
@@ -352,11 +357,6 @@ Status ElasticRestorer::TakeInventory() {
   }
   for (int n = 0; n < old_nodes_; ++n) {
     if (!alive[n]) input_.failed_nodes.push_back(n);
-  }
-  if (remote_agreed) {
-    for (const auto& [v, l] : *remote_agreed) {
-      if (l == newest) input_.remote_versions.insert(v);
-    }
   }
   input_.new_num_nodes = old_nodes_;
   report_.lost_nodes = input_.failed_nodes;

@@ -92,6 +92,9 @@ std::vector<RankLog> Train(int ranks, const Config& config, const std::vector<Ph
         ASSERT_EQ((*ck)->Interval().last_saved, would) << "step " << step;
         if (would) log.saved.push_back(step);
       }
+      // The interval agreed at the phase's last commit: wait for it, or a
+      // rank whose commit thread is still agreeing reports the one before.
+      ASSERT_TRUE((*ck)->Wait().ok());
       log.interval_after.push_back((*ck)->Interval().interval_steps);
     }
     ASSERT_TRUE((*ck)->Wait().ok());

@@ -91,6 +91,19 @@ Status Checkpointer::Impl::RunHook(Stage stage, uint64_t version) const {
       .WithContext(std::string("injected at ") + StageName(stage));
 }
 
+StageHook Checkpointer::Impl::Hook() {
+  if (!hooks_.at_stage) return StageHook();
+  return [this](Stage s, uint64_t v) { return RunHook(s, v); };
+}
+
+bool Checkpointer::Impl::RemoteWrittenByOtherRankCount() const {
+  if (!remote_) return false;
+  auto newest = remote_->NewestComplete();
+  if (!newest.ok() || !newest->has_value()) return false;
+  auto manifest = remote_->ReadManifest(**newest);
+  return manifest.ok() && manifest->world_size != transport_->size();
+}
+
 Status Checkpointer::Impl::RegisterBuffer(const std::string& name, void* data, uint64_t bytes,
                                           EntryLayout layout) {
   if (prepared_) {
@@ -366,8 +379,7 @@ void Checkpointer::Impl::BuildStages() {
     stages.push_back(protect_stage_.get());
   }
   stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());
-  std::function<Status(Stage, uint64_t)> hook;
-  if (hooks_.at_stage) hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  const StageHook hook = Hook();
   pipeline_ = std::make_unique<SnapshotPipeline>(config_.threads, std::move(stages), hook);
   if (remote_) {
     std::vector<std::string> names;
@@ -509,7 +521,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   parts.slots = slots_.get();
   parts.reprotector = &reprotector;
   parts.chunk_bytes = config_.chunk_bytes;
-  if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  parts.hook = Hook();
   // The restore adopts the lineage it restores from; a failed one leaves
   // this run's own.
   const uint64_t own_lineage = lineage_;
@@ -517,14 +529,10 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   RecoveryExecutor executor(std::move(parts));
   Result<RestoreReport> restored = executor.Run();
   if (!restored.ok()) lineage_ = own_lineage;
-  if (!restored.ok() && config_.elastic && remote_) {
-    // No store of another topology survives, but the newest remote version
-    // may have been written by another number of ranks: reshard it.
-    auto newest = remote_->NewestComplete();
-    if (newest.ok() && newest->has_value()) {
-      auto manifest = remote_->ReadManifest(**newest);
-      if (manifest.ok() && manifest->world_size != transport_->size()) return RestoreElastic();
-    }
+  if (!restored.ok() && config_.elastic && RemoteWrittenByOtherRankCount()) {
+    // Memory of this topology could not serve and no store of another one
+    // survives: reshard the remote version the other rank count wrote.
+    return RestoreElastic();
   }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
@@ -548,7 +556,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   parts.remote = remote_.get();
   parts.aside = elastic_aside_;
   parts.chunk_bytes = config_.chunk_bytes;
-  if (hooks_.at_stage) parts.hook = [this](Stage s, uint64_t v) { return RunHook(s, v); };
+  parts.hook = Hook();
   const uint64_t own_lineage = lineage_;
   parts.lineage = &lineage_;
   ElasticRestorer restorer(std::move(parts));

@@ -81,6 +81,11 @@ class Checkpointer::Impl {
   // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveNow(uint64_t step);
   Status RunHook(Stage stage, uint64_t version) const;
+  // RunHook as a StageHook for the parts; empty without fault hooks.
+  StageHook Hook();
+  // Whether the newest complete remote version was written by another number
+  // of ranks than this job runs (every rank answers alike).
+  bool RemoteWrittenByOtherRankCount() const;
   // Re-snapshots the restored buffers as `version` (protecting it like any
   // Save) and waits for its commit: the full re-protect after a restore.
   Status Resnapshot(uint64_t version);

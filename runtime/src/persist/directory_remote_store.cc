@@ -394,8 +394,11 @@ Status DirectoryRemoteStore::CheckRoot(const std::string& root) {
   if (!S_ISDIR(st.st_mode)) return bad("not a directory");
   // Write access as the persists will need it (a read-only mount, a
   // pseudo file system such as /proc refuse here, whatever the mode bits say).
-  const std::string probe =
-      root + "/.memento-probe." + HostName() + "." + std::to_string(getpid());
+  // Unique per check: several threads of one process (ranks of an in-process
+  // job, or a Checkpointer per thread) may check the same root at once.
+  static std::atomic<uint64_t> probes{0};
+  const std::string probe = root + "/.memento-probe." + HostName() + "." +
+                            std::to_string(getpid()) + "." + std::to_string(probes++);
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return bad("cannot create a file in it: " + Errno(errno));
   const char byte = 0;

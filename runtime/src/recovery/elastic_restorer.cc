@@ -13,6 +13,7 @@
 #include "memento/placement/topology.h"
 #include "memento/runtime/log.h"
 #include "protect/reduce_chain.h"
+#include "recovery/inventory.h"
 #include "recovery/partial_decode.h"
 #include "snapshot/device_copy.h"
 
@@ -28,43 +29,6 @@ std::string V(uint64_t version) { return "v" + std::to_string(version); }
 std::string OldRankName(int node, int lane) {
   return "old rank (node " + std::to_string(node) + ", lane " + std::to_string(lane) + ")";
 }
-
-// Little helpers for this file's allgather records (native byte order, as
-// everything in wire.h: every rank runs the same binary).
-template <typename T>
-void Put(std::vector<uint8_t>* out, const T& v) {
-  const size_t at = out->size();
-  out->resize(at + sizeof(T));
-  std::memcpy(out->data() + at, &v, sizeof(T));
-}
-void PutBlob(std::vector<uint8_t>* out, const std::vector<uint8_t>& blob) {
-  Put(out, static_cast<uint64_t>(blob.size()));
-  out->insert(out->end(), blob.begin(), blob.end());
-}
-class Cursor {
- public:
-  explicit Cursor(const std::vector<uint8_t>& b) : b_(b) {}
-  template <typename T>
-  Status Get(T* v) {
-    if (sizeof(T) > b_.size() - pos_) return Status::Corruption("elastic inventory cut short");
-    std::memcpy(v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return Status::Ok();
-  }
-  Status GetBlob(std::vector<uint8_t>* out) {
-    uint64_t n = 0;
-    MEMENTO_RETURN_IF_ERROR(Get(&n));
-    if (n > b_.size() - pos_) return Status::Corruption("elastic inventory cut short");
-    out->assign(b_.begin() + pos_, b_.begin() + pos_ + n);
-    pos_ += n;
-    return Status::Ok();
-  }
-  bool done() const { return pos_ == b_.size(); }
-
- private:
-  const std::vector<uint8_t>& b_;
-  size_t pos_ = 0;
-};
 
 // The protection layout of the old job as old rank (node, lane) saw it,
 // rebuilt from a store's catalog: node indices are the old ones, world ranks
@@ -147,212 +111,142 @@ Result<RestoreReport> ElasticRestorer::Run() {
 
 // ---- 1. inventory --------------------------------------------------------------------------
 
+Result<std::unique_ptr<ElasticRestorer::OldStore>> ElasticRestorer::OpenOld(
+    const std::string& name) {
+  MEMENTO_ASSIGN_OR_RETURN(NodeStore store, NodeStore::AttachAside(name));
+  auto catalog = wire::DecodeJobCatalog(store.catalog());
+  const auto& regions = store.layout().regions;
+  if (!catalog.ok() || regions.empty() || regions[0].kind != RegionKind::kShard) {
+    return Status::FailedPrecondition(name + ": no job catalog (written by an older memento?): " +
+                                      catalog.status().ToString());
+  }
+  auto old = std::make_unique<OldStore>();
+  old->node = static_cast<int>(regions[0].owner_node);
+  old->lane = static_cast<int>(regions[0].owner_lane);
+  if (old->node >= catalog->nodes || old->lane >= catalog->lanes) {
+    return Status::Corruption(name + ": its shard is outside the topology it records");
+  }
+  const uint32_t count =
+      catalog->entry_count[static_cast<size_t>(old->node) * catalog->lanes + old->lane];
+  if (count > regions.size()) return Status::Corruption(name + ": fewer regions than entries");
+  StoreLayout rebuilt;
+  std::vector<uint64_t> bytes;
+  for (uint32_t i = 0; i < count; ++i) {
+    rebuilt.regions.push_back(regions[i]);
+    bytes.push_back(regions[i].capacity);
+  }
+  MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout layout,
+                           OldLayout(*catalog, old->node, old->lane, bytes));
+  // The held regions' indices must be the ones the store was made with.
+  if (layout.protects()) layout.ExtendStoreLayout(&rebuilt);
+  bool same = rebuilt.regions.size() == regions.size();
+  for (size_t i = 0; same && i < regions.size(); ++i) {
+    same = rebuilt.regions[i].kind == regions[i].kind && rebuilt.regions[i].name == regions[i].name;
+  }
+  if (!same) return Status::Corruption(name + ": its regions do not match the topology it records");
+  old->name = name;
+  old->store = std::move(store);
+  old->layout.emplace(std::move(layout));
+  return old;
+}
+
 Status ElasticRestorer::OpenAside() {
   for (const std::string& name : parts_.aside) {
-    auto opened = NodeStore::AttachAside(name);
-    if (!opened.ok()) {
-      report_.notes.push_back(name + ": " + opened.status().ToString());
-      continue;
+    auto old = OpenOld(name);
+    if (old.ok()) {
+      mine_.push_back(std::move(old).value());
+    } else {
+      report_.notes.push_back(old.status().ToString());  // its node counts as lost
     }
-    auto old = std::make_unique<OldStore>();
-    old->name = name;
-    old->store = std::move(opened).value();
-    auto catalog = wire::DecodeJobCatalog(old->store.catalog());
-    const auto& regions = old->store.layout().regions;
-    if (!catalog.ok() || regions.empty() || regions[0].kind != RegionKind::kShard) {
-      report_.notes.push_back(name + ": no job catalog (written by an older memento?): " +
-                              catalog.status().ToString());
-      continue;
-    }
-    old->node = static_cast<int>(regions[0].owner_node);
-    old->lane = static_cast<int>(regions[0].owner_lane);
-    if (old->node >= catalog->nodes || old->lane >= catalog->lanes) {
-      report_.notes.push_back(name + ": its shard is outside the topology it records");
-      continue;
-    }
-    const uint32_t count =
-        catalog->entry_count[static_cast<size_t>(old->node) * catalog->lanes + old->lane];
-    std::vector<uint64_t> bytes;
-    for (uint32_t i = 0; i < count && i < regions.size(); ++i) bytes.push_back(regions[i].capacity);
-    auto layout = OldLayout(*catalog, old->node, old->lane, bytes);
-    if (!layout.ok()) {
-      report_.notes.push_back(name + ": " + layout.status().ToString());
-      continue;
-    }
-    // The held regions' indices must be the ones the store was made with.
-    StoreLayout expect;
-    for (uint32_t i = 0; i < count; ++i) expect.regions.push_back(regions.at(i));
-    if (layout->protects()) layout->ExtendStoreLayout(&expect);
-    bool same = expect.regions.size() == regions.size();
-    for (size_t i = 0; same && i < regions.size(); ++i) {
-      same = expect.regions[i].kind == regions[i].kind && expect.regions[i].name == regions[i].name;
-    }
-    if (!same) {
-      report_.notes.push_back(name + ": its regions do not match the topology it records");
-      continue;
-    }
-    old->layout.emplace(std::move(layout).value());
-    mine_.push_back(std::move(old));
   }
   return Status::Ok();
 }
 
 Status ElasticRestorer::TakeInventory() {
-  std::vector<std::string> notes;
-  wire::Inventory remote;
+  wire::ElasticInventory mine;
   if (parts_.remote != nullptr) {
     auto complete = parts_.remote->ListComplete();
-    if (complete.ok()) {
-      for (uint64_t v : *complete) {
-        auto manifest = parts_.remote->ReadManifest(v);
-        if (!manifest.ok()) continue;
-        remote.remote_complete.push_back(v);
-        remote.remote_lineage.push_back(manifest->lineage);
-      }
-    } else {
-      report_.notes.push_back("remote: " + complete.status().ToString());
+    if (!complete.ok()) report_.notes.push_back("remote: " + complete.status().ToString());
+    for (uint64_t v : complete.ok() ? *complete : std::vector<uint64_t>()) {
+      auto manifest = parts_.remote->ReadManifest(v);
+      if (!manifest.ok()) continue;  // gone meanwhile
+      mine.remote.remote_complete.push_back(v);
+      mine.remote.remote_lineage.push_back(manifest->lineage);
     }
   }
-  std::vector<uint8_t> mine;
-  PutBlob(&mine, wire::EncodeInventory(remote));
-  Put(&mine, static_cast<uint32_t>(mine_.size()));
   for (const auto& old : mine_) {
-    Put(&mine, static_cast<int32_t>(old->node));
-    Put(&mine, static_cast<int32_t>(old->lane));
-    PutBlob(&mine, std::vector<uint8_t>(old->name.begin(), old->name.end()));
-    PutBlob(&mine, old->store.catalog());
-    wire::Inventory inv;
-    const ProtectionLayout& ol = *old->layout;
-    const int entries = static_cast<int>(ol.entry_count(old->node, old->lane));
-    for (const SlotState& st : old->store.Inventory().slots) {
-      if (!st.ok) continue;
-      auto push = [&](placement::ItemKind kind, int owner, int stripe, int row, uint64_t bytes,
-                      bool ok) {
-        placement::InventoryItem item;
-        item.version = st.version;
-        item.kind = kind;
-        item.owner = owner;
-        item.stripe = stripe;
-        item.row = row;
-        item.bytes = bytes;
-        item.crc_ok = ok;
-        inv.items.push_back(item);
-        inv.item_lineage.push_back(st.lineage);
-      };
-      bool shard_ok = true;
-      for (int i = 0; i < entries; ++i) shard_ok = shard_ok && st.regions.at(i).ok;
-      push(placement::ItemKind::kShard, old->node, -1, -1, ol.shard_bytes(old->node, old->lane),
-           shard_ok);
-      for (const HeldRegion& h : ol.held()) {
-        push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity,
-             st.regions.at(h.region).ok);
-      }
-    }
-    PutBlob(&mine, wire::EncodeInventory(inv));
+    mine.stores.push_back({old->node, old->lane, old->name, old->store.catalog(),
+                           StoreItems(old->store, *old->layout, &report_.notes)});
   }
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
-
-  // Every rank's report: the old topology, who serves which old rank, the
-  // catalogs, the items.
-  struct Reported {
-    int node, lane;
-    wire::Inventory inv;
-  };
-  std::vector<Reported> reported;
-  std::optional<std::set<std::pair<uint64_t, uint64_t>>> remote_agreed;
+  const std::vector<uint8_t> blob = wire::EncodeElasticInventory(mine);
+  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
+  std::vector<wire::ElasticInventory> theirs;
   old_node_of_new_.assign(pl_.num_nodes(), -1);
-  bool topology_known = false;
-  std::vector<std::pair<int, std::vector<uint8_t>>> catalogs;  // (new rank, catalog)
   for (size_t r = 0; r < all.size(); ++r) {
-    Cursor in(all[r]);
-    std::vector<uint8_t> blob;
-    MEMENTO_RETURN_IF_ERROR(in.GetBlob(&blob));
-    MEMENTO_ASSIGN_OR_RETURN(wire::Inventory rem, wire::DecodeInventory(blob, -1, 0));
-    std::set<std::pair<uint64_t, uint64_t>> seen;
-    for (size_t i = 0; i < rem.remote_complete.size(); ++i) {
-      seen.emplace(rem.remote_complete[i], rem.remote_lineage[i]);
+    MEMENTO_ASSIGN_OR_RETURN(wire::ElasticInventory inv, wire::DecodeElasticInventory(all[r]));
+    for (wire::ElasticStoreRecord& s : inv.stores) {
+      MEMENTO_RETURN_IF_ERROR(AbsorbStore(static_cast<int>(r), &s));
     }
-    if (!remote_agreed) {
-      remote_agreed = std::move(seen);
-    } else {
-      for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
-        it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
-      }
-    }
-    uint32_t stores = 0;
-    MEMENTO_RETURN_IF_ERROR(in.Get(&stores));
-    for (uint32_t s = 0; s < stores; ++s) {
-      int32_t node = 0, lane = 0;
-      std::vector<uint8_t> name, catalog, items;
-      MEMENTO_RETURN_IF_ERROR(in.Get(&node));
-      MEMENTO_RETURN_IF_ERROR(in.Get(&lane));
-      MEMENTO_RETURN_IF_ERROR(in.GetBlob(&name));
-      MEMENTO_RETURN_IF_ERROR(in.GetBlob(&catalog));
-      MEMENTO_RETURN_IF_ERROR(in.GetBlob(&items));
-      MEMENTO_ASSIGN_OR_RETURN(wire::JobCatalog jc, wire::DecodeJobCatalog(catalog));
-      if (!topology_known) {
-        MEMENTO_RETURN_IF_ERROR(AdoptTopology(jc));
-        topology_known = true;
-      } else if (jc.nodes != old_nodes_ || jc.lanes != old_lanes_ || jc.scheme != old_scheme_) {
-        return Status::FailedPrecondition(
-            "elastic restore: the surviving node stores were written by jobs of different "
-            "topologies (" + std::to_string(jc.nodes) + "x" + std::to_string(jc.lanes) + " " +
-            jc.scheme + " and " + std::to_string(old_nodes_) + "x" + std::to_string(old_lanes_) +
-            " " + old_scheme_ + "); remove the stale ones with `memento clean`");
-      }
-      if (node < 0 || node >= old_nodes_ || lane < 0 || lane >= old_lanes_) {
-        return Status::Corruption("elastic inventory: old rank out of range");
-      }
-      OldRank& o = old_ranks_[static_cast<size_t>(node) * old_lanes_ + lane];
-      o.server = static_cast<int>(r);
-      o.name.assign(name.begin(), name.end());
-      for (placement::RankCatalog& rc : jc.ranks) {
-        if (rc.node < 0 || rc.node >= old_nodes_ || rc.lane < 0 || rc.lane >= old_lanes_) continue;
-        OldRank& owner = old_ranks_[static_cast<size_t>(rc.node) * old_lanes_ + rc.lane];
-        if (!owner.has_catalog) {
-          owner.catalog = std::move(rc);
-          owner.has_catalog = true;
-        }
-      }
-      // The new node of this rank was old node `node`.
-      for (int n = 0; n < pl_.num_nodes(); ++n) {
-        for (int l = 0; l < pl_.lanes(); ++l) {
-          if (pl_.rank_of(n, l) == static_cast<int>(r)) old_node_of_new_[n] = node;
-        }
-      }
-      MEMENTO_ASSIGN_OR_RETURN(wire::Inventory inv, wire::DecodeInventory(items, node, lane));
-      reported.push_back({node, lane, std::move(inv)});
-    }
-    if (!in.done()) return Status::Corruption("elastic inventory has trailing bytes");
+    theirs.push_back(std::move(inv));
   }
+  return KeepNewestLineage(theirs);
+}
 
-  // The newest lineage's versions only, as a plain restore.
-  bool any = false;
-  uint64_t newest = 0;
-  auto see = [&](uint64_t l) {
-    newest = any ? std::max(newest, l) : l;
-    any = true;
-  };
-  for (const Reported& rep : reported) {
-    for (uint64_t l : rep.inv.item_lineage) see(l);
+Status ElasticRestorer::AbsorbStore(int rank, wire::ElasticStoreRecord* s) {
+  MEMENTO_ASSIGN_OR_RETURN(wire::JobCatalog jc, wire::DecodeJobCatalog(s->catalog));
+  if (!old_pl_) {
+    MEMENTO_RETURN_IF_ERROR(AdoptTopology(jc));
+  } else if (jc.nodes != old_nodes_ || jc.lanes != old_lanes_ || jc.scheme != old_scheme_) {
+    return Status::FailedPrecondition(
+        "elastic restore: the surviving node stores were written by jobs of different "
+        "topologies (" + std::to_string(jc.nodes) + "x" + std::to_string(jc.lanes) + " " +
+        jc.scheme + " and " + std::to_string(old_nodes_) + "x" + std::to_string(old_lanes_) + " " +
+        old_scheme_ + "); remove the stale ones with `memento clean`");
   }
-  if (remote_agreed) {
-    for (const auto& [v, l] : *remote_agreed) see(l);
+  if (s->node < 0 || s->node >= old_nodes_ || s->lane < 0 || s->lane >= old_lanes_) {
+    return Status::Corruption("elastic inventory: old rank out of range");
   }
-  if (!any) return Status::NotFound("nothing to restore: no old store and no remote version");
-  lineage_ = newest;
-  if (remote_agreed) {
-    for (const auto& [v, l] : *remote_agreed) {
-      if (l == newest) input_.remote_versions.insert(v);
+  OldRank& o = old_ranks_[static_cast<size_t>(s->node) * old_lanes_ + s->lane];
+  o.server = rank;
+  o.name = s->name;
+  for (placement::RankCatalog& rc : jc.ranks) {
+    if (rc.node < 0 || rc.node >= old_nodes_ || rc.lane < 0 || rc.lane >= old_lanes_) continue;
+    OldRank& owner = old_ranks_[static_cast<size_t>(rc.node) * old_lanes_ + rc.lane];
+    if (!owner.has_catalog) {
+      owner.catalog = std::move(rc);
+      owner.has_catalog = true;
     }
   }
-  if (!topology_known) MEMENTO_RETURN_IF_ERROR(RemoteOnlyTopology());
+  // The new node of this rank was old node s->node.
+  for (int n = 0; n < pl_.num_nodes(); ++n) {
+    for (int l = 0; l < pl_.lanes(); ++l) {
+      if (pl_.rank_of(n, l) == rank) old_node_of_new_[n] = s->node;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs) {
+  std::vector<const wire::Inventory*> remote, items;
+  for (const wire::ElasticInventory& inv : theirs) {
+    remote.push_back(&inv.remote);
+    for (const wire::ElasticStoreRecord& s : inv.stores) items.push_back(&s.items);
+  }
+  const LineageChoice choice = ChooseNewestLineage(remote, items);
+  if (!choice.newest) return Status::NotFound("nothing to restore: no old store and no remote version");
+  lineage_ = *choice.newest;
+  for (const auto& [v, l] : choice.remote) {
+    if (l == lineage_) input_.remote_versions.insert(v);
+  }
+  if (!old_pl_) MEMENTO_RETURN_IF_ERROR(RemoteOnlyTopology());
   std::vector<bool> alive(old_nodes_, false);
-  for (const Reported& rep : reported) {
-    for (size_t i = 0; i < rep.inv.items.size(); ++i) {
-      if (rep.inv.item_lineage[i] != newest) continue;
-      input_.inventory.push_back(rep.inv.items[i]);
-      alive[rep.node] = true;
+  for (const wire::ElasticInventory& inv : theirs) {
+    for (const wire::ElasticStoreRecord& s : inv.stores) {
+      for (size_t i = 0; i < s.items.items.size(); ++i) {
+        if (s.items.item_lineage[i] != lineage_) continue;
+        input_.inventory.push_back(s.items.items[i]);
+        alive[s.node] = true;
+      }
     }
   }
   for (int n = 0; n < old_nodes_; ++n) {
@@ -476,27 +370,9 @@ ElasticRestorer::OldStore* ElasticRestorer::StoreOf(int old_node, int old_lane) 
   bool same_node = false;
   for (int l = 0; l < pl_.lanes(); ++l) same_node = same_node || pl_.rank_of(pl_.node(), l) == o.server;
   if (!same_node) return nullptr;
-  auto opened = NodeStore::AttachAside(o.name);
-  if (!opened.ok()) return nullptr;
-  auto catalog = wire::DecodeJobCatalog(opened->catalog());
-  if (!catalog.ok()) return nullptr;
-  std::vector<uint64_t> bytes;
-  const uint32_t count = old_entry_count_.at(static_cast<size_t>(old_node) * old_lanes_ + old_lane);
-  for (uint32_t i = 0; i < count; ++i) bytes.push_back(opened->layout().regions.at(i).capacity);
-  auto layout = OldLayout(*catalog, old_node, old_lane, bytes);
-  if (!layout.ok()) return nullptr;
-  auto old = std::make_unique<OldStore>();
-  old->name = o.name;
-  old->store = std::move(opened).value();
-  old->node = old_node;
-  old->lane = old_lane;
-  old->layout.emplace(std::move(layout).value());
-  if (old->layout->protects()) {
-    StoreLayout scratch;
-    for (uint32_t i = 0; i < count; ++i) scratch.regions.push_back(old->store.layout().regions[i]);
-    old->layout->ExtendStoreLayout(&scratch);
-  }
-  peers_.push_back(std::move(old));
+  auto old = OpenOld(o.name);
+  if (!old.ok()) return nullptr;
+  peers_.push_back(std::move(old).value());
   return peers_.back().get();
 }
 
@@ -575,26 +451,18 @@ Result<bool> ElasticRestorer::VerifyReads(const placement::RecoveryPlan& plan,
       }
     }
   }
-  // Every rank's failures: (old node, lane, version, kind, owner, stripe, row).
-  std::vector<uint8_t> mine;
-  for (const auto& b : bad) {
-    for (int64_t f : {int64_t(b.node), int64_t(b.lane), int64_t(b.version), int64_t(b.kind),
-                      int64_t(b.owner), int64_t(b.stripe), int64_t(b.row)}) {
-      Put(&mine, f);
-    }
-  }
+  const std::vector<uint8_t> mine = wire::EncodeLocatedBadItems(bad);
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
   bool changed = false;
   for (const auto& blob : all) {
-    if (blob.size() % 56 != 0) return Status::Corruption("elastic verification record");
-    for (size_t at = 0; at < blob.size(); at += 56) {
-      int64_t f[7];
-      std::memcpy(f, blob.data() + at, sizeof(f));
+    MEMENTO_ASSIGN_OR_RETURN(auto items, wire::DecodeLocatedBadItems(blob));
+    for (const placement::InventoryItem& b : items) {
       for (placement::InventoryItem& it : input_.inventory) {
-        if (it.node == f[0] && it.lane == f[1] && it.version == static_cast<uint64_t>(f[2]) &&
-            static_cast<int64_t>(it.kind) == f[3] && it.owner == f[4] &&
-            (it.kind != placement::ItemKind::kParity || (it.stripe == f[5] && it.row == f[6])) &&
-            it.crc_ok) {
+        const bool same = it.node == b.node && it.lane == b.lane && it.version == b.version &&
+                          it.kind == b.kind && it.owner == b.owner &&
+                          (it.kind != placement::ItemKind::kParity ||
+                           (it.stripe == b.stripe && it.row == b.row));
+        if (same && it.crc_ok) {
           it.crc_ok = false;
           changed = true;
         }

@@ -101,8 +101,15 @@ class ElasticRestorer {
     placement::RankCatalog catalog;
   };
 
+  // Attaches the set-aside store `name` with the old layout its catalog gives.
+  Result<std::unique_ptr<OldStore>> OpenOld(const std::string& name);
   Status OpenAside();                                    // 1
   Status TakeInventory();                                // 1
+  // One store another rank (`rank`) reports: the old topology, who serves it,
+  // the catalogs it records.
+  Status AbsorbStore(int rank, wire::ElasticStoreRecord* store);
+  // The newest run's items and remote versions, and the old nodes lost.
+  Status KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs);
   Status AdoptTopology(const wire::JobCatalog& catalog);
   Status RemoteOnlyTopology();
   Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> PlanVerified();  // 2 + 3

@@ -10,6 +10,7 @@
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
+#include "recovery/inventory.h"
 #include "transport/wire.h"
 
 namespace memento::runtime {
@@ -94,81 +95,23 @@ Status RecoveryExecutor::TakeInventory() {
 }
 
 wire::Inventory RecoveryExecutor::MyInventory() {
-  wire::Inventory mine;
+  wire::Inventory mine = StoreItems(*parts_.store, pl_, &report_.notes);
   for (const auto& [version, lineage] : parts_.io->CompleteRemoteVersions(&report_.notes)) {
     mine.remote_complete.push_back(version);
     mine.remote_lineage.push_back(lineage);
-  }
-  const size_t entries = parts_.io->entries().size();
-  for (const SlotState& st : parts_.store->Inventory().slots) {
-    if (!st.ok) {
-      if (st.sealed) report_.notes.push_back("slot " + std::to_string(st.slot) + ": " + st.problem);
-      continue;
-    }
-    // A region's seal record is valid (the payload is verified later, only
-    // where the plan reads it).
-    auto record_ok = [&](int region) {
-      if (region < 0 || static_cast<size_t>(region) >= st.regions.size()) return false;
-      if (!st.regions[region].ok) {
-        report_.notes.push_back("slot " + std::to_string(st.slot) + " region " +
-                                std::to_string(region) + ": " + st.regions[region].problem);
-      }
-      return st.regions[region].ok;
-    };
-    auto push = [&](placement::ItemKind kind, int owner, int stripe, int row, uint64_t bytes,
-                    bool ok) {
-      placement::InventoryItem item;
-      item.version = st.version;
-      item.kind = kind;
-      item.owner = owner;
-      item.stripe = stripe;
-      item.row = row;
-      item.bytes = bytes;
-      item.crc_ok = ok;
-      mine.items.push_back(item);
-      mine.item_lineage.push_back(st.lineage);
-    };
-    bool shard_ok = true;
-    for (size_t i = 0; i < entries; ++i) shard_ok = record_ok(static_cast<int>(i)) && shard_ok;
-    push(placement::ItemKind::kShard, pl_.node(), -1, -1, pl_.shard_bytes(pl_.node(), pl_.lane()),
-         shard_ok);
-    for (const HeldRegion& h : pl_.held()) {
-      push(h.item.kind, h.item.owner, h.item.stripe, h.item.row, h.capacity, record_ok(h.region));
-    }
   }
   return mine;
 }
 
 void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs) {
-  // Remote candidates: the (version, lineage) pairs every rank sees complete.
-  std::optional<std::set<std::pair<uint64_t, uint64_t>>> remote_agreed;
-  bool any = false;
-  uint64_t newest = 0;
-  auto see = [&](uint64_t lineage) {
-    newest = any ? std::max(newest, lineage) : lineage;
-    any = true;
-  };
-  for (const wire::Inventory& inv : theirs) {
-    std::set<std::pair<uint64_t, uint64_t>> seen;
-    for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
-      seen.emplace(inv.remote_complete[i], inv.remote_lineage[i]);
-    }
-    if (!remote_agreed) {
-      remote_agreed = std::move(seen);
-    } else {
-      for (auto it = remote_agreed->begin(); it != remote_agreed->end();) {
-        it = seen.count(*it) ? std::next(it) : remote_agreed->erase(it);
-      }
-    }
-    for (uint64_t l : inv.item_lineage) see(l);
-  }
-  if (remote_agreed) {
-    for (const auto& [v, l] : *remote_agreed) see(l);
-  }
+  std::vector<const wire::Inventory*> all;
+  for (const wire::Inventory& inv : theirs) all.push_back(&inv);
+  const LineageChoice choice = ChooseNewestLineage(all, all);
+  const uint64_t newest = choice.newest.value_or(0);
   // Only the newest run's versions are candidates (lineage ids grow with the
   // time a run started); another run's are passed over, whatever their numbers.
   lineage_ = newest;
-  if (any) *parts_.lineage = newest;
+  if (choice.newest) *parts_.lineage = newest;
   uint64_t passed_over = 0;
   bool other_run = false;
   input_.new_num_nodes = pl_.num_nodes();
@@ -188,14 +131,12 @@ void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs)
     }
     if (!reported) input_.failed_nodes.push_back(node);
   }
-  if (remote_agreed) {
-    for (const auto& [v, l] : *remote_agreed) {
-      if (l == newest) {
-        input_.remote_versions.insert(v);
-      } else {
-        other_run = true;
-        passed_over = std::max(passed_over, v);
-      }
+  for (const auto& [v, l] : choice.remote) {
+    if (l == newest) {
+      input_.remote_versions.insert(v);
+    } else {
+      other_run = true;
+      passed_over = std::max(passed_over, v);
     }
   }
   if (other_run) {

@@ -298,6 +298,14 @@ class Reader {
     }
     return Status::Ok();
   }
+  Status ReadBlob(std::vector<uint8_t>* v) {
+    uint64_t len = 0;
+    MEMENTO_RETURN_IF_ERROR(Read(&len));
+    if (len > n_ - pos_) return Cut();
+    v->assign(p_ + pos_, p_ + pos_ + len);
+    pos_ += len;
+    return Status::Ok();
+  }
   bool done() const { return pos_ == n_; }
   Status Cut() const { return Status::Corruption(std::string(what_) + " cut short"); }
 
@@ -367,6 +375,80 @@ Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes) {
   for (auto& r : c.ranks) MEMENTO_RETURN_IF_ERROR(in.ReadRankCatalog(&r));
   if (!in.done()) return Status::Corruption("job catalog has trailing bytes");
   return c;
+}
+
+namespace {
+
+void PutBlob(std::vector<uint8_t>* out, const std::vector<uint8_t>& blob) {
+  Put(out, static_cast<uint64_t>(blob.size()));
+  out->insert(out->end(), blob.begin(), blob.end());
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeElasticInventory(const ElasticInventory& inv) {
+  std::vector<uint8_t> out;
+  PutBlob(&out, EncodeInventory(inv.remote));
+  Put(&out, static_cast<uint32_t>(inv.stores.size()));
+  for (const ElasticStoreRecord& s : inv.stores) {
+    Put(&out, static_cast<int32_t>(s.node));
+    Put(&out, static_cast<int32_t>(s.lane));
+    PutString(&out, s.name);
+    PutBlob(&out, s.catalog);
+    PutBlob(&out, EncodeInventory(s.items));
+  }
+  return out;
+}
+
+Result<ElasticInventory> DecodeElasticInventory(const std::vector<uint8_t>& bytes) {
+  Reader in(bytes.data(), bytes.size(), "elastic inventory");
+  ElasticInventory inv;
+  std::vector<uint8_t> blob;
+  MEMENTO_RETURN_IF_ERROR(in.ReadBlob(&blob));
+  MEMENTO_ASSIGN_OR_RETURN(inv.remote, DecodeInventory(blob, -1, 0));
+  uint32_t stores = 0;
+  MEMENTO_RETURN_IF_ERROR(in.Read(&stores));
+  if (stores > bytes.size()) return in.Cut();
+  inv.stores.resize(stores);
+  for (ElasticStoreRecord& s : inv.stores) {
+    int32_t node = 0, lane = 0;
+    MEMENTO_RETURN_IF_ERROR(in.Read(&node));
+    MEMENTO_RETURN_IF_ERROR(in.Read(&lane));
+    MEMENTO_RETURN_IF_ERROR(in.ReadString(&s.name));
+    MEMENTO_RETURN_IF_ERROR(in.ReadBlob(&s.catalog));
+    MEMENTO_RETURN_IF_ERROR(in.ReadBlob(&blob));
+    s.node = node;
+    s.lane = lane;
+    MEMENTO_ASSIGN_OR_RETURN(s.items, DecodeInventory(blob, node, lane));
+  }
+  if (!in.done()) return Status::Corruption("elastic inventory has trailing bytes");
+  return inv;
+}
+
+std::vector<uint8_t> EncodeLocatedBadItems(const std::vector<placement::InventoryItem>& items) {
+  std::vector<uint8_t> out;
+  for (const placement::InventoryItem& it : items) {
+    Put(&out, static_cast<int64_t>(it.node));
+    Put(&out, static_cast<int64_t>(it.lane));
+    PutItemKey(&out, it);
+  }
+  return out;
+}
+
+Result<std::vector<placement::InventoryItem>> DecodeLocatedBadItems(
+    const std::vector<uint8_t>& bytes) {
+  constexpr size_t kRecord = 8 * (2 + kBadFields);
+  if (bytes.size() % kRecord != 0) {
+    return Status::Corruption("elastic verification record of " + std::to_string(bytes.size()) +
+                              " bytes");
+  }
+  std::vector<placement::InventoryItem> items;
+  for (size_t at = 0; at < bytes.size(); at += kRecord) {
+    const uint8_t* p = bytes.data() + at;
+    items.push_back(GetItemKey(p + 16, static_cast<int>(Get<int64_t>(p)),
+                               static_cast<int>(Get<int64_t>(p + 8))));
+  }
+  return items;
 }
 
 }  // namespace memento::runtime::wire

@@ -171,4 +171,29 @@ struct JobCatalog {
 std::vector<uint8_t> EncodeJobCatalog(const JobCatalog& catalog);
 Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes);
 
+// Elastic restore inventory of one rank (one allgather): the remote versions
+// it sees (an Inventory without items), then per old store it attached: i32
+// old node, i32 old lane, its segment name, its JobCatalog bytes and its items
+// (an Inventory). Names are u32-prefixed, blobs u64-prefixed.
+struct ElasticStoreRecord {
+  int node = -1;
+  int lane = 0;
+  std::string name;
+  std::vector<uint8_t> catalog;
+  Inventory items;  // decoded with (node, lane)
+};
+struct ElasticInventory {
+  Inventory remote;
+  std::vector<ElasticStoreRecord> stores;
+};
+std::vector<uint8_t> EncodeElasticInventory(const ElasticInventory& inventory);
+Result<ElasticInventory> DecodeElasticInventory(const std::vector<uint8_t>& bytes);
+
+// Bad items of an elastic restore, each with the (node, lane) that holds it
+// (a rank reads several old stores): per item i64 node, i64 lane, then the
+// BadItems key.
+std::vector<uint8_t> EncodeLocatedBadItems(const std::vector<placement::InventoryItem>& items);
+Result<std::vector<placement::InventoryItem>> DecodeLocatedBadItems(
+    const std::vector<uint8_t>& bytes);
+
 }  // namespace memento::runtime::wire

@@ -164,7 +164,17 @@ void Lose(const Topo& t, const std::vector<int>& ids) {
 struct Expect {
   uint64_t version = 0;
   bool any_remote = false;  // some entry of some rank comes from remote
+  uint64_t remote_bytes = 0;  // read remotely by all nodes together
+  bool replicated_in_memory = true;  // "bias" and "step" come from memory
 };
+
+// Bytes of the sharded slices of `old_ranks` ranks' `lost` of them: what a
+// restore must read remotely when their memory is gone (the replicated
+// tensors survive on every other node).
+uint64_t ShardedBytes(int old_ranks, int lost) {
+  return static_cast<uint64_t>(lost) *
+         (kRows / old_ranks * kRowCols * 4 + kColRows * (kCols / old_ranks) * 2);
+}
 
 // Relaunches elastically on `t`, restores, checks every slice bit-exact and
 // the sources, then saves `version + 1` under the new topology.
@@ -183,8 +193,13 @@ void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, 
   ASSERT_TRUE(any.ok());
   EXPECT_EQ(*any != 0, want.any_remote) << report->source_detail;
   // The bytes read remotely are exactly the lost old slices'.
-  if (!want.any_remote) {
-    for (uint64_t b : report->elastic_remote_per_node) EXPECT_EQ(b, 0u);
+  uint64_t remote_bytes = 0;
+  for (uint64_t b : report->elastic_remote_per_node) remote_bytes += b;
+  EXPECT_EQ(remote_bytes, want.remote_bytes) << report->elastic_plan;
+  for (const RestoredEntry& e : report->entries) {
+    if (want.replicated_in_memory && (e.name == "bias" || e.name == "step")) {
+      EXPECT_NE(e.source, RestoreSource::kRemote) << e.name;
+    }
   }
   // Training goes on under the new topology.
   Fill(r, want.version + 1);
@@ -254,7 +269,20 @@ TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
   Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "rs:4+2", 1, 2, true); });
   Lose(Topo{}, {0, 1, 2});
   Spawn(4, [&](RankContext& ctx) {
-    RestoreElastic(ctx, Topo{4, 1, {3, 4, 5, 6}}, "rs:4+2", {2, true}, true);
+    RestoreElastic(ctx, Topo{4, 1, {3, 4, 5, 6}}, "rs:4+2", {2, true, ShardedBytes(6, 3)}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// No node store survives at all: the remote version the 4 old ranks wrote is
+// resharded onto 3.
+TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Lose(Topo{}, {0, 1, 2, 3});
+  Spawn(3, [&](RankContext& ctx) {
+    // Every old slice once, and the replicated bias and step once per new rank.
+    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
+    RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "xor:3", {2, true, all, false}, true);
   });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
@@ -296,9 +324,3 @@ TEST(Elastic, WithoutOptInTheRelaunchIsRefusedAndNothingIsLost) {
 
 }  // namespace
 }  // namespace memento::runtime
-
-int main(int argc, char** argv) {
-  memento::runtime::testing::InitHarness(&argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -278,9 +278,3 @@ TEST_F(FaultScenario, DamagedStoreIsKeptWhenTheRestoreFails) {
 
 }  // namespace
 }  // namespace memento::runtime
-
-int main(int argc, char** argv) {
-  memento::runtime::testing::InitHarness(&argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

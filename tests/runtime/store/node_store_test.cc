@@ -360,6 +360,50 @@ TEST_F(NodeStoreTest, OpenOrCreateRejectsOrReplacesIncompatible) {
   EXPECT_EQ(replaced->Inventory().NewestSealed(), -1);
 }
 
+// The catalog travels with the store: kept on attach, part of what must match
+// to reuse the store, guarded by a crc; a store set aside for an elastic
+// restore keeps its data and catalog and is read under its new name.
+TEST_F(NodeStoreTest, CatalogIsKeptMatchedCheckedAndSurvivesSetAside) {
+  const std::vector<uint8_t> catalog = {7, 1, 2, 3, 4, 5};
+  auto a = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError, nullptr, nullptr,
+                                   catalog);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  const int slot = WriteVersion(*a, 5);
+  auto again = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->catalog(), catalog);
+  std::vector<uint8_t> other = catalog;
+  other[3] ^= 1;
+  auto refused =
+      NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError, nullptr, nullptr, other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("catalog"), std::string::npos)
+      << refused.status().ToString();
+  {
+    // A flipped catalog byte: the store is damaged, not silently read.
+    f::SegmentHeader h;
+    auto raw = ShmSegment::Open(a->segment_name(), ShmSegment::Access::kReadWrite);
+    ASSERT_TRUE(raw.ok());
+    std::memcpy(&h, raw->data(), sizeof(h));
+    ASSERT_EQ(h.catalog_bytes, catalog.size());
+    raw->data()[h.catalog_offset + 2] ^= 0x10;
+    auto bad = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("catalog crc"), std::string::npos);
+    raw->data()[h.catalog_offset + 2] ^= 0x10;
+  }
+  auto aside = NodeStore::SetAsideForElastic(id_);
+  ASSERT_TRUE(aside.ok()) << aside.status().ToString();
+  EXPECT_NE(aside->find(NodeStore::kElasticSuffix), std::string::npos);
+  EXPECT_EQ(NodeStore::Attach(id_).status().code(), StatusCode::kNotFound);
+  auto read = NodeStore::AttachAside(*aside);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->catalog(), catalog);
+  ExpectVersion(*read, slot, 5);
+  EXPECT_TRUE(ShmSegment::Unlink(*aside).ok());
+  EXPECT_EQ(NodeStore::SetAsideForElastic(id_).status().code(), StatusCode::kNotFound);
+}
+
 // Two running jobs with the same id on one node never share a store: the
 // second one (another process) is refused with an error naming the job and
 // the holder's pid, even with StalePolicy::kReplace, and the store is left

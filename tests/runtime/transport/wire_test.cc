@@ -70,6 +70,7 @@ TEST(Wire, RankRecordRoundTrips) {
   r.old_nodes = 8;
   r.shard_bytes = 5ull << 33;
   r.entries = 17;
+  r.old_lanes = 4;
   auto back = DecodeRankRecord(EncodeRankRecord(r));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->identity, r.identity);
@@ -78,6 +79,7 @@ TEST(Wire, RankRecordRoundTrips) {
   EXPECT_EQ(back->old_nodes, 8u);
   EXPECT_EQ(back->shard_bytes, r.shard_bytes);
   EXPECT_EQ(back->entries, 17u);
+  EXPECT_EQ(back->old_lanes, 4u);
   EXPECT_EQ(DecodeRankRecord(std::vector<uint8_t>(24)).status().code(), StatusCode::kCorruption);
 }
 
@@ -208,6 +210,87 @@ TEST(Wire, FixedHeadersAreSentAsTheirBytes) {
   EXPECT_EQ(back.attempt, 2u);
   EXPECT_NE(kReplicaPart, kParityPart);
   EXPECT_NE(kParityPart, kSealsPart);
+}
+
+placement::RankCatalog SomeRank(int node, int lane) {
+  placement::RankCatalog r;
+  r.node = node;
+  r.lane = lane;
+  r.entries.push_back({"w", 96, {"bfloat16", {8, 12}, {4, 12}, {4, 0}}});
+  r.entries.push_back({"opaque", 5, {}});
+  return r;
+}
+
+TEST(Wire, CatalogsRoundTripAndRefuseDamage) {
+  JobCatalog c;
+  c.scheme = "rs:4+2";
+  c.nodes = 2;
+  c.lanes = 1;
+  c.shard_bytes = {101, 202};
+  c.entry_count = {2, 2};
+  c.ranks = {SomeRank(0, 0), SomeRank(1, 0)};
+  const std::vector<uint8_t> bytes = EncodeJobCatalog(c);
+  auto back = DecodeJobCatalog(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->scheme, "rs:4+2");
+  EXPECT_EQ(back->shard_bytes, c.shard_bytes);
+  EXPECT_EQ(back->entry_count, c.entry_count);
+  ASSERT_EQ(back->ranks.size(), 2u);
+  EXPECT_EQ(back->ranks[1].node, 1);
+  EXPECT_EQ(back->ranks[1].entries[0].slice, c.ranks[1].entries[0].slice);
+  EXPECT_EQ(back->ranks[1].entries[1].bytes, 5u);
+  // Every truncation and a trailing byte are refused, never read past.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_EQ(DecodeJobCatalog(std::vector<uint8_t>(bytes.begin(), bytes.begin() + n))
+                  .status().code(),
+              StatusCode::kCorruption)
+        << n;
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(DecodeJobCatalog(longer).ok());
+  auto rank = DecodeRankCatalog(EncodeRankCatalog(SomeRank(3, 1)));
+  ASSERT_TRUE(rank.ok());
+  EXPECT_EQ(rank->lane, 1);
+  EXPECT_EQ(rank->entries[0].name, "w");
+}
+
+TEST(Wire, ElasticInventoryAndLocatedBadItemsRoundTrip) {
+  ElasticInventory inv;
+  inv.remote.remote_complete = {9};
+  inv.remote.remote_lineage = {77};
+  ElasticStoreRecord s;
+  s.node = 5;
+  s.lane = 1;
+  s.name = "/memento.j.n_5-ab.r1.elastic.42";
+  s.catalog = {1, 2, 3};
+  s.items.items = {Item(4, placement::ItemKind::kReplica, 6, -1, -1, 1000, true)};
+  s.items.item_lineage = {77};
+  inv.stores.push_back(s);
+  const std::vector<uint8_t> bytes = EncodeElasticInventory(inv);
+  auto back = DecodeElasticInventory(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->remote.remote_complete, inv.remote.remote_complete);
+  ASSERT_EQ(back->stores.size(), 1u);
+  EXPECT_EQ(back->stores[0].name, s.name);
+  EXPECT_EQ(back->stores[0].catalog, s.catalog);
+  ASSERT_EQ(back->stores[0].items.items.size(), 1u);
+  EXPECT_EQ(back->stores[0].items.items[0].node, 5);  // the store's, not the sender's
+  EXPECT_EQ(back->stores[0].items.items[0].lane, 1);
+  EXPECT_EQ(back->stores[0].items.item_lineage[0], 77u);
+  EXPECT_FALSE(DecodeElasticInventory(std::vector<uint8_t>(bytes.begin(), bytes.end() - 1)).ok());
+
+  placement::InventoryItem bad = Item(4, placement::ItemKind::kParity, 1, 2, 3, 0, false);
+  bad.node = 6;
+  bad.lane = 2;
+  auto items = DecodeLocatedBadItems(EncodeLocatedBadItems({bad}));
+  ASSERT_TRUE(items.ok());
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].node, 6);
+  EXPECT_EQ((*items)[0].lane, 2);
+  EXPECT_EQ((*items)[0].stripe, 2);
+  EXPECT_EQ((*items)[0].row, 3);
+  EXPECT_FALSE(DecodeLocatedBadItems(std::vector<uint8_t>(7)).ok());
 }
 
 }  // namespace

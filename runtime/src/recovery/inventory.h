@@ -1,0 +1,39 @@
+// The restore inventory, shared by the plain restore (recovery_executor.h)
+// and the elastic one (elastic_restorer.h): what a node store holds, from its
+// seal records alone, and which run's versions a restore considers.
+//
+// Thread-safety: pure functions (StoreItems reads the store's headers).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memento/runtime/node_store.h"
+#include "protect/protection_layout.h"
+#include "transport/wire.h"
+
+namespace memento::runtime {
+
+// Every item of every sealed slot of `store`, written by the rank that
+// `layout` describes: its shard (ok when every entry's seal record is) and
+// each region it holds for peers, with the slot's lineage. Problems of seal
+// records are appended to `notes`. No payload is hashed.
+wire::Inventory StoreItems(const NodeStore& store, const ProtectionLayout& layout,
+                           std::vector<std::string>* notes);
+
+// Which run a restore considers: the remote (version, lineage) pairs every
+// rank sees complete, and the newest lineage among them and every item
+// (lineage ids grow with the time a run started). `remote_of_rank`: each
+// rank's remote versions; `items`: every inventory whose items count.
+struct LineageChoice {
+  std::set<std::pair<uint64_t, uint64_t>> remote;
+  std::optional<uint64_t> newest;  // none: nothing anywhere
+};
+LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& remote_of_rank,
+                                  const std::vector<const wire::Inventory*>& items);
+
+}  // namespace memento::runtime

@@ -24,6 +24,18 @@ def fail(msg):
     sys.exit(1)
 
 
+def run_driver(cmd, results, what):
+    """Runs the driver; its records."""
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=1500)
+    print(p.stdout)
+    if p.returncode != 0:
+        fail("%s exited %d" % (what, p.returncode))
+    with open(os.path.join(results, "check.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
 def main():
     results = tempfile.mkdtemp(prefix="memento-rr-test-")
     cmd = [sys.executable, DRIVER, "--schemes", "replica:2", "--nodes", "4", "--failures", "2",
@@ -31,14 +43,7 @@ def main():
            "--seed", os.environ.get("RR_SEED", "3"), "--name", "check", "--no-plots",
            "--results", results, "--cli", os.environ["MEMENTO_TEST_CLI"],
            "--demo", os.environ["MEMENTO_TEST_DEMO"]]
-    print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=1500)
-    print(p.stdout)
-    if p.returncode != 0:
-        fail("driver exited %d" % p.returncode)
-    with open(os.path.join(results, "check.jsonl")) as f:
-        recs = [json.loads(line) for line in f]
+    recs = run_driver(cmd, results, "driver")
     trials = [r for r in recs if r["record"] == "trial"]
     if len(trials) != 5:
         fail("expected 5 trials, got %d" % len(trials))
@@ -60,14 +65,9 @@ def main():
     if not os.path.exists(os.path.join(results, "check.md")):
         fail("no report written")
     # --resume with one trial more: the five are reused as they are, one runs.
-    p = subprocess.run(cmd[:cmd.index("--trials") + 1] + ["6"] + cmd[cmd.index("--trials") + 2:]
-                       + ["--resume"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=1500)
-    print(p.stdout)
-    if p.returncode != 0:
-        fail("resumed driver exited %d" % p.returncode)
-    with open(os.path.join(results, "check.jsonl")) as f:
-        again = [json.loads(line) for line in f]
+    at = cmd.index("--trials")
+    again = run_driver(cmd[:at + 1] + ["6"] + cmd[at + 2:] + ["--resume"], results,
+                       "resumed driver")
     trials6 = [r for r in again if r["record"] == "trial"]
     if trials6[:5] != trials or len(trials6) != 6:
         fail("--resume did not keep the 5 trials and add one: %d trials" % len(trials6))

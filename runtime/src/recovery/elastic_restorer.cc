@@ -15,6 +15,7 @@
 #include "protect/reduce_chain.h"
 #include "recovery/inventory.h"
 #include "recovery/partial_decode.h"
+#include "recovery/shard_io.h"
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
@@ -50,25 +51,6 @@ Result<ProtectionLayout> OldLayout(const wire::JobCatalog& c, int node, int lane
     }
   }
   return ProtectionLayout::Build(c.scheme, records, node * c.lanes + lane, entry_bytes);
-}
-
-// Reads [begin, begin + len) of the shard whose entries are the first
-// regions of `store`'s slot (zero beyond its end).
-Status ReadShardRange(const NodeStore& store, int entries, int slot, uint64_t begin, uint64_t len,
-                      uint8_t* dst) {
-  uint64_t base = 0;
-  std::memset(dst, 0, len);
-  for (int i = 0; i < entries && len > 0; ++i) {
-    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store.ReadRegion(slot, i));
-    const uint64_t end = base + view.length;
-    if (begin < end && begin + len > base) {
-      const uint64_t from = std::max(begin, base);
-      const uint64_t to = std::min(begin + len, end);
-      std::memcpy(dst + (from - begin), view.data + (from - base), to - from);
-    }
-    base = end;
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -261,8 +243,6 @@ Status ElasticRestorer::AdoptTopology(const wire::JobCatalog& c) {
   old_scheme_ = c.scheme;
   old_nodes_ = c.nodes;
   old_lanes_ = c.lanes;
-  old_shard_bytes_ = c.shard_bytes;
-  old_entry_count_ = c.entry_count;
   old_ranks_.assign(static_cast<size_t>(old_nodes_) * old_lanes_, {});
   MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout layout, OldLayout(c, 0, 0, {}));
   old_pl_.emplace(std::move(layout));
@@ -446,7 +426,7 @@ Result<bool> ElasticRestorer::VerifyReads(const placement::RecoveryPlan& plan,
         item.kind = placement::ItemKind::kShard;
         item.owner = in.node;
         const int entries =
-            static_cast<int>(old_entry_count_.at(static_cast<size_t>(in.node) * old_lanes_ + dec.lane));
+            static_cast<int>(old_pl_->entry_count(in.node, dec.lane));
         for (int e = 0; e < entries; ++e) check(in.node, dec.lane, e, item);
       }
     }
@@ -527,6 +507,13 @@ Status ElasticRestorer::RunDecodes() {
     chains.push_back(std::move(chain));
     info.push_back(all_info[c]);
   }
+  // The entry sizes of every old shard this rank reads data rows of.
+  std::map<std::pair<int, int>, std::vector<uint64_t>> entry_bytes;
+  for (const auto& s : mine_) {
+    for (const auto& e : Old(s->node, s->lane).catalog.entries) {
+      entry_bytes[{s->node, s->lane}].push_back(e.bytes);
+    }
+  }
   auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
                     uint8_t* dst) -> Status {
     const placement::StripeDecode& dec = plan_.decodes[info[c].decode];
@@ -536,9 +523,7 @@ Status ElasticRestorer::RunDecodes() {
     auto slot = s->store.FindVersion(plan_.version, lineage_);
     if (!slot) return Status::NotFound(V(plan_.version) + " not in " + s->name);
     if (!in.parity) {
-      const int entries =
-          static_cast<int>(old_entry_count_.at(static_cast<size_t>(in.node) * old_lanes_ + dec.lane));
-      return ReadShardRange(s->store, entries, *slot,
+      return ReadShardRange(s->store, *slot, entry_bytes.at({in.node, dec.lane}),
                             static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len, dst);
     }
     const int region = s->layout->ParityRegion(dec.stripe, in.row);
@@ -558,9 +543,8 @@ Status ElasticRestorer::RunDecodes() {
     if (chains[c].dst_rank != me) continue;
     const placement::StripeDecode& dec = plan_.decodes[info[c].decode];
     const placement::StripeRow& rb = dec.rebuilt[info[c].rebuilt];
-    const size_t k = static_cast<size_t>(rb.node) * old_lanes_ + dec.lane;
     std::vector<uint8_t>& shard = decoded_[{rb.node, dec.lane}];
-    shard.resize(old_shard_bytes_.at(k));
+    shard.resize(old_pl_->shard_bytes(rb.node, dec.lane));
     const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes;
     MEMENTO_CHECK_LE(at + rows[c].size(), shard.size());
     std::memcpy(shard.data() + at, rows[c].data(), rows[c].size());

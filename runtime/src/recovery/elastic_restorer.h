@@ -145,8 +145,6 @@ class ElasticRestorer {
   std::string old_scheme_;
   int old_nodes_ = 0;
   int old_lanes_ = 0;
-  std::vector<uint64_t> old_shard_bytes_;
-  std::vector<uint32_t> old_entry_count_;
   std::optional<ProtectionLayout> old_pl_;  // the old topology, as its rank 0
   std::vector<OldRank> old_ranks_;          // node-major
   std::vector<int> old_node_of_new_;        // per new node

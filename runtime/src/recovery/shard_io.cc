@@ -18,7 +18,9 @@ constexpr uint64_t kPiece = 256 << 10;
 
 ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
                  const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport)
-    : entries_(entries), store_(store), layout_(layout), remote_(remote), transport_(transport) {}
+    : entries_(entries), store_(store), layout_(layout), remote_(remote), transport_(transport) {
+  for (const RegisteredEntry& e : *entries_) entry_bytes_.push_back(e.bytes);
+}
 
 Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const {
   crcs->assign(entries_->size(), 0);
@@ -130,18 +132,27 @@ Status ShardIo::ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t 
     }
     return Status::Ok();
   }
-  for (size_t i = 0; i < entries_->size(); ++i) {
-    const RegisteredEntry& e = (*entries_)[i];
-    const uint64_t eb = layout_->entry_base(static_cast<int>(i));
-    const uint64_t ee = eb + e.bytes;
+  return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);
+}
+
+Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,
+                      uint64_t begin, uint64_t len, uint8_t* dst) {
+  std::memset(dst, 0, len);
+  const uint64_t end = begin + len;
+  uint64_t eb = 0;
+  for (size_t i = 0; i < entry_bytes.size(); ++i) {
+    const uint64_t ee = eb + entry_bytes[i];
     const uint64_t lo = std::max(eb, begin), hi = std::min(ee, end);
-    if (lo >= hi) continue;
-    MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(slot, static_cast<int>(i)));
-    if (view.length != e.bytes) {
-      return Status::Corruption("entry '" + e.name + "' holds " + std::to_string(view.length) +
-                                " bytes, expected " + std::to_string(e.bytes));
+    if (lo < hi) {
+      MEMENTO_ASSIGN_OR_RETURN(RegionView view, store.ReadRegion(slot, static_cast<int>(i)));
+      if (view.length != entry_bytes[i]) {
+        return Status::Corruption("entry '" + store.layout().regions[i].name + "' holds " +
+                                  std::to_string(view.length) + " bytes, expected " +
+                                  std::to_string(entry_bytes[i]));
+      }
+      std::memcpy(dst + (lo - begin), view.data + (lo - eb), hi - lo);
     }
-    std::memcpy(dst + (lo - begin), view.data + (lo - eb), hi - lo);
+    eb = ee;
   }
   return Status::Ok();
 }

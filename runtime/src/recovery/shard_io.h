@@ -21,6 +21,13 @@
 
 namespace memento::runtime {
 
+// Bytes [begin, begin + len) of the shard whose entries (of `entry_bytes`
+// bytes each, in order) are the first regions of `store`'s sealed `slot`,
+// into dst (zero beyond its end). Corruption naming the entry when a sealed
+// length differs.
+Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,
+                      uint64_t begin, uint64_t len, uint8_t* dst);
+
 class ShardIo {
  public:
   // Everything is borrowed; `remote` may be null (no remote tier).
@@ -61,6 +68,7 @@ class ShardIo {
 
  private:
   const std::vector<RegisteredEntry>* entries_;
+  std::vector<uint64_t> entry_bytes_;  // of *entries_, for ReadShardRange
   const NodeStore* store_;
   const ProtectionLayout* layout_;
   RemoteStore* remote_;

@@ -17,6 +17,7 @@
 #include "harness/spawn.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
 #include "memento/runtime/shm_segment.h"
 
 namespace memento::runtime {
@@ -230,6 +231,14 @@ TEST_P(ElasticScheme, EightToSixAfterLosingTwo) {
   Lose(Topo{}, {1, 4});
   const Topo six{6, 1, {0, 2, 3, 5, 6, 7}};
   Spawn(6, [&](RankContext& ctx) { RestoreElastic(ctx, six, scheme, {3, false}, false); });
+  // Protected under the new topology, the old stores are gone.
+  testing::OnDriver([] {
+    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
+    ASSERT_TRUE(names.ok());
+    for (const std::string& n : *names) {
+      EXPECT_EQ(n.find(NodeStore::kElasticSuffix), std::string::npos) << n;
+    }
+  });
   // Protected under the new topology: losing one of the six is survivable.
   Lose(Topo{}, {3});
   Spawn(6, [&](RankContext& ctx) { RestorePlain(ctx, six, scheme, 4); });
@@ -303,6 +312,35 @@ TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
         << report.status().ToString();
   });
   Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// An entry without a tensor layout (opaque bytes) has no slicing to follow:
+// refused onto another rank count, naming it.
+TEST(Elastic, OpaqueEntryOntoAnotherRankCountIsRefusedByName) {
+  auto open = [](RankContext& ctx, const Topo& t, bool elastic, std::vector<uint8_t>* blob) {
+    auto ck = Checkpointer::Create(MakeConfig(t, ctx.rank(), "replica:2", elastic, false),
+                                   ctx.transport());
+    EXPECT_TRUE(ck.ok());
+    blob->assign(64, static_cast<uint8_t>(ctx.rank()));
+    EXPECT_TRUE((*ck)->RegisterBuffer("optimizer.blob", blob->data(), blob->size()).ok());
+    return std::move(ck).value();
+  };
+  Spawn(4, [&](RankContext& ctx) {
+    std::vector<uint8_t> blob;
+    auto ck = open(ctx, Topo{4, 1, {}}, false, &blob);
+    ASSERT_TRUE(ck->Save(1).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+  });
+  Spawn(3, [&](RankContext& ctx) {
+    std::vector<uint8_t> blob;
+    auto ck = open(ctx, Topo{3, 1, {0, 1, 2}}, true, &blob);
+    auto report = ck->Restore();
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(report.status().message().find("'optimizer.blob'"), std::string::npos)
+        << report.status().ToString();
+  });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 

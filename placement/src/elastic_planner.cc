@@ -306,7 +306,8 @@ class Planner {
                                          " bytes, the checkpoint's " +
                                          std::to_string(old_rank.entries[e].bytes));
         }
-        ElasticPiece p = Choose(rc.node, {{static_cast<int>(k), static_cast<int>(e)}}, ce.bytes);
+        ElasticPiece p =
+            Choose(rc.node, rc.lane, {{static_cast<int>(k), static_cast<int>(e)}}, ce.bytes);
         out.push_back(std::move(p));
         return out;
       }
@@ -319,7 +320,7 @@ class Planner {
       if (!box) continue;
       const uint64_t bytes = static_cast<uint64_t>(Volume(box->second)) * o.elem;
       if (bytes == 0) continue;
-      ElasticPiece p = Choose(rc.node, d.copies, bytes);
+      ElasticPiece p = Choose(rc.node, rc.lane, d.copies, bytes);
       p.offsets = box->first;
       p.shape = box->second;
       out.push_back(std::move(p));
@@ -327,21 +328,26 @@ class Planner {
     return out;
   }
 
-  // Picks the copy a piece is read from (the rules in the header).
-  ElasticPiece Choose(int node, const std::vector<Copy>& copies, uint64_t bytes) {
+  // Picks the copy a piece is read from (the rules in the header) for the new
+  // rank (node, lane).
+  ElasticPiece Choose(int node, int lane, const std::vector<Copy>& copies, uint64_t bytes) {
     const Copy* best = nullptr;
-    int best_rank = 4;  // 0 own node, 1 a peer's memory, 2 decode, 3 remote
+    // 0 the own shard of the old rank at this node and lane, 1 another copy on
+    // the own node, 2 a peer's memory, 3 decode, 4 remote.
+    int best_rank = 5;
     for (const Copy& c : copies) {
       const OldSource& src = sources_[c.rank];
-      int r = 3;
+      int r = 4;
       if (src.kind == PieceSource::kShard || src.kind == PieceSource::kReplica) {
-        r = src.node == node ? 0 : 1;
+        r = src.node != node ? 2
+            : src.kind == PieceSource::kShard && in_.old_ranks[c.rank].lane == lane ? 0
+                                                                                     : 1;
       } else if (src.kind == PieceSource::kDecoded) {
-        r = 2;
+        r = 3;
       }
       const bool better =
           r < best_rank ||
-          (r == 1 && best_rank == 1 &&
+          (r == 2 && best_rank == 2 &&
            plan_.served_bytes_per_node[src.node] < plan_.served_bytes_per_node[sources_[best->rank].node]);
       if (better) {
         best = &c;
@@ -349,15 +355,15 @@ class Planner {
       }
     }
     const OldSource& src = sources_[best->rank];
-    if (best_rank == 1) plan_.served_bytes_per_node[src.node] += bytes;
+    if (best_rank == 2) plan_.served_bytes_per_node[src.node] += bytes;
     ElasticPiece p;
     p.old_node = in_.old_ranks[best->rank].node;
     p.old_lane = in_.old_ranks[best->rank].lane;
     p.old_entry = best->entry;
     p.bytes = bytes;
     p.source = src.kind;
-    p.serve_node = best_rank <= 1 ? src.node : -1;
-    p.serve_lane = best_rank <= 1 ? src.lane : 0;
+    p.serve_node = best_rank <= 2 ? src.node : -1;
+    p.serve_lane = best_rank <= 2 ? src.lane : 0;
     bool on_node = false;
     for (const Copy& c : copies) {
       const OldSource& s = sources_[c.rank];

@@ -235,6 +235,50 @@ def test_layout_mismatch_names_the_tensor(job):
             ck.restore()
 
 
+def test_sharded_tensors_carry_their_place_and_bad_specs_are_refused(job):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    w = torch.arange(6.0).reshape(2, 3)
+    with memento.Checkpointer(job=job, elastic=True) as ck:
+        assert "MEMENTO_ELASTIC=1" in ck.config
+        ck.register(model, opt, shards={"model.weight": ((6, 4), (3, 0))})
+        ck.register("w", w, global_shape=(4, 3), offsets=(2, 0))
+        # Adam's moments of the weight are sharded like it; its step and the
+        # bias' state are not.
+        assert ck.placements() == {"model.weight": ((6, 4), (3, 0)),
+                                   "optimizer.state.0.exp_avg": ((6, 4), (3, 0)),
+                                   "optimizer.state.0.exp_avg_sq": ((6, 4), (3, 0)),
+                                   "w": ((4, 3), (2, 0))}
+        assert len(ck.tensors()) == 9
+        ck.save(1)
+        ck.wait()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            model.weight.zero_()
+            w.zero_()
+        assert int(ck.restore()) == 1
+        assert same_bits(model.weight, before["weight"])
+        assert same_bits(w, torch.arange(6.0).reshape(2, 3))
+
+    with memento.Checkpointer(job=job + "b") as ck:
+        with pytest.raises(memento.InvalidArgumentError, match="one value per dimension"):
+            ck.register("y", torch.zeros(2, 2), global_shape=(4,))
+        with pytest.raises(memento.InvalidArgumentError, match="replicated or sharded"):
+            ck.register("r", torch.zeros(2), global_shape=(4,), replicated=True)
+        ck.register("x", torch.zeros(2, 2), global_shape=(3, 2), offsets=(2, 0))
+        with pytest.raises(memento.InvalidArgumentError, match="'x'.*does not fit"):
+            ck.save(1)
+    with memento.Checkpointer(job=job + "c") as ck:
+        ck.register(torch.nn.Linear(2, 2), shards={"model.nope": ((4, 2), (0, 0))})
+        with pytest.raises(memento.InvalidArgumentError, match="no registered tensor is named "
+                           "'model.nope'"):
+            ck.save(1)
+    from conftest import remove_segments
+    remove_segments(job + "b")
+    remove_segments(job + "c")
+
+
 def test_lazily_created_state_reregisters_once(job):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)

@@ -40,6 +40,21 @@ replicated=True (data parallel): parameters and optimizer state are the same
 on every rank; each rank stores 1/N of their bytes and restore() gathers the
 rest. Module buffers are never replicated.
 
+Sharded tensors and elastic restore. A tensor that is this rank's slice of a
+global tensor (tensor, pipeline or ZeRO parallel) is registered with its place:
+    ck.register("w", w_shard, global_shape=(4096, 1024), offsets=(512, 0))
+    ck.register(model, optimizer, shards={"model.fc.weight": ((4096, 1024), (512, 0))})
+(`shards` maps entry names to (global_shape, offsets); optimizer state with its
+parameter's shape is sharded like the parameter). A job relaunched on another
+number of nodes or ranks with elastic=True (MEMENTO_ELASTIC=1), each rank having
+registered its new slices, gets them from the old slices that survive in memory
+(remote storage only for what memory lacks); replicated tensors are re-cut over
+the new ranks. The report's `elastic` is True then. Each new rank gets the extra
+state of one old rank (of its own node when that node survived): the step, which
+all ranks share, and that rank's generator states and `extra` objects; state
+that differs per rank (a sampler's position, per-rank seeds) should be derived
+again from the step and the new rank.
+
 Errors are MementoError subclasses, one per status code (NotFoundError,
 FailedPreconditionError, ...; InvalidArgumentError is also a ValueError).
 Log lines go to logging.getLogger("memento").
@@ -100,7 +115,8 @@ class RestoreReport:
 
     Attributes: step, version, entries (list of {name, bytes, crc, source}),
     lost_nodes, source_detail, bytes_sent, bytes_received, reprotect_mode,
-    inventory_s, plan_s, transfer_s, reprotect_s, notes, summary.
+    inventory_s, plan_s, transfer_s, reprotect_s, elastic (restored onto another
+    topology), elastic_plan, notes, summary.
     """
 
     def __init__(self, d):
@@ -157,6 +173,19 @@ def _prime_adam(optimizer):
     return created
 
 
+def _shard_spec(where, global_shape, offsets, dim):
+    """(global_shape, offsets) as tuples of ints; offsets default to zeros."""
+    try:
+        global_shape = tuple(int(x) for x in global_shape)
+        offsets = tuple(int(x) for x in offsets) if offsets is not None else (0,) * len(global_shape)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("%s: global_shape and offsets are sequences of ints" % where)
+    if len(offsets) != len(global_shape) or (dim is not None and len(global_shape) != dim):
+        raise InvalidArgumentError("%s: global_shape %s and offsets %s need one value per "
+                                   "dimension of the tensor" % (where, global_shape, offsets))
+    return global_shape, offsets
+
+
 def _optimizer_params(optimizer):
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -176,22 +205,40 @@ class Checkpointer:
                     % (key, ", ".join(sorted(keywords))))
             if value is None:
                 continue
+            if isinstance(value, bool):
+                value = int(value)
             variables[keywords[key]] = str(value)
         self._impl = _memento._Checkpointer(variables, launcher, int(extra_capacity))
-        self._sources = []      # (kind, prefix, object, replicated)
+        self._sources = []      # (kind, prefix, object, replicated, shard spec of a tensor)
+        self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
         self._extras = []       # dicts given as extra=
         self._prefixes = set()
         self._counts = {"model": 0, "optimizer": 0}
         _flush_logs()
 
     # ---- registration ----------------------------------------------------------------------
-    def register(self, *objects, extra=None, replicated=False, **named):
-        """register(model, optimizer, extra={...}) | register("name", tensor) | register(enc=m)."""
+    def register(self, *objects, extra=None, replicated=False, shards=None, global_shape=None,
+                 offsets=None, **named):
+        """register(model, optimizer, extra={...}) | register("name", tensor) | register(enc=m).
+
+        global_shape / offsets: the one tensor registered is this rank's slice of a global
+        tensor. shards: {entry name: (global_shape, offsets)} for entries of modules and
+        optimizers registered by any call.
+        """
+        spec = None
+        if global_shape is not None or offsets is not None:
+            tensors = [o for o in objects[1:] if isinstance(o, torch.Tensor)] + \
+                [o for o in named.values() if isinstance(o, torch.Tensor)]
+            if global_shape is None or len(tensors) != 1 or len(objects) + len(named) not in (1, 2):
+                raise InvalidArgumentError(
+                    "register(global_shape=, offsets=) places one tensor: register(name, tensor, "
+                    "global_shape=..., offsets=...)")
+            spec = _shard_spec("register", global_shape, offsets, tensors[0].dim())
         if len(objects) == 2 and isinstance(objects[0], str):
             name, tensor = objects
             if not isinstance(tensor, torch.Tensor):
                 raise InvalidArgumentError("register(%r, ...): not a tensor" % name)
-            self._add("tensor", name, tensor, replicated)
+            self._add("tensor", name, tensor, replicated, spec)
         else:
             for obj in objects:
                 if isinstance(obj, torch.nn.Module):
@@ -208,10 +255,21 @@ class Checkpointer:
             elif isinstance(obj, torch.optim.Optimizer):
                 self._add("optimizer", prefix + ".", obj, replicated)
             elif isinstance(obj, torch.Tensor):
-                self._add("tensor", prefix, obj, replicated)
+                self._add("tensor", prefix, obj, replicated, spec)
             else:
                 raise InvalidArgumentError("register(%s=...): %r is not a Module, an Optimizer "
                                            "or a tensor" % (prefix, type(obj).__name__))
+        if shards is not None:
+            if not isinstance(shards, dict):
+                raise InvalidArgumentError("register(shards=...) takes a dict {entry name: "
+                                           "(global_shape, offsets)}")
+            for name, value in shards.items():
+                if name in self._shards:
+                    raise InvalidArgumentError("register(shards=...): %r is sharded twice" % name)
+                if not isinstance(value, (tuple, list)) or len(value) != 2:
+                    raise InvalidArgumentError("register(shards=...): %r needs (global_shape, "
+                                               "offsets)" % name)
+                self._shards[name] = _shard_spec("shards[%r]" % name, value[0], value[1], None)
         if extra is not None:
             if not isinstance(extra, dict):
                 raise InvalidArgumentError("register(extra=...) takes a dict")
@@ -223,31 +281,66 @@ class Checkpointer:
         self._counts[kind] += 1
         return kind + ("" if n == 0 else str(n)) + "."
 
-    def _add(self, kind, prefix, obj, replicated):
+    def _add(self, kind, prefix, obj, replicated, spec=None):
         if prefix in self._prefixes:
             raise InvalidArgumentError("register: %r is registered twice" % prefix)
+        if spec is not None and replicated:
+            raise InvalidArgumentError("register(%r): a tensor is replicated or sharded, "
+                                       "not both" % prefix)
         self._prefixes.add(prefix)
         if kind == "optimizer":
             _prime_adam(obj)
-        self._sources.append((kind, prefix, obj, bool(replicated)))
+        self._sources.append((kind, prefix, obj, bool(replicated), spec))
 
     def tensors(self):
         """[(name, tensor, replicated)] as registered now, in registration order."""
+        return [entry[:3] for entry in self._entries()]
+
+    def placements(self):
+        """{name: (global_shape, offsets)} of the tensors registered as slices of global ones."""
+        return {e[0]: (e[3], e[4]) for e in self._entries() if e[3] is not None}
+
+    def _entries(self):
+        """[(name, tensor, replicated, global_shape, offsets)] as registered now, in order.
+
+        global_shape and offsets are None for a tensor that is not a slice of a global one.
+        """
         out = []
-        for kind, prefix, obj, replicated in self._sources:
+        by_param = {}  # id(parameter) -> shard spec, for its optimizer state
+        used = set()
+
+        def add(name, t, replicated, spec=None):
+            if spec is None and name in self._shards:
+                spec = self._shards[name]
+                used.add(name)
+            out.append((name, t.detach(), replicated) + (spec if spec else (None, None)))
+
+        for kind, prefix, obj, _, _ in self._sources:
+            if kind == "module":
+                for key, t in obj.state_dict(keep_vars=True).items():
+                    if prefix + key in self._shards:
+                        by_param[id(t)] = self._shards[prefix + key]
+        for kind, prefix, obj, replicated, spec in self._sources:
             if kind == "tensor":
-                out.append((prefix, obj.detach(), replicated))
+                add(prefix, obj, replicated, spec)
             elif kind == "module":
                 params = {n for n, _ in obj.named_parameters()}
                 for key, t in obj.state_dict(keep_vars=True).items():
                     if isinstance(t, torch.Tensor):
-                        out.append((prefix + key, t.detach(), replicated and key in params))
+                        add(prefix + key, t, replicated and key in params)
             else:
                 for i, p in enumerate(_optimizer_params(obj)):
                     for key, value in obj.state.get(p, {}).items():
                         if isinstance(value, torch.Tensor):
-                            out.append(("%sstate.%d.%s" % (prefix, i, key), value.detach(),
-                                        replicated))
+                            # Moments shaped like the parameter are sliced like it;
+                            # Adam's step counter is not, whatever its shape.
+                            inherited = (by_param.get(id(p)) if value.shape == p.shape
+                                         and key != "step" and not replicated else None)
+                            add("%sstate.%d.%s" % (prefix, i, key), value, replicated, inherited)
+        unknown = sorted(set(self._shards) - used)
+        if unknown:
+            raise InvalidArgumentError("register(shards=...): no registered tensor is named %s"
+                                       % ", ".join(repr(n) for n in unknown))
         return out
 
     # ---- extra state -----------------------------------------------------------------------
@@ -259,7 +352,7 @@ class Checkpointer:
         except ImportError:
             pass
         optim = {}
-        for kind, prefix, obj, _ in self._sources:
+        for kind, prefix, obj, _, _ in self._sources:
             if kind != "optimizer":
                 continue
             scalars = {}
@@ -283,7 +376,7 @@ class Checkpointer:
         if "numpy" in state:
             import numpy
             numpy.random.set_state(state["numpy"])
-        for kind, prefix, obj, _ in self._sources:
+        for kind, prefix, obj, _, _ in self._sources:
             if kind != "optimizer" or prefix not in state["optimizers"]:
                 continue
             saved = state["optimizers"][prefix]
@@ -310,7 +403,7 @@ class Checkpointer:
             if not self._impl.would_save(int(step)):
                 self._impl.save(int(step))
                 return
-            self._impl.set_tensors(self.tensors())
+            self._impl.set_tensors(self._entries())
             self._impl.set_user_state(pickle.dumps(self._extra_state(), protocol=4))
             self._impl.save(int(step))
         finally:
@@ -322,7 +415,7 @@ class Checkpointer:
         Returns a RestoreReport (usable as the int step) or None when there is none.
         """
         try:
-            self._impl.set_tensors(self.tensors())
+            self._impl.set_tensors(self._entries())
             report = self._impl.restore()
             if report is None:
                 return None

@@ -1,6 +1,7 @@
 // _memento: the extension under the `memento` Python package (see
 // memento/__init__.py for the user-facing API). Holds one TorchCheckpointer;
-// tensors arrive as a list of (name, tensor, replicated) enumerated in Python
+// tensors arrive as a list of (name, tensor, replicated, global_shape,
+// offsets) enumerated in Python
 // at every call, so Python decides names and the adapter checks them.
 //
 // GIL: every call that may wait (save, restore, the waits, close) releases
@@ -78,6 +79,8 @@ py::dict ReportDict(const RestoreResult& r) {
   d["bytes_sent"] = rep.stats.bytes_sent;
   d["bytes_received"] = rep.stats.bytes_received;
   d["reprotect_mode"] = rep.stats.reprotect_mode;
+  d["elastic"] = rep.elastic;
+  d["elastic_plan"] = rep.elastic_plan;
   d["inventory_s"] = rep.stats.inventory_s;
   d["plan_s"] = rep.stats.plan_s;
   d["transfer_s"] = rep.stats.transfer_s;
@@ -115,10 +118,20 @@ class PyCheckpointer {
     config_ = config.ToString();
   }
 
-  void SetTensors(const std::vector<std::tuple<std::string, at::Tensor, bool>>& list) {
+  // (name, tensor, replicated, global_shape or None, offsets or None).
+  using TensorTuple = std::tuple<std::string, at::Tensor, bool, std::optional<std::vector<int64_t>>,
+                                 std::optional<std::vector<int64_t>>>;
+  void SetTensors(const std::vector<TensorTuple>& list) {
     std::vector<NamedTensor> v;
     v.reserve(list.size());
-    for (const auto& [name, t, replicated] : list) v.push_back({name, t, replicated});
+    for (const auto& [name, t, replicated, global_shape, offsets] : list) {
+      NamedTensor nt{name, t, replicated, std::nullopt, at::Tensor()};
+      if (global_shape) {
+        nt.shard = ShardSpec{*global_shape,
+                             offsets ? *offsets : std::vector<int64_t>(global_shape->size(), 0)};
+      }
+      v.push_back(std::move(nt));
+    }
     *tensors_ = std::move(v);
   }
 

@@ -20,8 +20,8 @@ std::string StateKey(const at::Tensor& param) {
 }
 
 void Add(std::vector<NamedTensor>& out, const std::string& name, const at::Tensor& t,
-         bool replicated) {
-  if (t.defined()) out.push_back({name, t, replicated});
+         bool replicated, const at::Tensor& state_of = at::Tensor()) {
+  if (t.defined()) out.push_back({name, t, replicated, std::nullopt, state_of});
 }
 
 }  // namespace
@@ -81,21 +81,21 @@ std::vector<NamedTensor> OptimizerTensors(torch::optim::Optimizer& optimizer,
       if (it == state.end()) continue;
       torch::optim::OptimizerParamState* s = it->second.get();
       if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(s)) {
-        Add(out, base + "exp_avg", a->exp_avg(), replicated);
-        Add(out, base + "exp_avg_sq", a->exp_avg_sq(), replicated);
-        Add(out, base + "max_exp_avg_sq", a->max_exp_avg_sq(), replicated);
+        Add(out, base + "exp_avg", a->exp_avg(), replicated, param);
+        Add(out, base + "exp_avg_sq", a->exp_avg_sq(), replicated, param);
+        Add(out, base + "max_exp_avg_sq", a->max_exp_avg_sq(), replicated, param);
       } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(s)) {
-        Add(out, base + "exp_avg", w->exp_avg(), replicated);
-        Add(out, base + "exp_avg_sq", w->exp_avg_sq(), replicated);
-        Add(out, base + "max_exp_avg_sq", w->max_exp_avg_sq(), replicated);
+        Add(out, base + "exp_avg", w->exp_avg(), replicated, param);
+        Add(out, base + "exp_avg_sq", w->exp_avg_sq(), replicated, param);
+        Add(out, base + "max_exp_avg_sq", w->max_exp_avg_sq(), replicated, param);
       } else if (auto* g = dynamic_cast<torch::optim::SGDParamState*>(s)) {
-        Add(out, base + "momentum_buffer", g->momentum_buffer(), replicated);
+        Add(out, base + "momentum_buffer", g->momentum_buffer(), replicated, param);
       } else if (auto* r = dynamic_cast<torch::optim::RMSpropParamState*>(s)) {
-        Add(out, base + "square_avg", r->square_avg(), replicated);
-        Add(out, base + "momentum_buffer", r->momentum_buffer(), replicated);
-        Add(out, base + "grad_avg", r->grad_avg(), replicated);
+        Add(out, base + "square_avg", r->square_avg(), replicated, param);
+        Add(out, base + "momentum_buffer", r->momentum_buffer(), replicated, param);
+        Add(out, base + "grad_avg", r->grad_avg(), replicated, param);
       } else if (auto* d = dynamic_cast<torch::optim::AdagradParamState*>(s)) {
-        Add(out, base + "sum", d->sum(), replicated);
+        Add(out, base + "sum", d->sum(), replicated, param);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "extra_state.h"
 #include "memento/runtime/log.h"
@@ -32,6 +33,9 @@ constexpr const char* kStepKey = "memento.step";
 constexpr const char* kCpuRngKey = "memento.rng.cpu";
 constexpr const char* kCudaRngKey = "memento.rng.cuda.";
 constexpr const char* kUserPrefix = "user.";
+// The exchange of replicated ranges after a restore: its tag and message size.
+constexpr int kReplicatedTag = runtime::kFirstApplicationTag;
+constexpr uint64_t kGatherChunk = 64ull << 20;
 
 std::string Join(const std::vector<int64_t>& v) {
   std::string s;
@@ -40,18 +44,21 @@ std::string Join(const std::vector<int64_t>& v) {
 }
 
 // The dtype field of an entry's EntryLayout: the dtype, then the strides when
-// the tensor is not contiguous and the device when it is not the CPU.
+// the tensor is not contiguous and the device type when it is not the CPU
+// (not its index: ranks of one node use different GPUs).
 std::string DTypeField(const at::Tensor& t) {
   std::string s = DTypeName(t.scalar_type());
   if (!t.is_contiguous()) s += " strides=" + Join(t.strides().vec());
-  if (!t.device().is_cpu()) s += " device=" + t.device().str();
+  if (!t.device().is_cpu()) s += " device=" + c10::DeviceTypeName(t.device().type(), true);
   return s;
 }
 
 std::string Describe(const runtime::RegionSpec& r) {
   std::string s = r.layout.dtype.empty() ? "bytes" : r.layout.dtype;
   if (!r.layout.shape.empty()) s += " [" + Join(r.layout.shape) + "]";
-  if (r.layout.global_shape != r.layout.shape) s += " of [" + Join(r.layout.global_shape) + "]";
+  if (r.layout.global_shape != r.layout.shape) {
+    s += " at [" + Join(r.layout.offsets) + "] of [" + Join(r.layout.global_shape) + "]";
+  }
   return s + " (" + std::to_string(r.capacity) + " bytes)";
 }
 
@@ -100,7 +107,8 @@ struct Tracked {
   at::ScalarType dtype = at::kByte;
   std::vector<int64_t> sizes, strides;
   at::Device device = at::kCPU;
-  bool in_place = true;  // dense in its storage: registered where it lives
+  std::optional<ShardSpec> shard;
+  bool in_place = true;  // dense in its storage (contiguous when sharded): registered where it lives
   at::Tensor staging;    // contiguous copy otherwise
 
   // Start of the bytes the engine reads and writes.
@@ -113,6 +121,45 @@ struct Piece {
   uint64_t begin = 0;
   uint64_t bytes = 0;
 };
+
+// One entry as registered with the engine.
+struct PlannedEntry {
+  std::string name;
+  void* data = nullptr;
+  uint64_t bytes = 0;
+  runtime::EntryLayout layout;
+};
+
+bool SameShard(const std::optional<ShardSpec>& a, const std::optional<ShardSpec>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || (a->global_shape == b->global_shape && a->offsets == b->offsets);
+}
+
+// Whether `spec` places a tensor of `sizes` inside its global tensor.
+Status CheckShard(const std::string& name, const std::vector<int64_t>& sizes,
+                  const ShardSpec& spec) {
+  const std::string where = "tensor '" + name + "' of shape [" + Join(sizes) + "]";
+  if (sizes.empty()) {
+    return Status::InvalidArgument(where + " has no dimension: it cannot be a slice of a "
+                                   "global tensor (register it whole)");
+  }
+  if (spec.global_shape.size() != sizes.size() || spec.offsets.size() != sizes.size()) {
+    return Status::InvalidArgument(where + ": its shard spec needs one global size and one "
+                                   "offset per dimension (global_shape [" +
+                                   Join(spec.global_shape) + "], offsets [" +
+                                   Join(spec.offsets) + "])");
+  }
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (spec.offsets[d] < 0 || spec.global_shape[d] < 0 ||
+        spec.offsets[d] + sizes[d] > spec.global_shape[d]) {
+      return Status::InvalidArgument(where + " at offsets [" + Join(spec.offsets) +
+                                     "] does not fit in the global shape [" +
+                                     Join(spec.global_shape) + "] (dimension " +
+                                     std::to_string(d) + ")");
+    }
+  }
+  return Status::Ok();
+}
 
 class TorchCheckpointer::Impl {
  public:
@@ -129,6 +176,17 @@ class TorchCheckpointer::Impl {
           "register: tensors are registered before the first Save or Restore");
     }
     sources_.push_back(std::move(source));
+    return Status::Ok();
+  }
+
+  Status AddShard(const std::string& name, ShardSpec spec) {
+    if (engine_) {
+      return Status::FailedPrecondition(
+          "shard: tensors are registered before the first Save or Restore");
+    }
+    if (!shards_.emplace(name, std::move(spec)).second) {
+      return Status::AlreadyExists("shard: '" + name + "' has a shard spec already");
+    }
     return Status::Ok();
   }
 
@@ -241,7 +299,42 @@ class TorchCheckpointer::Impl {
         all.push_back(std::move(nt));
       }
     }
+    MEMENTO_RETURN_IF_ERROR(ApplyShards(&all));
     return all;
+  }
+
+  // Shard specs: SetShard's by name, then optimizer state like its parameter.
+  Status ApplyShards(std::vector<NamedTensor>* all) const {
+    std::set<std::string> used;
+    std::map<const void*, ShardSpec> by_param;
+    for (NamedTensor& nt : *all) {
+      auto it = shards_.find(nt.name);
+      if (it != shards_.end()) {
+        nt.shard = it->second;
+        used.insert(nt.name);
+      }
+      if (nt.shard && !nt.state_of.defined()) by_param[nt.tensor.unsafeGetTensorImpl()] = *nt.shard;
+    }
+    for (const auto& [name, spec] : shards_) {
+      if (!used.count(name)) {
+        return Status::InvalidArgument("shard spec for '" + name +
+                                       "': no registered tensor has that name");
+      }
+    }
+    for (NamedTensor& nt : *all) {
+      if (!nt.shard && nt.state_of.defined() && !nt.replicated &&
+          nt.tensor.sizes() == nt.state_of.sizes()) {
+        auto it = by_param.find(nt.state_of.unsafeGetTensorImpl());
+        if (it != by_param.end()) nt.shard = it->second;
+      }
+      if (!nt.shard) continue;
+      if (nt.replicated) {
+        return Status::InvalidArgument("tensor '" + nt.name +
+                                       "' is registered both replicated and sharded");
+      }
+      MEMENTO_RETURN_IF_ERROR(CheckShard(nt.name, nt.tensor.sizes().vec(), *nt.shard));
+    }
+    return Status::Ok();
   }
 
   static bool SameShape(const Tracked& t, const NamedTensor& n) {
@@ -249,7 +342,8 @@ class TorchCheckpointer::Impl {
     return t.entry.name == n.name && t.entry.replicated == n.replicated &&
            t.dtype == x.scalar_type() && t.sizes == x.sizes().vec() &&
            t.strides == x.strides().vec() && t.device == x.device() &&
-           t.nbytes == static_cast<int64_t>(x.numel() * x.element_size());
+           t.nbytes == static_cast<int64_t>(x.numel() * x.element_size()) &&
+           SameShard(t.shard, n.shard);
   }
 
   // Same names, layouts and data pointers as registered.
@@ -277,7 +371,8 @@ class TorchCheckpointer::Impl {
       if (!SameShape(tracked_[i], current[i])) {
         *layout_changed = true;
         if (first.empty()) {
-          first = "'" + current[i].name + "' changed name, dtype, shape, strides or device";
+          first = "'" + current[i].name +
+                  "' changed name, dtype, shape, strides, device or shard spec";
         }
       } else if (tracked_[i].data != current[i].tensor.data_ptr() && first.empty()) {
         first = "the storage of '" + current[i].name + "' was reallocated";
@@ -319,7 +414,9 @@ class TorchCheckpointer::Impl {
       t.sizes = x.sizes().vec();
       t.strides = x.strides().vec();
       t.device = x.device();
-      t.in_place = x.is_non_overlapping_and_dense();
+      t.shard = nt.shard;
+      // A slice of a global tensor is kept row-major, whatever its strides.
+      t.in_place = t.shard ? x.is_contiguous() : x.is_non_overlapping_and_dense();
       if (!t.in_place) {
         t.staging = at::empty(x.sizes(), x.options().requires_grad(false));
       }
@@ -328,29 +425,48 @@ class TorchCheckpointer::Impl {
     tracked_ = std::move(tracked);
     extra_buf_.assign(options_.extra_capacity, 0);
 
+    planned_ = PlanEntries();
     auto engine = runtime::Checkpointer::Create(config, transport_, nullptr, options_.hooks);
     if (!engine.ok()) return engine.status();
     std::unique_ptr<runtime::Checkpointer> e = std::move(engine).value();
     entry_names_.clear();
     static uint8_t empty_byte = 0;
-    auto reg = [&](const std::string& name, void* data, uint64_t bytes,
-                   runtime::EntryLayout layout) -> Status {
-      entry_names_.push_back(name);
-      return e->RegisterBuffer(name, data != nullptr ? data : &empty_byte, bytes,
-                               std::move(layout));
-    };
+    for (const PlannedEntry& p : planned_) {
+      entry_names_.push_back(p.name);
+      MEMENTO_RETURN_IF_ERROR(e->RegisterBuffer(p.name, p.data != nullptr ? p.data : &empty_byte,
+                                                p.bytes, p.layout));
+    }
+    engine_ = std::move(e);
+    return Status::Ok();
+  }
+
+  // The engine's entries for tracked_ (and pieces_): whole tensors, slices of
+  // global tensors, this rank's byte pieces of the replicated tensors, and the
+  // extra state.
+  std::vector<PlannedEntry> PlanEntries() {
+    std::vector<PlannedEntry> out;
     uint64_t replicated_total = 0;
     for (const Tracked& t : tracked_) {
       if (t.entry.replicated) {
         replicated_total += t.nbytes;
         continue;
       }
-      runtime::EntryLayout layout;
-      layout.dtype = DTypeField(t.entry.tensor);
-      layout.global_shape = t.sizes;
-      layout.shape = t.sizes;
-      layout.offsets.assign(t.sizes.size(), 0);
-      MEMENTO_RETURN_IF_ERROR(reg(t.entry.name, t.source(), t.nbytes, layout));
+      PlannedEntry p{t.entry.name, t.source(), static_cast<uint64_t>(t.nbytes), {}};
+      p.layout.shape = t.sizes;
+      if (t.shard) {
+        p.layout.dtype = DTypeName(t.dtype);
+        p.layout.global_shape = t.shard->global_shape;
+        p.layout.offsets = t.shard->offsets;
+      } else {
+        // Whole on this rank. A 0-dimensional tensor (Adam's step) is laid out
+        // as one element: an empty global shape would make it opaque bytes,
+        // which an elastic restore cannot take onto another rank count.
+        p.layout.dtype = DTypeField(t.entry.tensor);
+        if (p.layout.shape.empty()) p.layout.shape = {1};
+        p.layout.global_shape = p.layout.shape;
+        p.layout.offsets.assign(p.layout.shape.size(), 0);
+      }
+      out.push_back(std::move(p));
     }
     // Replicated tensors: this rank's byte range of their concatenation.
     pieces_.clear();
@@ -364,23 +480,24 @@ class TorchCheckpointer::Impl {
       const uint64_t lo = std::max<uint64_t>(offset, range_begin_);
       const uint64_t hi = std::min<uint64_t>(offset + t.nbytes, range_end_);
       if (lo < hi) {
-        Piece p{i, lo - offset, hi - lo};
-        runtime::EntryLayout layout;
-        layout.dtype = DTypeField(t.entry.tensor) + " bytes";
-        layout.global_shape = {t.nbytes};
-        layout.shape = {static_cast<int64_t>(p.bytes)};
-        layout.offsets = {static_cast<int64_t>(p.begin)};
-        MEMENTO_RETURN_IF_ERROR(reg(t.entry.name + "@" + std::to_string(p.begin),
-                                    static_cast<uint8_t*>(t.source()) + p.begin, p.bytes, layout));
-        pieces_.push_back(p);
+        Piece piece{i, lo - offset, hi - lo};
+        PlannedEntry p{t.entry.name, static_cast<uint8_t*>(t.source()) + piece.begin, piece.bytes,
+                       {}};
+        p.layout.dtype = DTypeField(t.entry.tensor) + " bytes";
+        p.layout.global_shape = {t.nbytes};
+        p.layout.shape = {static_cast<int64_t>(piece.bytes)};
+        p.layout.offsets = {static_cast<int64_t>(piece.begin)};
+        out.push_back(std::move(p));
+        pieces_.push_back(piece);
       }
       offset += t.nbytes;
     }
-    runtime::EntryLayout extra_layout;
-    extra_layout.dtype = "memento-extra";
-    MEMENTO_RETURN_IF_ERROR(reg(kExtraEntry, extra_buf_.data(), extra_buf_.size(), extra_layout));
-    engine_ = std::move(e);
-    return Status::Ok();
+    // The extra state: one whole copy per rank, so that an elastic restore
+    // hands each new rank an old rank's copy.
+    const int64_t cap = static_cast<int64_t>(extra_buf_.size());
+    out.push_back({kExtraEntry, extra_buf_.data(), extra_buf_.size(),
+                   runtime::EntryLayout{"memento-extra", {cap}, {cap}, {0}}});
+    return out;
   }
 
   Status WriteExtra(uint64_t step) {
@@ -442,10 +559,13 @@ class TorchCheckpointer::Impl {
     return Status::Ok();
   }
 
-  // Every rank restored its own range of the replicated bytes; one Allgather
-  // hands every rank the others'.
+  // Every rank restored its own range of the replicated bytes and sends it to
+  // every other rank, point to point: after an elastic restore the engine's
+  // commit thread may still be running the collectives of the version it
+  // protects in the background, which a collective here would interleave with.
   Status GatherReplicated() {
-    if (transport_->size() == 1) return Status::Ok();
+    const int n = transport_->size(), me = transport_->rank();
+    if (n == 1) return Status::Ok();
     uint64_t total = 0;
     for (const Tracked& t : tracked_) {
       if (t.entry.replicated) total += t.nbytes;
@@ -459,16 +579,36 @@ class TorchCheckpointer::Impl {
       dst.copy_(ByteView(static_cast<uint8_t*>(t.source()) + p.begin, p.bytes, t.device));
       pos += p.bytes;
     }
-    MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(mine.data(), mine.size()));
-    const uint64_t n = transport_->size();
-    for (uint64_t r = 0; r < n; ++r) {
-      if (r == static_cast<uint64_t>(transport_->rank())) continue;
-      const uint64_t lo = total * r / n, hi = total * (r + 1) / n;
-      if (all[r].size() != hi - lo) {
-        return Status::Corruption(
-            "restore: rank " + std::to_string(r) + " sent " + std::to_string(all[r].size()) +
-            " bytes of replicated tensors, expected " + std::to_string(hi - lo));
+    // Sends block until matched: they run on their own thread while this one receives.
+    Status sent;
+    std::thread sender([&] {
+      for (int k = 1; k < n && sent.ok(); ++k) {
+        const int peer = (me + k) % n;
+        for (uint64_t off = 0; off < mine.size() && sent.ok(); off += kGatherChunk) {
+          sent = transport_->Send(peer, kReplicatedTag, mine.data() + off,
+                                  std::min<uint64_t>(kGatherChunk, mine.size() - off));
+        }
       }
+    });
+    Status received;
+    std::vector<uint8_t> theirs;
+    for (int k = 1; k < n && received.ok(); ++k) {
+      const int peer = (me - k + n) % n;
+      const uint64_t lo = total * peer / n, hi = total * (peer + 1) / n;
+      theirs.resize(hi - lo);
+      for (uint64_t off = 0; off < theirs.size() && received.ok(); off += kGatherChunk) {
+        const uint64_t want = std::min<uint64_t>(kGatherChunk, theirs.size() - off);
+        Result<size_t> got = transport_->Recv(peer, kReplicatedTag, theirs.data() + off, want);
+        if (!got.ok()) {
+          received = got.status();
+        } else if (*got != want) {
+          received = Status::Corruption("restore: rank " + std::to_string(peer) + " sent " +
+                                        std::to_string(*got) +
+                                        " bytes of replicated tensors, expected " +
+                                        std::to_string(want));
+        }
+      }
+      if (!received.ok()) break;
       uint64_t offset = 0;
       for (const Tracked& t : tracked_) {
         if (!t.entry.replicated) continue;
@@ -476,12 +616,14 @@ class TorchCheckpointer::Impl {
         if (a < b) {
           at::Tensor dst =
               ByteView(static_cast<uint8_t*>(t.source()) + (a - offset), b - a, t.device);
-          dst.copy_(ByteView(all[r].data() + (a - lo), b - a, at::kCPU));
+          dst.copy_(ByteView(theirs.data() + (a - lo), b - a, at::kCPU));
         }
         offset += t.nbytes;
       }
     }
-    return Status::Ok();
+    sender.join();
+    MEMENTO_RETURN_IF_ERROR(received.WithContext("restore: gathering the replicated tensors"));
+    return sent.WithContext("restore: sending this rank's replicated bytes");
   }
 
   // The engine's snapshot copies device tensors on its own streams: first
@@ -510,40 +652,27 @@ class TorchCheckpointer::Impl {
     for (const runtime::RegionSpec& r : store->layout().regions) {
       if (r.kind == runtime::RegionKind::kShard) stored[r.name] = r;
     }
-    // What the engine registered (rebuilt the same way as in Reopen).
+    // What the engine registered.
     std::vector<std::string> problems;
     std::set<std::string> seen;
-    auto check = [&](const std::string& name, const std::string& dtype,
-                     const std::vector<int64_t>& global, const std::vector<int64_t>& shape,
-                     uint64_t bytes) {
-      seen.insert(name);
-      auto it = stored.find(name);
+    for (const PlannedEntry& p : planned_) {
+      seen.insert(p.name);
+      auto it = stored.find(p.name);
       runtime::RegionSpec now;
-      now.name = name;
-      now.capacity = bytes;
-      now.layout.dtype = dtype;
-      now.layout.global_shape = global;
-      now.layout.shape = shape;
+      now.name = p.name;
+      now.capacity = p.bytes;
+      now.layout = p.layout;
       if (it == stored.end()) {
-        problems.push_back("tensor '" + name + "' (" + Describe(now) +
+        problems.push_back("tensor '" + p.name + "' (" + Describe(now) +
                            ") is registered but not in the stored checkpoint");
-      } else if (it->second.capacity != bytes || it->second.layout.dtype != dtype ||
-                 it->second.layout.shape != shape || it->second.layout.global_shape != global) {
-        problems.push_back("tensor '" + name + "': stored " + Describe(it->second) +
+      } else if (it->second.capacity != p.bytes || it->second.layout.dtype != p.layout.dtype ||
+                 it->second.layout.shape != p.layout.shape ||
+                 it->second.layout.global_shape != p.layout.global_shape ||
+                 it->second.layout.offsets != p.layout.offsets) {
+        problems.push_back("tensor '" + p.name + "': stored " + Describe(it->second) +
                            ", registered " + Describe(now));
       }
-    };
-    for (const Tracked& t : tracked_) {
-      if (!t.entry.replicated) {
-        check(t.entry.name, DTypeField(t.entry.tensor), t.sizes, t.sizes, t.nbytes);
-      }
     }
-    for (const Piece& p : pieces_) {
-      const Tracked& t = tracked_[p.tracked];
-      check(t.entry.name + "@" + std::to_string(p.begin), DTypeField(t.entry.tensor) + " bytes",
-            {t.nbytes}, {static_cast<int64_t>(p.bytes)}, p.bytes);
-    }
-    check(kExtraEntry, "memento-extra", {}, {}, extra_buf_.size());
     for (const auto& [name, spec] : stored) {
       if (!seen.count(name)) {
         problems.push_back("tensor '" + name + "' (" + Describe(spec) +
@@ -563,7 +692,9 @@ class TorchCheckpointer::Impl {
   std::map<std::string, ExtraHooks> extras_;
   std::map<std::string, std::string> user_;
   std::vector<Tracked> tracked_;
+  std::map<std::string, ShardSpec> shards_;  // SetShard's, by entry name
   std::vector<Piece> pieces_;
+  std::vector<PlannedEntry> planned_;  // what the engine was given
   uint64_t range_begin_ = 0, range_end_ = 0;
   std::vector<std::string> entry_names_;
   std::vector<uint8_t> extra_buf_;
@@ -589,8 +720,18 @@ Result<std::unique_ptr<TorchCheckpointer>> TorchCheckpointer::Create(
 
 Status TorchCheckpointer::Register(const std::string& name, const at::Tensor& tensor,
                                    bool replicated) {
-  NamedTensor nt{name, tensor, replicated};
+  NamedTensor nt{name, tensor, replicated, std::nullopt, at::Tensor()};
   return impl_->AddSource([nt] { return std::vector<NamedTensor>{nt}; });
+}
+
+Status TorchCheckpointer::Register(const std::string& name, const at::Tensor& tensor,
+                                   ShardSpec shard) {
+  NamedTensor nt{name, tensor, false, std::move(shard), at::Tensor()};
+  return impl_->AddSource([nt] { return std::vector<NamedTensor>{nt}; });
+}
+
+Status TorchCheckpointer::SetShard(const std::string& name, ShardSpec shard) {
+  return impl_->AddShard(name, std::move(shard));
 }
 
 Status TorchCheckpointer::RegisterModule(torch::nn::Module& module, const std::string& prefix,

@@ -214,7 +214,7 @@ Status Checkpointer::Impl::SetAsideOtherTopology(int nodes, int lanes, int lane)
   const std::string prefix = NodeStore::JobPrefix(config_.job);
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ShmSegment::List(prefix));
   for (const std::string& name : names) {
-    if (name.find(NodeStore::kElasticSuffix) == std::string::npos) continue;
+    if (!NodeStore::IsElasticAside(name)) continue;
     auto old = NodeStore::AttachAside(name);
     if (!old.ok() || old->id().job != config_.job || old->id().node != node_) continue;
     if (placement::ServingLane(static_cast<int>(old->id().local_rank), lanes) != lane) continue;
@@ -404,11 +404,11 @@ void Checkpointer::Impl::BuildStages() {
   parts.persister = persister_.get();
   parts.persist_every = config_.persist_every;
   parts.hook = hook;
-  if (schedule_.automatic()) {
-    parts.after_commit = [this](uint64_t version) {
-      return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
-    };
-  }
+  parts.after_commit = [this](uint64_t version) {
+    ReleaseAsideStores(version);
+    if (!schedule_.automatic()) return Status::Ok();
+    return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
+  };
   committer_ = std::make_unique<Committer>(std::move(parts));
 }
 
@@ -566,23 +566,46 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
     return restored.status();
   }
   RestoreReport report = std::move(restored).value();
-  // Protected under the new topology before Restore returns, as every restore.
+  // The restored version is snapshotted under the new topology now, and its
+  // protect and commit run in the background while training resumes: the
+  // next Save (one version in flight) or Wait() waits for it. The old stores
+  // are released by the commit thread once it commits; if it never does, they
+  // stay for the next relaunch.
   const auto t0 = Clock::now();
-  MEMENTO_RETURN_IF_ERROR(
-      Resnapshot(report.version).WithContext("elastic restore: protecting v" +
-                                             std::to_string(report.version) + " on the new topology"));
-  report.stats.reprotect_mode = "full";
-  report.stats.reprotect_s = SecondsSince(t0);
-  committer_->SetLatest(report.version);
-  // Committed under the new topology: the old stores can go.
-  for (const std::string& name : elastic_aside_) {
-    Status gone = ShmSegment::Unlink(name);
-    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
-        "elastic restore: releasing " + name + ": " + gone.ToString());
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    release_at_ = report.version;
+    release_after_commit_ = std::move(elastic_aside_);
   }
   elastic_aside_.clear();
   elastic_ = false;
+  Status started = StartVersion(report.version, /*persistable=*/false);
+  if (started.ok()) started = pipeline_->WaitCopied();  // the buffers are the caller's again
+  MEMENTO_RETURN_IF_ERROR(started.WithContext("elastic restore: snapshotting v" +
+                                              std::to_string(report.version) +
+                                              " on the new topology"));
+  report.stats.reprotect_mode = "full, background";
+  report.stats.reprotect_s = SecondsSince(t0);
+  report.notes.push_back("v" + std::to_string(report.version) +
+                         " is being protected under the new topology in the background; "
+                         "the old node stores are released once it commits (Wait())");
+  committer_->SetLatest(report.version);
   return report;
+}
+
+void Checkpointer::Impl::ReleaseAsideStores(uint64_t committed) {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (release_after_commit_.empty() || committed < release_at_) return;
+    names.swap(release_after_commit_);
+  }
+  for (const std::string& name : names) {
+    Status gone = ShmSegment::Unlink(name);
+    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "elastic restore: v" + std::to_string(committed) +
+            " committed on the new topology, releasing " + name + ": " + gone.ToString());
+  }
 }
 
 Status Checkpointer::Impl::Resnapshot(uint64_t version) {

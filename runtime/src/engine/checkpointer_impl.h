@@ -68,9 +68,13 @@ class Checkpointer::Impl {
   // Every rank's entries (one allgather): new_catalogs_ and this store's catalog.
   Status GatherCatalogs(int lane);
   Status OpenStore(int lane);
-  // The elastic restore (recovery/elastic_restorer.h), then the re-protect
-  // under the new topology and the release of the set-aside stores.
+  // The elastic restore (recovery/elastic_restorer.h), then the snapshot of
+  // the restored version under the new topology, protected and committed in
+  // the background; the set-aside stores are released when it commits.
   Result<RestoreReport> RestoreElastic();
+  // Commit thread: unlinks the set-aside stores once `committed` reaches the
+  // version an elastic restore re-protects.
+  void ReleaseAsideStores(uint64_t committed);
   // A fresh lineage for this run, the same on every rank (one allgather).
   Status StartLineage();
   void BuildStages();
@@ -109,6 +113,11 @@ class Checkpointer::Impl {
   // (node-major over the new topology) and what this rank's store records.
   bool elastic_ = false;
   std::vector<std::string> elastic_aside_;
+  // The set-aside stores to unlink once release_at_ commits (application and
+  // commit thread, under release_mu_).
+  std::mutex release_mu_;
+  uint64_t release_at_ = 0;
+  std::vector<std::string> release_after_commit_;
   std::vector<placement::RankCatalog> new_catalogs_;
   std::vector<uint8_t> store_catalog_;
   // The run's lineage, written with every version: fresh at Prepare, the

@@ -1,6 +1,7 @@
 #include "memento/runtime/node_store.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 
@@ -463,6 +464,14 @@ Result<std::string> NodeStore::SetAsideForElastic(const StoreId& id) {
   Log(LogLevel::kInfo, "node store: " + name + " was written for another topology; kept as " +
                            aside + " for the elastic restore");
   return aside;
+}
+
+bool NodeStore::IsElasticAside(const std::string& name) {
+  const size_t at = name.rfind(kElasticSuffix);
+  if (at == std::string::npos) return false;
+  const std::string tail = name.substr(at + std::strlen(kElasticSuffix));
+  return !tail.empty() && std::isdigit(static_cast<unsigned char>(tail[0])) &&
+         tail.find_first_not_of("0123456789.") == std::string::npos;
 }
 
 Result<NodeStore> NodeStore::AttachAside(const std::string& name) {

@@ -17,6 +17,7 @@
 #include "memento/placement/elastic_plan.h"
 #include "memento/placement/recovery_planner.h"
 #include "memento/runtime/remote_store.h"
+#include "memento/runtime/transport.h"
 
 namespace memento::runtime::wire {
 
@@ -43,6 +44,8 @@ inline constexpr int kTagElastic = 1500;
 inline constexpr int kTagRecoverBase = 2000;
 inline constexpr int kRecoverTagSpan = 14000;
 int RecoverTag(size_t index);
+static_assert(kTagRecoverBase + kRecoverTagSpan <= kFirstApplicationTag,
+              "the engine's tags stay below the applications'");
 
 // ---- fixed headers -------------------------------------------------------------------------
 

@@ -85,10 +85,10 @@ struct Rank {
 // Registers this rank's slices of the global tensors. `bad_rows`: a slicing
 // that does not tile (every rank takes one row too many).
 Rank Open(RankContext& ctx, const Topo& t, const std::string& scheme, bool elastic, bool remote,
-          bool bad_rows = false) {
+          bool bad_rows = false, FaultHooks hooks = {}) {
   Rank r;
   auto ck = Checkpointer::Create(MakeConfig(t, ctx.rank(), scheme, elastic, remote),
-                                 ctx.transport());
+                                 ctx.transport(), nullptr, std::move(hooks));
   EXPECT_TRUE(ck.ok()) << ck.status().ToString();
   if (!ck.ok()) return r;
   r.ck = std::move(ck).value();
@@ -153,10 +153,12 @@ void Train(RankContext& ctx, const Topo& t, const std::string& scheme, uint64_t 
     ASSERT_TRUE(r.ck->Save(step).ok());
     ASSERT_TRUE(r.ck->Wait().ok()) << "v" << step;
   }
-  if (remote) ASSERT_TRUE(r.ck->WaitPersist().ok());
+  if (remote) {
+    ASSERT_TRUE(r.ck->WaitPersist().ok());
+  }
 }
 
-void Lose(const Topo& t, const std::vector<int>& ids) {
+void Lose(const std::vector<int>& ids) {
   testing::OnDriver([&] {
     for (int id : ids) testing::LoseNode(testing::SpawnJob(), "vn/" + std::to_string(id));
   });
@@ -177,8 +179,9 @@ uint64_t ShardedBytes(int old_ranks, int lost) {
          (kRows / old_ranks * kRowCols * 4 + kColRows * (kCols / old_ranks) * 2);
 }
 
-// Relaunches elastically on `t`, restores, checks every slice bit-exact and
-// the sources, then saves `version + 1` under the new topology.
+// Relaunches elastically on `t`, restores, checks every slice bit-exact,
+// saves `version + 1` under the new topology (while the restored version may
+// still be committing), then checks the sources.
 void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, const Expect& want,
                     bool remote) {
   Rank r = Open(ctx, t, scheme, /*elastic=*/true, remote);
@@ -188,6 +191,11 @@ void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, 
   EXPECT_TRUE(report->elastic);
   EXPECT_EQ(report->version, want.version) << report->ToString();
   EXPECT_EQ(Wrong(r, want.version), 0u) << "rank " << ctx.rank() << " " << report->source_detail;
+  // Training resumes while the new topology's protect runs in the background.
+  EXPECT_EQ(report->stats.reprotect_mode, "full, background");
+  Fill(r, want.version + 1);
+  ASSERT_TRUE(r.ck->Save(want.version + 1).ok());
+  ASSERT_TRUE(r.ck->Wait().ok());
   bool remote_here = false;
   for (const RestoredEntry& e : report->entries) remote_here |= e.source == RestoreSource::kRemote;
   auto any = ctx.transport()->AllReduceMax(remote_here ? 1 : 0);
@@ -202,10 +210,6 @@ void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, 
       EXPECT_NE(e.source, RestoreSource::kRemote) << e.name;
     }
   }
-  // Training goes on under the new topology.
-  Fill(r, want.version + 1);
-  ASSERT_TRUE(r.ck->Save(want.version + 1).ok());
-  ASSERT_TRUE(r.ck->Wait().ok());
 }
 
 // A plain (non-elastic) restore on `t` from memory, bit-exact.
@@ -228,7 +232,7 @@ TEST_P(ElasticScheme, EightToSixAfterLosingTwo) {
   // Nodes 1 and 4 are in different replica pairs and parity groups for
   // every scheme here, so memory serves.
   Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{8, 1, {}}, scheme, 1, 3, false); });
-  Lose(Topo{}, {1, 4});
+  Lose({1, 4});
   const Topo six{6, 1, {0, 2, 3, 5, 6, 7}};
   Spawn(6, [&](RankContext& ctx) { RestoreElastic(ctx, six, scheme, {3, false}, false); });
   // Protected under the new topology, the old stores are gone.
@@ -240,7 +244,7 @@ TEST_P(ElasticScheme, EightToSixAfterLosingTwo) {
     }
   });
   // Protected under the new topology: losing one of the six is survivable.
-  Lose(Topo{}, {3});
+  Lose({3});
   Spawn(6, [&](RankContext& ctx) { RestorePlain(ctx, six, scheme, 4); });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
@@ -255,6 +259,54 @@ INSTANTIATE_TEST_SUITE_P(Schemes, ElasticScheme,
                            return n;
                          });
 
+// 8 -> 7: one node lost and no spare.
+TEST(Elastic, EightToSevenAfterLosingOne) {
+  Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{8, 1, {}}, "xor:3", 1, 2, false); });
+  Lose({5});
+  const Topo seven{7, 1, {0, 1, 2, 3, 4, 6, 7}};
+  Spawn(7, [&](RankContext& ctx) { RestoreElastic(ctx, seven, "xor:3", {2, false}, false); });
+  Lose({2});
+  Spawn(7, [&](RankContext& ctx) {
+    RestorePlain(ctx, Topo{7, 1, {0, 1, 2, 3, 4, 6, 7}}, "xor:3", 3);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// The restored version fails to commit under the new topology (a rank fails
+// to seal it, as a rank dying during the background protect would): Restore
+// already returned the right bytes; the old stores stay, and the next
+// relaunch restores from them again.
+TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
+  Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "replica:2", 1, 2, false); });
+  Lose({4});
+  const Topo five{5, 1, {0, 1, 2, 3, 5}};
+  Spawn(5, [&](RankContext& ctx) {
+    FaultHooks hooks;
+    const bool victim = ctx.rank() == 2;
+    hooks.at_stage = [victim](Stage stage, uint64_t version) {
+      if (victim && stage == Stage::kSeal && version == 2) {
+        return Status::IoError("injected: this rank dies before sealing");
+      }
+      return Status::Ok();
+    };
+    Rank r = Open(ctx, five, "replica:2", /*elastic=*/true, false, false, std::move(hooks));
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(Wrong(r, 2), 0u);
+    EXPECT_FALSE(r.ck->Wait().ok());
+  });
+  testing::OnDriver([] {
+    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
+    ASSERT_TRUE(names.ok());
+    int aside = 0;
+    for (const std::string& n : *names) aside += n.find(NodeStore::kElasticSuffix) != std::string::npos;
+    EXPECT_EQ(aside, 5);
+  });
+  Spawn(5, [&](RankContext& ctx) { RestoreElastic(ctx, five, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 TEST(Elastic, FourToEightNodes) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, false); });
   Spawn(8, [&](RankContext& ctx) {
@@ -265,7 +317,7 @@ TEST(Elastic, FourToEightNodes) {
 
 TEST(Elastic, TwoRanksPerNodeToOne) {
   Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{4, 2, {}}, "replica:2", 1, 2, false); });
-  Lose(Topo{}, {1});
+  Lose({1});
   Spawn(3, [&](RankContext& ctx) {
     RestoreElastic(ctx, Topo{3, 1, {0, 2, 3}}, "replica:2", {2, false}, false);
   });
@@ -276,7 +328,7 @@ TEST(Elastic, TwoRanksPerNodeToOne) {
 // their slices to the remote tier, and only theirs.
 TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
   Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "rs:4+2", 1, 2, true); });
-  Lose(Topo{}, {0, 1, 2});
+  Lose({0, 1, 2});
   Spawn(4, [&](RankContext& ctx) {
     RestoreElastic(ctx, Topo{4, 1, {3, 4, 5, 6}}, "rs:4+2", {2, true, ShardedBytes(6, 3)}, true);
   });
@@ -287,7 +339,7 @@ TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
 // resharded onto 3.
 TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
-  Lose(Topo{}, {0, 1, 2, 3});
+  Lose({0, 1, 2, 3});
   Spawn(3, [&](RankContext& ctx) {
     // Every old slice once, and the replicated bias and step once per new rank.
     const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
@@ -300,7 +352,7 @@ TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
 // and the old stores stay for a correct relaunch.
 TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, false); });
-  Lose(Topo{}, {3});
+  Lose({3});
   const Topo three{3, 1, {0, 1, 2}};
   Spawn(3, [&](RankContext& ctx) {
     Rank r = Open(ctx, three, "replica:2", true, false, /*bad_rows=*/true);

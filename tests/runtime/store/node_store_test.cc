@@ -394,7 +394,12 @@ TEST_F(NodeStoreTest, CatalogIsKeptMatchedCheckedAndSurvivesSetAside) {
   }
   auto aside = NodeStore::SetAsideForElastic(id_);
   ASSERT_TRUE(aside.ok()) << aside.status().ToString();
-  EXPECT_NE(aside->find(NodeStore::kElasticSuffix), std::string::npos);
+  EXPECT_TRUE(NodeStore::IsElasticAside(*aside)) << *aside;
+  // A job or node named "elastic" is not a set-aside store.
+  auto plain = NodeStore::SegmentName(StoreId{"elastic", "host/elastic.3", 0});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(NodeStore::IsElasticAside(*plain)) << *plain;
+  EXPECT_FALSE(NodeStore::IsElasticAside("/memento.elastic.host_0-0"));
   EXPECT_EQ(NodeStore::Attach(id_).status().code(), StatusCode::kNotFound);
   auto read = NodeStore::AttachAside(*aside);
   ASSERT_TRUE(read.ok()) << read.status().ToString();

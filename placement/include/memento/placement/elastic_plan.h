@@ -20,7 +20,9 @@
 //    distinct slices with it, each overlap exactly once, from one copy.
 //  * Opaque entries (no global shape) keep no slicing to follow: they restore only onto the
 //    same number of ranks, old rank k (node-major) to new rank k.
-//  * Choice of copy, per piece: the copy on the new rank's own node; else the memory copy
+//  * Choice of copy, per piece: the copy on the new rank's own node (first the own shard of
+//    the old rank that ran at the same node and lane, so that an entry every rank holds
+//    whole comes from the rank that ran there); else the memory copy
 //    whose serving node has served least so far (ties: the first in old rank order), then a
 //    decoded copy; remote storage only
 //    for pieces no memory copy holds.

@@ -168,8 +168,15 @@ class Checkpointer {
   // or the remote version were written for): every rank gets the slices it
   // registered (EntryLayout) of the checkpointed global tensors, assembled
   // from the old slices that survive in memory, remote storage only for what
-  // memory lacks; the version is then protected under the new topology
-  // before Restore returns. InvalidArgument naming the entry when the new
+  // memory lacks. Restore returns once the registered buffers hold the
+  // version and its snapshot under the new topology is taken; the protect
+  // and commit of that snapshot run in the background (the next Save, or
+  // Wait(), waits for them; the report's reprotect mode is "full,
+  // background"), and the old stores are unlinked when it commits. A failure
+  // before that commit leaves the old stores for the next relaunch. Until
+  // Wait() the application must not run collectives of its own on the
+  // engine's transport (the commit thread runs that version's); point-to-point
+  // messages with tags from kFirstApplicationTag are fine. InvalidArgument naming the entry when the new
   // slices do not tile a tensor, its dtype or global shape differ, or an
   // opaque entry is restored onto another rank count; the old stores are
   // kept for a correct relaunch then.

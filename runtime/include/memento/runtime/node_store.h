@@ -185,6 +185,9 @@ class NodeStore {
   // elastic restore reads it with AttachAside and unlinks it once the
   // restored version is protected under the new topology.
   static Result<std::string> SetAsideForElastic(const StoreId& id);
+  // Whether `name` is a store SetAsideForElastic renamed: it ends in
+  // kElasticSuffix and a pid (a job or node named "elastic" does not count).
+  static bool IsElasticAside(const std::string& name);
   // Attaches read-only to a store set aside under `name` (no check that the
   // name is its id's; the header, layout and catalog are validated).
   static Result<NodeStore> AttachAside(const std::string& name);

@@ -42,6 +42,11 @@ namespace memento::runtime {
 // Tags of point-to-point messages: 0 .. kMaxTag (the smallest MPI_TAG_UB the
 // MPI standard allows is 32767).
 inline constexpr int kMaxTag = 32767;
+// Tags from here to kMaxTag are never used by the engine: bindings and
+// applications may use them for their own point-to-point messages on the
+// engine's transport, also while a version is in flight (Send and Recv may
+// run beside the engine's collectives; the application's own collectives may not).
+inline constexpr int kFirstApplicationTag = 16384;
 
 class Transport {
  public:

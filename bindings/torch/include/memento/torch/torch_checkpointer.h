@@ -23,14 +23,17 @@
 //                                 integer state (libtorch Adam's step) travels in the extra
 //                                 state under the same name.
 //   Register(name, tensor)        `name` as given.
-//   replicated tensors            "<name>@<byte offset>": the piece of the tensor this rank holds.
+//   replicated tensors            "<name>", holding the byte range of the tensor this rank
+//                                 keeps (below); ranks without a piece have no such entry.
 //   "__memento__"                 the extra state (below).
 //
 // What an entry keeps. dtype and shape are the entry's EntryLayout; strides of a
-// non-contiguous tensor and a non-CPU device are appended to the dtype field
-// ("float32 strides=1,3 device=cuda:0") so that a relaunch registering a tensor
-// with another dtype, shape, strides or device is refused before any byte is
-// restored, with an error naming the tensor and what differs.
+// non-contiguous tensor and a non-CPU device type are appended to the dtype field
+// ("float32 strides=1,3 device=cuda") so that a relaunch registering a tensor
+// with another dtype, shape, strides or device type is refused before any byte
+// is restored, with an error naming the tensor and what differs. Slices of
+// global tensors (ShardSpec) keep only the dtype: their bytes are row-major
+// wherever the tensor lives.
 //
 // Memory. A tensor whose elements are dense in its storage (contiguous, or a
 // permutation such as a transpose) is registered in place: the snapshot copies
@@ -42,9 +45,27 @@
 // Replicated tensors (data parallel). A tensor registered with replicated=true
 // holds the same bytes on every rank. The replicated tensors of a rank are laid
 // end to end and cut into size() equal byte ranges; rank r registers only the
-// pieces in range r, so the job snapshots, protects and stores each replicated
-// byte once. Restore brings back every rank's range and then exchanges them
-// with one Allgather over the transport, so every rank ends with the whole tensors.
+// pieces in range r, each as a byte slice (global shape = the tensor's bytes,
+// offset = the piece's first byte) of the entry named after the tensor, so the
+// job snapshots, protects and stores each replicated byte once. Restore brings
+// back every rank's range and then every rank sends its range to every other
+// (point to point over the transport, tag runtime::kFirstApplicationTag), so
+// every rank ends with the whole tensors.
+//
+// Sharded tensors (tensor / pipeline / ZeRO parallel). A tensor registered with
+// a ShardSpec is this rank's slice of a global tensor: global_shape, and the
+// offsets of the slice's first element along each dimension. Its entry keeps
+// the slice row-major (a non-contiguous tensor goes through a staging copy) and
+// its dtype without strides or device, so that a job relaunched on another
+// number of ranks or nodes with Config::elastic (MEMENTO_ELASTIC=1) can
+// register other slices of the same global tensor: Restore then assembles each
+// new slice from the old slices that survive (Checkpointer::Restore, elastic).
+// Entries of modules and optimizers are sharded with SetShard(entry name, spec)
+// before the first Save or Restore; optimizer state of a sharded parameter
+// with the parameter's shape is sharded like the parameter, unless SetShard
+// names it too. Tensors that are neither sharded nor replicated (module
+// buffers) are whole on every rank: an elastic restore gives each new rank the
+// copy of one old rank, one of its own node's when its node survived.
 // Buffers of a module (e.g. running statistics) are never replicated: ranks of
 // a data-parallel job may update them differently.
 //
@@ -52,7 +73,14 @@
 // state of the torch CPU generator (and of every CUDA generator when CUDA is
 // available), integer optimizer state and user bytes (SetUserState). Its
 // capacity is Options::extra_capacity; Save fails with ResourceExhausted,
-// naming the size needed, when the state does not fit.
+// naming the size needed, when the state does not fit. After an elastic
+// restore each new rank gets the extra state of one old rank (one of its own
+// node's when its node survived; RestoreResult::report.source_detail says
+// which node served it): the step, which every old rank saved alike, and that
+// rank's generator states, integer optimizer state and user bytes. State that
+// must differ per rank (a data loader's position over this rank's part of the
+// data, per-rank seeds) should be derived again from the step and the new
+// rank after an elastic restore.
 //
 // Changed tensors (re-registration). Registered sources (modules, optimizers)
 // are enumerated again at every Save, and every tensor's data pointer, size,
@@ -101,10 +129,19 @@
 
 namespace memento::torch_adapter {
 
+// The place of a tensor in a global tensor: its slice starts at `offsets` of
+// a tensor of `global_shape` (one value per dimension of the tensor).
+struct ShardSpec {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
+};
+
 struct NamedTensor {
   std::string name;
   at::Tensor tensor;
   bool replicated = false;
+  std::optional<ShardSpec> shard;  // a slice of a global tensor (exclusive with replicated)
+  at::Tensor state_of;             // optimizer state: the parameter it belongs to
 };
 
 struct Options {
@@ -147,6 +184,13 @@ class TorchCheckpointer {
 
   // One tensor under `name`.
   Status Register(const std::string& name, const at::Tensor& tensor, bool replicated = false);
+  // One tensor under `name`: this rank's slice of a global tensor (see "Sharded tensors").
+  Status Register(const std::string& name, const at::Tensor& tensor, ShardSpec shard);
+  // The entry `name` (of a module, an optimizer or a source) is this rank's
+  // slice of a global tensor. Checked when the tensors are enumerated (Save,
+  // Restore): InvalidArgument naming the entry when no entry has that name,
+  // the spec does not fit the tensor, or the tensor is replicated.
+  Status SetShard(const std::string& name, ShardSpec shard);
   // Every parameter and buffer of `module` (see "Entry names"); parameters are
   // replicated when `replicated`. `module` must outlive the checkpointer.
   Status RegisterModule(torch::nn::Module& module, const std::string& prefix = "model.",

@@ -12,8 +12,9 @@
 //
 // Each restore checks every element of the rank's new slice and prints one JSON
 // line (rank 0): the Restore() wall time (the slowest rank: training resumes
-// then), its phases, the time until the version is protected under the new
-// topology (Restore() + Wait(): the protect runs in the background), the
+// then), its phases, the time until the buffers may be written (+ WaitSnapshot())
+// and until the version is protected under the new topology (+ Wait(): the
+// snapshot and its protect run in the background), the
 // bytes each node received from other nodes' memory and the least it had to
 // (the bytes of its new slices that no copy on the node held).
 #include <mpi.h>
@@ -119,22 +120,28 @@ int Run(int argc, char** argv) {
     }
     unsigned long long wrong_all = 0, wrong_mine = wrong;
     MPI_Reduce(&wrong_mine, &wrong_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    // The protect under the new topology runs in the background: Wait()
-    // returns once it committed.
+    // The snapshot under the new topology runs in the background:
+    // WaitSnapshot() returns when the buffers may be written, Wait() once it
+    // is protected and committed.
+    st = (*ck)->WaitSnapshot();
+    if (!st.ok()) return std::fprintf(stderr, "%s\n", st.ToString().c_str()), 1;
+    double writable_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     st = (*ck)->Wait();
     if (!st.ok()) return std::fprintf(stderr, "%s\n", st.ToString().c_str()), 1;
     double protected_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double phases[3] = {report->stats.inventory_s + report->stats.plan_s, report->stats.transfer_s,
                         report->stats.reprotect_s};
-    double slowest[5] = {0, 0, 0, 0, 0},
-           mine[5] = {restore_s, phases[0], phases[1], phases[2], protected_s};
-    MPI_Reduce(mine, slowest, 5, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    double slowest[6] = {0, 0, 0, 0, 0, 0},
+           mine[6] = {restore_s, phases[0], phases[1], phases[2], protected_s, writable_s};
+    MPI_Reduce(mine, slowest, 6, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     out["restore_s"] = slowest[0];
     out["inventory_plan_s"] = slowest[1];
     out["transfer_s"] = slowest[2];
     out["snapshot_s"] = slowest[3];
     out["protected_s"] = slowest[4];
+    out["writable_s"] = slowest[5];
     out["wrong_elements"] = wrong_all;
     out["plan"] = report->elastic_plan;
     out["received_bytes_per_node"] = report->elastic_received_per_node;

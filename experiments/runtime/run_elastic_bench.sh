@@ -50,13 +50,12 @@ assert m["wrong_elements"] == 0 and r["wrong_elements"] == 0, "a restore is not 
 mib = lambda v: [round(x / 2**20, 1) for x in v]
 print(f"scheme {m['scheme']}, 8 -> 6 nodes, {m['bytes_per_old_rank'] / 2**20:.0f} MiB per old rank "
       f"(remote files read {cold})")
-print(f"  memory: Restore() {m['restore_s']:.3f} s (inventory+plan {m['inventory_plan_s']:.3f}, "
-      f"assemble {m['transfer_s']:.3f}, snapshot under 6 nodes {m['snapshot_s']:.3f}); "
-      f"protected under 6 nodes after {m['protected_s']:.3f} s")
-print(f"  remote: Restore() {r['restore_s']:.3f} s (inventory+plan {r['inventory_plan_s']:.3f}, "
-      f"assemble {r['transfer_s']:.3f}, snapshot under 6 nodes {r['snapshot_s']:.3f}); "
-      f"protected under 6 nodes after {r['protected_s']:.3f} s")
+for name, x in (("memory", m), ("remote", r)):
+    print(f"  {name}: Restore() {x['restore_s']:.3f} s (inventory+plan {x['inventory_plan_s']:.3f}, "
+          f"assemble {x['transfer_s']:.3f}); buffers writable after {x['writable_s']:.3f} s, "
+          f"protected under 6 nodes after {x['protected_s']:.3f} s")
 print(f"  memory / remote: {m['restore_s'] / r['restore_s']:.3f} until training resumes (Restore()), "
+      f"{m['writable_s'] / r['writable_s']:.3f} until the buffers are writable, "
       f"{m['protected_s'] / r['protected_s']:.3f} until protected under 6 nodes")
 print(f"  MiB received per node from other nodes' memory {mib(m['received_bytes_per_node'])}, "
       f"minimum {mib(m['minimum_bytes_per_node'])}, remote {mib(m['remote_bytes_per_node'])}")

@@ -510,7 +510,8 @@ TEST(TorchAdapterRanks, ShardedTensorsRestoreOntoFewerRanks) {
     if (e.scalar.item<double>() != ids[r] + 0.5) return "scalar is not node's";
     auto who = e.ck->UserState("who");
     if (!who || *who != "rank " + std::to_string(ids[r])) return "user state " + who.value_or("");
-    // Training goes on under the new topology.
+    // Training goes on under the new topology, once the snapshot is taken.
+    if (Status w = e.ck->WaitSnapshot(); !w.ok()) return w.ToString();
     {
       torch::NoGradGuard no_grad;
       e.net->w.add_(1);

@@ -412,7 +412,10 @@ class Checkpointer:
     def restore(self):
         """Collective. Restores the newest complete checkpoint in place.
 
-        Returns a RestoreReport (usable as the int step) or None when there is none.
+        Returns a RestoreReport (usable as the int step) or None when there is none. After an
+        elastic restore (report.elastic) the restored tensors are snapshotted under the new
+        topology in the background, as after save(): call wait_snapshot() before modifying
+        them (the training loop does, before optimizer.step()).
         """
         try:
             self._impl.set_tensors(self._entries())

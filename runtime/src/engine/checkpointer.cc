@@ -566,8 +566,8 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
     return restored.status();
   }
   RestoreReport report = std::move(restored).value();
-  // The restored version is snapshotted under the new topology now, and its
-  // protect and commit run in the background while training resumes: the
+  // The restored version is snapshotted under the new topology, and its
+  // copy, protect and commit run in the background while training resumes: the
   // next Save (one version in flight) or Wait() waits for it. The old stores
   // are released by the commit thread once it commits; if it never does, they
   // stay for the next relaunch.
@@ -579,8 +579,9 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   }
   elastic_aside_.clear();
   elastic_ = false;
+  // As after Save, the snapshot copies the buffers in the background:
+  // WaitSnapshot() before writing them.
   Status started = StartVersion(report.version, /*persistable=*/false);
-  if (started.ok()) started = pipeline_->WaitCopied();  // the buffers are the caller's again
   MEMENTO_RETURN_IF_ERROR(started.WithContext("elastic restore: snapshotting v" +
                                               std::to_string(report.version) +
                                               " on the new topology"));

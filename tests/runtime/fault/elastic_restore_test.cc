@@ -193,6 +193,7 @@ void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, 
   EXPECT_EQ(Wrong(r, want.version), 0u) << "rank " << ctx.rank() << " " << report->source_detail;
   // Training resumes while the new topology's protect runs in the background.
   EXPECT_EQ(report->stats.reprotect_mode, "full, background");
+  ASSERT_TRUE(r.ck->WaitSnapshot().ok());
   Fill(r, want.version + 1);
   ASSERT_TRUE(r.ck->Save(want.version + 1).ok());
   ASSERT_TRUE(r.ck->Wait().ok());

@@ -169,10 +169,11 @@ class Checkpointer {
   // registered (EntryLayout) of the checkpointed global tensors, assembled
   // from the old slices that survive in memory, remote storage only for what
   // memory lacks. Restore returns once the registered buffers hold the
-  // version and its snapshot under the new topology is taken; the protect
-  // and commit of that snapshot run in the background (the next Save, or
-  // Wait(), waits for them; the report's reprotect mode is "full,
-  // background"), and the old stores are unlinked when it commits. A failure
+  // version; its snapshot under the new topology then runs in the background
+  // like a Save's: call WaitSnapshot() before writing the buffers (as in the
+  // training loop), and the next Save, or Wait(), waits for its protect and
+  // commit (the report's reprotect mode is "full, background"). The old
+  // stores are unlinked when it commits. A failure
   // before that commit leaves the old stores for the next relaunch. Until
   // Wait() the application must not run collectives of its own on the
   // engine's transport (the commit thread runs that version's); point-to-point

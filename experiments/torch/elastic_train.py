@@ -34,22 +34,9 @@ import torch
 import torch.distributed as dist
 
 import memento
+from ddp_common import init_distributed
 
 D_IN, D_OUT = 16, 4
-
-
-def init_distributed():
-    """Rank and size from mpirun (OMPI_*) or torchrun (RANK/WORLD_SIZE); gloo process group."""
-    if "OMPI_COMM_WORLD_RANK" in os.environ:
-        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-        world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        port = os.environ.get("MASTER_PORT", "29500")
-        dist.init_process_group("gloo", init_method="tcp://%s:%s" % (addr, port), rank=rank,
-                                world_size=world)
-    else:
-        dist.init_process_group("gloo", init_method="env://")
-    return dist.get_rank(), dist.get_world_size()
 
 
 class _SumOverRanks(torch.autograd.Function):

@@ -24,7 +24,6 @@ import glob
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,24 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
 SCRIPT = os.path.join(EXAMPLES, "elastic_train.py")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def segment_prefix(job, node):
-    """/dev/shm name prefix of virtual node `node`'s segments (NodeStore::SegmentName)."""
-    ident = "%s/%d" % (socket.gethostname(), node)
-    sanitized = "".join(c if (c.isalnum() and c.isascii()) or c in "_-" else "_"
-                        for c in ident[:64])
-    return "/dev/shm/memento.%s.%s-" % (job, sanitized)
-
-
-def remove_job(job):
-    for path in glob.glob("/dev/shm/memento.%s.*" % job):
-        os.unlink(path)
+from fault_resume import free_port, remove_job, segment_prefix  # noqa: E402
 
 
 def main():

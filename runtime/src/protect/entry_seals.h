@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -28,6 +30,9 @@ struct EntrySeal {
   uint64_t bytes = 0;
   uint32_t crc = 0;
 };
+
+// Every owner's entry seals, by (node, lane).
+using SealsByOwner = std::map<std::pair<int, int>, std::vector<EntrySeal>>;
 
 uint64_t EntrySealsBytes(size_t count);
 std::vector<uint8_t> EncodeEntrySeals(const std::vector<EntrySeal>& seals);

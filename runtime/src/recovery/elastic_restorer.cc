@@ -460,22 +460,9 @@ Status ElasticRestorer::GatherSeals() {
   for (const auto& s : mine_) {
     auto slot = s->store.FindVersion(plan_.version, lineage_);
     if (!slot || !s->layout->protects()) continue;
-    for (const SealsRegion& r : s->layout->seals()) {
-      if (!s->store.VerifyRegion(*slot, r.region).ok()) continue;
-      auto view = s->store.ReadRegion(*slot, r.region);
-      if (!view.ok()) continue;
-      wire::AppendSealsRecord(
-          {r.owner, s->lane, std::vector<uint8_t>(view->data, view->data + view->length)}, &mine);
-    }
+    AppendHeldSeals(s->store, *slot, *s->layout, s->lane, &mine);
   }
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
-  for (const auto& raw : all) {
-    MEMENTO_ASSIGN_OR_RETURN(auto records, wire::DecodeSealsRecords(raw));
-    for (wire::SealsRecord& r : records) {
-      auto seals = DecodeEntrySeals(r.seals.data(), r.seals.size());
-      if (seals.ok()) seals_of_.emplace(std::make_pair(r.node, r.lane), std::move(seals).value());
-    }
-  }
+  MEMENTO_ASSIGN_OR_RETURN(seals_of_, ExchangeSeals(parts_.transport, mine));
   return Status::Ok();
 }
 

@@ -77,4 +77,28 @@ LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& rem
   return choice;
 }
 
+void AppendHeldSeals(const NodeStore& store, int slot, const ProtectionLayout& layout, int lane,
+                     std::vector<uint8_t>* records) {
+  for (const SealsRegion& r : layout.seals()) {
+    if (!store.VerifyRegion(slot, r.region).ok()) continue;
+    auto view = store.ReadRegion(slot, r.region);
+    if (!view.ok()) continue;
+    wire::AppendSealsRecord(
+        {r.owner, lane, std::vector<uint8_t>(view->data, view->data + view->length)}, records);
+  }
+}
+
+Result<SealsByOwner> ExchangeSeals(Transport* transport, const std::vector<uint8_t>& mine) {
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport->Allgather(mine.data(), mine.size()));
+  SealsByOwner out;
+  for (const auto& raw : all) {
+    MEMENTO_ASSIGN_OR_RETURN(auto records, wire::DecodeSealsRecords(raw));
+    for (wire::SealsRecord& r : records) {
+      auto seals = DecodeEntrySeals(r.seals.data(), r.seals.size());
+      if (seals.ok()) out.emplace(std::make_pair(r.node, r.lane), std::move(seals).value());
+    }
+  }
+  return out;
+}
+
 }  // namespace memento::runtime

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "memento/runtime/node_store.h"
+#include "memento/runtime/transport.h"
+#include "protect/entry_seals.h"
 #include "protect/protection_layout.h"
 #include "transport/wire.h"
 
@@ -35,5 +37,15 @@ struct LineageChoice {
 };
 LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& remote_of_rank,
                                   const std::vector<const wire::Inventory*>& items);
+
+// Appends to `records` a seals record (as lane `lane`) for every seals region
+// `layout` keeps in `slot` of `store` that verifies: the entry seals of the
+// owners whose bytes this store protects.
+void AppendHeldSeals(const NodeStore& store, int slot, const ProtectionLayout& layout, int lane,
+                     std::vector<uint8_t>* records);
+
+// Collective: one allgather of every rank's seals records; the seals of every
+// owner some rank vouched for (undecodable records are skipped).
+Result<SealsByOwner> ExchangeSeals(Transport* transport, const std::vector<uint8_t>& mine);
 
 }  // namespace memento::runtime

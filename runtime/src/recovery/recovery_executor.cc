@@ -273,23 +273,9 @@ Status RecoveryExecutor::GatherEntrySeals() {
     if (own.size() == entries) {
       wire::AppendSealsRecord({pl_.node(), pl_.lane(), EncodeEntrySeals(own)}, &mine);
     }
-    for (const SealsRegion& r : pl_.seals()) {
-      if (!store->VerifyRegion(*slot, r.region).ok()) continue;
-      auto view = store->ReadRegion(*slot, r.region);
-      if (!view.ok()) continue;
-      wire::AppendSealsRecord(
-          {r.owner, pl_.lane(), std::vector<uint8_t>(view->data, view->data + view->length)},
-          &mine);
-    }
+    AppendHeldSeals(*store, *slot, pl_, pl_.lane(), &mine);
   }
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
-  for (const auto& raw : all) {
-    MEMENTO_ASSIGN_OR_RETURN(auto records, wire::DecodeSealsRecords(raw));
-    for (wire::SealsRecord& r : records) {
-      auto seals = DecodeEntrySeals(r.seals.data(), r.seals.size());
-      if (seals.ok()) seals_of_.emplace(std::make_pair(r.node, r.lane), std::move(seals).value());
-    }
-  }
+  MEMENTO_ASSIGN_OR_RETURN(seals_of_, ExchangeSeals(parts_.transport, mine));
   return Status::Ok();
 }
 

@@ -42,9 +42,6 @@
 
 namespace memento::runtime {
 
-// Every owner's entry seals, by (node, lane).
-using SealsByOwner = std::map<std::pair<int, int>, std::vector<EntrySeal>>;
-
 // Whether the minimal re-protect applies to `plan` (see above). The same
 // answer on every rank (a function of the plan only).
 bool MinimalReprotectPossible(const placement::RecoveryPlan& plan);

@@ -305,6 +305,12 @@ class TorchCheckpointer::Impl {
 
   // Shard specs: SetShard's by name, then optimizer state like its parameter.
   Status ApplyShards(std::vector<NamedTensor>* all) const {
+    // Runs at every Save: nothing to do (and nothing allocated) without shards.
+    if (shards_.empty() && std::none_of(all->begin(), all->end(), [](const NamedTensor& nt) {
+          return nt.shard.has_value();
+        })) {
+      return Status::Ok();
+    }
     std::set<std::string> used;
     std::map<const void*, ShardSpec> by_param;
     for (NamedTensor& nt : *all) {

@@ -574,7 +574,6 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   const auto t0 = Clock::now();
   {
     std::lock_guard<std::mutex> lock(release_mu_);
-    release_at_ = report.version;
     release_after_commit_ = std::move(elastic_aside_);
   }
   elastic_aside_.clear();
@@ -598,7 +597,7 @@ void Checkpointer::Impl::ReleaseAsideStores(uint64_t committed) {
   std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
-    if (release_after_commit_.empty() || committed < release_at_) return;
+    if (release_after_commit_.empty()) return;
     names.swap(release_after_commit_);
   }
   for (const std::string& name : names) {

@@ -72,8 +72,9 @@ class Checkpointer::Impl {
   // the restored version under the new topology, protected and committed in
   // the background; the set-aside stores are released when it commits.
   Result<RestoreReport> RestoreElastic();
-  // Commit thread: unlinks the set-aside stores once `committed` reaches the
-  // version an elastic restore re-protects.
+  // Commit thread: unlinks the set-aside stores after an elastic restore once
+  // a version commits (the restored one, or a later one if it failed: Restore
+  // waited for every earlier version, so no older one can commit then).
   void ReleaseAsideStores(uint64_t committed);
   // A fresh lineage for this run, the same on every rank (one allgather).
   Status StartLineage();
@@ -113,10 +114,9 @@ class Checkpointer::Impl {
   // (node-major over the new topology) and what this rank's store records.
   bool elastic_ = false;
   std::vector<std::string> elastic_aside_;
-  // The set-aside stores to unlink once release_at_ commits (application and
-  // commit thread, under release_mu_).
+  // The set-aside stores to unlink at the next commit (application and commit
+  // thread, under release_mu_).
   std::mutex release_mu_;
-  uint64_t release_at_ = 0;
   std::vector<std::string> release_after_commit_;
   std::vector<placement::RankCatalog> new_catalogs_;
   std::vector<uint8_t> store_catalog_;

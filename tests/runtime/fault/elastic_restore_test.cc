@@ -368,6 +368,43 @@ TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// A dtype or global shape other than the checkpoint's: refused naming the
+// entry and what differs, and a correct relaunch still restores.
+TEST(Elastic, OtherDtypeOrGlobalShapeFailsByNameAndACorrectRelaunchStillRestores) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, false); });
+  const Topo three{3, 1, {0, 1, 2}};
+  struct Wrong {
+    EntryLayout layout;
+    const char* says;
+  };
+  const std::vector<Wrong> wrongs = {
+      {{"float64", {kRows, kRowCols}, {16, kRowCols}, {0, 0}}, "dtype float64"},
+      {{"float32", {kRows, kRowCols + 1}, {16, kRowCols + 1}, {0, 0}}, "[48,21]"}};
+  for (const Wrong& w : wrongs) {
+    Spawn(3, [&](RankContext& ctx) {
+      auto ck = Checkpointer::Create(MakeConfig(three, ctx.rank(), "replica:2", true, false),
+                                     ctx.transport());
+      ASSERT_TRUE(ck.ok());
+      EntryLayout layout = w.layout;
+      layout.offsets[0] = 16 * ctx.rank();
+      const size_t elem = layout.dtype == "float64" ? 8 : 4;
+      std::vector<uint8_t> buf(16 * layout.shape[1] * elem);
+      ASSERT_TRUE((*ck)->RegisterBuffer("rows", buf.data(), buf.size(), layout).ok());
+      auto report = (*ck)->Restore();
+      ASSERT_FALSE(report.ok());
+      EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
+      EXPECT_NE(report.status().message().find("'rows'"), std::string::npos)
+          << report.status().ToString();
+      EXPECT_NE(report.status().message().find(w.says), std::string::npos)
+          << report.status().ToString();
+      EXPECT_NE(report.status().message().find("differ from the checkpoint's"), std::string::npos)
+          << report.status().ToString();
+    });
+  }
+  Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // An entry without a tensor layout (opaque bytes) has no slicing to follow:
 // refused onto another rank count, naming it.
 TEST(Elastic, OpaqueEntryOntoAnotherRankCountIsRefusedByName) {

@@ -65,6 +65,10 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_option("--backoff", o.backoff_s,
                   "seconds before a relaunch; doubles per repeated failure (default 0.5)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--teardown-grace", o.teardown_grace_s,
+                  "seconds mpirun may live on after every rank ended before it is killed "
+                  "(default 10)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--mpirun", args->mpirun,
                   "the mpirun command line, split at spaces (default mpirun)");
   sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");

@@ -8,6 +8,8 @@ usage: launch_test.py SCENARIO
                   node 2 lost at that stage of version 4 (the job's fault hook)
   recovery        node 1 lost at step 3, node 2 lost while the job recovers
   two-nodes       nodes 0 and 2 lost together (replica:2: one per group)
+  stuck-mpirun    as protect, under an mpirun that does not exit after its ranks
+                  ended: the launcher kills it, relaunches, and finishes
   interrupt       SIGINT while the job runs: exit 130, segments cleaned
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
@@ -149,6 +151,24 @@ def run(scenario, job, remote):
             fail("the recovery that was interrupted reported success")
         if restores[-1]["lost"]["failures"] != [1, 2]:
             fail("the last restore should close both failures: %s" % restores[-1]["lost"])
+    elif scenario == "stuck-mpirun":
+        # An mpirun that lives on after its ranks ended (Open MPI 4.1 can hang
+        # in its teardown after an MPI_Abort): the launcher kills it and goes on.
+        wrapper = os.path.join(remote, "stuck_mpirun.sh")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nmpirun \"$@\"\nsleep 3600\n")
+        os.chmod(wrapper, 0o755)
+        start = time.time()
+        _, recs = launch(job, ["--scheme", "rs:2+1", "--inject", "2@4:protect",
+                               "--teardown-grace", "2", "--mpirun", wrapper])
+        took = time.time() - start
+        check_recovered(recs, 1)
+        stuck = of(recs, "mpirun_stuck")
+        if [r["attempt"] for r in stuck] != [0, 1]:
+            fail("expected the stuck mpirun of both launches killed, got %s" % stuck)
+        if any(r["after_s"] > 10 for r in stuck):
+            fail("a stuck mpirun lived on too long: %s" % stuck)
+        print("PASS: both stuck mpiruns killed; the job recovered and finished in %.1f s" % took)
     elif scenario == "two-nodes":
         _, recs = launch(job, ["--scheme", "replica:2", "--inject", "0+2@4"])
         check_recovered(recs, 1)

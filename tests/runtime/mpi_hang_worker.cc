@@ -8,7 +8,8 @@
 //   late-peer    abort_on_timeout = false: the collective returns Timeout; the
 //                stopped rank is continued a few seconds later and completes the
 //                collective, while the survivors fill the stack where the timed out
-//                call's buffers were. MPI must not write into that stack.
+//                call's buffers were. MPI must not write into that stack. The
+//                survivors' broken transport then aborts the job, the late rank too.
 #include <mpi.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "memento/runtime/mpi_transport.h"
 
@@ -101,7 +103,13 @@ int Main(int argc, char** argv) {
     if (stopped) StopForSeconds(6);
     Status s = TimedOutCollective(**t);
     if (stopped) {
-      return (*other)->Barrier().ok() ? 0 : 1;
+      if (!(*other)->Barrier().ok()) return 1;
+      // Wait for the survivors' abort to end this rank too. Exiting normally
+      // here would race MPI_Finalize against their MPI_Abort, which can leave
+      // Open MPI 4.1's mpirun deadlocked in PMIx_server_finalize after every
+      // rank is gone; an abort that does not kill this rank fails the time limit.
+      std::this_thread::sleep_for(std::chrono::seconds(90));
+      return 0;
     }
     if (s.code() != StatusCode::kTimeout) {
       std::printf("expected Timeout, got %s\n", s.ToString().c_str());

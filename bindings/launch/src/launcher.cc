@@ -148,6 +148,8 @@ class Launcher {
     int status = 0;  // waitpid status of mpirun
     bool exited = false;
     bool killed_by_launcher = false;  // a step event fired
+    bool reported_done = false;       // the job's "done" event arrived
+    double t_ranks_gone = 0;          // when every rank was first seen ended
     double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
     uint64_t last_step = 0;
     std::vector<double> step_times;
@@ -188,6 +190,8 @@ class Launcher {
   json Summary(int segments_removed) const;
   void KillRanks(int attempt, const std::vector<int>& nodes);
   void KillAllRanks(int attempt);
+  bool AnyRankAlive(int attempt) const;
+  void KillStuckMpirun(Attempt* a);
   pid_t Spawn(int attempt);
   void Progress(bool final_line);
   void Record(json record);
@@ -273,6 +277,41 @@ void Launcher::KillAllRanks(int attempt) {
     const pid_t pid = RankPid(attempt, r);
     if (pid > 0) kill(pid, SIGKILL);
   }
+}
+
+// Whether a rank of the attempt may still run: true until every rank wrote
+// its pid, and for a zombie's parent (mpirun) that has not reaped it yet false.
+bool Launcher::AnyRankAlive(int attempt) const {
+  for (int r = 0; r < o_.np; ++r) {
+    const pid_t pid = RankPid(attempt, r);
+    if (pid <= 0) return true;
+    if (kill(pid, 0) != 0 && errno == ESRCH) continue;
+    const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;
+    return true;
+  }
+  return false;
+}
+
+// mpirun alive teardown_grace_s after its last rank ended: it hangs in its
+// own teardown, not in the job, so it is killed and the attempt ends.
+void Launcher::KillStuckMpirun(Attempt* a) {
+  if (a->exited || AnyRankAlive(a->index)) {
+    a->t_ranks_gone = 0;
+    return;
+  }
+  const double now = Now();
+  if (a->t_ranks_gone == 0) a->t_ranks_gone = now;
+  if (now - a->t_ranks_gone <= o_.teardown_grace_s) return;
+  Record({{"record", "mpirun_stuck"},
+          {"attempt", a->index},
+          {"after_s", now - a->t_ranks_gone},
+          {"message", "mpirun did not exit after every rank had ended; killed"}});
+  kill(-a->pid, SIGKILL);
+  waitpid(a->pid, &a->status, 0);
+  a->exited = true;
+  a->t_ranks_gone = -1;  // AfterExit: mpirun's status says nothing about the job
 }
 
 pid_t Launcher::Spawn(int attempt) {
@@ -493,6 +532,7 @@ void Launcher::Watch(Attempt* a) {
     Progress(false);
     InjectStepEvent(a);
     StopOnInterrupt(a);
+    KillStuckMpirun(a);
     if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   a->t_exit = Now();
@@ -515,6 +555,7 @@ void Launcher::PollEvents(Attempt* a) {
       stall_s_ = ev.value("stall_s", 0.0);
       a->step_times.push_back(step_s_);
     } else if (kind == "done") {
+      a->reported_done = true;
       final_step_ = ev.value("step", uint64_t{0});
       final_hash_ = ev.value("state_hash", std::string());
     }
@@ -627,8 +668,10 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
   const json fault =
       json::parse(ReadFile(dir_ + "/fault.a" + std::to_string(a->index)), nullptr, false);
   const bool stage_fired = !fault.is_discarded() && fault.is_object();
-  if (WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0 && !a->killed_by_launcher &&
-      !stage_fired) {
+  // A job that reported done before mpirun hung in its teardown finished.
+  const bool exited_ok = WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0;
+  const bool done_then_stuck = a->t_ranks_gone < 0 && a->reported_done;
+  if ((exited_ok || done_then_stuck) && !a->killed_by_launcher && !stage_fired) {
     outcome_ = "finished";
     exit_code_ = 0;
     if (final_step_ == 0) final_step_ = a->last_step;

@@ -107,6 +107,9 @@ std::string RenderTimeline(const std::vector<json>& records) {
            << Fmt("%.2f", l.value("reprotect_s", 0.0)) << " s, recompute "
            << Fmt("%.2f", l.value("recompute_s", 0.0)) << " s\n";
       }
+    } else if (kind == "mpirun_stuck") {
+      os << t << "mpirun of launch " << r.value("attempt", 0) + 1 << " killed: still running "
+         << Fmt("%.1f", r.value("after_s", 0.0)) << " s after every rank had ended\n";
     } else if (kind == "not_fired") {
       os << t << "not injected: " << r.value("event", std::string()) << " ("
          << r.value("what", std::string()) << ") was never reached\n";

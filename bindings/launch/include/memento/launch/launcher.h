@@ -44,6 +44,10 @@ struct LaunchOptions {
   double backoff_s = 0.5;  // first backoff; doubles per consecutive unplanned failure
   double backoff_max_s = 30;
   double kill_grace_s = 120;  // a job still running this long after a kill is SIGKILLed
+  // mpirun still running this long after every rank of the job has ended is
+  // stuck in its own teardown (Open MPI 4.1 can deadlock there after an
+  // MPI_Abort) and is SIGKILLed, so that the job is relaunched or finishes.
+  double teardown_grace_s = 10;
   std::vector<std::string> mpirun = {"mpirun"};  // launcher command line before -np
   std::vector<std::string> command;              // the job
   std::string self_exe;                          // this program (default /proc/self/exe)

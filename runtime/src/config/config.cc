@@ -29,6 +29,7 @@ constexpr char kThreads[] = "MEMENTO_THREADS";
 constexpr char kTimeout[] = "MEMENTO_TIMEOUT_S";
 constexpr char kStale[] = "MEMENTO_STALE";
 constexpr char kElastic[] = "MEMENTO_ELASTIC";
+constexpr char kBackgroundReprotect[] = "MEMENTO_BACKGROUND_REPROTECT";
 constexpr char kInterval[] = "MEMENTO_INTERVAL";
 constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
@@ -208,7 +209,8 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
 const std::vector<std::string>& Config::VariableNames() {
   static const std::vector<std::string> names = {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
-      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic};
+      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
+      kBackgroundReprotect};
   return names;
 }
 
@@ -312,6 +314,9 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
     } else if (var == kElastic) {
       if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
       c.elastic = value == "1";
+    } else if (var == kBackgroundReprotect) {
+      if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
+      c.background_reprotect = value == "1";
     } else if (var == kStale) {
       if (value == "error") {
         c.stale_policy = StalePolicy::kError;
@@ -390,7 +395,8 @@ std::string Config::ToString() const {
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
      << "=" << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
-     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "=" << (elastic ? 1 : 0);
+     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "=" << (elastic ? 1 : 0)
+     << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0);
   return os.str();
 }
 

@@ -60,6 +60,19 @@ Status Checkpointer::Wait() { return impl_->Wait(); }
 Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
 Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
 std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
+Protection Checkpointer::ProtectionState() const { return impl_->ProtectionState(); }
+
+const char* ProtectionName(Protection state) {
+  switch (state) {
+    case Protection::kProtected:
+      return "protected";
+    case Protection::kReprotecting:
+      return "re-protecting";
+    case Protection::kUnprotected:
+      return "unprotected";
+  }
+  return "?";
+}
 void Checkpointer::SetDeviceStream(void* cuda_stream) { impl_->SetDeviceStream(cuda_stream); }
 double Checkpointer::BlockedSeconds() const { return impl_->BlockedSeconds(); }
 bool Checkpointer::WouldSave(uint64_t step) const { return impl_->WouldSave(step); }
@@ -405,6 +418,7 @@ void Checkpointer::Impl::BuildStages() {
   parts.persist_every = config_.persist_every;
   parts.hook = hook;
   parts.after_commit = [this](uint64_t version) {
+    protection_state_ = Protection::kProtected;  // the newest version is protected as the scheme says
     ReleaseAsideStores(version);
     if (!schedule_.automatic()) return Status::Ok();
     return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
@@ -427,7 +441,9 @@ Status Checkpointer::Impl::Save(uint64_t step) {
 }
 
 Status Checkpointer::Impl::SaveNow(uint64_t step) {
-  (void)Wait();  // at most one version in flight; its outcome is Wait()'s to report
+  // At most one version in flight; its outcome is Wait()'s to report. A
+  // restore's background re-protect goes on: the slots it needs are pinned.
+  (void)committer_->WaitVersion();
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");
   }
@@ -495,40 +511,78 @@ std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
 
 double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
 
+Protection Checkpointer::Impl::ProtectionState() const {
+  const Protection p = protection_state_.load();
+  if (p == Protection::kReprotecting && committer_ && committer_->idle()) {
+    // Nothing runs any more and nothing set it protected: the background
+    // re-protect's version did not commit. Read again: a commit may have
+    // just set it.
+    return protection_state_.load() == Protection::kReprotecting ? Protection::kUnprotected
+                                                          : protection_state_.load();
+  }
+  return p;
+}
+
 Result<RestoreReport> Checkpointer::Impl::Restore() {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
   schedule_.Reset();  // every rank schedules alike from the restored version on
   if (elastic_) return RestoreElastic();
-  ShardIo io(&entries_, &store_, &*protection_, remote_.get(), transport_.get());
+  // The restore's parts outlive Restore when its re-protect runs in the
+  // background: the commit thread's task holds them.
+  struct RestoreRun {
+    std::unique_ptr<ShardIo> io;
+    std::unique_ptr<Reprotector> reprotector;
+    std::unique_ptr<RecoveryExecutor> executor;
+  };
+  auto run = std::make_shared<RestoreRun>();
+  run->io = std::make_unique<ShardIo>(&entries_, &store_, &*protection_, remote_.get(),
+                                      transport_.get());
   Reprotector::Parts rp;
   rp.transport = transport_.get();
   rp.store = &store_;
   rp.layout = &*protection_;
-  rp.io = &io;
+  rp.io = run->io.get();
   rp.slots = slots_.get();
   rp.chunk_bytes = config_.chunk_bytes;
-  rp.resnapshot = [this](uint64_t version) { return Resnapshot(version); };
+  rp.resnapshot = [this](uint64_t version, bool background) {
+    return Resnapshot(version, background);
+  };
   rp.protect = protect_stage_.get();
   rp.lineage = &lineage_;
-  Reprotector reprotector(std::move(rp));
+  run->reprotector = std::make_unique<Reprotector>(std::move(rp));
   RecoveryExecutor::Parts parts;
   parts.transport = transport_.get();
   parts.store = &store_;
   parts.layout = &*protection_;
-  parts.io = &io;
+  parts.io = run->io.get();
   parts.slots = slots_.get();
-  parts.reprotector = &reprotector;
+  parts.reprotector = run->reprotector.get();
   parts.chunk_bytes = config_.chunk_bytes;
   parts.hook = Hook();
+  parts.background = config_.background_reprotect;
   // The restore adopts the lineage it restores from; a failed one leaves
   // this run's own.
   const uint64_t own_lineage = lineage_;
   parts.lineage = &lineage_;
-  RecoveryExecutor executor(std::move(parts));
-  Result<RestoreReport> restored = executor.Run();
+  run->executor = std::make_unique<RecoveryExecutor>(std::move(parts));
+  Result<RestoreReport> restored = run->executor->Run();
   if (!restored.ok()) lineage_ = own_lineage;
+  if (restored.ok() && run->executor->reprotect_deferred()) {
+    protection_state_ = Protection::kReprotecting;
+    committer_->SubmitTask([this, run] {
+      bool again = false;
+      RestoreStats stats;
+      Status s = run->executor->RunDeferredReprotect(&again, &stats);
+      // A commit of a later version would have set it protected, but no
+      // version commits before this task ends.
+      protection_state_ = again ? Protection::kProtected : Protection::kUnprotected;
+      return s;
+    });
+  } else if (restored.ok() && restored->protection == "protected") {
+    protection_state_ = Protection::kProtected;
+  }
   if (!restored.ok() && config_.elastic && RemoteWrittenByOtherRankCount()) {
     // Memory of this topology could not serve and no store of another one
     // survives: reshard the remote version the other rank count wrote.
@@ -580,11 +634,13 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   elastic_ = false;
   // As after Save, the snapshot copies the buffers in the background:
   // WaitSnapshot() before writing them.
+  protection_state_ = Protection::kReprotecting;
   Status started = StartVersion(report.version, /*persistable=*/false);
   MEMENTO_RETURN_IF_ERROR(started.WithContext("elastic restore: snapshotting v" +
                                               std::to_string(report.version) +
                                               " on the new topology"));
   report.stats.reprotect_mode = "full, background";
+  report.protection = "re-protecting";
   report.stats.reprotect_s = SecondsSince(t0);
   report.notes.push_back("v" + std::to_string(report.version) +
                          " is being protected under the new topology in the background; "
@@ -608,8 +664,10 @@ void Checkpointer::Impl::ReleaseAsideStores(uint64_t committed) {
   }
 }
 
-Status Checkpointer::Impl::Resnapshot(uint64_t version) {
+Status Checkpointer::Impl::Resnapshot(uint64_t version, bool background) {
+  protection_state_ = Protection::kReprotecting;
   Status started = StartVersion(version, /*persistable=*/false);
+  if (background) return started;
   Status committed = Wait();
   return started.ok() ? committed : started;
 }

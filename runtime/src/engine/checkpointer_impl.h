@@ -7,6 +7,7 @@
 // contract and runtime/README.md for the threading model.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,7 @@ class Checkpointer::Impl {
   Status WaitPersist();
   Result<RestoreReport> Restore();
   std::optional<uint64_t> LatestCommitted() const;
+  Protection ProtectionState() const;
   double BlockedSeconds() const;
   bool WouldSave(uint64_t step) const { return schedule_.WouldSave(step); }
   IntervalStats Interval() const { return schedule_.stats(); }
@@ -92,8 +94,9 @@ class Checkpointer::Impl {
   // of ranks than this job runs (every rank answers alike).
   bool RemoteWrittenByOtherRankCount() const;
   // Re-snapshots the restored buffers as `version` (protecting it like any
-  // Save) and waits for its commit: the full re-protect after a restore.
-  Status Resnapshot(uint64_t version);
+  // Save) and, unless `background`, waits for its commit: the full
+  // re-protect after a restore.
+  Status Resnapshot(uint64_t version, bool background);
 
   Config config_;
   std::shared_ptr<Transport> transport_;
@@ -136,6 +139,12 @@ class Checkpointer::Impl {
 
   SaveSchedule schedule_;  // which Save calls take a checkpoint (Config::interval)
   std::unique_ptr<Committer> committer_;  // the commit thread; after the stages it ends
+
+  // The newest version's protection (ProtectionState): set by the restore
+  // (application thread) and by the background re-protect and every commit
+  // (commit thread); kReprotecting with the commit thread idle means the
+  // background re-protect's version failed to commit.
+  std::atomic<Protection> protection_state_{Protection::kProtected};
 
   double blocked_seconds_ = 0;  // application thread only
   void* device_stream_ = nullptr;  // cudaStream_t producing device buffers; application thread

@@ -34,10 +34,29 @@ void Committer::Submit(uint64_t version, int slot, bool persistable, Status not_
   cv_.notify_all();
 }
 
-Status Committer::Wait() {
+void Committer::SubmitTask(std::function<Status()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+Status Committer::WaitVersion() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !in_flight_; });
   return last_;
+}
+
+Status Committer::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !in_flight_ && tasks_.empty() && !task_running_; });
+  return last_;
+}
+
+bool Committer::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !in_flight_ && tasks_.empty() && !task_running_;
 }
 
 Status Committer::broken() const {
@@ -58,12 +77,34 @@ void Committer::SetLatest(uint64_t version) {
 void Committer::Loop() {
   while (true) {
     Job job;
+    std::function<Status()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || job_.has_value(); });
-      if (!job_) return;
-      job = std::move(*job_);
-      job_.reset();
+      cv_.wait(lock, [this] { return stop_ || job_.has_value() || !tasks_.empty(); });
+      if (!tasks_.empty()) {
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+        task_running_ = true;
+      } else if (!job_) {
+        return;
+      } else {
+        job = std::move(*job_);
+        job_.reset();
+      }
+    }
+    if (task) {
+      Status s = task();
+      if (!s.ok()) {
+        Log(LogLevel::kWarn, "background task on the commit thread failed: " + s.ToString());
+        s = Broke(s);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!s.ok()) last_ = s;
+        task_running_ = false;
+      }
+      cv_.notify_all();
+      continue;
     }
     Status s = CommitOne(job);
     if (!s.ok()) {

@@ -11,8 +11,12 @@
 // newest. A failed collective (a dead peer) leaves the sealed slot as it is:
 // the outcome elsewhere is unknown and Restore's agreement decides.
 //
-// At most one version is in flight (Begin .. its decision); Wait() blocks
-// until it is decided and returns its outcome.
+// At most one version is in flight (Begin .. its decision); WaitVersion()
+// blocks until it is decided and returns its outcome. Tasks (SubmitTask: a
+// restore's background re-protect) run on the commit thread before any
+// version submitted after them, so that their collectives and a version's
+// are issued in the same order on every rank; Wait() blocks until both the
+// version and every task are done.
 //
 // Thread-safety: Begin / Submit from the application thread; Wait, latest and
 // SetLatest from any thread. The Committer's lock is never held while calling
@@ -20,6 +24,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -69,8 +74,17 @@ class Committer {
   // nothing was begun on this rank; it votes "false" and reports why.
   // `persistable`: whether the version counts for persist_every.
   void Submit(uint64_t version, int slot, bool persistable, Status not_started);
+  // Runs `task` on the commit thread, before any version submitted later. A
+  // non-OK result means a collective of it failed: checkpointing stops as
+  // after a failed commit collective (broken()).
+  void SubmitTask(std::function<Status()> task);
   // Blocks until no version is in flight; the last decided version's outcome.
+  Status WaitVersion();
+  // Blocks until no version is in flight and no task is queued or running;
+  // the last decided version's outcome (or a task's failure).
   Status Wait();
+  // Whether no version is in flight and no task is queued or running.
+  bool idle() const;
 
   // OK, or why checkpointing has stopped for good: a commit collective
   // failed (a peer is gone or timed out), which leaves the transport unusable
@@ -105,6 +119,8 @@ class Committer {
   std::condition_variable cv_;
   bool in_flight_ = false;
   std::optional<Job> job_;
+  std::deque<std::function<Status()>> tasks_;
+  bool task_running_ = false;
   Status last_;    // outcome of the last decided version
   Status broken_;  // see broken()
   std::optional<uint64_t> latest_;

@@ -67,9 +67,18 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     report_.entries.push_back({entries[i].name, entries[i].bytes, crcs_[i], source_});
   }
   t0 = Clock::now();
-  MEMENTO_RETURN_IF_ERROR(Reprotect());
-  MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
+  if (parts_.background) {
+    // Before the re-protect: its collectives run on the commit thread from now on.
+    MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
+    MEMENTO_RETURN_IF_ERROR(Reprotect());
+  } else {
+    MEMENTO_RETURN_IF_ERROR(Reprotect());
+    MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
+  }
   report_.stats.reprotect_s = SecondsSince(t0);
+  report_.protection = parts_.background && report_.stats.reprotect_mode != "none"
+                           ? "re-protecting"
+                           : "protected";
   Log(LogLevel::kInfo, report_.ToString() + " [" + report_.source_detail + "; lost nodes " +
                            std::to_string(report_.lost_nodes.size()) + "; sent " +
                            std::to_string(report_.stats.bytes_sent) + " B, received " +
@@ -575,9 +584,12 @@ Status RecoveryExecutor::Reprotect() {
   }
   ReduceBytes bytes;
   if (!fell_back_ && MinimalReprotectPossible(plan_)) {
+    if (parts_.background) {
+      DeferMinimal();
+      return Status::Ok();
+    }
     int slot = -1;
-    const int tag_base =
-        static_cast<int>((2 * transfers_.size() + chains_.size()) % wire::kRecoverTagSpan);
+    const int tag_base = ReprotectTagBase();
     Status s = parts_.reprotector->Minimal(
         plan_, restored_shard_.empty() ? nullptr : &restored_shard_, seals_of_, tag_base, &bytes,
         &slot);
@@ -603,11 +615,79 @@ Status RecoveryExecutor::Reprotect() {
                             (s.ok() ? std::string("on another rank") : s.ToString()) +
                             "), re-protecting the whole version");
   }
-  Status s = parts_.reprotector->Full(version, &bytes);
-  report_.stats.reprotect_mode = "full";
+  Status s = parts_.reprotector->Full(version, &bytes, parts_.background);
+  report_.stats.reprotect_mode = parts_.background ? "full, background" : "full";
   report_.stats.reprotect_bytes_sent = bytes.sent;
   report_.stats.reprotect_bytes_received = bytes.received;
   if (!s.ok()) report_.notes.push_back("not re-protected: " + s.ToString());
+  return Status::Ok();
+}
+
+int RecoveryExecutor::ReprotectTagBase() const {
+  return static_cast<int>((2 * transfers_.size() + chains_.size()) % wire::kRecoverTagSpan);
+}
+
+void RecoveryExecutor::DeferMinimal() {
+  const uint64_t version = report_.version;
+  const auto& failed = plan_.failed_nodes;
+  if (std::find(failed.begin(), failed.end(), pl_.node()) != failed.end()) {
+    // The slot is chosen now, on the application thread, so that a Save
+    // issued meanwhile takes another one.
+    fresh_slot_ = parts_.slots->Acquire();
+    parts_.slots->Pin(fresh_slot_);
+  } else if (const std::optional<int> held = parts_.store->FindVersion(version, *parts_.lineage)) {
+    // The survivor's copy is what the chains read: a Save must not rewrite it.
+    parts_.slots->SetCommitted(*held);
+    parts_.slots->Pin(*held);
+    pinned_slot_ = *held;
+  }
+  deferred_ = true;
+  report_.stats.reprotect_mode = "minimal, background";
+  report_.notes.push_back("what the lost nodes held of " + V(version) +
+                          " is rebuilt in the background (ProtectionState(); Wait())");
+}
+
+Status RecoveryExecutor::RunDeferredReprotect(bool* protected_again, RestoreStats* stats) {
+  MEMENTO_CHECK(deferred_);
+  const auto t0 = Clock::now();
+  const uint64_t version = report_.version;
+  const auto& failed = plan_.failed_nodes;
+  const bool fresh = std::find(failed.begin(), failed.end(), pl_.node()) != failed.end();
+  ReduceBytes bytes;
+  int slot = -1;
+  Status s = parts_.reprotector->Minimal(plan_,
+                                         restored_shard_.empty() ? nullptr : &restored_shard_,
+                                         seals_of_, ReprotectTagBase(), &bytes, &slot, fresh_slot_);
+  if (s.ok()) s = RunHook(Stage::kReprotect, version);
+  Result<bool> all = parts_.transport->AllTrue(s.ok());
+  *protected_again = all.ok() && *all;
+  if (*protected_again) {
+    Status c = parts_.store->MarkCommitted(slot, version);
+    if (!c.ok()) Log(LogLevel::kWarn, "re-protected " + V(version) + " not marked committed: " + c.ToString());
+    parts_.slots->SetCommitted(slot);
+  } else if (all.ok()) {
+    if (fresh && slot >= 0) (void)parts_.store->Invalidate(slot);
+    Log(LogLevel::kWarn, V(version) + " not re-protected in the background (" +
+                             (s.ok() ? std::string("failed on another rank") : s.ToString()) +
+                             "); the next Save protects the job again");
+  }
+  if (fresh_slot_ >= 0) parts_.slots->Unpin(fresh_slot_);
+  if (pinned_slot_ >= 0) parts_.slots->Unpin(pinned_slot_);
+  fresh_slot_ = pinned_slot_ = -1;
+  deferred_ = false;
+  restored_shard_.clear();
+  restored_shard_.shrink_to_fit();
+  if (stats != nullptr) {
+    stats->reprotect_mode = "minimal, background";
+    stats->reprotect_bytes_sent = bytes.sent;
+    stats->reprotect_bytes_received = bytes.received;
+    stats->reprotect_s = SecondsSince(t0);
+  }
+  if (!all.ok()) return all.status().WithContext("background re-protect of " + V(version));
+  if (*protected_again) {
+    Log(LogLevel::kInfo, V(version) + " protected again in the background (" +
+                             std::to_string(bytes.received) + " B received here)");
+  }
   return Status::Ok();
 }
 

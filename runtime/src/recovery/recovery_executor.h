@@ -32,7 +32,11 @@
 //     complete remote versions, newest first, until one reads back intact.
 //  6. Re-protect (reprotector.h): nothing when every shard was local and
 //     nothing held for peers was lost; else minimal when possible, else full.
-//     Either way the version is committed before Restore returns.
+//     Blocking (Parts::background false): the version is committed before
+//     Run returns. Background: bytes are counted first (step 7), then the
+//     minimal re-protect is left to RunDeferredReprotect (a task of the
+//     commit thread) with the slots it reads or writes pinned, or the full
+//     one is started as a version in flight like a Save's.
 //  7. Bytes received per node (restore and re-protect) are allgathered into
 //     the report.
 //
@@ -77,6 +81,8 @@ class RecoveryExecutor {
     // Set to the lineage of the versions the restore considers (the newest
     // run's) once the inventory is taken; left alone when there is none.
     uint64_t* lineage = nullptr;
+    // Whether Run returns before the re-protect (step 6).
+    bool background = false;
   };
   explicit RecoveryExecutor(Parts parts);
 
@@ -84,6 +90,16 @@ class RecoveryExecutor {
   // committed slot set) when it returns OK. NotFound "nothing to restore"
   // when no version can be rebuilt from memory or read from the remote tier.
   Result<RestoreReport> Run();
+
+  // After a successful background Run: whether the minimal re-protect is left
+  // to RunDeferredReprotect.
+  bool reprotect_deferred() const { return deferred_; }
+  // Collective: the deferred minimal re-protect, agreed (AllTrue) and
+  // committed; then the pinned slots are released. OK with *protected_again
+  // false when some rank failed (the restored version stays committed where
+  // it was, the next Save protects again); non-OK only when a collective
+  // failed. Bytes and seconds in *stats (reprotect_* fields).
+  Status RunDeferredReprotect(bool* protected_again, RestoreStats* stats);
 
  private:
   // A replica transfer of step 4: `src` sends its copy of `owner`'s shard to `dst`.
@@ -123,6 +139,9 @@ class RecoveryExecutor {
   // back with every crc right on every rank.
   Status FallBackToRemote();
   Status Reprotect();                                      // 6
+  // Background: reserves what the deferred minimal re-protect reads or writes.
+  void DeferMinimal();
+  int ReprotectTagBase() const;
   Status GatherByteCounts();                               // 7
 
   // Marks an item of the agreed inventory as not valid; true if it was valid.
@@ -158,6 +177,12 @@ class RecoveryExecutor {
   RestoreSource source_ = RestoreSource::kLocalMemory;
   bool mismatch_ = false;  // this rank's rebuilt shard failed the end-to-end check
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
+
+  // Step 6 in the background: the slot a lost node's rank writes, or the
+  // survivor's slot of the version, pinned until RunDeferredReprotect ends.
+  bool deferred_ = false;
+  int fresh_slot_ = -1;
+  int pinned_slot_ = -1;
 
   std::atomic<uint64_t> sent_{0};
   uint64_t received_ = 0;

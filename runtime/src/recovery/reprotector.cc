@@ -71,7 +71,7 @@ Reprotector::Reprotector(Parts parts) : parts_(std::move(parts)) {
 Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
                             const std::vector<uint8_t>* restored_shard,
                             const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes,
-                            int* slot_out) {
+                            int* slot_out, int fresh_slot) {
   const ProtectionLayout& pl = *parts_.layout;
   const uint64_t version = plan.version;
   const bool fresh = std::find(plan.failed_nodes.begin(), plan.failed_nodes.end(), pl.node()) !=
@@ -84,7 +84,7 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
   if (fresh) {
     local = restored_shard == nullptr
                 ? Status::Internal("lost node's rank has no restored shard")
-                : WriteRestoredShard(version, *restored_shard, &slot);
+                : WriteRestoredShard(version, *restored_shard, fresh_slot, &slot);
   } else if (const std::optional<int> found =
                  parts_.store->FindVersion(version, *parts_.lineage)) {
     slot = *found;
@@ -124,9 +124,9 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
 }
 
 Status Reprotector::WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard,
-                                       int* slot) {
+                                       int fresh_slot, int* slot) {
   NodeStore* store = parts_.store;
-  const int chosen = parts_.slots->Acquire();
+  const int chosen = fresh_slot >= 0 ? fresh_slot : parts_.slots->Acquire();
   MEMENTO_RETURN_IF_ERROR(store->BeginWriteSlot(chosen, version, *parts_.lineage));
   *slot = chosen;
   const std::vector<RegisteredEntry>& entries = parts_.io->entries();
@@ -192,7 +192,7 @@ Status Reprotector::WriteSeals(int slot, const SealsByOwner& seals_of) {
   return Status::Ok();
 }
 
-Status Reprotector::Full(uint64_t version, ReduceBytes* bytes) {
+Status Reprotector::Full(uint64_t version, ReduceBytes* bytes, bool background) {
   // A copy of `version` this store already holds (a survivor's) stays the
   // committed slot, so the new copy goes elsewhere and the old one is dropped
   // only once the new one is committed: a failure during the re-protect
@@ -201,7 +201,7 @@ Status Reprotector::Full(uint64_t version, ReduceBytes* bytes) {
   if (std::optional<int> held = parts_.store->FindVersion(version, *parts_.lineage)) {
     parts_.slots->SetCommitted(*held);
   }
-  Status s = parts_.resnapshot(version);
+  Status s = parts_.resnapshot(version, background);
   if (parts_.protect != nullptr) {
     bytes->sent += parts_.protect->bytes_sent();
     bytes->received += parts_.protect->bytes_received();

@@ -1,5 +1,7 @@
-// Reprotector: makes a restored version fully protected again before Restore
-// returns, in one of two ways.
+// Reprotector: makes a restored version fully protected again, in one of two
+// ways; either may run after Restore returned (Config::background_reprotect:
+// the minimal one as a task on the commit thread, the full one as a version
+// in flight like a Save's).
 //
 // Minimal: rebuild only what the lost nodes held. Items
 // (RecoveryPlan::reprotect) are rebuilt as reduce chains (reduce_chain.h)
@@ -70,8 +72,9 @@ class Reprotector {
     const ShardIo* io = nullptr;
     SlotAllocator* slots = nullptr;
     uint64_t chunk_bytes = 0;
-    // Snapshots the registered buffers as `version` and waits for its commit.
-    std::function<Status(uint64_t version)> resnapshot;
+    // Snapshots the registered buffers as `version` and, unless `background`,
+    // waits for its commit.
+    std::function<Status(uint64_t version, bool background)> resnapshot;
     const ProtectStage* protect = nullptr;  // for the bytes a full re-protect moved; may be null
     // The lineage of the version being re-protected (read when it runs,
     // after the restore has chosen it); must not be null.
@@ -83,15 +86,20 @@ class Reprotector {
   // rebuilt (a lost node's rank), else null. `seals_of`: every owner's entry
   // seals. On success *slot is this rank's slot of plan.version (sealed, not
   // yet committed); on failure a fresh slot is invalidated again.
+  // `fresh_slot`: the slot a lost node's rank writes (reserved by the caller,
+  // e.g. pinned for a background re-protect); -1 = acquire one.
   Status Minimal(const placement::RecoveryPlan& plan, const std::vector<uint8_t>* restored_shard,
-                 const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes, int* slot);
+                 const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes, int* slot,
+                 int fresh_slot = -1);
 
-  // Collective. Re-snapshots and commits `version`; adds the protect bytes.
-  Status Full(uint64_t version, ReduceBytes* bytes);
+  // Collective. Re-snapshots `version` and, unless `background`, waits for
+  // its commit; adds the protect bytes.
+  Status Full(uint64_t version, ReduceBytes* bytes, bool background = false);
 
  private:
   // A lost node's rank: its restored shard into a fresh slot of `version`.
-  Status WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard, int* slot);
+  Status WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard, int fresh_slot,
+                            int* slot);
   // A lost node's rank: the rebuilt held regions and the seals it keeps.
   Status WriteHeld(const placement::RecoveryPlan& plan, int slot,
                    const std::vector<ReduceChain>& chains,

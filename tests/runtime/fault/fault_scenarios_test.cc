@@ -120,6 +120,10 @@ void Restore(RankContext& ctx, const Job& job, uint64_t min, uint64_t max) {
     }
     EXPECT_EQ(bad, 0u) << "rank " << ctx.rank() << " entry " << e;
   }
+  // What the lost nodes held may still be rebuilt in the background (its
+  // collectives on the commit thread): wait for it before collectives of our own.
+  EXPECT_TRUE(st.ck->Wait().ok());
+  EXPECT_EQ(st.ck->ProtectionState(), Protection::kProtected) << report->ToString();
   auto lo = ctx.transport()->AllReduceMin(static_cast<int64_t>(report->version));
   auto hi = ctx.transport()->AllReduceMax(static_cast<int64_t>(report->version));
   ASSERT_TRUE(lo.ok() && hi.ok());

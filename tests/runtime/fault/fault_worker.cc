@@ -292,6 +292,20 @@ int RunRestore(Worker& w, uint64_t min, uint64_t max, const std::string& want) {
                 report->ToJson().substr(0, 400).c_str());
   }
   int bad = CountRestoreProblems(w, *report, min, max, want);
+  // The re-protect of what the lost nodes held runs in the background (a
+  // kill at Stage::kReprotect lands here, after Restore returned); its
+  // collectives run on the commit thread, so wait before our own.
+  const char* at_return = ProtectionName(w.ck->ProtectionState());
+  Status waited = w.ck->Wait();
+  if (!waited.ok() || w.ck->ProtectionState() != Protection::kProtected) {
+    std::fprintf(stderr, "rank %d: not protected again after the restore (%s): %s\n", w.rank,
+                 ProtectionName(w.ck->ProtectionState()), waited.ToString().c_str());
+    ++bad;
+  }
+  if (w.rank == 0) {
+    std::printf("protection when Restore returned: %s (report: %s); after Wait(): %s\n",
+                at_return, report->protection.c_str(), ProtectionName(w.ck->ProtectionState()));
+  }
   // Every rank restored the same version.
   auto lo = w.transport->AllReduceMin(static_cast<int64_t>(report->version));
   auto hi = w.transport->AllReduceMax(static_cast<int64_t>(report->version));

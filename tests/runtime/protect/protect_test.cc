@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -91,6 +92,7 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
     c.persist_every = 1;
     c.timeout_s = 20;
     c.scheme = GetParam().scheme;
+    c.background_reprotect = background_reprotect_;
     return c;
   }
 
@@ -160,6 +162,7 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
   }
 
   int replaced_rank_ = -1;
+  bool background_reprotect_ = true;                    // for the next Launch
   std::chrono::milliseconds transport_timeout_{20000};  // for the next Launch
   uint64_t chunk_bytes_ = 4096;                         // for the next Launch
   std::vector<size_t> entry_bytes_ = kEntryBytes;       // per rank r: + 13 r bytes each
@@ -285,7 +288,7 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
  protected:
   // Restores every rank; checks bit-exactness and that nothing came from the
   // remote tier.
-  std::vector<RestoreReport> RestoreAll(const std::string& what) {
+  std::vector<RestoreReport> RestoreAll(const std::string& what, uint64_t version = 2) {
     std::vector<Result<RestoreReport>> out(cks_.size(), Status::Internal("not run"));
     Run([&](int r) {
       for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
@@ -295,8 +298,8 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
     for (size_t r = 0; r < out.size(); ++r) {
       EXPECT_TRUE(out[r].ok()) << what << " rank " << r << ": " << out[r].status().ToString();
       if (!out[r].ok()) continue;
-      EXPECT_EQ(out[r]->version, 2u) << what;
-      EXPECT_TRUE(Exact(static_cast<int>(r), 2)) << what << " rank " << r << " not bit-exact";
+      EXPECT_EQ(out[r]->version, version) << what;
+      EXPECT_TRUE(Exact(static_cast<int>(r), version)) << what << " rank " << r << " not bit-exact";
       EXPECT_NE(out[r]->entries[0].source, RestoreSource::kRemote) << what << " rank " << r;
       reports.push_back(*out[r]);
     }
@@ -305,6 +308,7 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
 };
 
 TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
+  background_reprotect_ = false;  // the re-protect's bytes and fallbacks are in the report
   const Param p = GetParam();
   const int n = p.nodes;
   auto scheme = placement::Scheme::Parse(p.scheme).value();
@@ -377,6 +381,7 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
 // protected: a second, different node is lost with the remote tier gone and
 // is recovered bit-exactly from memory.
 TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtected) {
+  background_reprotect_ = false;  // the re-protect's bytes and fallbacks are in the report
   const int n = GetParam().nodes;
   Launch(n);
   SaveOnAll(2);
@@ -624,6 +629,7 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
 // memory; a reseed that dropped the old copy before the new one committed
 // would leave nothing to restore.
 TEST_P(MinimalReprotectTest, FailedFullReprotectKeepsTheRestoredVersion) {
+  background_reprotect_ = false;  // the re-protect's bytes and fallbacks are in the report
   const int n = GetParam().nodes;
   Launch(n);
   SaveOnAll(1);
@@ -651,6 +657,125 @@ TEST_P(MinimalReprotectTest, FailedFullReprotectKeepsTheRestoredVersion) {
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
   RestoreAll("relaunch after the failed re-protect");
+}
+
+// Restore returns before the re-protect: it is held at Stage::kReprotect on
+// every rank until every rank has saved v3, so the Save runs while the
+// re-protect does and must not wait for it (the slots it needs are pinned).
+// v3 then commits bit-exactly, the job is protected again, and a second,
+// different node lost with the remote tier gone restores v3 from memory.
+TEST_P(MinimalReprotectTest, SaveDuringTheBackgroundReprotectCommitsAndStaysProtected) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> held{0}, saved{0};
+  hooks_ = [&](int) {
+    FaultHooks h;
+    h.at_stage = [&](Stage stage, uint64_t) {
+      if (stage != Stage::kReprotect) return Status::Ok();
+      ++held;
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return release; });
+      return Status::Ok();
+    };
+    return h;
+  };
+  Launch(n);
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  std::vector<Protection> at_return(n), while_saving(n), after_wait(n);
+  std::vector<Status> save(n), wait(n);
+  std::vector<bool> exact(n, false);
+  Run([&](int r) {
+    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
+    out[r] = cks_[r]->Restore();
+    at_return[r] = cks_[r]->ProtectionState();
+    exact[r] = Exact(r, 2);
+    save[r] = cks_[r]->WaitSnapshot();
+    Fill(r, 3);
+    if (save[r].ok()) save[r] = cks_[r]->Save(3);
+    while_saving[r] = cks_[r]->ProtectionState();
+    if (++saved == n) {  // every rank saved while every re-protect is held
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+      cv.notify_all();
+    }
+    wait[r] = cks_[r]->Wait();
+    after_wait[r] = cks_[r]->ProtectionState();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
+    EXPECT_EQ(out[r]->version, 2u);
+    EXPECT_TRUE(exact[r]) << "rank " << r << " not bit-exact when Restore returned";
+    EXPECT_EQ(out[r]->stats.reprotect_mode, "minimal, background") << out[r]->ToJson();
+    EXPECT_EQ(out[r]->protection, "re-protecting");
+    EXPECT_EQ(at_return[r], Protection::kReprotecting) << "rank " << r;
+    EXPECT_TRUE(save[r].ok()) << "rank " << r << ": " << save[r].ToString();
+    EXPECT_EQ(while_saving[r], Protection::kReprotecting) << "rank " << r;
+    EXPECT_TRUE(wait[r].ok()) << "rank " << r << ": " << wait[r].ToString();
+    EXPECT_EQ(after_wait[r], Protection::kProtected) << "rank " << r;
+    EXPECT_EQ(cks_[r]->LatestCommitted().value_or(0), 3u) << "rank " << r;
+  }
+  EXPECT_EQ(held.load(), n) << "every rank's re-protect reached Stage::kReprotect";
+
+  // A second, different node lost, no remote tier: v3 from memory.
+  hooks_ = nullptr;
+  cks_.clear();
+  std::filesystem::remove_all(remote_dir_);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
+  Launch(n);
+  auto reports = RestoreAll("lost {1} after v3 was saved during the re-protect", 3);
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[1].lost_nodes, std::vector<int>{1});
+}
+
+// A background re-protect that fails on one rank leaves the job unprotected
+// (what node 0 held is still missing) until the next Save commits; that Save
+// protects it again: node 0 lost once more, with no remote tier, restores the
+// new version from memory.
+TEST_P(MinimalReprotectTest, FailedBackgroundReprotectIsUnprotectedUntilTheNextSave) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
+  cks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [](Stage stage, uint64_t) {
+        return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
+                                          : Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  auto reports = RestoreAll("lost {0}, background re-protect fails on rank 1");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  std::vector<Status> waited(n);
+  Run([&](int r) { waited[r] = cks_[r]->Wait(); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(waited[r].ok()) << "a failed re-protect does not stop checkpointing: "
+                                << waited[r].ToString();
+    EXPECT_EQ(cks_[r]->ProtectionState(), Protection::kUnprotected) << "rank " << r;
+  }
+  SaveOnAll(3);
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(cks_[r]->ProtectionState(), Protection::kProtected) << "rank " << r;
+  }
+  hooks_ = nullptr;
+  cks_.clear();
+  std::filesystem::remove_all(remote_dir_);
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  Launch(n);
+  RestoreAll("lost {0} again after v3", 3);
 }
 
 // Chunks larger than a parity part (1 MiB chunks, 256 KiB parts): every

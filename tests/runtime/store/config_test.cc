@@ -45,9 +45,12 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_STALE", "replace"},
                             {"MEMENTO_INTERVAL", "7"},
                             {"MEMENTO_NODE_MTBF_H", "0.5"},
-                            {"MEMENTO_ELASTIC", "1"}});
+                            {"MEMENTO_ELASTIC", "1"},
+                            {"MEMENTO_BACKGROUND_REPROTECT", "0"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->elastic);
+  EXPECT_FALSE(c->background_reprotect);
+  EXPECT_TRUE(Config().background_reprotect) << "the default";
   EXPECT_EQ(c->interval, 7);
   EXPECT_DOUBLE_EQ(c->node_mtbf_h, 0.5);
   EXPECT_EQ(c->job, "run-7_a");
@@ -63,7 +66,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(c->threads, 4);
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
-  EXPECT_EQ(Config::VariableNames().size(), 16u);
+  EXPECT_EQ(Config::VariableNames().size(), 17u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -71,6 +74,7 @@ TEST(Config, BadValuesNameTheVariable) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"MEMENTO_JOB", "a/b"},
       {"MEMENTO_ELASTIC", "yes"},
+      {"MEMENTO_BACKGROUND_REPROTECT", "on"},
       {"MEMENTO_JOB", "a.b"},
       {"MEMENTO_JOB", ""},
       {"MEMENTO_JOB", std::string(49, 'x')},

@@ -45,6 +45,11 @@
 namespace memento::runtime {
 
 // Which Save calls took a checkpoint (Config::interval), for reports and tests.
+// Checkpointer::ProtectionState().
+enum class Protection { kProtected, kReprotecting, kUnprotected };
+// "protected", "re-protecting", "unprotected".
+const char* ProtectionName(Protection state);
+
 struct IntervalStats {
   bool automatic = false;   // MEMENTO_INTERVAL=auto
   bool last_saved = false;  // whether the last Save call took a checkpoint
@@ -157,8 +162,16 @@ class Checkpointer {
   // the job can rebuild into the registered buffers, bit-exact (crc32c
   // checked): from this node's memory, from peers' replicas or parity, or
   // from the remote tier when memory cannot serve. Every rank restores the
-  // same version or every rank fails. Before it returns the version is
-  // committed and protected again, so a failure right after is survivable.
+  // same version or every rank fails. It returns once every rank's buffers
+  // hold the version; what the lost nodes held (replicas, parity, the
+  // version in their stores) is rebuilt in the background on the commit
+  // thread (Config::background_reprotect, the default; with it off, before
+  // Restore returns). ProtectionState() follows it; Wait() returns when it
+  // is done. The next Save does not wait for it unless it needs the slots it
+  // reads or writes (a full re-protect, which snapshots the restored buffers
+  // like a Save: WaitSnapshot() before writing them, as in the loop above).
+  // A failure before it is done is survivable as far as the restored version
+  // is still protected, else an older version or the remote tier serves.
   // NotFound "nothing to restore" when no version can be rebuilt from memory
   // and none is complete remotely; ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).
@@ -193,6 +206,13 @@ class Checkpointer {
   // The newest version committed (or restored) by this Checkpointer; empty
   // before the first one. Thread-safe.
   std::optional<uint64_t> LatestCommitted() const;
+
+  // Whether the newest committed (or restored) version survives the failures
+  // the scheme tolerates: kReprotecting while a Restore's re-protect runs in
+  // the background, kUnprotected if it failed (a lost node's copies are
+  // still missing; the next committed Save protects the job again),
+  // kProtected otherwise (also before any version). Thread-safe.
+  Protection ProtectionState() const;
 
   // Seconds the application thread was blocked in Save and WaitSnapshot,
   // summed since creation: the stall training pays for checkpointing.

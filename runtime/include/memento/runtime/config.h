@@ -125,6 +125,12 @@ struct Config {
   // registered its new slices (EntryLayout) for the new topology.
   bool elastic = false;
 
+  // MEMENTO_BACKGROUND_REPROTECT. 1 (default) | 0: whether Restore returns
+  // as soon as every rank's buffers hold the restored version, with what the
+  // lost nodes held rebuilt in the background on the commit thread
+  // (Checkpointer::ProtectionState), or only once it is protected again.
+  bool background_reprotect = true;
+
   // MEMENTO_INTERVAL. Which Save(step) calls take a checkpoint. 1 (default):
   // every call. N > 1: the steps that are multiples of N; the other calls
   // return OK at once. "auto" (interval == kAutoInterval): the engine picks

@@ -36,7 +36,8 @@ struct RestoreStats {
   std::vector<uint64_t> bytes_received_per_node;
   // Re-protect: "none" (nothing was lost), "minimal" (only what lost nodes
   // held was rebuilt) or "full" (the version re-snapshotted and protected
-  // again). Bytes this rank sent / received for it (payload), and bytes
+  // again), each with ", background" when it runs after Restore returned
+  // (its bytes are then not in this report). Bytes this rank sent / received for it (payload), and bytes
   // received per node (all lanes).
   std::string reprotect_mode = "none";
   uint64_t reprotect_bytes_sent = 0;
@@ -57,6 +58,10 @@ struct RestoreReport {
   std::string source_detail;    // e.g. "replica from node 2", "decode of 3 stripes"
   RestoreStats stats;
   std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
+  // When Restore returned: "protected" (a failure the scheme tolerates is
+  // survivable now) or "re-protecting" (what the lost nodes held is being
+  // rebuilt in the background; Checkpointer::ProtectionState() follows it).
+  std::string protection = "protected";
 
   // Elastic restore (onto another topology): the plan's summary, and per new
   // node the bytes its slices got from other nodes' memory, from remote, and

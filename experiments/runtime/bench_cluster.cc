@@ -110,7 +110,10 @@
 //    memory is gone) and scribble over their buffer; a new Checkpointer is
 //    created on every rank; Prepare() (timed apart: prepare_s, the lost node
 //    creates and zeroes a fresh store) then Restore() (timed: recover_s,
-//    slowest rank). The report's phase times (inventory, plan, transfer,
+//    slowest rank, until it returns: training resumes) and Wait() (timed:
+//    protected_s, until the background re-protect committed). Over a link,
+//    resume_vs_link_bound / protected_vs_link_bound divide them by the time
+//    a lost node needs to receive its shards over its link (link_bound_s). The report's phase times (inventory, plan, transfer,
 //    reprotect) are the max over ranks. The restored buffers are checked
 //    against a checksum taken before the loss. Ratios: recover_s /
 //    remote_warm_s, recover_s / remote_cold_s and recover_vs_remote_link =
@@ -599,7 +602,9 @@ struct Report {
   double protect_wall_s = 0, ring_wall_s = 0;    // summed over the timed reps
   double remote_warm_s = 0, remote_cold_s = 0;
   double remote_gibps = 0, remote_link_s = 0;  // emulated file system; 0 when off
-  double prepare_s = 0, recover_s = 0;
+  double prepare_s = 0, recover_s = 0;  // recover_s: until Restore returned (training resumes)
+  double protected_s = 0;               // until Wait() after it returned: protected again
+  std::string reprotect_mode;
   double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
   uint64_t restored_version = 0;
   std::string source_detail;
@@ -832,11 +837,21 @@ class Bench {
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = Clock::now();
     MEMENTO_ASSIGN_OR_RETURN(RestoreReport rep, ck_->Restore());
-    out->recover_s = MaxOverRanks(Since(t0));
+    const double resumed = Since(t0);
+    // The re-protect may go on in the background (its collectives on the
+    // engine's own communicator): protected again once Wait() returns.
+    MEMENTO_RETURN_IF_ERROR(ck_->Wait());
+    if (ck_->ProtectionState() != Protection::kProtected) {
+      return Status::Internal("not protected again after the restore");
+    }
+    const double protected_again = Since(t0);
+    out->recover_s = MaxOverRanks(resumed);
+    out->protected_s = MaxOverRanks(protected_again);
+    out->reprotect_mode = rep.stats.reprotect_mode;
     out->inventory_s = MaxOverRanks(rep.stats.inventory_s);
     out->plan_s = MaxOverRanks(rep.stats.plan_s);
     out->transfer_s = MaxOverRanks(rep.stats.transfer_s);
-    out->reprotect_s = MaxOverRanks(rep.stats.reprotect_s);
+    out->reprotect_s = MaxOverRanks(std::max(rep.stats.reprotect_s, protected_again - resumed));
     out->restored_version = rep.version;
     if (rank_ == 0) out->source_detail = rep.source_detail;
     me->recover_sent = static_cast<double>(rep.stats.bytes_sent);
@@ -1027,6 +1042,17 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["plan_s"] = r.plan_s;
   j["transfer_s"] = r.transfer_s;
   j["reprotect_s"] = r.reprotect_s;
+  j["reprotect_mode"] = r.reprotect_mode;
+  j["protected_s"] = r.protected_s;
+  // Over a link: the least time the replacements need to receive their shards
+  // (each lost node its S x ranks_per_node over its own link, in parallel).
+  const double link_bound_s =
+      opt.link_gibps > 0 ? static_cast<double>(opt.size) * r.ranks_per_node /
+                               (opt.link_gibps * 1024.0 * 1024 * 1024)
+                         : 0.0;
+  j["link_bound_s"] = link_bound_s;
+  j["resume_vs_link_bound"] = link_bound_s > 0 ? r.recover_s / link_bound_s : 0.0;
+  j["protected_vs_link_bound"] = link_bound_s > 0 ? r.protected_s / link_bound_s : 0.0;
   j["recover_max_sent_bytes"] = d.recover_sent;
   j["recover_max_received_bytes"] = d.recover_received;
   j["remote_bytes"] = s * r.ranks;
@@ -1062,8 +1088,9 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
       "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
       "%.3f\n"
-      "  recover   node(s) %s: %.3f s (inventory %.4f plan %.4f transfer %.3f reprotect %.3f; "
-      "prepare %.3f) vs remote read %.3f s warm / %.3f s cold -> %.3f / %.3f; %s\n"
+      "  recover   node(s) %s: resumed after %.3f s, protected after %.3f s (inventory %.4f "
+      "plan %.4f transfer %.3f reprotect %.3f %s; prepare %.3f) vs remote read %.3f s warm / "
+      "%.3f s cold -> %.3f / %.3f; %s\n"
       "  fs        whole job through %.3f GiB/s (%s): %.3f s -> recover / fs %.3f\n"
       "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
       "(%.3f), VmHWM %.0f MiB\n",
@@ -1072,8 +1099,8 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       r.protect_s, r.snapshot_s, Mean(d.traffic) / mib, d.protect_gibps, d.protect_min_gibps,
       opt.link_gibps > 0 ? "link" : "MPI", d.mpi_gibps, d.mpi_raw_gibps, d.ratio,
       d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util,
-      d.cpu_ratio, LostNodesText(opt.lose).c_str(), r.recover_s, r.inventory_s, r.plan_s,
-      r.transfer_s, r.reprotect_s, r.prepare_s, r.remote_warm_s, r.remote_cold_s,
+      d.cpu_ratio, LostNodesText(opt.lose).c_str(), r.recover_s, r.protected_s, r.inventory_s,
+      r.plan_s, r.transfer_s, r.reprotect_s, r.reprotect_mode.c_str(), r.prepare_s, r.remote_warm_s, r.remote_cold_s,
       r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
       d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.remote_gibps,
       opt.remote_gibps < 0 ? "auto" : "set", r.remote_link_s,

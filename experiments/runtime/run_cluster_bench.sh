@@ -89,9 +89,9 @@ fi
 
 if ((!json)); then
   echo "# /dev/shm: $(df -h --output=size,avail /dev/shm | tail -1); $(grep MemAvailable /proc/meminfo)"
-  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %7s %7s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
-    scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r recover inv plan transfer reprot \
-    rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
+  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %6s %6s %7s %7s %7s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
+    scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r resume protctd res/L prt/L inv plan \
+    transfer reprot rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
 fi
 status=0
 skipped=0
@@ -126,7 +126,8 @@ if r.get("skipped"):
 link = f"{r['link_gibps']:5.2f}" if r['link_gibps'] > 0 else "  off"
 print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M {link} | "
       f"{r['protect_s']:8.3f} {r['protect_node_gibps']:8.3f} {r['mpi_node_gibps']:8.3f} "
-      f"{r['protect_vs_mpi']:6.3f} {r['cpu_ratio']:6.3f} | {r['recover_s']:7.3f} {r['inventory_s']:7.4f} "
+      f"{r['protect_vs_mpi']:6.3f} {r['cpu_ratio']:6.3f} | {r['recover_s']:7.3f} {r['protected_s']:7.3f} "
+      f"{r['resume_vs_link_bound']:6.2f} {r['protected_vs_link_bound']:6.2f} {r['inventory_s']:7.4f} "
       f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['reprotect_s']:7.3f} "
       f"{r['remote_cold_s']:7.3f} {r['recover_vs_remote_warm']:6.2f} "
       f"{r['recover_vs_remote_cold']:6.2f} {r['remote_link_s']:7.3f} "
@@ -142,6 +143,7 @@ if r.get("skipped"):  # e.g. /dev/shm too small on this machine: say why, do not
     print("smoke SKIP:", r.get("reason"))
     sys.exit(77)
 need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "recover_s",
+        "protected_s", "resume_vs_link_bound", "protected_vs_link_bound",
         "inventory_s", "plan_s", "transfer_s", "reprotect_s", "remote_warm_s", "remote_cold_s",
         "recover_vs_remote_warm", "recover_vs_remote_cold", "rss_ckpt_vs_formula_max",
         "shm_vs_formula_max", "vmhwm_vs_formula_max", "link_gibps", "mpi_ring_link_s",
@@ -152,8 +154,10 @@ if r.get("link_gibps", 0) > 0:
     positive += ["link_gibps", "mpi_ring_link_s"]
 missing = [k for k in need + positive if k not in r]
 bad = [k for k in need if k in r and not r[k] >= 0]
+# The link bounds are 0 without a link.
 ratios = [k for k in need + positive
-          if ("_vs_" in k or k in positive) and k in r and not r[k] > 0]
+          if ("_vs_" in k or k in positive) and k in r and not r[k] > 0
+          and not (k.endswith("_vs_link_bound") and r.get("link_gibps", 0) == 0)]
 # Over a link of L GiB/s per direction with buckets of depth B bytes, a node
 # moves at most L*t + B bytes each way in t seconds.
 fast = []
@@ -195,7 +199,10 @@ fi
 if ((!json)); then
   echo "# ratio = protect_node_GB/s / mpi_node_GB/s (target >= 0.8); mpi = the ring over the link when"
   echo "# link is set (GiB/s per direction per node), else raw MPI; cpu_r = mpi_cpu_s_per_gib /"
-  echo "# protect_cpu_s_per_gib (CPU seconds of all ranks per GiB moved); r/warm, r/cold = recover_s /"
+  echo "# protect_cpu_s_per_gib (CPU seconds of all ranks per GiB moved); resume = until Restore returned"
+  echo "# (training resumes), protctd = until the background re-protect committed; res/L, prt/L = those"
+  echo "# over the time a lost node needs to receive its shards over its link (0 without a link);"
+  echo "# r/warm, r/cold = resume /"
   echo "# remote read of all shards (page-cached / after fadvise DONTNEED); fs_s = every rank reloads"
   echo "# at once through the emulated file system (--remote-gibps), r/fs = recover / fs_s; rss/f = (VmHWM - RSS"
   echo "# before the checkpointer) / formula, shm/f = segment bytes / formula (max over nodes)"

@@ -10,8 +10,8 @@ def main():
     args, rank, model, optimizer = ddp_common.setup(__doc__)
     ck = memento.Checkpointer()  # settings from MEMENTO_* (scheme, job, ...)
     ck.register(model, optimizer, replicated=True)
-    start = ck.restore()
-    print("rank %d: %s" % (rank, start and start.summary), flush=True)
+    start = ck.restore()  # returns once the tensors hold it; re-protect goes on behind
+    print("rank %d: %s; %s" % (rank, start and start.summary, ck.protection_state()), flush=True)
     for step in range(start or 0, args.steps):
         x, y = ddp_common.batch(16)
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -22,6 +22,7 @@ def main():
         ck.save(step + 1)
         fault.maybe_die(step + 1, rank)
     ck.wait()
+    print("rank %d: checkpoints %s" % (rank, ck.protection_state()), flush=True)
     if args.out:
         ddp_common.dump("%s/rank%d.pt" % (args.out, rank), model, optimizer)
     print("rank %d: done %d steps, loss %.6f" % (rank, args.steps, loss.item()), flush=True)

@@ -140,6 +140,15 @@ def main():
         if "replica" not in out:
             print("FAIL: the lost node's entries were not rebuilt from a replica")
             return 1
+        if args.program != "cpp":
+            # Restore returned before what node %d held was protected again;
+            # by the end every rank's checkpoints are protected.
+            if "; re-protecting" not in out:
+                print("FAIL: no rank resumed while its re-protect ran in the background")
+                return 1
+            if out.count("checkpoints protected") != args.np:
+                print("FAIL: not every rank ended with its checkpoints protected")
+                return 1
         print("resumed from memory at step %d" % versions.pop(), flush=True)
         for rank in range(args.np):
             if args.program == "cpp":

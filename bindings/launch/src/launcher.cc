@@ -418,7 +418,9 @@ void Launcher::ReadRestores(int attempt, json* restore) {
       }
       reprotect_s = std::max(reprotect_s, rep.value("reprotect_s", 0.0));
       const std::string mode = rep.value("reprotect_mode", std::string("none"));
-      if (mode == "full" || (mode == "minimal" && reprotect_mode == "none")) reprotect_mode = mode;
+      // "full" over "minimal" over "none", each possibly ", background".
+      const bool full = mode.rfind("full", 0) == 0;
+      if (full || (mode != "none" && reprotect_mode == "none")) reprotect_mode = mode;
       transfer_s = std::max(transfer_s, rep.value("transfer_s", 0.0));
       bytes_received += rep.value("bytes_received", uint64_t{0});
       reprotect_bytes += rep.value("reprotect_bytes_received", uint64_t{0});

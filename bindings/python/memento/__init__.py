@@ -115,6 +115,8 @@ class RestoreReport:
 
     Attributes: step, version, entries (list of {name, bytes, crc, source}),
     lost_nodes, source_detail, bytes_sent, bytes_received, reprotect_mode,
+    protection ("protected", or "re-protecting": what the lost nodes held is
+    rebuilt in the background, see Checkpointer.protection_state()),
     inventory_s, plan_s, transfer_s, reprotect_s, elastic (restored onto another
     topology), elastic_plan, notes, summary.
     """
@@ -509,6 +511,12 @@ class Checkpointer:
 
     def latest_committed(self):
         return self._impl.latest_committed()
+
+    def protection_state(self):
+        """'protected', 're-protecting' (a restore's re-protect of what the lost
+        nodes held runs in the background; wait() returns when it is done) or
+        'unprotected' (it failed; the next committed save protects again)."""
+        return self._impl.protection_state()
 
     def blocked_seconds(self):
         return self._impl.blocked_seconds()

@@ -79,6 +79,7 @@ py::dict ReportDict(const RestoreResult& r) {
   d["bytes_sent"] = rep.stats.bytes_sent;
   d["bytes_received"] = rep.stats.bytes_received;
   d["reprotect_mode"] = rep.stats.reprotect_mode;
+  d["protection"] = rep.protection;
   d["elastic"] = rep.elastic;
   d["elastic_plan"] = rep.elastic_plan;
   d["inventory_s"] = rep.stats.inventory_s;
@@ -313,6 +314,10 @@ PYBIND11_MODULE(_memento, m) {
       .def("wait_persist", &PyCheckpointer::WaitPersist)
       .def("close", &PyCheckpointer::Close)
       .def("latest_committed", [](PyCheckpointer& c) { return c.ck().LatestCommitted(); })
+      .def("protection_state",
+           [](PyCheckpointer& c) {
+             return std::string(memento::runtime::ProtectionName(c.ck().ProtectionState()));
+           })
       .def("blocked_seconds", [](PyCheckpointer& c) { return c.ck().BlockedSeconds(); })
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {

@@ -834,6 +834,10 @@ Status TorchCheckpointer::WaitPersist() {
 std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
   return impl_->engine() ? impl_->engine()->LatestCommitted() : std::nullopt;
 }
+
+runtime::Protection TorchCheckpointer::ProtectionState() const {
+  return impl_->engine() ? impl_->engine()->ProtectionState() : runtime::Protection::kProtected;
+}
 double TorchCheckpointer::BlockedSeconds() const {
   return impl_->engine() ? impl_->engine()->BlockedSeconds() : 0.0;
 }

@@ -18,9 +18,10 @@ export MEMENTO_RANKS_PER_NODE=${MEMENTO_RANKS_PER_NODE:-2}  # np/2 virtual nodes
 export MEMENTO_CHUNK_BYTES=256K
 export MEMENTO_TIMEOUT_S=60
 remote=$(mktemp -d "${TMPDIR:-/tmp}/memento-ft-XXXXXX")
+last_out=$(mktemp)  # the whole output of the last launch
 cleanup() {
   "${mpirun[@]}" -np 1 "$worker" clean >/dev/null 2>&1
-  rm -rf "$remote"
+  rm -rf "$remote" "$last_out"
 }
 trap cleanup EXIT
 
@@ -28,7 +29,8 @@ run() {  # run EXPECT(ok|fail) ARGS...: one mpirun launch
   local expect=$1
   shift
   echo "--- mpirun -np $np fault_worker $* (MEMENTO_TEST_KILL=${MEMENTO_TEST_KILL:-})"
-  "${mpirun[@]}" -np "$np" "$worker" "$@" 2>&1 | grep -v -e '^\s*$' -e '^----' | tail -n 12
+  "${mpirun[@]}" -np "$np" "$worker" "$@" 2>&1 | tee "$last_out" | grep -v -e '^\s*$' -e '^----' |
+    tail -n 12
   local rc=${PIPESTATUS[0]}
   if [[ $expect == ok && $rc -ne 0 ]]; then
     echo "FAIL: launch '$*' exited $rc, expected success"
@@ -122,6 +124,9 @@ case $scenario in
     run ok train 3
     run ok lose 2,3
     run ok restore 3 3 any
+    for r in 2 3; do
+      grep -q "^rank $r: remote;" "$last_out" || { echo "FAIL: rank $r not from remote"; exit 1; }
+    done
     ;;
   protect-flip-parity)  # rs:4+2: a flipped parity byte on node 1 is caught; node 0 still decoded
     export MEMENTO_SCHEME=rs:4+2
@@ -168,6 +173,46 @@ case $scenario in
     run ok lose 3
     MEMENTO_TEST_KILL=recover:3:1 run fail restore 3 3 memory
     run ok lose 1
+    run ok restore 3 3 memory
+    ;;
+  protect-kill-reprotect-replica)  # replica:2: node 3 lost; its partner rank 2 killed at
+    # the re-protect, after Restore returned, and node 2 lost: v3 from what node 3's
+    # re-protect sealed (its shard and its copy of node 2's)
+    export MEMENTO_SCHEME=replica:2
+    run ok train 3
+    run ok lose 3
+    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
+    run ok lose 2
+    run ok restore 3 3 memory
+    ;;
+  protect-kill-reprotect-replica-both)  # as above, but node 3's re-protected store is lost
+    # too: nodes 2 and 3 (both copies of either) gone -> v3 from remote for them
+    export MEMENTO_SCHEME=replica:2 MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
+    run ok train 3
+    run ok lose 3
+    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
+    run ok lose 2,3
+    run ok restore 3 3 any
+    for r in 2 3; do
+      grep -q "^rank $r: remote;" "$last_out" || { echo "FAIL: rank $r not from remote"; exit 1; }
+    done
+    ;;
+  protect-kill-reprotect-xor)  # xor:3: node 1 lost; rank 2 (same group) killed at the
+    # re-protect and node 2 lost: one loss in the group once node 1 re-protected -> memory
+    export MEMENTO_SCHEME=xor:3
+    run ok train 3
+    run ok lose 1
+    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
+    run ok lose 2
+    run ok restore 3 3 memory
+    ;;
+  protect-kill-reprotect-rs)  # rs:4+2: nodes 0, 1 lost; rank 2 killed at the re-protect
+    # and node 2 lost: one loss once 0 and 1 re-protected -> memory
+    export MEMENTO_SCHEME=rs:4+2
+    run ok train 3
+    run ok lose 0,1
+    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
+    run ok lose 2
     run ok restore 3 3 memory
     ;;
   protect-replace-node)  # replica:2: node 2 lost, relaunched under a new identity; then

@@ -19,9 +19,11 @@ enum class Stage {
   kPersist,    // persist thread, before writing the rank file
   kManifest,   // rank 0's persist thread, after every rank reported, before the manifest
   kRecover,    // application thread in Restore, after planning, before any recovery transfer
-  kReprotect,  // application thread in Restore, after this rank's part of the minimal
-               // re-protect, before its commit agreement; a failure makes the engine
-               // re-protect the whole version instead
+  kReprotect,  // after this rank's part of the minimal re-protect, before its commit
+               // agreement: the commit thread after Restore returned (background
+               // re-protect; a failure leaves the job unprotected until the next Save),
+               // else the application thread in Restore (a failure makes the engine
+               // re-protect the whole version instead)
 };
 
 // "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover",

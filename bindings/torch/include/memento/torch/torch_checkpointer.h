@@ -220,6 +220,9 @@ class TorchCheckpointer {
   Status WaitPersist();
 
   std::optional<uint64_t> LatestCommitted() const;
+  // runtime::Checkpointer::ProtectionState(): kReprotecting while a restore's
+  // re-protect runs in the background (kProtected before the engine exists).
+  runtime::Protection ProtectionState() const;
   double BlockedSeconds() const;
   // Which Save calls took a checkpoint (Config::interval; runtime::IntervalStats).
   // Counts restart when a re-registration makes a new engine.

@@ -11,7 +11,8 @@ def main():
     ck = memento.Checkpointer()  # settings from MEMENTO_* (scheme, job, ...)
     ck.register(model, optimizer, replicated=True)
     start = ck.restore()  # returns once the tensors hold it; re-protect goes on behind
-    print("rank %d: %s; %s" % (rank, start and start.summary, ck.protection_state()), flush=True)
+    print("rank %d: %s; %s" % (rank, start and start.summary,
+                               start.protection if start else ck.protection_state()), flush=True)
     for step in range(start or 0, args.steps):
         x, y = ddp_common.batch(16)
         loss = torch.nn.functional.mse_loss(model(x), y)

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
 SCRIPT = os.path.join(EXAMPLES, "elastic_train.py")
 
-from fault_resume import free_port, remove_job, segment_prefix  # noqa: E402
+from fault_resume import free_port, job_env, remove_job, segment_prefix  # noqa: E402
 
 
 def main():
@@ -51,21 +51,7 @@ def main():
     job = "er-%d" % os.getpid()
     lost = sorted(int(n) for n in args.lost.split(","))
     survivors = [n for n in range(args.np) if n not in lost]
-    env = dict(os.environ)
-    env.update({
-        "MEMENTO_RANKS_PER_NODE": "1",
-        "MEMENTO_SCHEME": args.scheme,
-        "MEMENTO_TIMEOUT_S": "120",
-        "MEMENTO_CHUNK_BYTES": "64K",
-        "PYTHONPATH": os.pathsep.join([args.python_path, EXAMPLES]),
-        "OMP_NUM_THREADS": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    })
-    for k in ("EXAMPLE_KILL_STEP", "EXAMPLE_KILL_RANKS", "EXAMPLE_NODE_IDS", "MEMENTO_REMOTE",
-              "MEMENTO_NODE", "MEMENTO_ELASTIC"):
-        env.pop(k, None)
+    env = job_env(args.scheme, 1, args.python_path)
 
     def launch(np, out, job_id, extra_env=None):
         e = dict(env, MEMENTO_JOB=job_id, MASTER_PORT=str(free_port()))

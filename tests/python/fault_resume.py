@@ -46,6 +46,28 @@ def remove_job(job):
         os.unlink(path)
 
 
+def job_env(scheme, ranks_per_node, python_path):
+    """The environment of the example jobs: memento's settings for the test,
+    the bindings and examples on PYTHONPATH, Open MPI for this container, and
+    none of the settings the drivers set per launch."""
+    env = dict(os.environ)
+    env.update({
+        "MEMENTO_RANKS_PER_NODE": str(ranks_per_node),
+        "MEMENTO_SCHEME": scheme,
+        "MEMENTO_TIMEOUT_S": "120",
+        "MEMENTO_CHUNK_BYTES": "64K",
+        "PYTHONPATH": os.pathsep.join([python_path, EXAMPLES]),
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    })
+    for k in ("EXAMPLE_KILL_STEP", "EXAMPLE_KILL_RANKS", "EXAMPLE_NODE_IDS", "MEMENTO_REMOTE",
+              "MEMENTO_NODE", "MEMENTO_ELASTIC"):
+        env.pop(k, None)
+    return env
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--launcher", choices=["mpirun", "torchrun"], required=True)
@@ -63,20 +85,7 @@ def main():
     job = "fr-%s-%s-%d" % (args.launcher, args.program, os.getpid())
     lost_node = 1
     lost_ranks = [r for r in range(args.np) if r // args.ranks_per_node == lost_node]
-    env = dict(os.environ)
-    env.update({
-        "MEMENTO_RANKS_PER_NODE": str(args.ranks_per_node),
-        "MEMENTO_SCHEME": args.scheme,
-        "MEMENTO_TIMEOUT_S": "120",
-        "MEMENTO_CHUNK_BYTES": "64K",
-        "PYTHONPATH": os.pathsep.join([args.python_path, EXAMPLES]),
-        "OMP_NUM_THREADS": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    })
-    for k in ("EXAMPLE_KILL_STEP", "EXAMPLE_KILL_RANKS", "MEMENTO_REMOTE"):
-        env.pop(k, None)
+    env = job_env(args.scheme, args.ranks_per_node, args.python_path)
 
     def launch(program, out, job_id, extra_env=None):
         e = dict(env, MEMENTO_JOB=job_id, MASTER_PORT=str(free_port()))

@@ -149,7 +149,10 @@ class Launcher {
     bool exited = false;
     bool killed_by_launcher = false;  // a step event fired
     bool reported_done = false;       // the job's "done" event arrived
-    double t_ranks_gone = 0;          // when every rank was first seen ended
+    bool mpirun_stuck = false;        // killed in its teardown, after every rank ended
+    std::vector<pid_t> rank_pids;     // filled once every rank wrote its pid
+    double t_ranks_gone = 0;          // when every rank was first seen ended; 0: not yet
+    double t_next_rank_check = 0;
     double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
     uint64_t last_step = 0;
     std::vector<double> step_times;
@@ -190,7 +193,7 @@ class Launcher {
   json Summary(int segments_removed) const;
   void KillRanks(int attempt, const std::vector<int>& nodes);
   void KillAllRanks(int attempt);
-  bool AnyRankAlive(int attempt) const;
+  bool AnyRankAlive(Attempt* a) const;
   void KillStuckMpirun(Attempt* a);
   pid_t Spawn(int attempt);
   void Progress(bool final_line);
@@ -280,11 +283,18 @@ void Launcher::KillAllRanks(int attempt) {
 }
 
 // Whether a rank of the attempt may still run: true until every rank wrote
-// its pid, and for a zombie's parent (mpirun) that has not reaped it yet false.
-bool Launcher::AnyRankAlive(int attempt) const {
-  for (int r = 0; r < o_.np; ++r) {
-    const pid_t pid = RankPid(attempt, r);
-    if (pid <= 0) return true;
+// its pid; a zombie (mpirun has not reaped it yet) has ended.
+bool Launcher::AnyRankAlive(Attempt* a) const {
+  if (a->rank_pids.empty()) {
+    std::vector<pid_t> pids;
+    for (int r = 0; r < o_.np; ++r) {
+      const pid_t pid = RankPid(a->index, r);
+      if (pid <= 0) return true;
+      pids.push_back(pid);
+    }
+    a->rank_pids = std::move(pids);
+  }
+  for (const pid_t pid : a->rank_pids) {
     if (kill(pid, 0) != 0 && errno == ESRCH) continue;
     const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
     const size_t paren = stat.rfind(')');
@@ -296,14 +306,17 @@ bool Launcher::AnyRankAlive(int attempt) const {
 
 // mpirun alive teardown_grace_s after its last rank ended: it hangs in its
 // own teardown, not in the job, so it is killed and the attempt ends.
+// Checked once a second (the ranks' pids, then /proc for each live one).
 void Launcher::KillStuckMpirun(Attempt* a) {
-  if (a->exited || AnyRankAlive(a->index)) {
+  const double now = Now();
+  if (a->exited || now < a->t_next_rank_check) return;
+  a->t_next_rank_check = now + 1;
+  if (AnyRankAlive(a)) {
     a->t_ranks_gone = 0;
     return;
   }
-  const double now = Now();
   if (a->t_ranks_gone == 0) a->t_ranks_gone = now;
-  if (now - a->t_ranks_gone <= o_.teardown_grace_s) return;
+  if (now - a->t_ranks_gone < o_.teardown_grace_s) return;
   Record({{"record", "mpirun_stuck"},
           {"attempt", a->index},
           {"after_s", now - a->t_ranks_gone},
@@ -311,7 +324,7 @@ void Launcher::KillStuckMpirun(Attempt* a) {
   kill(-a->pid, SIGKILL);
   waitpid(a->pid, &a->status, 0);
   a->exited = true;
-  a->t_ranks_gone = -1;  // AfterExit: mpirun's status says nothing about the job
+  a->mpirun_stuck = true;  // AfterExit: mpirun's status says nothing about the job
 }
 
 pid_t Launcher::Spawn(int attempt) {
@@ -672,7 +685,7 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
   const bool stage_fired = !fault.is_discarded() && fault.is_object();
   // A job that reported done before mpirun hung in its teardown finished.
   const bool exited_ok = WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0;
-  const bool done_then_stuck = a->t_ranks_gone < 0 && a->reported_done;
+  const bool done_then_stuck = a->mpirun_stuck && a->reported_done;
   if ((exited_ok || done_then_stuck) && !a->killed_by_launcher && !stage_fired) {
     outcome_ = "finished";
     exit_code_ = 0;

@@ -512,15 +512,11 @@ std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
 double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
 
 Protection Checkpointer::Impl::ProtectionState() const {
+  // A full re-protect is a version: a commit sets kProtected before the
+  // committer is idle, so still kReprotecting once idle means it failed.
+  const bool idle = committer_ && committer_->idle();
   const Protection p = protection_state_.load();
-  if (p == Protection::kReprotecting && committer_ && committer_->idle()) {
-    // Nothing runs any more and nothing set it protected: the background
-    // re-protect's version did not commit. Read again: a commit may have
-    // just set it.
-    return protection_state_.load() == Protection::kReprotecting ? Protection::kUnprotected
-                                                          : protection_state_.load();
-  }
-  return p;
+  return p == Protection::kReprotecting && idle ? Protection::kUnprotected : p;
 }
 
 Result<RestoreReport> Checkpointer::Impl::Restore() {
@@ -572,13 +568,11 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   if (restored.ok() && run->executor->reprotect_deferred()) {
     protection_state_ = Protection::kReprotecting;
     committer_->SubmitTask([this, run] {
-      bool again = false;
-      RestoreStats stats;
-      Status s = run->executor->RunDeferredReprotect(&again, &stats);
-      // A commit of a later version would have set it protected, but no
-      // version commits before this task ends.
-      protection_state_ = again ? Protection::kProtected : Protection::kUnprotected;
-      return s;
+      // No later version commits before this task ends.
+      Result<bool> again = run->executor->RunDeferredReprotect();
+      protection_state_ =
+          again.ok() && *again ? Protection::kProtected : Protection::kUnprotected;
+      return again.status();
     });
   } else if (restored.ok() && restored->protection == "protected") {
     protection_state_ = Protection::kProtected;

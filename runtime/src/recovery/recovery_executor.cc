@@ -588,31 +588,15 @@ Status RecoveryExecutor::Reprotect() {
       DeferMinimal();
       return Status::Ok();
     }
-    int slot = -1;
-    const int tag_base = ReprotectTagBase();
-    Status s = parts_.reprotector->Minimal(
-        plan_, restored_shard_.empty() ? nullptr : &restored_shard_, seals_of_, tag_base, &bytes,
-        &slot);
-    if (s.ok()) s = RunHook(Stage::kReprotect, version);
+    std::string why;
+    MEMENTO_ASSIGN_OR_RETURN(bool agreed, MinimalAgreed(-1, &bytes, &why));
     report_.stats.reprotect_bytes_sent = bytes.sent;
     report_.stats.reprotect_bytes_received = bytes.received;
-    MEMENTO_ASSIGN_OR_RETURN(bool all_sealed, parts_.transport->AllTrue(s.ok()));
-    if (all_sealed) {
-      Status c = parts_.store->MarkCommitted(slot, version);
-      if (!c.ok()) {
-        report_.notes.push_back("re-protected " + V(version) + " not marked committed: " +
-                                c.ToString());
-      }
-      parts_.slots->SetCommitted(slot);
+    if (agreed) {
       report_.stats.reprotect_mode = "minimal";
       return Status::Ok();
     }
-    const auto& failed = plan_.failed_nodes;
-    if (slot >= 0 && std::find(failed.begin(), failed.end(), pl_.node()) != failed.end()) {
-      (void)parts_.store->Invalidate(slot);
-    }
-    report_.notes.push_back("minimal re-protect failed (" +
-                            (s.ok() ? std::string("on another rank") : s.ToString()) +
+    report_.notes.push_back("minimal re-protect failed (" + why +
                             "), re-protecting the whole version");
   }
   Status s = parts_.reprotector->Full(version, &bytes, parts_.background);
@@ -623,14 +607,42 @@ Status RecoveryExecutor::Reprotect() {
   return Status::Ok();
 }
 
+bool RecoveryExecutor::MyNodeLost() const {
+  const auto& failed = plan_.failed_nodes;
+  return std::find(failed.begin(), failed.end(), pl_.node()) != failed.end();
+}
+
 int RecoveryExecutor::ReprotectTagBase() const {
   return static_cast<int>((2 * transfers_.size() + chains_.size()) % wire::kRecoverTagSpan);
 }
 
+Result<bool> RecoveryExecutor::MinimalAgreed(int fresh_slot, ReduceBytes* bytes,
+                                             std::string* why) {
+  const uint64_t version = report_.version;
+  int slot = -1;
+  Status s = parts_.reprotector->Minimal(plan_,
+                                         restored_shard_.empty() ? nullptr : &restored_shard_,
+                                         seals_of_, ReprotectTagBase(), bytes, &slot, fresh_slot);
+  if (s.ok()) s = RunHook(Stage::kReprotect, version);
+  MEMENTO_ASSIGN_OR_RETURN(bool agreed, parts_.transport->AllTrue(s.ok()));
+  if (agreed) {
+    Status c = parts_.store->MarkCommitted(slot, version);
+    if (!c.ok()) {
+      const std::string note = "re-protected " + V(version) + " not marked committed: " + c.ToString();
+      report_.notes.push_back(note);
+      Log(LogLevel::kWarn, note);
+    }
+    parts_.slots->SetCommitted(slot);
+    return true;
+  }
+  if (slot >= 0 && MyNodeLost()) (void)parts_.store->Invalidate(slot);
+  *why = s.ok() ? std::string("on another rank") : s.ToString();
+  return false;
+}
+
 void RecoveryExecutor::DeferMinimal() {
   const uint64_t version = report_.version;
-  const auto& failed = plan_.failed_nodes;
-  if (std::find(failed.begin(), failed.end(), pl_.node()) != failed.end()) {
+  if (MyNodeLost()) {
     // The slot is chosen now, on the application thread, so that a Save
     // issued meanwhile takes another one.
     fresh_slot_ = parts_.slots->Acquire();
@@ -647,48 +659,27 @@ void RecoveryExecutor::DeferMinimal() {
                           " is rebuilt in the background (ProtectionState(); Wait())");
 }
 
-Status RecoveryExecutor::RunDeferredReprotect(bool* protected_again, RestoreStats* stats) {
+Result<bool> RecoveryExecutor::RunDeferredReprotect() {
   MEMENTO_CHECK(deferred_);
-  const auto t0 = Clock::now();
   const uint64_t version = report_.version;
-  const auto& failed = plan_.failed_nodes;
-  const bool fresh = std::find(failed.begin(), failed.end(), pl_.node()) != failed.end();
   ReduceBytes bytes;
-  int slot = -1;
-  Status s = parts_.reprotector->Minimal(plan_,
-                                         restored_shard_.empty() ? nullptr : &restored_shard_,
-                                         seals_of_, ReprotectTagBase(), &bytes, &slot, fresh_slot_);
-  if (s.ok()) s = RunHook(Stage::kReprotect, version);
-  Result<bool> all = parts_.transport->AllTrue(s.ok());
-  *protected_again = all.ok() && *all;
-  if (*protected_again) {
-    Status c = parts_.store->MarkCommitted(slot, version);
-    if (!c.ok()) Log(LogLevel::kWarn, "re-protected " + V(version) + " not marked committed: " + c.ToString());
-    parts_.slots->SetCommitted(slot);
-  } else if (all.ok()) {
-    if (fresh && slot >= 0) (void)parts_.store->Invalidate(slot);
-    Log(LogLevel::kWarn, V(version) + " not re-protected in the background (" +
-                             (s.ok() ? std::string("failed on another rank") : s.ToString()) +
-                             "); the next Save protects the job again");
+  std::string why;
+  Result<bool> agreed = MinimalAgreed(fresh_slot_, &bytes, &why);
+  for (int pinned : {fresh_slot_, pinned_slot_}) {
+    if (pinned >= 0) parts_.slots->Unpin(pinned);
   }
-  if (fresh_slot_ >= 0) parts_.slots->Unpin(fresh_slot_);
-  if (pinned_slot_ >= 0) parts_.slots->Unpin(pinned_slot_);
   fresh_slot_ = pinned_slot_ = -1;
   deferred_ = false;
-  restored_shard_.clear();
-  restored_shard_.shrink_to_fit();
-  if (stats != nullptr) {
-    stats->reprotect_mode = "minimal, background";
-    stats->reprotect_bytes_sent = bytes.sent;
-    stats->reprotect_bytes_received = bytes.received;
-    stats->reprotect_s = SecondsSince(t0);
-  }
-  if (!all.ok()) return all.status().WithContext("background re-protect of " + V(version));
-  if (*protected_again) {
+  std::vector<uint8_t>().swap(restored_shard_);  // the lost node's copy: no longer needed
+  if (!agreed.ok()) return agreed.status().WithContext("background re-protect of " + V(version));
+  if (*agreed) {
     Log(LogLevel::kInfo, V(version) + " protected again in the background (" +
                              std::to_string(bytes.received) + " B received here)");
+  } else {
+    Log(LogLevel::kWarn, V(version) + " not re-protected in the background (" + why +
+                             "); the next Save protects the job again");
   }
-  return Status::Ok();
+  return agreed;
 }
 
 // ---- 7. byte counts ------------------------------------------------------------------------

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -95,11 +96,11 @@ class RecoveryExecutor {
   // to RunDeferredReprotect.
   bool reprotect_deferred() const { return deferred_; }
   // Collective: the deferred minimal re-protect, agreed (AllTrue) and
-  // committed; then the pinned slots are released. OK with *protected_again
-  // false when some rank failed (the restored version stays committed where
-  // it was, the next Save protects again); non-OK only when a collective
-  // failed. Bytes and seconds in *stats (reprotect_* fields).
-  Status RunDeferredReprotect(bool* protected_again, RestoreStats* stats);
+  // committed; then the pinned slots are released. true: protected again;
+  // false: some rank failed (the restored version stays committed where it
+  // was, the next Save protects again); an error only when a collective
+  // failed.
+  Result<bool> RunDeferredReprotect();
 
  private:
   // A replica transfer of step 4: `src` sends its copy of `owner`'s shard to `dst`.
@@ -139,9 +140,15 @@ class RecoveryExecutor {
   // back with every crc right on every rank.
   Status FallBackToRemote();
   Status Reprotect();                                      // 6
+  // The minimal re-protect, the Stage::kReprotect hook and its agreement
+  // (AllTrue). true: the version's slot here is committed; false: a lost
+  // node's rank dropped its new slot again, *why says what failed; an error:
+  // the collective failed. `fresh_slot`: see Reprotector::Minimal.
+  Result<bool> MinimalAgreed(int fresh_slot, ReduceBytes* bytes, std::string* why);
   // Background: reserves what the deferred minimal re-protect reads or writes.
   void DeferMinimal();
   int ReprotectTagBase() const;
+  bool MyNodeLost() const;  // this rank's node is one of the plan's failed nodes
   Status GatherByteCounts();                               // 7
 
   // Marks an item of the agreed inventory as not valid; true if it was valid.

@@ -48,6 +48,18 @@ flip_byte() {  # flip_byte FILE OFFSET: xor one byte with 1, in place
   printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
 }
 
+# kill_at_reprotect LOST RANK LOST_AFTER SRC: v3 trained, the nodes LOST lost;
+# the relaunch's background re-protect is cut by killing RANK at
+# Stage::kReprotect (after Restore returned), the nodes LOST_AFTER lost; the
+# next relaunch must restore exactly v3 from SRC (memory | remote | any).
+kill_at_reprotect() {
+  run ok train 3
+  run ok lose "$1"
+  MEMENTO_TEST_KILL=reprotect:3:$2 run fail restore 3 3 memory
+  run ok lose "$3"
+  run ok restore 3 3 "$4"
+}
+
 manifests() { find "$remote" -name MANIFEST | sort; }
 newest_manifest() {  # the newest version with a manifest, as a plain number
   manifests | sed -E 's#.*/v0*([0-9]+)/MANIFEST$#\1#' | sort -n | tail -n 1
@@ -179,20 +191,12 @@ case $scenario in
     # the re-protect, after Restore returned, and node 2 lost: v3 from what node 3's
     # re-protect sealed (its shard and its copy of node 2's)
     export MEMENTO_SCHEME=replica:2
-    run ok train 3
-    run ok lose 3
-    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
-    run ok lose 2
-    run ok restore 3 3 memory
+    kill_at_reprotect 3 2 2 memory
     ;;
   protect-kill-reprotect-replica-both)  # as above, but node 3's re-protected store is lost
     # too: nodes 2 and 3 (both copies of either) gone -> v3 from remote for them
     export MEMENTO_SCHEME=replica:2 MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
-    run ok train 3
-    run ok lose 3
-    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
-    run ok lose 2,3
-    run ok restore 3 3 any
+    kill_at_reprotect 3 2 2,3 any
     for r in 2 3; do
       grep -q "^rank $r: remote;" "$last_out" || { echo "FAIL: rank $r not from remote"; exit 1; }
     done
@@ -200,20 +204,12 @@ case $scenario in
   protect-kill-reprotect-xor)  # xor:3: node 1 lost; rank 2 (same group) killed at the
     # re-protect and node 2 lost: one loss in the group once node 1 re-protected -> memory
     export MEMENTO_SCHEME=xor:3
-    run ok train 3
-    run ok lose 1
-    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
-    run ok lose 2
-    run ok restore 3 3 memory
+    kill_at_reprotect 1 2 2 memory
     ;;
   protect-kill-reprotect-rs)  # rs:4+2: nodes 0, 1 lost; rank 2 killed at the re-protect
     # and node 2 lost: one loss once 0 and 1 re-protected -> memory
     export MEMENTO_SCHEME=rs:4+2
-    run ok train 3
-    run ok lose 0,1
-    MEMENTO_TEST_KILL=reprotect:3:2 run fail restore 3 3 memory
-    run ok lose 2
-    run ok restore 3 3 memory
+    kill_at_reprotect 0,1 2 2 memory
     ;;
   protect-replace-node)  # replica:2: node 2 lost, relaunched under a new identity; then
     # node 3 (whose only copy the replacement re-protected) lost -> still from memory

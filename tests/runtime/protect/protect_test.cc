@@ -146,6 +146,20 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << " step " << step << ": " << st[r].ToString();
     }
   }
+  // For the next Launch: rank `refusing`'s part of the minimal re-protect
+  // fails at Stage::kReprotect.
+  void RefuseReprotectOn(int refusing) {
+    hooks_ = [refusing](int rank) {
+      FaultHooks h;
+      if (rank == refusing) {
+        h.at_stage = [](Stage stage, uint64_t) {
+          return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
+                                            : Status::Ok();
+        };
+      }
+      return h;
+    };
+  }
   bool Exact(int r, uint64_t step) const {
     for (size_t e = 0; e < bufs_[r].size(); ++e) {
       for (size_t i = 0; i < bufs_[r][e].size(); ++i) {
@@ -390,16 +404,7 @@ TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtec
   // 1. Lose node 0; rank 1's minimal re-protect fails.
   cks_.clear();
   ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
-  hooks_ = [](int rank) {
-    FaultHooks h;
-    if (rank == 1) {
-      h.at_stage = [](Stage stage, uint64_t) {
-        return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
-                                          : Status::Ok();
-      };
-    }
-    return h;
-  };
+  RefuseReprotectOn(1);
   Launch(n);
   auto reports = RestoreAll("lost {0}, minimal re-protect fails on rank 1");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
@@ -745,16 +750,7 @@ TEST_P(MinimalReprotectTest, FailedBackgroundReprotectIsUnprotectedUntilTheNextS
   if (HasFatalFailure()) return;
   cks_.clear();
   ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
-  hooks_ = [](int rank) {
-    FaultHooks h;
-    if (rank == 1) {
-      h.at_stage = [](Stage stage, uint64_t) {
-        return stage == Stage::kReprotect ? Status::Unavailable("test: re-protect refused")
-                                          : Status::Ok();
-      };
-    }
-    return h;
-  };
+  RefuseReprotectOn(1);
   Launch(n);
   auto reports = RestoreAll("lost {0}, background re-protect fails on rank 1");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));

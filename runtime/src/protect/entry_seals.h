@@ -42,6 +42,13 @@ Result<std::vector<EntrySeal>> DecodeEntrySeals(const uint8_t* data, size_t byte
 // Checks `shard` (entries concatenated, sizes `entry_bytes`, names for the
 // message) against the owner's seals. Corruption naming the first entry whose
 // size or crc32c differs.
+// The same with the entries anywhere in memory (entry i at entry_data[i]);
+// `crcs`, when given, gets every entry's crc32c.
+Status VerifyEntriesAgainstSeals(const std::vector<const uint8_t*>& entry_data,
+                                 const std::vector<uint64_t>& entry_bytes,
+                                 const std::vector<std::string>& names,
+                                 const std::vector<EntrySeal>& seals,
+                                 std::vector<uint32_t>* crcs = nullptr);
 Status VerifyShardAgainstSeals(const std::vector<uint8_t>& shard,
                                const std::vector<uint64_t>& entry_bytes,
                                const std::vector<std::string>& names,

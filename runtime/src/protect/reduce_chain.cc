@@ -1,6 +1,9 @@
 #include "protect/reduce_chain.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,64 +52,197 @@ Status SendPiece(Transport* t, int dst, int tag, const uint8_t* buf, uint64_t le
   return Status::Ok();
 }
 
+// A piece as a hop's receiving thread got it: which pool buffer holds it,
+// whether it is real data, and the failure that put the stream out of step.
+struct Received {
+  int buffer = 0;
+  bool ok = true;
+  Status error;
+};
+
+// The receiving side of one hop: a thread that receives every piece of the
+// chain from `prev` into a pool of kReduceDepth buffers, at most that many
+// ahead of the hop's consumer. It always produces one item per piece (ok =
+// false once the stream failed), so the consumer's loop never waits for a
+// piece that will not come.
+class HopReceiver {
+ public:
+  HopReceiver(Transport* t, int prev, int tag, uint64_t length, uint64_t piece_bytes,
+              std::atomic<uint64_t>* received)
+      : pool_(kReduceDepth, std::vector<uint8_t>(std::min(piece_bytes, length))) {
+    for (int b = 0; b < kReduceDepth; ++b) free_.push_back(b);
+    thread_ = std::thread([=] {
+      bool wire = true;
+      for (uint64_t off = 0; off < length; off += piece_bytes) {
+        const uint64_t len = std::min(piece_bytes, length - off);
+        Received item;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return !free_.empty(); });
+          item.buffer = free_.front();
+          free_.pop_front();
+        }
+        if (wire) {
+          Status r = RecvPiece(t, prev, tag, len, pool_[item.buffer].data(), &item.ok);
+          if (!r.ok()) {
+            wire = false;  // the stream with this peer is out of step
+            item.ok = false;
+            item.error = r;
+          }
+        } else {
+          item.ok = false;
+        }
+        if (item.ok) *received += len;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          full_.push_back(std::move(item));
+        }
+        cv_.notify_all();
+      }
+    });
+  }
+  ~HopReceiver() { thread_.join(); }
+
+  // The next piece, in order; its buffer stays the caller's until Release.
+  Received Next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !full_.empty(); });
+    Received item = std::move(full_.front());
+    full_.pop_front();
+    return item;
+  }
+  uint8_t* data(int buffer) { return pool_[buffer].data(); }
+  void Release(int buffer) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(buffer);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> pool_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> free_;        // guarded by mu_
+  std::deque<Received> full_;   // guarded by mu_
+  std::thread thread_;
+};
+
+// One hop: term p of chain c on this rank. Receives the running sum from its
+// predecessor (if any), folds in coef x its row and forwards the sum.
+Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
+              uint64_t piece_bytes, const RowReader& reader, std::atomic<uint64_t>* sent,
+              std::atomic<uint64_t>* received) {
+  const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
+  const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
+  std::unique_ptr<HopReceiver> in;
+  if (prev >= 0) {
+    in = std::make_unique<HopReceiver>(transport, prev, tag, ch.length, piece_bytes, received);
+  }
+  std::vector<uint8_t> first(prev >= 0 ? 0 : std::min(piece_bytes, ch.length));
+  std::vector<uint8_t> mine(std::min(piece_bytes, ch.length));
+  Status s;            // first problem of this hop (reported once)
+  bool good = true;    // still forwarding real data
+  bool sending = true; // the stream to `next` still works
+  for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
+    const uint64_t len = std::min(piece_bytes, ch.length - off);
+    bool ok = true;
+    Received item;
+    uint8_t* acc = first.data();
+    if (in) {
+      item = in->Next();
+      acc = in->data(item.buffer);
+      ok = item.ok;
+      if (!item.error.ok() && s.ok()) s = item.error;
+    } else {
+      std::fill(first.begin(), first.begin() + len, 0);
+    }
+    good = good && ok;
+    if (good) {
+      Status r = reader(c, ch.terms[p], off, len, mine.data());
+      if (r.ok()) {
+        erasure::GfMultiplyAdd(ch.terms[p].coef, mine.data(), acc, len);
+      } else {
+        good = false;
+        if (s.ok()) s = r;
+      }
+    }
+    if (sending) {
+      Status w = SendPiece(transport, next, tag, acc, len, good);
+      if (!w.ok()) {
+        sending = false;  // keep draining the predecessor, send nothing more
+        if (s.ok()) s = w;
+      } else if (good) {
+        *sent += len;
+      }
+    }
+    if (in) in->Release(item.buffer);
+  }
+  return s;
+}
+
+// The destination of chain c: every piece, in order, into results (or to
+// the writer). Drains the whole stream whatever fails, so that the last
+// hop's sends all complete.
+Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag,
+                     uint64_t piece_bytes, const RowWriter* writer, std::vector<uint8_t>* out,
+                     std::atomic<uint64_t>* received) {
+  const int last = ch.terms.back().rank;
+  std::vector<uint8_t> bounce;
+  if (writer != nullptr) {
+    bounce.resize(std::min(piece_bytes, ch.length));
+  } else {
+    out->assign(ch.length, 0);
+  }
+  Status got;
+  bool wire = true;
+  for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
+    const uint64_t len = std::min(piece_bytes, ch.length - off);
+    uint8_t* dst = writer != nullptr ? bounce.data() : out->data() + off;
+    bool ok = true;
+    Status r = wire ? RecvPiece(transport, last, tag, len, dst, &ok) : Status::Ok();
+    if (!r.ok()) {
+      wire = false;  // the stream with this peer is out of step
+      ok = false;
+    }
+    if (ok && wire) {
+      received->fetch_add(len);
+      if (writer != nullptr && got.ok()) {
+        Status w = (*writer)(c, off, dst, len);
+        if (!w.ok()) got = w.WithContext("reduce chain " + std::to_string(c));
+      }
+    } else if (got.ok()) {
+      got = r.ok() ? Status::Unavailable("reduce chain " + std::to_string(c) +
+                                         ": a contributing rank could not serve its row")
+                   : r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
+                                   std::to_string(last));
+    }
+  }
+  return got;
+}
+
 }  // namespace
 
 Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& chains, int tag_base,
                        uint64_t piece_bytes, const RowReader& reader,
-                       std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes) {
+                       std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
+                       const RowWriter* writer) {
   MEMENTO_CHECK_GT(piece_bytes, 0u);
   const int me = transport->rank();
   std::atomic<uint64_t> sent{0}, received{0};
   std::mutex mu;
   Status hop_status;
-  std::vector<std::thread> hops;
+  std::vector<std::thread> threads;
   for (size_t c = 0; c < chains.size(); ++c) {
     const ReduceChain& chain = chains[c];
     MEMENTO_CHECK(!chain.terms.empty());
     MEMENTO_CHECK_GT(chain.length, 0u);
     for (size_t p = 0; p < chain.terms.size(); ++p) {
       if (chain.terms[p].rank != me) continue;
-      hops.emplace_back([&, c, p] {
-        const ReduceChain& ch = chains[c];
-        const int tag = ChainTag(tag_base, c);
-        const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
-        const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
-        std::vector<uint8_t> acc(std::min(piece_bytes, ch.length));
-        std::vector<uint8_t> mine(acc.size());
-        Status s;          // first problem of this hop (reported once)
-        bool good = true;  // still forwarding real data
-        bool wire = true;  // the transport still works
-        for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
-          const uint64_t len = std::min(piece_bytes, ch.length - off);
-          bool ok = true;
-          if (prev >= 0 && wire) {
-            Status r = RecvPiece(transport, prev, tag, len, acc.data(), &ok);
-            if (!r.ok()) {
-              wire = false;  // the stream with this peer is out of step
-              if (s.ok()) s = r;
-              ok = false;
-            }
-          } else {
-            std::fill(acc.begin(), acc.begin() + len, 0);
-          }
-          good = good && ok;
-          if (good) {
-            Status r = reader(static_cast<int>(c), ch.terms[p], off, len, mine.data());
-            if (r.ok()) {
-              erasure::GfMultiplyAdd(ch.terms[p].coef, mine.data(), acc.data(), len);
-            } else {
-              good = false;
-              if (s.ok()) s = r;
-            }
-          }
-          if (prev >= 0 && ok) received += len;
-          Status w = SendPiece(transport, next, tag, acc.data(), len, good);
-          if (!w.ok()) {
-            if (s.ok()) s = w;
-            break;
-          }
-          if (good) sent += len;
-        }
+      threads.emplace_back([&, c, p] {
+        Status s = RunHop(transport, chains[c], static_cast<int>(c), p, ChainTag(tag_base, c),
+                          piece_bytes, reader, &sent, &received);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (hop_status.ok()) {
@@ -117,39 +253,23 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
       });
     }
   }
-  // Results, in chain order, on this thread.
+  // Results: every chain ending here at once, each on its own thread.
   results->assign(chains.size(), {});
-  Status got;
+  std::vector<Status> result_status(chains.size());
   for (size_t c = 0; c < chains.size(); ++c) {
-    const ReduceChain& ch = chains[c];
-    if (ch.dst_rank != me) continue;
-    const int tag = ChainTag(tag_base, c);
-    const int last = ch.terms.back().rank;
-    std::vector<uint8_t>& out = (*results)[c];
-    out.assign(ch.length, 0);
-    bool wire = true;
-    for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
-      const uint64_t len = std::min(piece_bytes, ch.length - off);
-      bool ok = true;
-      Status r = wire ? RecvPiece(transport, last, tag, len, out.data() + off, &ok) : Status::Ok();
-      if (!r.ok()) {
-        wire = false;  // the stream with this peer is out of step
-        ok = false;
-      }
-      if (ok && wire) {
-        received += len;
-      } else if (got.ok()) {
-        got = r.ok() ? Status::Unavailable("reduce chain " + std::to_string(c) +
-                                           ": a contributing rank could not serve its row")
-                     : r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
-                                     std::to_string(last));
-      }
-    }
+    if (chains[c].dst_rank != me) continue;
+    threads.emplace_back([&, c] {
+      result_status[c] = ReceiveResult(transport, chains[c], static_cast<int>(c),
+                                       ChainTag(tag_base, c), piece_bytes, writer,
+                                       &(*results)[c], &received);
+    });
   }
-  for (auto& t : hops) t.join();
+  for (auto& t : threads) t.join();
   bytes->sent += sent.load();
   bytes->received += received.load();
-  if (!got.ok()) return got;
+  for (const Status& s : result_status) {
+    if (!s.ok()) return s;
+  }
   return hop_status;
 }
 

@@ -8,7 +8,11 @@
 // forwards the sum, and so on; the last term's rank sends the finished row to
 // the destination. The row is cut into pieces of `piece_bytes`, so the hops
 // are pipelined: the destination gets the first piece after ~K piece times,
-// not K row times. Bytes into the destination: the row's length; bytes into
+// not K row times. Within a hop, receiving runs on its own thread, up to
+// kReduceDepth pieces ahead of folding and forwarding, so a hop receives
+// piece i+1 while it sends piece i: over full-duplex links every hop
+// streams at link rate instead of alternating between its two directions.
+// The destination receives all its chains at once, one thread each. Bytes into the destination: the row's length; bytes into
 // every other rank: one row per chain it takes part in after the first term;
 // total traffic: K rows per chain (as gathering the K inputs, but spread over
 // the survivors instead of converging on the destination).
@@ -24,9 +28,9 @@
 // piece, so the destination learns the chain failed without a timeout and
 // every message count stays the same on both sides.
 //
-// Deadlock freedom: each (chain, term) of this rank runs on its own thread and
-// only waits for its predecessor, which waits only for its own; the chain is
-// acyclic, and results are received on the calling thread. Tags: chain c uses
+// Deadlock freedom: each (chain, term) of this rank runs on its own threads
+// and only waits for its predecessor, which waits only for its own; the chain
+// is acyclic, and each result is received on a thread of its own. Tags: chain c uses
 // `tag_base + c` (mod the recover tag span); ranks of one chain are distinct.
 #pragma once
 
@@ -59,6 +63,15 @@ struct ReduceChain {
 using RowReader = std::function<Status(int chain, const ReduceTerm& term, uint64_t offset,
                                        uint64_t len, uint8_t* dst)>;
 
+// Takes a finished piece [offset, offset + len) of chain `chain`'s row at the
+// destination (pieces of one chain arrive in order; different chains'
+// pieces from different threads at once). A failure fails that chain.
+using RowWriter = std::function<Status(int chain, uint64_t offset, const uint8_t* data,
+                                       uint64_t len)>;
+
+// Pieces a hop receives ahead of the one it folds and forwards.
+inline constexpr int kReduceDepth = 3;
+
 // Byte counts of one RunReduceChains call on this rank (payload only).
 struct ReduceBytes {
   uint64_t sent = 0;
@@ -67,11 +80,14 @@ struct ReduceBytes {
 
 // Runs every chain this rank takes part in. `results[c]` (resized here) gets
 // the finished row of every chain whose dst_rank is this rank; other entries
-// stay empty. Returns the first failure of a chain this rank is the
+// stay empty. With `writer`, the finished pieces go to it instead and
+// `results` is left empty (the caller lands them where they belong, with no
+// row-sized buffer in between). Returns the first failure of a chain this rank is the
 // destination of, or of a hop it ran (named), else Ok. Every rank of the job
 // must call it with the same `chains` and `tag_base`.
 Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& chains, int tag_base,
                        uint64_t piece_bytes, const RowReader& reader,
-                       std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes);
+                       std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
+                       const RowWriter* writer = nullptr);
 
 }  // namespace memento::runtime

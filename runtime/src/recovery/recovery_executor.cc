@@ -27,6 +27,13 @@ std::string V(uint64_t version) { return "v" + std::to_string(version); }
 
 RecoveryExecutor::RecoveryExecutor(Parts parts) : parts_(std::move(parts)), pl_(*parts_.layout) {}
 
+RecoveryExecutor::~RecoveryExecutor() {
+  // A restore that ended early (or a deferred re-protect that never ran)
+  // gives back the slot its shard landed in.
+  DropLanding();
+  if (pinned_slot_ >= 0) parts_.slots->Unpin(pinned_slot_);
+}
+
 Status RecoveryExecutor::RunHook(Stage stage, uint64_t version) const {
   if (!parts_.hook) return Status::Ok();
   return parts_.hook(stage, version);
@@ -37,7 +44,7 @@ Result<RestoreReport> RecoveryExecutor::Run() {
   MEMENTO_RETURN_IF_ERROR(TakeInventory());
   report_.stats.inventory_s = SecondsSince(t0);
   for (int attempt = 0;; ++attempt) {
-    MEMENTO_ASSIGN_OR_RETURN(plan_, PlanVerified());  // its errors name the problem already
+    MEMENTO_ASSIGN_OR_RETURN(plan_, Plan());  // its errors name the problem already
     report_.plan_json = plan_.ToJson();
     report_.stats.plan_read_bytes_per_node = plan_.read_bytes_per_node;
     MEMENTO_RETURN_IF_ERROR(RunHook(Stage::kRecover, plan_.version));
@@ -155,94 +162,21 @@ void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs)
   report_.lost_nodes = input_.failed_nodes;
 }
 
-// ---- 2 + 3. plan, verify -------------------------------------------------------------------
+// ---- 2. plan --------------------------------------------------------------------------------
 
-Result<placement::RecoveryPlan> RecoveryExecutor::PlanVerified() {
+Result<placement::RecoveryPlan> RecoveryExecutor::Plan() {
   MEMENTO_ASSIGN_OR_RETURN(auto topology,
                            placement::Topology::Uniform(pl_.num_nodes(), pl_.lanes()));
-  for (;;) {
-    auto tp = Clock::now();
-    auto planned = placement::PlanRecovery(topology, pl_.groups(), input_);
-    report_.stats.plan_s += SecondsSince(tp);
-    if (!planned.ok()) {
-      if (planned.status().code() != StatusCode::kUnrecoverable) return planned.status();
-      std::string why = "nothing to restore: " + planned.status().message();
-      for (const auto& n : report_.notes) why += "; " + n;
-      return Status::NotFound(why);
-    }
-    auto tv = Clock::now();
-    MEMENTO_ASSIGN_OR_RETURN(bool changed, VerifyPlanReads(*planned));
-    report_.stats.inventory_s += SecondsSince(tv);
-    if (!changed) return planned;
+  auto tp = Clock::now();
+  auto planned = placement::PlanRecovery(topology, pl_.groups(), input_);
+  report_.stats.plan_s += SecondsSince(tp);
+  if (!planned.ok()) {
+    if (planned.status().code() != StatusCode::kUnrecoverable) return planned.status();
+    std::string why = "nothing to restore: " + planned.status().message();
+    for (const auto& n : report_.notes) why += "; " + n;
+    return Status::NotFound(why);
   }
-}
-
-bool RecoveryExecutor::RegionOk(int slot, int region) {
-  auto [it, fresh] = region_ok_.try_emplace({slot, region}, false);
-  if (fresh) {
-    Status s = parts_.store->VerifyRegion(slot, region);
-    it->second = s.ok();
-    if (!s.ok()) report_.notes.push_back(s.ToString());
-  }
-  return it->second;
-}
-
-bool RecoveryExecutor::PlanReadsMine(const placement::RecoveryPlan& plan,
-                                     const placement::HeldItem& item) const {
-  const int node = pl_.node(), lane = pl_.lane();
-  if (item.kind == placement::ItemKind::kReplica) {
-    for (const placement::ShardSource& s : plan.shards) {
-      if (s.kind == placement::SourceKind::kReplica && s.from_node == node && s.lane == lane &&
-          s.node == item.owner) {
-        return true;
-      }
-    }
-    return false;
-  }
-  for (const placement::StripeDecode& dec : plan.decodes) {
-    if (dec.lane != lane || dec.stripe != item.stripe) continue;
-    for (const placement::StripeRow& in : dec.inputs) {
-      if (in.parity && in.node == node && in.row == item.row) return true;
-    }
-  }
-  return false;
-}
-
-Result<bool> RecoveryExecutor::VerifyPlanReads(const placement::RecoveryPlan& plan) {
-  // This rank's shard of the plan's version, and what the plan reads from it.
-  std::vector<placement::InventoryItem> bad;
-  auto add = [&](placement::ItemKind kind, int owner, int stripe, int row) {
-    placement::InventoryItem item;
-    item.version = plan.version;
-    item.kind = kind;
-    item.owner = owner;
-    item.stripe = stripe;
-    item.row = row;
-    bad.push_back(item);
-  };
-  if (const std::optional<int> slot = parts_.store->FindVersion(plan.version, lineage_)) {
-    bool shard_ok = true;
-    const size_t entries = parts_.io->entries().size();
-    for (size_t i = 0; i < entries && shard_ok; ++i) shard_ok = RegionOk(*slot, static_cast<int>(i));
-    if (!shard_ok) add(placement::ItemKind::kShard, pl_.node(), -1, -1);
-    for (const HeldRegion& h : pl_.held()) {
-      if (PlanReadsMine(plan, h.item) && !RegionOk(*slot, h.region)) {
-        add(h.item.kind, h.item.owner, h.item.stripe, h.item.row);
-      }
-    }
-  }
-  // Every rank's failures, so that every rank plans again alike.
-  const std::vector<uint8_t> blob = wire::EncodeBadItems(bad);
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
-  bool changed = false;
-  for (int node = 0; node < pl_.num_nodes(); ++node) {
-    for (int lane = 0; lane < pl_.lanes(); ++lane) {
-      MEMENTO_ASSIGN_OR_RETURN(
-          auto items, wire::DecodeBadItems(all.at(pl_.rank_of(node, lane)), node, lane));
-      for (const placement::InventoryItem& it : items) changed = MarkBad(it) || changed;
-    }
-  }
-  return changed;
+  return planned;
 }
 
 bool RecoveryExecutor::MarkBad(const placement::InventoryItem& b) {
@@ -263,11 +197,12 @@ bool RecoveryExecutor::MarkBad(const placement::InventoryItem& b) {
   return changed;
 }
 
-// ---- 4. transfer ---------------------------------------------------------------------------
+// ---- 3. transfer ---------------------------------------------------------------------------
 
 Status RecoveryExecutor::GatherEntrySeals() {
-  // The seals of `version` this rank can vouch for: its own verified entries,
-  // the verified seals regions it keeps for peers.
+  // The seals of `version` this rank can vouch for: the sealed crc32c of its
+  // own entries (their records are checked; a payload that differs from them
+  // shows when it is copied), the verified seals regions it keeps for peers.
   seals_of_.clear();
   std::vector<uint8_t> mine;
   NodeStore* store = parts_.store;
@@ -302,24 +237,59 @@ Status RecoveryExecutor::TransferAndRestore() {
   }
   MEMENTO_CHECK(mine_ != nullptr);
   crcs_.clear();
-  restored_shard_.clear();
-  mismatch_ = false;
+  mismatch_ = Mismatch::kNone;
   source_ = RestoreSource::kLocalMemory;
   my_slot_ = parts_.store->FindVersion(plan_.version, lineage_);
+  DropLanding();  // an earlier attempt's
+  Status landing = Status::Ok();
+  if (mine_->kind == placement::SourceKind::kReplica ||
+      mine_->kind == placement::SourceKind::kDecode) {
+    landing = PrepareLanding();
+  }
   // Every rank takes part in every exchange, whatever failed before.
-  std::map<size_t, std::vector<uint8_t>> received;
-  Status got = ExchangeReplicas(&received);
+  Status got = ExchangeReplicas();
   Status decoded = RunDecodes();
   if (got.ok()) got = decoded.WithContext("restore: decode");
+  if (got.ok()) got = landing;
   if (!got.ok()) return got;
-  return RestoreMyShard(&received);
+  return RestoreMyShard();
+}
+
+Status RecoveryExecutor::PrepareLanding() {
+  std::vector<uint64_t> sizes;
+  for (const RegisteredEntry& e : parts_.io->entries()) sizes.push_back(e.bytes);
+  if (!MyNodeLost()) {
+    landed_ = ShardLanding::InMemory(sizes);
+    return Status::Ok();
+  }
+  // A lost node's store holds nothing of this run: the slot the re-protect
+  // fills is where the shard lands. Pinned until the re-protect ends, so
+  // that a Save issued meanwhile takes another one.
+  const int slot = parts_.slots->Acquire();
+  parts_.slots->Pin(slot);
+  Status begun = parts_.store->BeginWriteSlot(slot, plan_.version, lineage_);
+  if (!begun.ok()) {
+    parts_.slots->Unpin(slot);
+    return begun.WithContext("restore: slot for the rebuilt shard");
+  }
+  landed_ = ShardLanding::InSlot(parts_.store, slot, sizes);
+  return Status::Ok();
+}
+
+void RecoveryExecutor::DropLanding() {
+  const int slot = landed_.slot();
+  if (slot >= 0) {
+    (void)parts_.store->Invalidate(slot);
+    parts_.slots->Unpin(slot);
+  }
+  landed_ = ShardLanding();
 }
 
 Status RecoveryExecutor::SendReplica(size_t i) {
   const Transfer& t = transfers_[i];
   const int tag = wire::RecoverTag(2 * i);
   // Its replica of the owner's shard, straight from the slot, with the crc32c
-  // it was sealed with (verified against these bytes for this plan).
+  // it was sealed with (the receiver checks the bytes against it as they come).
   Result<RegionView> view = Status::NotFound(V(plan_.version) + " not in this store");
   if (my_slot_) {
     const int region = pl_.ReplicaRegion(t.owner);
@@ -342,7 +312,7 @@ Status RecoveryExecutor::SendReplica(size_t i) {
   return view.ok() ? w : view.status();
 }
 
-Status RecoveryExecutor::ReceiveReplica(size_t i, std::vector<uint8_t>* buf) {
+Status RecoveryExecutor::ReceiveReplica(size_t i) {
   const Transfer& t = transfers_[i];
   const int tag = wire::RecoverTag(2 * i);
   const std::string from = "rank " + std::to_string(t.src);
@@ -350,25 +320,43 @@ Status RecoveryExecutor::ReceiveReplica(size_t i, std::vector<uint8_t>* buf) {
   auto n = parts_.transport->Recv(t.src, tag, &h, sizeof(h));
   if (!n.ok()) return n.status().WithContext("restore: header from " + from);
   if (!h.ok) return Status::Unavailable("restore: " + from + " cannot serve its part");
-  buf->resize(h.length);
+  // Pieces land where the shard goes (straight into the slot when a piece
+  // lies within one entry); every piece is received whatever happens, so
+  // the sender's stream completes.
+  Status s = h.length == landed_.size()
+                 ? Status::Ok()
+                 : Status::Corruption("restore: replica of " + std::to_string(h.length) +
+                                      " bytes from " + from + ", the shard has " +
+                                      std::to_string(landed_.size()));
+  std::vector<uint8_t> bounce;
   erasure::Crc32cStream crc;
   const uint64_t piece = parts_.chunk_bytes;
   for (uint64_t off = 0; off < h.length; off += piece) {
     const uint64_t want = std::min(piece, h.length - off);
-    MEMENTO_ASSIGN_OR_RETURN(size_t got, parts_.transport->Recv(t.src, tag + 1, buf->data() + off, want));
+    uint8_t* dst = s.ok() ? landed_.Span(off, want) : nullptr;
+    if (dst == nullptr) {
+      bounce.resize(want);
+      dst = bounce.data();
+    }
+    MEMENTO_ASSIGN_OR_RETURN(size_t got, parts_.transport->Recv(t.src, tag + 1, dst, want));
     if (got != want) {
       return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " +
                                 from + ", expected " + std::to_string(want));
     }
-    crc.Update(buf->data() + off, want);
+    crc.Update(dst, want);
+    if (s.ok() && dst == bounce.data()) landed_.Write(off, dst, want);
+    received_ += want;
   }
-  if (crc.value() != h.crc) {
-    return Status::Corruption("restore: part from " + from + " fails its crc32c");
+  if (s.ok() && crc.value() != h.crc) {
+    // The holder's copy is bad: the plan is made again without it.
+    mismatch_ = Mismatch::kSealed;
+    s = Status::Corruption("restore: the replica of node " + std::to_string(t.owner) + " from " +
+                           from + " fails its sealed crc32c");
   }
-  return Status::Ok();
+  return s;
 }
 
-Status RecoveryExecutor::ExchangeReplicas(std::map<size_t, std::vector<uint8_t>>* received) {
+Status RecoveryExecutor::ExchangeReplicas() {
   const int me = parts_.transport->rank();
   std::vector<std::thread> senders;
   std::vector<Status> send_status(transfers_.size());
@@ -378,14 +366,8 @@ Status RecoveryExecutor::ExchangeReplicas(std::map<size_t, std::vector<uint8_t>>
   Status got = Status::Ok();
   for (size_t i = 0; i < transfers_.size(); ++i) {  // in list order
     if (transfers_[i].dst != me) continue;
-    std::vector<uint8_t> buf;
-    Status s = ReceiveReplica(i, &buf);
-    if (!s.ok()) {
-      if (got.ok()) got = s;
-      continue;
-    }
-    received_ += buf.size();
-    (*received)[i] = std::move(buf);
+    Status s = ReceiveReplica(i);
+    if (!s.ok() && got.ok()) got = s;
   }
   for (auto& th : senders) th.join();
   for (const Status& s : send_status) {
@@ -397,7 +379,6 @@ Status RecoveryExecutor::ExchangeReplicas(std::map<size_t, std::vector<uint8_t>>
 Status RecoveryExecutor::RunDecodes() {
   chains_.clear();
   chain_info_.clear();
-  chain_rows_.clear();
   MEMENTO_RETURN_IF_ERROR(BuildDecodeChains(plan_, pl_, &chains_, &chain_info_));
   // Input rows: a survivor's data row is a piece of its shard, a parity row
   // its parity region.
@@ -417,82 +398,89 @@ Status RecoveryExecutor::RunDecodes() {
     std::memcpy(dst, view.data + off, len);
     return Status::Ok();
   };
+  // Rebuilt rows land straight where this rank's shard goes.
+  RowWriter writer = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
+    const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
+    const placement::StripeRow& rb = dec.rebuilt[chain_info_[c].rebuilt];
+    const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes + off;
+    if (at + len > landed_.size()) {
+      return Status::Internal("rebuilt row ends at " + std::to_string(at + len) +
+                              ", past the shard's " + std::to_string(landed_.size()) + " bytes");
+    }
+    landed_.Write(at, data, len);
+    return Status::Ok();
+  };
   ReduceBytes bytes;
+  std::vector<std::vector<uint8_t>> unused;
   Status s = RunReduceChains(parts_.transport, chains_,
                              static_cast<int>(2 * (transfers_.size() % wire::kRecoverTagSpan)),
-                             parts_.chunk_bytes, reader, &chain_rows_, &bytes);
+                             parts_.chunk_bytes, reader, &unused, &bytes, &writer);
   sent_ += bytes.sent;
   received_ += bytes.received;
   return s;
 }
 
-Status RecoveryExecutor::CheckAndScatter(const std::vector<uint8_t>& shard) {
-  auto it = seals_of_.find({pl_.node(), pl_.lane()});
-  if (it == seals_of_.end()) {
-    return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
-  }
-  Status s = parts_.io->VerifyAgainstSeals(shard, it->second);
-  if (!s.ok()) {
-    mismatch_ = true;
-    return s;
-  }
-  return parts_.io->ScatterToBuffers(shard, &crcs_);
-}
-
-Status RecoveryExecutor::RestoreMyShard(std::map<size_t, std::vector<uint8_t>>* received) {
-  const uint64_t my_shard_bytes = pl_.shard_bytes(pl_.node(), pl_.lane());
+Status RecoveryExecutor::RestoreMyShard() {
   switch (mine_->kind) {
-    case placement::SourceKind::kLocal:
+    case placement::SourceKind::kLocal: {
       report_.source_detail = "local";
       if (!my_slot_) return Status::NotFound("local copy vanished");
-      return parts_.io->CopySlotToBuffers(*my_slot_, plan_.version, &crcs_);
+      Status s = parts_.io->CopySlotToBuffers(*my_slot_, plan_.version, &crcs_);
+      // A copy that fails its crc32c here is marked bad and the plan made
+      // again (nothing was verified before the transfer).
+      if (s.code() == StatusCode::kCorruption) mismatch_ = Mismatch::kSealed;
+      return s;
+    }
     case placement::SourceKind::kRemote:
       source_ = RestoreSource::kRemote;
       report_.source_detail = "remote";
       return parts_.io->ReadRemoteToBuffers(plan_.version, &crcs_);
-    case placement::SourceKind::kReplica: {
+    case placement::SourceKind::kReplica:
       source_ = RestoreSource::kReplica;
       report_.source_detail = "replica from node " + std::to_string(mine_->from_node);
-      for (auto& [i, buf] : *received) {
-        if (transfers_[i].owner != pl_.node()) continue;
-        restored_shard_ = std::move(buf);  // kept for the re-protect; not copied
-        if (restored_shard_.size() != my_shard_bytes) {
-          return Status::Corruption("replica of " + std::to_string(restored_shard_.size()) +
-                                    " bytes, shard has " + std::to_string(my_shard_bytes));
-        }
-        return CheckAndScatter(restored_shard_);
-      }
-      return Status::Corruption("no replica received");
-    }
-    case placement::SourceKind::kDecode: {
+      return CheckAndCopyLanded();
+    case placement::SourceKind::kDecode:
       source_ = RestoreSource::kDecode;
       report_.source_detail = "decode of " + std::to_string(mine_->decodes.size()) + " stripes";
-      restored_shard_.assign(my_shard_bytes, 0);
-      for (size_t c = 0; c < chains_.size(); ++c) {
-        if (chains_[c].dst_rank != parts_.transport->rank()) continue;
-        const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
-        const placement::StripeRow& rb = dec.rebuilt[chain_info_[c].rebuilt];
-        const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes;
-        MEMENTO_CHECK_LE(at + chain_rows_[c].size(), restored_shard_.size());
-        std::memcpy(restored_shard_.data() + at, chain_rows_[c].data(), chain_rows_[c].size());
-      }
-      return CheckAndScatter(restored_shard_);
-    }
+      return CheckAndCopyLanded();
   }
   return Status::Internal("unknown shard source");
 }
 
-// ---- 5. agree ------------------------------------------------------------------------------
+Status RecoveryExecutor::CheckAndCopyLanded() {
+  auto it = seals_of_.find({pl_.node(), pl_.lane()});
+  if (it == seals_of_.end()) {
+    return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
+  }
+  std::vector<uint32_t> crcs;
+  Status s = parts_.io->VerifyLanded(landed_, it->second, &crcs);
+  if (!s.ok()) {
+    mismatch_ = Mismatch::kEndToEnd;
+    return s;
+  }
+  if (const int slot = landed_.slot(); slot >= 0) {
+    const std::vector<RegisteredEntry>& entries = parts_.io->entries();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      MEMENTO_RETURN_IF_ERROR(
+          parts_.store->SealRegion(slot, static_cast<int>(i), entries[i].bytes, crcs[i]));
+    }
+  }
+  MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, crcs));
+  crcs_ = std::move(crcs);
+  return Status::Ok();
+}
+
+// ---- 4. agree ------------------------------------------------------------------------------
 
 Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local) {
-  const uint8_t outcome = local.ok() ? 0 : (mismatch_ ? 1 : 2);
+  const uint8_t outcome = local.ok() ? kRestored : static_cast<uint8_t>(mismatch_);
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(&outcome, 1));
   Agreement agreed;
   agreed.everyone = true;
   for (const auto& o : all) {
     if (o.size() != 1) return Status::Corruption("restore outcome record");
-    agreed.everyone = agreed.everyone && o[0] == 0;
-    agreed.other_failure = agreed.other_failure || o[0] > 1;
+    agreed.everyone = agreed.everyone && o[0] == kRestored;
+    agreed.other_failure = agreed.other_failure || o[0] == static_cast<uint8_t>(Mismatch::kNone);
     agreed.outcomes.push_back(o[0]);
   }
   return agreed;
@@ -501,23 +489,50 @@ Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local)
 bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attempt) {
   const uint64_t version = plan_.version;
   bool changed = false;
+  // Survivors whose own copy failed its crc32c: a decode that read it as a
+  // data row is blamed on it, not on the parity rows.
+  std::set<std::pair<int, int>> bad_local;
   for (const placement::ShardSource& s : plan_.shards) {
-    if (agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) != 1) continue;
+    if (s.kind == placement::SourceKind::kLocal &&
+        agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) == static_cast<uint8_t>(Mismatch::kSealed)) {
+      bad_local.emplace(s.node, s.lane);
+    }
+  }
+  for (const placement::ShardSource& s : plan_.shards) {
+    const uint8_t outcome = agreed.outcomes.at(pl_.rank_of(s.node, s.lane));
+    if (outcome == kRestored || outcome == static_cast<uint8_t>(Mismatch::kNone)) continue;
     std::string from;
     placement::InventoryItem bad;
     bad.version = version;
     bad.lane = s.lane;
-    if (s.kind == placement::SourceKind::kReplica) {
+    if (s.kind == placement::SourceKind::kLocal) {
+      bad.node = s.node;
+      bad.kind = placement::ItemKind::kShard;
+      bad.owner = s.node;
+      changed = MarkBad(bad) || changed;
+      from = "its own copy";
+    } else if (s.kind == placement::SourceKind::kReplica) {
       bad.node = s.from_node;
       bad.kind = placement::ItemKind::kReplica;
       bad.owner = s.node;
       changed = MarkBad(bad) || changed;
-      from = "replica from node " + std::to_string(s.from_node);
+      from = outcome == static_cast<uint8_t>(Mismatch::kSealed)
+                 ? "the replica on node " + std::to_string(s.from_node)
+                 : "replica from node " + std::to_string(s.from_node);
     } else if (s.kind == placement::SourceKind::kDecode) {
+      int read_bad_copy = -1;
       // Data rows are survivors' shards, checked against their own seals;
       // only parity rows can carry what the region crc missed.
       for (int d : s.decodes) {
         const placement::StripeDecode& dec = plan_.decodes.at(d);
+        int bad_row_node = -1;
+        for (const placement::StripeRow& in : dec.inputs) {
+          if (!in.parity && bad_local.count({in.node, dec.lane}) > 0) bad_row_node = in.node;
+        }
+        if (bad_row_node >= 0) {  // marked bad as that survivor's own copy
+          read_bad_copy = bad_row_node;
+          continue;
+        }
         for (const placement::StripeRow& in : dec.inputs) {
           if (!in.parity) continue;
           bad.node = in.node;
@@ -528,13 +543,22 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
           changed = MarkBad(bad) || changed;
         }
       }
-      from = "decode";
+      from = read_bad_copy >= 0 ? "decode (it read node " + std::to_string(read_bad_copy) +
+                                      "'s bad copy)"
+                                : "decode";
     }
-    report_.notes.push_back(V(version) + ": node " + std::to_string(s.node) + " lane " +
-                            std::to_string(s.lane) + " rebuilt by " + from +
-                            " fails the end-to-end check; its sources are marked bad and the "
-                            "restore is planned again (attempt " +
-                            std::to_string(attempt + 2) + ")");
+    const std::string shard = V(version) + ": node " + std::to_string(s.node) + " lane " +
+                              std::to_string(s.lane);
+    const std::string again =
+        "the restore is planned again (attempt " + std::to_string(attempt + 2) + ")";
+    if (outcome == static_cast<uint8_t>(Mismatch::kSealed)) {
+      report_.notes.push_back(shard + ": " + from + " fails its sealed crc32c; it is marked bad and " +
+                              again);
+    } else {
+      report_.notes.push_back(shard + " rebuilt by " + from +
+                              " fails the end-to-end check; its sources are marked bad and " +
+                              again);
+    }
   }
   return changed;
 }
@@ -573,7 +597,7 @@ Status RecoveryExecutor::FallBackToRemote() {
   return Status::Unavailable(why);
 }
 
-// ---- 6. re-protect -------------------------------------------------------------------------
+// ---- 5. re-protect -------------------------------------------------------------------------
 
 Status RecoveryExecutor::Reprotect() {
   const uint64_t version = report_.version;
@@ -589,22 +613,30 @@ Status RecoveryExecutor::Reprotect() {
       return Status::Ok();
     }
     std::string why;
-    MEMENTO_ASSIGN_OR_RETURN(bool agreed, MinimalAgreed(-1, &bytes, &why));
+    Result<bool> agreed = MinimalAgreed(&bytes, &why);
+    ReleaseLanding();
+    MEMENTO_RETURN_IF_ERROR(agreed.status());
     report_.stats.reprotect_bytes_sent = bytes.sent;
     report_.stats.reprotect_bytes_received = bytes.received;
-    if (agreed) {
+    if (*agreed) {
       report_.stats.reprotect_mode = "minimal";
       return Status::Ok();
     }
     report_.notes.push_back("minimal re-protect failed (" + why +
                             "), re-protecting the whole version");
   }
+  DropLanding();  // the full re-protect snapshots the buffers again
   Status s = parts_.reprotector->Full(version, &bytes, parts_.background);
   report_.stats.reprotect_mode = parts_.background ? "full, background" : "full";
   report_.stats.reprotect_bytes_sent = bytes.sent;
   report_.stats.reprotect_bytes_received = bytes.received;
   if (!s.ok()) report_.notes.push_back("not re-protected: " + s.ToString());
   return Status::Ok();
+}
+
+void RecoveryExecutor::ReleaseLanding() {
+  if (landed_.slot() >= 0) parts_.slots->Unpin(landed_.slot());
+  landed_ = ShardLanding();
 }
 
 bool RecoveryExecutor::MyNodeLost() const {
@@ -616,13 +648,11 @@ int RecoveryExecutor::ReprotectTagBase() const {
   return static_cast<int>((2 * transfers_.size() + chains_.size()) % wire::kRecoverTagSpan);
 }
 
-Result<bool> RecoveryExecutor::MinimalAgreed(int fresh_slot, ReduceBytes* bytes,
-                                             std::string* why) {
+Result<bool> RecoveryExecutor::MinimalAgreed(ReduceBytes* bytes, std::string* why) {
   const uint64_t version = report_.version;
   int slot = -1;
-  Status s = parts_.reprotector->Minimal(plan_,
-                                         restored_shard_.empty() ? nullptr : &restored_shard_,
-                                         seals_of_, ReprotectTagBase(), bytes, &slot, fresh_slot);
+  Status s = parts_.reprotector->Minimal(plan_, landed_.slot() >= 0 ? &landed_ : nullptr,
+                                         seals_of_, ReprotectTagBase(), bytes, &slot);
   if (s.ok()) s = RunHook(Stage::kReprotect, version);
   MEMENTO_ASSIGN_OR_RETURN(bool agreed, parts_.transport->AllTrue(s.ok()));
   if (agreed) {
@@ -643,10 +673,9 @@ Result<bool> RecoveryExecutor::MinimalAgreed(int fresh_slot, ReduceBytes* bytes,
 void RecoveryExecutor::DeferMinimal() {
   const uint64_t version = report_.version;
   if (MyNodeLost()) {
-    // The slot is chosen now, on the application thread, so that a Save
-    // issued meanwhile takes another one.
-    fresh_slot_ = parts_.slots->Acquire();
-    parts_.slots->Pin(fresh_slot_);
+    // The slot the shard landed in, pinned since: a Save issued meanwhile
+    // takes another one.
+    MEMENTO_CHECK_GE(landed_.slot(), 0);
   } else if (const std::optional<int> held = parts_.store->FindVersion(version, *parts_.lineage)) {
     // The survivor's copy is what the chains read: a Save must not rewrite it.
     parts_.slots->SetCommitted(*held);
@@ -664,13 +693,11 @@ Result<bool> RecoveryExecutor::RunDeferredReprotect() {
   const uint64_t version = report_.version;
   ReduceBytes bytes;
   std::string why;
-  Result<bool> agreed = MinimalAgreed(fresh_slot_, &bytes, &why);
-  for (int pinned : {fresh_slot_, pinned_slot_}) {
-    if (pinned >= 0) parts_.slots->Unpin(pinned);
-  }
-  fresh_slot_ = pinned_slot_ = -1;
+  Result<bool> agreed = MinimalAgreed(&bytes, &why);
+  ReleaseLanding();
+  if (pinned_slot_ >= 0) parts_.slots->Unpin(pinned_slot_);
+  pinned_slot_ = -1;
   deferred_ = false;
-  std::vector<uint8_t>().swap(restored_shard_);  // the lost node's copy: no longer needed
   if (!agreed.ok()) return agreed.status().WithContext("background re-protect of " + V(version));
   if (*agreed) {
     Log(LogLevel::kInfo, V(version) + " protected again in the background (" +
@@ -682,7 +709,7 @@ Result<bool> RecoveryExecutor::RunDeferredReprotect() {
   return agreed;
 }
 
-// ---- 7. byte counts ------------------------------------------------------------------------
+// ---- 6. byte counts ------------------------------------------------------------------------
 
 Status RecoveryExecutor::GatherByteCounts() {
   RestoreStats& st = report_.stats;

@@ -9,35 +9,38 @@
 //     lineage's versions are kept (Checkpointer: lineages), and a node none of
 //     whose ranks reports one of them lost its memory.
 //  2. Plan. placement::PlanRecovery (pure; every rank computes the same plan).
-//  3. Verify. Each rank verifies (crc32c, one pass) only what the plan reads
-//     from it, plus its own shard of the plan's version; the failures are
-//     allgathered, marked bad in the inventory and the plan is made again,
-//     until no new failure shows. A corrupt copy is never chosen, and the
-//     cost is that of the bytes the restore reads, not of every slot.
-//  4. Transfer. Replica sources become transfers (holder -> owner, the whole
+//     Nothing is hashed before the transfer: every byte the plan reads is
+//     checked as it is used (a copy as it leaves the slot, a replica as it
+//     arrives, a rebuilt shard against its owner's entry seals), so a
+//     restore reads each byte once and the transfer starts at once.
+//  3. Transfer. Replica sources become transfers (holder -> owner, the whole
 //     shard) with a PayloadHeader (length, crc32c) then the payload in chunk
 //     pieces on wire::RecoverTag(2i) / (2i + 1); every outgoing transfer runs
 //     on its own thread and the incoming ones are received in list order on
 //     the calling thread, so no ordering between ranks can deadlock. Decodes
 //     run as partial-product reduce chains (partial_decode.h). A copied or
-//     decoded shard is checked entry by entry against its owner's entry seals
-//     (one allgather collects them from any holder) before a byte of it
-//     reaches the buffers. Local shards are copied from the slot (crc32c
-//     verified), remote ones read from the remote tier.
-//  5. Agree (allgather of each rank's outcome). When every failure is an
-//     end-to-end mismatch, the copies the mismatched shards were rebuilt from
-//     are marked bad and the restore goes back to step 2. When the plan read
-//     from a remote version, that version stops being a candidate and the
-//     restore goes back to step 2. Otherwise every rank falls back to the
-//     complete remote versions, newest first, until one reads back intact.
-//  6. Re-protect (reprotector.h): nothing when every shard was local and
+//     decoded shard lands where it stays (ShardLanding: a lost node's rank
+//     receives straight into the fresh slot the re-protect seals) and is
+//     checked entry by entry against its owner's entry seals (one allgather
+//     collects them from any holder) before a byte of it reaches the
+//     buffers. Local shards are copied from the slot (crc32c verified),
+//     remote ones read from the remote tier.
+//  4. Agree (allgather of each rank's outcome). When every failure is an
+//     end-to-end mismatch (a rebuilt shard against its seals, a replica or a
+//     survivor's own copy against its region crc32c), the copies behind it
+//     are marked bad in the inventory and the restore goes back to step 2:
+//     a corrupt copy is used at most once. When the plan read from a remote
+//     version, that version stops being a candidate and the restore goes
+//     back to step 2. Otherwise every rank falls back to the complete remote
+//     versions, newest first, until one reads back intact.
+//  5. Re-protect (reprotector.h): nothing when every shard was local and
 //     nothing held for peers was lost; else minimal when possible, else full.
 //     Blocking (Parts::background false): the version is committed before
-//     Run returns. Background: bytes are counted first (step 7), then the
+//     Run returns. Background: bytes are counted first (step 6), then the
 //     minimal re-protect is left to RunDeferredReprotect (a task of the
 //     commit thread) with the slots it reads or writes pinned, or the full
 //     one is started as a version in flight like a Save's.
-//  7. Bytes received per node (restore and re-protect) are allgathered into
+//  6. Bytes received per node (restore and re-protect) are allgathered into
 //     the report.
 //
 // Thread-safety: one Run per executor, on the application thread, while no
@@ -82,10 +85,11 @@ class RecoveryExecutor {
     // Set to the lineage of the versions the restore considers (the newest
     // run's) once the inventory is taken; left alone when there is none.
     uint64_t* lineage = nullptr;
-    // Whether Run returns before the re-protect (step 6).
+    // Whether Run returns before the re-protect (step 5).
     bool background = false;
   };
   explicit RecoveryExecutor(Parts parts);
+  ~RecoveryExecutor();
 
   // Collective. The restored version is committed (and the allocator's
   // committed slot set) when it returns OK. NotFound "nothing to restore"
@@ -103,17 +107,23 @@ class RecoveryExecutor {
   Result<bool> RunDeferredReprotect();
 
  private:
-  // A replica transfer of step 4: `src` sends its copy of `owner`'s shard to `dst`.
+  // A replica transfer of step 3: `src` sends its copy of `owner`'s shard to `dst`.
   struct Transfer {
     int src = -1;  // world ranks
     int dst = -1;
     int owner = -1;
   };
-  // Every rank's outcome of one attempt (step 5).
+  // A rank's outcome of one attempt: kRestored, or why it failed. A bad copy
+  // (kEndToEnd: a rebuilt shard against its owner's seals; kSealed: a copy
+  // against its own region crc32c as it was read) is marked bad and the
+  // restore planned again; any other failure (kNone) is not a copy's fault.
+  enum class Mismatch : uint8_t { kNone = 2, kEndToEnd = 1, kSealed = 3 };
+  static constexpr uint8_t kRestored = 0;
+  // Every rank's outcome of one attempt (step 4).
   struct Agreement {
     bool everyone = false;       // every rank restored its shard
-    bool other_failure = false;  // some failure is not an end-to-end mismatch
-    std::vector<uint8_t> outcomes;  // per rank: 0 restored, 1 mismatch, 2 other
+    bool other_failure = false;  // some failure is not a bad copy's
+    std::vector<uint8_t> outcomes;  // per rank: kRestored or a Mismatch
   };
 
   Status TakeInventory();                                  // 1
@@ -121,16 +131,24 @@ class RecoveryExecutor {
   // Keeps the newest lineage's items and remote versions (input_) and notes
   // the nodes that report none as lost.
   void ChooseLineage(const std::vector<wire::Inventory>& theirs);
-  Result<placement::RecoveryPlan> PlanVerified();          // 2 + 3
-  Result<bool> VerifyPlanReads(const placement::RecoveryPlan& plan);  // 3: any new failure
-  Status GatherEntrySeals();                               // 4 (collective part)
-  Status TransferAndRestore();                             // 4
-  Status ExchangeReplicas(std::map<size_t, std::vector<uint8_t>>* received);
+  Result<placement::RecoveryPlan> Plan();                  // 2
+  Status GatherEntrySeals();                               // 3 (collective part)
+  Status TransferAndRestore();                             // 3
+  // Where this rank's rebuilt shard lands (landed_): a lost node's rank
+  // begins writing a fresh slot of the plan's version (pinned), a survivor
+  // takes memory of its own. DropLanding invalidates and unpins the slot;
+  // ReleaseLanding only unpins it (the re-protect sealed or dropped it).
+  Status PrepareLanding();
+  void DropLanding();
+  void ReleaseLanding();
+  Status ExchangeReplicas();
   Status SendReplica(size_t index);
-  Status ReceiveReplica(size_t index, std::vector<uint8_t>* payload);
+  Status ReceiveReplica(size_t index);
   Status RunDecodes();
-  Status RestoreMyShard(std::map<size_t, std::vector<uint8_t>>* received);
-  Status CheckAndScatter(const std::vector<uint8_t>& shard);
+  Status RestoreMyShard();
+  // The landed shard against its owner's entry seals (a mismatch sets
+  // mismatch_), its entries sealed in the slot, then copied into the buffers.
+  Status CheckAndCopyLanded();
   Result<Agreement> Agree(const Status& local);            // 5
   bool MarkMismatchedSources(const Agreement& agreed, int attempt);
   // When the failed plan read from remote: drops its version from the remote
@@ -143,8 +161,8 @@ class RecoveryExecutor {
   // The minimal re-protect, the Stage::kReprotect hook and its agreement
   // (AllTrue). true: the version's slot here is committed; false: a lost
   // node's rank dropped its new slot again, *why says what failed; an error:
-  // the collective failed. `fresh_slot`: see Reprotector::Minimal.
-  Result<bool> MinimalAgreed(int fresh_slot, ReduceBytes* bytes, std::string* why);
+  // the collective failed.
+  Result<bool> MinimalAgreed(ReduceBytes* bytes, std::string* why);
   // Background: reserves what the deferred minimal re-protect reads or writes.
   void DeferMinimal();
   int ReprotectTagBase() const;
@@ -153,23 +171,17 @@ class RecoveryExecutor {
 
   // Marks an item of the agreed inventory as not valid; true if it was valid.
   bool MarkBad(const placement::InventoryItem& bad);
-  // Whether `plan` reads `item` held by this rank: a replica it copies, or a
-  // parity row it decodes from.
-  bool PlanReadsMine(const placement::RecoveryPlan& plan, const placement::HeldItem& item) const;
-  // Verifies (slot, region) once per Run; a failure is noted.
-  bool RegionOk(int slot, int region);
   Status RunHook(Stage stage, uint64_t version) const;
 
   const Parts parts_;
   const ProtectionLayout& pl_;
   RestoreReport report_;
 
-  // Steps 1 - 3.
+  // Steps 1 - 2.
   placement::RecoveryInput input_;
   uint64_t lineage_ = 0;  // of every version considered
-  std::map<std::pair<int, int>, bool> region_ok_;  // (slot, region) -> verified
 
-  // One attempt (steps 4 - 5).
+  // One attempt (steps 3 - 4).
   placement::RecoveryPlan plan_;
   const placement::ShardSource* mine_ = nullptr;
   bool all_local_ = true;
@@ -178,17 +190,15 @@ class RecoveryExecutor {
   SealsByOwner seals_of_;
   std::vector<ReduceChain> chains_;
   std::vector<DecodeChainInfo> chain_info_;
-  std::vector<std::vector<uint8_t>> chain_rows_;
-  std::vector<uint32_t> crcs_;          // this rank's restored entries
-  std::vector<uint8_t> restored_shard_;  // replica / decode: the shard as rebuilt
+  std::vector<uint32_t> crcs_;  // this rank's restored entries
+  ShardLanding landed_;         // replica / decode: the shard as rebuilt
   RestoreSource source_ = RestoreSource::kLocalMemory;
-  bool mismatch_ = false;  // this rank's rebuilt shard failed the end-to-end check
+  Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
 
-  // Step 6 in the background: the slot a lost node's rank writes, or the
-  // survivor's slot of the version, pinned until RunDeferredReprotect ends.
+  // Step 5 in the background: the survivor's slot of the version, pinned
+  // until RunDeferredReprotect ends (a lost node's is landed_'s slot).
   bool deferred_ = false;
-  int fresh_slot_ = -1;
   int pinned_slot_ = -1;
 
   std::atomic<uint64_t> sent_{0};

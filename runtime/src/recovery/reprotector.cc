@@ -68,23 +68,24 @@ Reprotector::Reprotector(Parts parts) : parts_(std::move(parts)) {
   MEMENTO_CHECK(parts_.lineage != nullptr);
 }
 
-Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
-                            const std::vector<uint8_t>* restored_shard,
+Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLanding* landed,
                             const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes,
-                            int* slot_out, int fresh_slot) {
+                            int* slot_out) {
   const ProtectionLayout& pl = *parts_.layout;
   const uint64_t version = plan.version;
   const bool fresh = std::find(plan.failed_nodes.begin(), plan.failed_nodes.end(), pl.node()) !=
                      plan.failed_nodes.end();
   *slot_out = -1;
-  // 1. A lost node's rank: its restored shard into a fresh slot; a survivor
-  // serves from its slot of the version.
+  // 1. A lost node's rank: its shard already landed in the slot it fills; a
+  // survivor serves from its slot of the version.
   Status local;
   int slot = -1;
   if (fresh) {
-    local = restored_shard == nullptr
-                ? Status::Internal("lost node's rank has no restored shard")
-                : WriteRestoredShard(version, *restored_shard, fresh_slot, &slot);
+    if (landed == nullptr || landed->slot() < 0) {
+      local = Status::Internal("lost node's rank has no restored shard in a slot");
+    } else {
+      slot = landed->slot();
+    }
   } else if (const std::optional<int> found =
                  parts_.store->FindVersion(version, *parts_.lineage)) {
     slot = *found;
@@ -106,7 +107,7 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
       }
       const uint64_t base =
           term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
-      return parts_.io->ReadRange(slot, fresh ? restored_shard : nullptr, base + off, len, dst);
+      return parts_.io->ReadRange(slot, fresh ? landed : nullptr, base + off, len, dst);
     };
     built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &rows,
                             bytes);
@@ -121,24 +122,6 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan,
   if (!local.ok() && fresh && slot >= 0) (void)parts_.store->Invalidate(slot);
   if (local.ok()) *slot_out = slot;
   return local;
-}
-
-Status Reprotector::WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard,
-                                       int fresh_slot, int* slot) {
-  NodeStore* store = parts_.store;
-  const int chosen = fresh_slot >= 0 ? fresh_slot : parts_.slots->Acquire();
-  MEMENTO_RETURN_IF_ERROR(store->BeginWriteSlot(chosen, version, *parts_.lineage));
-  *slot = chosen;
-  const std::vector<RegisteredEntry>& entries = parts_.io->entries();
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const int entry = static_cast<int>(i);
-    const uint64_t n = entries[i].bytes;
-    uint8_t* dst = store->MutableRegion(chosen, entry);
-    const uint8_t* src = shard.data() + parts_.layout->entry_base(entry);
-    if (n > 0) std::memcpy(dst, src, n);
-    MEMENTO_RETURN_IF_ERROR(store->SealRegion(chosen, entry, n, erasure::Crc32c(dst, n)));
-  }
-  return Status::Ok();
 }
 
 Status Reprotector::WriteHeld(const placement::RecoveryPlan& plan, int slot,

@@ -82,24 +82,19 @@ class Reprotector {
   };
   explicit Reprotector(Parts parts);
 
-  // Collective (every rank calls it). `restored_shard`: this rank's shard as
-  // rebuilt (a lost node's rank), else null. `seals_of`: every owner's entry
-  // seals. On success *slot is this rank's slot of plan.version (sealed, not
-  // yet committed); on failure a fresh slot is invalidated again.
-  // `fresh_slot`: the slot a lost node's rank writes (reserved by the caller,
-  // e.g. pinned for a background re-protect); -1 = acquire one.
-  Status Minimal(const placement::RecoveryPlan& plan, const std::vector<uint8_t>* restored_shard,
-                 const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes, int* slot,
-                 int fresh_slot = -1);
+  // Collective (every rank calls it). `landed`: a lost node's rank's shard as
+  // rebuilt, landed in a slot of its store being written with plan.version
+  // (its entries sealed), else null. `seals_of`: every owner's entry seals.
+  // On success *slot is this rank's slot of plan.version (sealed, not yet
+  // committed); on failure a lost node's slot is invalidated.
+  Status Minimal(const placement::RecoveryPlan& plan, const ShardLanding* landed,
+                 const SealsByOwner& seals_of, int tag_base, ReduceBytes* bytes, int* slot);
 
   // Collective. Re-snapshots `version` and, unless `background`, waits for
   // its commit; adds the protect bytes.
   Status Full(uint64_t version, ReduceBytes* bytes, bool background = false);
 
  private:
-  // A lost node's rank: its restored shard into a fresh slot of `version`.
-  Status WriteRestoredShard(uint64_t version, const std::vector<uint8_t>& shard, int fresh_slot,
-                            int* slot);
   // A lost node's rank: the rebuilt held regions and the seals it keeps.
   Status WriteHeld(const placement::RecoveryPlan& plan, int slot,
                    const std::vector<ReduceChain>& chains,

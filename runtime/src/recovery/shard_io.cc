@@ -97,39 +97,97 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
   return Status::Ok();
 }
 
-Status ShardIo::ScatterToBuffers(const std::vector<uint8_t>& shard,
-                                 std::vector<uint32_t>* crcs) const {
-  crcs->assign(entries_->size(), 0);
-  uint64_t at = 0;
+ShardLanding ShardLanding::InSlot(NodeStore* store, int slot,
+                                  const std::vector<uint64_t>& entry_bytes) {
+  ShardLanding l;
+  l.slot_ = slot;
+  for (size_t i = 0; i < entry_bytes.size(); ++i) {
+    l.entries_.push_back(store->MutableRegion(slot, static_cast<int>(i)));
+    l.bytes_.push_back(entry_bytes[i]);
+    l.base_.push_back(l.size_);
+    l.size_ += entry_bytes[i];
+  }
+  return l;
+}
+
+ShardLanding ShardLanding::InMemory(const std::vector<uint64_t>& entry_bytes) {
+  ShardLanding l;
+  for (uint64_t n : entry_bytes) {
+    l.bytes_.push_back(n);
+    l.base_.push_back(l.size_);
+    l.size_ += n;
+  }
+  l.memory_.resize(l.size_);
+  for (size_t i = 0; i < entry_bytes.size(); ++i) l.entries_.push_back(l.memory_.data() + l.base_[i]);
+  return l;
+}
+
+uint8_t* ShardLanding::Span(uint64_t off, uint64_t len) {
+  if (off + len > size_) return nullptr;
+  if (slot_ < 0) return memory_.data() + off;
+  // The entry holding `off`: the last whose base is <= off.
+  auto it = std::upper_bound(base_.begin(), base_.end(), off);
+  if (it == base_.begin()) return nullptr;
+  const size_t i = static_cast<size_t>(it - base_.begin()) - 1;
+  if (off + len > base_[i] + bytes_[i]) return nullptr;
+  return entries_[i] + (off - base_[i]);
+}
+
+void ShardLanding::Write(uint64_t off, const uint8_t* src, uint64_t len) {
+  MEMENTO_CHECK_LE(off + len, size_);
+  const uint64_t end = off + len;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + bytes_[i], end);
+    if (lo < hi) std::memcpy(entries_[i] + (lo - base_[i]), src + (lo - off), hi - lo);
+  }
+}
+
+void ShardLanding::Read(uint64_t off, uint64_t len, uint8_t* dst) const {
+  std::memset(dst, 0, len);
+  const uint64_t end = off + len;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + bytes_[i], end);
+    if (lo < hi) std::memcpy(dst + (lo - off), entries_[i] + (lo - base_[i]), hi - lo);
+  }
+}
+
+Status ShardIo::VerifyLanded(const ShardLanding& landed, const std::vector<EntrySeal>& seals,
+                             std::vector<uint32_t>* crcs) const {
+  std::vector<std::string> names;
+  for (const RegisteredEntry& e : *entries_) names.push_back(e.name);
+  std::vector<const uint8_t*> data(landed.entries().begin(), landed.entries().end());
+  return VerifyEntriesAgainstSeals(data, entry_bytes_, names, seals, crcs);
+}
+
+Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed,
+                                    const std::vector<uint32_t>& crcs) const {
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
-    MEMENTO_CHECK_LE(at + e.bytes, shard.size());
-    MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, shard.data() + at, e.bytes, e.device));
-    (*crcs)[i] = erasure::Crc32c(shard.data() + at, e.bytes);
-    at += e.bytes;
+    const uint8_t* src = landed.entries().at(i);
+    erasure::Crc32cStream crc;
+    for (uint64_t done = 0; done < e.bytes; done += kPiece) {
+      const uint64_t n = std::min(kPiece, e.bytes - done);
+      if (e.device) {
+        crc.Update(src + done, n);
+        MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, src + done, n, true));
+      } else {
+        std::memcpy(e.data + done, src + done, n);
+        crc.Update(e.data + done, n);
+      }
+    }
+    if (crc.value() != crcs.at(i)) {
+      return Status::Corruption("entry '" + e.name + "': crc32c " + std::to_string(crc.value()) +
+                                " after the copy into the buffer, " + std::to_string(crcs.at(i)) +
+                                " verified");
+    }
   }
   return Status::Ok();
 }
 
-Status ShardIo::VerifyAgainstSeals(const std::vector<uint8_t>& shard,
-                                   const std::vector<EntrySeal>& seals) const {
-  std::vector<uint64_t> sizes;
-  std::vector<std::string> names;
-  for (const RegisteredEntry& e : *entries_) {
-    sizes.push_back(e.bytes);
-    names.push_back(e.name);
-  }
-  return VerifyShardAgainstSeals(shard, sizes, names, seals);
-}
-
-Status ShardIo::ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin,
-                          uint64_t len, uint8_t* dst) const {
-  std::memset(dst, 0, len);
-  const uint64_t end = begin + len;
-  if (shard != nullptr) {
-    if (begin < shard->size()) {
-      std::memcpy(dst, shard->data() + begin, std::min<uint64_t>(end, shard->size()) - begin);
-    }
+Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, uint64_t len,
+                          uint8_t* dst) const {
+  if (landed != nullptr) {
+    landed->Read(begin, len, dst);
     return Status::Ok();
   }
   return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);

@@ -28,6 +28,41 @@ namespace memento::runtime {
 Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,
                       uint64_t begin, uint64_t len, uint8_t* dst);
 
+// Where a shard rebuilt from peers (replica or decode) lands.
+//  - In a slot: the entry regions of a slot of the node store that the
+//    caller has begun writing (a lost node's rank: its store is new, so the
+//    slot costs no version, its pages are already mapped, and it is the very
+//    slot the re-protect seals, so the shard is never copied in between).
+//  - In memory of its own (a survivor whose own copy failed: a slot of its
+//    store may hold a version another plan still needs).
+// Byte offsets are the shard's (entries concatenated in registration order).
+class ShardLanding {
+ public:
+  ShardLanding() = default;
+  // `slot` of `store` between BeginWriteSlot and SealSlot; entry i is region i.
+  static ShardLanding InSlot(NodeStore* store, int slot, const std::vector<uint64_t>& entry_bytes);
+  static ShardLanding InMemory(const std::vector<uint64_t>& entry_bytes);
+
+  uint64_t size() const { return size_; }
+  int slot() const { return slot_; }  // -1 in memory or when empty
+  bool empty() const { return entries_.empty() && size_ == 0; }
+  // The bytes [off, off + len) as one span, when they lie within one entry
+  // (always in memory); else null (Write copies across entries).
+  uint8_t* Span(uint64_t off, uint64_t len);
+  void Write(uint64_t off, const uint8_t* src, uint64_t len);
+  // Bytes [off, off + len) into dst, zero beyond the end of the shard.
+  void Read(uint64_t off, uint64_t len, uint8_t* dst) const;
+  const std::vector<uint8_t*>& entries() const { return entries_; }
+
+ private:
+  std::vector<uint8_t*> entries_;
+  std::vector<uint64_t> bytes_;
+  std::vector<uint64_t> base_;  // shard offset of each entry
+  std::vector<uint8_t> memory_;
+  uint64_t size_ = 0;
+  int slot_ = -1;
+};
+
 class ShardIo {
  public:
   // Everything is borrowed; `remote` may be null (no remote tier).
@@ -43,17 +78,19 @@ class ShardIo {
   // ElasticRestoreNeeded when it was written by a different number of ranks.
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const;
 
-  // Copies a whole restored `shard` into the buffers.
-  Status ScatterToBuffers(const std::vector<uint8_t>& shard, std::vector<uint32_t>* crcs) const;
+  // Checks a landed shard entry by entry against its owner's seals
+  // (Corruption naming the entry: an end-to-end mismatch); *crcs gets them.
+  Status VerifyLanded(const ShardLanding& landed, const std::vector<EntrySeal>& seals,
+                      std::vector<uint32_t>* crcs) const;
 
-  // Checks a rebuilt `shard` entry by entry against its owner's seals.
-  Status VerifyAgainstSeals(const std::vector<uint8_t>& shard,
-                            const std::vector<EntrySeal>& seals) const;
+  // Copies a landed shard into the buffers, hashing the bytes as they land;
+  // Corruption naming the entry when one differs from `crcs` (as verified).
+  Status CopyLandedToBuffers(const ShardLanding& landed, const std::vector<uint32_t>& crcs) const;
 
   // Bytes [begin, begin + len) of this rank's shard into dst (zero beyond its
-  // end): from `shard` when given (a restored shard), else from the sealed
+  // end): from `landed` when given (a rebuilt shard), else from the sealed
   // entries of `slot`.
-  Status ReadRange(int slot, const std::vector<uint8_t>* shard, uint64_t begin, uint64_t len,
+  Status ReadRange(int slot, const ShardLanding* landed, uint64_t begin, uint64_t len,
                    uint8_t* dst) const;
 
   // Every complete remote version, ascending, as (version, lineage) (empty

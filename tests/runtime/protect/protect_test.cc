@@ -10,6 +10,8 @@
 //   unrecoverable -> v2 bit-exact with the lost shards from the remote tier.
 // Each restore re-protects, so the next combination starts fully protected.
 #include <gtest/gtest.h>
+
+#include <map>
 #include <unistd.h>
 
 #include <atomic>
@@ -486,6 +488,68 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   EXPECT_NE(out[0]->ToString().find("end-to-end"), std::string::npos) << out[0]->ToString();
 }
 
+// Node 0 lost, and a survivor's own copy (node 1's) damaged so that its
+// region crc fails: nothing is hashed before the transfer, so node 1 finds
+// out while copying it into its buffers. Its copy is marked bad (not the
+// parity rows of a decode that read it as a data row) and the restore is
+// planned again: node 1 is rebuilt like node 0, from memory where the
+// scheme covers both (rs:4+2), else from remote; v2 bit-exact on every rank.
+TEST_P(MinimalReprotectTest, DamagedSurvivorCopyIsMarkedBadAndRebuilt) {
+  const Param p = GetParam();
+  const int n = p.nodes;
+  Launch(n);
+  SaveOnAll(2);
+  if (HasFatalFailure()) return;
+  cks_.clear();
+  {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(1), 1), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    auto view = store->ReadRegion(slot, 1);  // node 1's entry e1
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x40;  // the shm mapping
+    ASSERT_FALSE(store->VerifyRegion(slot, 1).ok());
+  }
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  Launch(n);
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  Run([&](int r) {
+    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
+    out[r] = cks_[r]->Restore();
+  });
+  const std::string scheme = p.scheme;
+  // Where nodes 0 and 1 come from: replica:2 pairs them (node 1's only
+  // replica was on node 0), xor:3 groups them, rs:4+2 covers both.
+  const std::map<std::string, std::pair<RestoreSource, RestoreSource>> want = {
+      {"replica:2", {RestoreSource::kReplica, RestoreSource::kRemote}},
+      {"xor:3", {RestoreSource::kRemote, RestoreSource::kRemote}},
+      {"rs:4+2", {RestoreSource::kDecode, RestoreSource::kDecode}}};
+  ASSERT_EQ(want.count(scheme), 1u) << scheme;
+  const bool memory_serves = scheme == "rs:4+2";
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
+    EXPECT_EQ(out[r]->version, 2u) << out[r]->ToString();
+    EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " restored wrong bytes";
+    const RestoreSource source = r == 0   ? want.at(scheme).first
+                                 : r == 1 ? want.at(scheme).second
+                                          : RestoreSource::kLocalMemory;
+    EXPECT_EQ(out[r]->entries[1].source, source) << "rank " << r << ": " << out[r]->ToJson();
+  }
+  const std::string notes = out[1]->ToString();
+  EXPECT_NE(notes.find("v2: node 1 lane 0: its own copy fails its sealed crc32c; it is marked bad"),
+            std::string::npos)
+      << notes;
+  // A decode that read node 1's copy is not blamed on its parity rows.
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(out[r]->ToString().find("rebuilt by decode fails"), std::string::npos)
+        << out[r]->ToString();
+  }
+  if (memory_serves) {
+    for (auto& c : cks_) ASSERT_TRUE(c->Wait().ok());
+  }
+}
+
 // Two copies of node 0's shard besides its own (replica:3), so another
 // valid source of the same version remains when one is corrupt.
 class SecondSourceTest : public MinimalReprotectTest {
@@ -526,9 +590,9 @@ class SecondSourceTest : public MinimalReprotectTest {
   }
 };
 
-// The inventory verifies only what the plan reads: node 1's copy of node 0
-// (the planner's first pick: lowest index) fails its crc32c when verified,
-// is marked bad, and the plan is made again: v2, node 0 from node 2's copy.
+// Node 1's copy of node 0 (the planner's first pick: lowest index) fails its
+// sealed crc32c as node 0 receives it, is marked bad, and the plan is made
+// again: v2, node 0 from node 2's copy.
 TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
   const int n = GetParam().nodes;
   SaveTwoVersions();
@@ -929,8 +993,8 @@ TEST_P(MinimalReprotectTest, SnapshotDoesNotWaitForTheNetwork) {
 
 // A byte of node 0's v2 replica changed on the way to node 1: node 1 seals
 // its copy with the sender's chunk crc, not with a hash of what it received,
-// so the copy fails its region crc at restore (before any end-to-end check),
-// is marked bad, and node 0 comes back from node 2's copy.
+// so the copy fails its sealed crc32c as node 0 receives it (before any
+// end-to-end check), is marked bad, and node 0 comes back from node 2's copy.
 TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
   const int n = GetParam().nodes;
   std::shared_ptr<FlipOnWireTransport> wire;
@@ -955,7 +1019,8 @@ TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
   EXPECT_EQ(reports[0].source_detail, "replica from node 2") << reports[0].ToJson();
   std::string notes;
   for (const auto& rep : reports) notes += rep.ToString();
-  EXPECT_NE(notes.find("region 'replica/n0' version 2: payload crc32c"), std::string::npos)
+  EXPECT_NE(notes.find("the replica on node 1 fails its sealed crc32c; it is marked bad"),
+            std::string::npos)
       << notes;
   EXPECT_EQ(notes.find("end-to-end"), std::string::npos) << notes;
 }

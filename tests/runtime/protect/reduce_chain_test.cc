@@ -27,8 +27,12 @@ struct Outcome {
 };
 
 // Runs `chains` on `n` ranks; `unreadable` is a rank whose reader fails.
+// With `landed` (one row per chain, sized by the caller), the destinations
+// pass their pieces to a writer that copies them there, checking that each
+// chain's pieces come in order and without gaps.
 std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
-                                  uint64_t piece_bytes, int unreadable = -1) {
+                                  uint64_t piece_bytes, int unreadable = -1,
+                                  std::vector<std::vector<uint8_t>>* landed = nullptr) {
   auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
   std::vector<Outcome> out(n);
   std::vector<std::thread> threads;
@@ -41,8 +45,16 @@ std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
         std::copy(row.begin() + off, row.end(), dst);
         return Status::Ok();
       };
-      out[r].status = RunReduceChains(group->transport(r).get(), chains, /*tag_base=*/0,
-                                      piece_bytes, reader, &out[r].results, &out[r].bytes);
+      std::vector<uint64_t> next(chains.size(), 0);
+      RowWriter writer = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
+        if (off != next[c]) return Status::Internal("piece out of order");
+        next[c] = off + len;
+        std::copy(data, data + len, (*landed)[c].begin() + off);
+        return Status::Ok();
+      };
+      out[r].status =
+          RunReduceChains(group->transport(r).get(), chains, /*tag_base=*/0, piece_bytes, reader,
+                          &out[r].results, &out[r].bytes, landed != nullptr ? &writer : nullptr);
     });
   }
   for (auto& t : threads) t.join();
@@ -77,6 +89,30 @@ TEST(ReduceChain, DestinationGetsTheLinearCombination) {
     EXPECT_EQ(out[1].bytes.received, chains[0].length);
     EXPECT_EQ(out[2].bytes.received, chains[0].length);
     EXPECT_EQ(out[0].bytes.received, chains[1].length);
+  }
+}
+
+// Several chains into one destination at once, and long chains (more pieces
+// than a hop buffers ahead), landed through the writer: no row-sized result.
+TEST(ReduceChain, WriterLandsEveryChainIntoOneDestination) {
+  for (uint64_t piece : {uint64_t{64}, uint64_t{4096}}) {
+    std::vector<ReduceChain> chains(3);
+    chains[0].terms = {{0, 0, 1}, {1, 1, 1}, {2, 2, 1}};
+    chains[1].terms = {{1, 3, 0x1d}, {2, 4, 7}, {0, 5, 0xff}};
+    chains[2].terms = {{2, 6, 1}};
+    for (auto& ch : chains) ch.dst_rank = 3;
+    chains[0].length = 100000;
+    chains[1].length = 33333;
+    chains[2].length = 10;
+    std::vector<std::vector<uint8_t>> landed;
+    for (const auto& ch : chains) landed.emplace_back(ch.length, 0);
+    auto out = RunOnThreads(4, chains, piece, -1, &landed);
+    for (int r = 0; r < 4; ++r) ASSERT_TRUE(out[r].status.ok()) << out[r].status.ToString();
+    for (size_t c = 0; c < chains.size(); ++c) {
+      EXPECT_EQ(landed[c], Expected(chains[c])) << "chain " << c << " piece " << piece;
+      EXPECT_TRUE(out[3].results[c].empty());
+    }
+    EXPECT_EQ(out[3].bytes.received, 100000u + 33333u + 10u);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <thread>
@@ -22,6 +23,15 @@ double SecondsSince(Clock::time_point t0) {
 }
 
 std::string V(uint64_t version) { return "v" + std::to_string(version); }
+
+// Pieces of one replica transfer in flight at once (one stream each), so
+// that a piece's completion latency overlaps the next pieces' transfer
+// instead of adding to every piece's time.
+constexpr int kTransferStreams = 3;
+// Tags of one transfer: its header, then one per stream.
+constexpr size_t TransferTags() { return 1 + kTransferStreams; }
+// Tag k of transfer i: k = 0 its header, 1 + j its stream j.
+int TransferTag(size_t i, size_t k) { return wire::RecoverTag(TransferTags() * i + k); }
 
 }  // namespace
 
@@ -285,11 +295,25 @@ void RecoveryExecutor::DropLanding() {
   landed_ = ShardLanding();
 }
 
+// Runs fn(0) .. fn(n - 1) at once, one thread each (fn(0) on this one); the
+// first failure in index order.
+Status RunStreams(int n, const std::function<Status(int)>& fn) {
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int j = 1; j < n; ++j) threads.emplace_back([&, j] { status[j] = fn(j); });
+  status[0] = fn(0);
+  for (auto& t : threads) t.join();
+  for (const Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status RecoveryExecutor::SendReplica(size_t i) {
   const Transfer& t = transfers_[i];
-  const int tag = wire::RecoverTag(2 * i);
+  const int tag = TransferTag(i, 0);
   // Its replica of the owner's shard, straight from the slot, with the crc32c
-  // it was sealed with (the receiver checks the bytes against it as they come).
+  // it was sealed with (the receiver checks the bytes against it).
   Result<RegionView> view = Status::NotFound(V(plan_.version) + " not in this store");
   if (my_slot_) {
     const int region = pl_.ReplicaRegion(t.owner);
@@ -301,59 +325,68 @@ Status RecoveryExecutor::SendReplica(size_t i) {
   h.ok = view.ok() ? 1 : 0;
   h.length = view.ok() ? view->length : 0;
   h.crc = view.ok() ? view->crc : 0;
-  Status w = parts_.transport->Send(t.dst, tag, &h, sizeof(h));
-  // Pieces of one chunk: the MPI count limit is 2 GiB, a shard may be larger.
+  MEMENTO_RETURN_IF_ERROR(parts_.transport->Send(t.dst, tag, &h, sizeof(h)));
+  if (!view.ok()) return view.status();
+  // Pieces of one chunk (the MPI count limit is 2 GiB, a shard may be
+  // larger), kTransferStreams of them in flight: piece p goes on stream
+  // p % kTransferStreams, each stream with its own tag, in order.
   const uint64_t piece = parts_.chunk_bytes;
-  for (uint64_t off = 0; w.ok() && h.ok && off < h.length; off += piece) {
-    const uint64_t n = std::min(piece, h.length - off);
-    w = parts_.transport->Send(t.dst, tag + 1, view->data + off, n);
-    if (w.ok()) sent_ += n;
-  }
-  return view.ok() ? w : view.status();
+  return RunStreams(kTransferStreams, [&](int j) -> Status {
+    for (uint64_t off = j * piece; off < h.length; off += kTransferStreams * piece) {
+      const uint64_t n = std::min(piece, h.length - off);
+      MEMENTO_RETURN_IF_ERROR(parts_.transport->Send(t.dst, TransferTag(i, 1 + j), view->data + off, n));
+      sent_ += n;
+    }
+    return Status::Ok();
+  });
 }
 
 Status RecoveryExecutor::ReceiveReplica(size_t i) {
   const Transfer& t = transfers_[i];
-  const int tag = wire::RecoverTag(2 * i);
+  const int tag = TransferTag(i, 0);
   const std::string from = "rank " + std::to_string(t.src);
   wire::PayloadHeader h;
   auto n = parts_.transport->Recv(t.src, tag, &h, sizeof(h));
   if (!n.ok()) return n.status().WithContext("restore: header from " + from);
   if (!h.ok) return Status::Unavailable("restore: " + from + " cannot serve its part");
   // Pieces land where the shard goes (straight into the slot when a piece
-  // lies within one entry); every piece is received whatever happens, so
-  // the sender's stream completes.
-  Status s = h.length == landed_.size()
-                 ? Status::Ok()
-                 : Status::Corruption("restore: replica of " + std::to_string(h.length) +
-                                      " bytes from " + from + ", the shard has " +
-                                      std::to_string(landed_.size()));
-  std::vector<uint8_t> bounce;
-  erasure::Crc32cStream crc;
+  // lies within one entry), on the sender's streams; every piece is
+  // received whatever happens, so that the sender's streams complete.
+  const bool fits = h.length == landed_.size();
+  std::atomic<uint64_t> received{0};
   const uint64_t piece = parts_.chunk_bytes;
-  for (uint64_t off = 0; off < h.length; off += piece) {
-    const uint64_t want = std::min(piece, h.length - off);
-    uint8_t* dst = s.ok() ? landed_.Span(off, want) : nullptr;
-    if (dst == nullptr) {
-      bounce.resize(want);
-      dst = bounce.data();
+  Status got = RunStreams(kTransferStreams, [&](int j) -> Status {
+    std::vector<uint8_t> bounce;
+    for (uint64_t off = j * piece; off < h.length; off += kTransferStreams * piece) {
+      const uint64_t want = std::min(piece, h.length - off);
+      uint8_t* dst = fits ? landed_.Span(off, want) : nullptr;
+      if (dst == nullptr) {
+        bounce.resize(want);
+        dst = bounce.data();
+      }
+      MEMENTO_ASSIGN_OR_RETURN(size_t got, parts_.transport->Recv(t.src, TransferTag(i, 1 + j), dst, want));
+      if (got != want) {
+        return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " +
+                                  from + ", expected " + std::to_string(want));
+      }
+      if (fits && dst == bounce.data()) landed_.Write(off, dst, want);
+      received += want;
     }
-    MEMENTO_ASSIGN_OR_RETURN(size_t got, parts_.transport->Recv(t.src, tag + 1, dst, want));
-    if (got != want) {
-      return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " +
-                                from + ", expected " + std::to_string(want));
-    }
-    crc.Update(dst, want);
-    if (s.ok() && dst == bounce.data()) landed_.Write(off, dst, want);
-    received_ += want;
+    return Status::Ok();
+  });
+  received_ += received.load();
+  MEMENTO_RETURN_IF_ERROR(got);
+  if (!fits) {
+    return Status::Corruption("restore: replica of " + std::to_string(h.length) + " bytes from " +
+                              from + ", the shard has " + std::to_string(landed_.size()));
   }
-  if (s.ok() && crc.value() != h.crc) {
+  if (landed_.Crc32c() != h.crc) {
     // The holder's copy is bad: the plan is made again without it.
     mismatch_ = Mismatch::kSealed;
-    s = Status::Corruption("restore: the replica of node " + std::to_string(t.owner) + " from " +
-                           from + " fails its sealed crc32c");
+    return Status::Corruption("restore: the replica of node " + std::to_string(t.owner) +
+                              " from " + from + " fails its sealed crc32c");
   }
-  return s;
+  return Status::Ok();
 }
 
 Status RecoveryExecutor::ExchangeReplicas() {
@@ -413,7 +446,8 @@ Status RecoveryExecutor::RunDecodes() {
   ReduceBytes bytes;
   std::vector<std::vector<uint8_t>> unused;
   Status s = RunReduceChains(parts_.transport, chains_,
-                             static_cast<int>(2 * (transfers_.size() % wire::kRecoverTagSpan)),
+                             static_cast<int>(TransferTags() * transfers_.size() %
+                                              wire::kRecoverTagSpan),
                              parts_.chunk_bytes, reader, &unused, &bytes, &writer);
   sent_ += bytes.sent;
   received_ += bytes.received;
@@ -645,7 +679,8 @@ bool RecoveryExecutor::MyNodeLost() const {
 }
 
 int RecoveryExecutor::ReprotectTagBase() const {
-  return static_cast<int>((2 * transfers_.size() + chains_.size()) % wire::kRecoverTagSpan);
+  return static_cast<int>((TransferTags() * transfers_.size() + chains_.size()) %
+                          wire::kRecoverTagSpan);
 }
 
 Result<bool> RecoveryExecutor::MinimalAgreed(ReduceBytes* bytes, std::string* why) {

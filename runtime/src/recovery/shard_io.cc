@@ -142,6 +142,12 @@ void ShardLanding::Write(uint64_t off, const uint8_t* src, uint64_t len) {
   }
 }
 
+uint32_t ShardLanding::Crc32c() const {
+  erasure::Crc32cStream crc;
+  for (size_t i = 0; i < entries_.size(); ++i) crc.Update(entries_[i], bytes_[i]);
+  return crc.value();
+}
+
 void ShardLanding::Read(uint64_t off, uint64_t len, uint8_t* dst) const {
   std::memset(dst, 0, len);
   const uint64_t end = off + len;

@@ -50,6 +50,8 @@ class ShardLanding {
   // (always in memory); else null (Write copies across entries).
   uint8_t* Span(uint64_t off, uint64_t len);
   void Write(uint64_t off, const uint8_t* src, uint64_t len);
+  // crc32c of the whole shard (its entries in order).
+  uint32_t Crc32c() const;
   // Bytes [off, off + len) into dst, zero beyond the end of the shard.
   void Read(uint64_t off, uint64_t len, uint8_t* dst) const;
   const std::vector<uint8_t*>& entries() const { return entries_; }

@@ -1,9 +1,6 @@
 #include "protect/reduce_chain.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -52,132 +49,56 @@ Status SendPiece(Transport* t, int dst, int tag, const uint8_t* buf, uint64_t le
   return Status::Ok();
 }
 
-// A piece as a hop's receiving thread got it: which pool buffer holds it,
-// whether it is real data, and the failure that put the stream out of step.
-struct Received {
-  int buffer = 0;
-  bool ok = true;
-  Status error;
-};
-
-// The receiving side of one hop: a thread that receives every piece of the
-// chain from `prev` into a pool of kReduceDepth buffers, at most that many
-// ahead of the hop's consumer. It always produces one item per piece (ok =
-// false once the stream failed), so the consumer's loop never waits for a
-// piece that will not come.
-class HopReceiver {
- public:
-  HopReceiver(Transport* t, int prev, int tag, uint64_t length, uint64_t piece_bytes,
-              std::atomic<uint64_t>* received)
-      : pool_(kReduceDepth, std::vector<uint8_t>(std::min(piece_bytes, length))) {
-    for (int b = 0; b < kReduceDepth; ++b) free_.push_back(b);
-    thread_ = std::thread([=] {
-      bool wire = true;
-      for (uint64_t off = 0; off < length; off += piece_bytes) {
-        const uint64_t len = std::min(piece_bytes, length - off);
-        Received item;
-        {
-          std::unique_lock<std::mutex> lock(mu_);
-          cv_.wait(lock, [&] { return !free_.empty(); });
-          item.buffer = free_.front();
-          free_.pop_front();
-        }
-        if (wire) {
-          Status r = RecvPiece(t, prev, tag, len, pool_[item.buffer].data(), &item.ok);
-          if (!r.ok()) {
-            wire = false;  // the stream with this peer is out of step
-            item.ok = false;
-            item.error = r;
-          }
-        } else {
-          item.ok = false;
-        }
-        if (item.ok) *received += len;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          full_.push_back(std::move(item));
-        }
-        cv_.notify_all();
-      }
-    });
-  }
-  ~HopReceiver() { thread_.join(); }
-
-  // The next piece, in order; its buffer stays the caller's until Release.
-  Received Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !full_.empty(); });
-    Received item = std::move(full_.front());
-    full_.pop_front();
-    return item;
-  }
-  uint8_t* data(int buffer) { return pool_[buffer].data(); }
-  void Release(int buffer) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(buffer);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::vector<std::vector<uint8_t>> pool_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<int> free_;        // guarded by mu_
-  std::deque<Received> full_;   // guarded by mu_
-  std::thread thread_;
-};
-
 // One hop: term p of chain c on this rank. Receives the running sum from its
-// predecessor (if any), folds in coef x its row and forwards the sum.
+// predecessor (if any), folds in coef x its row and forwards the sum, piece
+// by piece. (Receiving ahead on a thread of its own, 2-3 pieces deep, was
+// slower on the 2-core machine the benchmarks run on: more threads polling
+// and more buffers to fault in than the overlap saves.)
 Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
               uint64_t piece_bytes, const RowReader& reader, std::atomic<uint64_t>* sent,
               std::atomic<uint64_t>* received) {
   const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
   const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
-  std::unique_ptr<HopReceiver> in;
-  if (prev >= 0) {
-    in = std::make_unique<HopReceiver>(transport, prev, tag, ch.length, piece_bytes, received);
-  }
-  std::vector<uint8_t> first(prev >= 0 ? 0 : std::min(piece_bytes, ch.length));
-  std::vector<uint8_t> mine(std::min(piece_bytes, ch.length));
-  Status s;            // first problem of this hop (reported once)
-  bool good = true;    // still forwarding real data
-  bool sending = true; // the stream to `next` still works
+  std::vector<uint8_t> acc(std::min(piece_bytes, ch.length));
+  std::vector<uint8_t> mine(acc.size());
+  Status s;             // first problem of this hop (reported once)
+  bool good = true;     // still forwarding real data
+  bool wire = true;     // the stream from `prev` is still in step
+  bool sending = true;  // the stream to `next` still works
   for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
     const uint64_t len = std::min(piece_bytes, ch.length - off);
     bool ok = true;
-    Received item;
-    uint8_t* acc = first.data();
-    if (in) {
-      item = in->Next();
-      acc = in->data(item.buffer);
-      ok = item.ok;
-      if (!item.error.ok() && s.ok()) s = item.error;
+    if (prev >= 0 && wire) {
+      Status r = RecvPiece(transport, prev, tag, len, acc.data(), &ok);
+      if (!r.ok()) {
+        wire = false;
+        if (s.ok()) s = r;
+        ok = false;
+      }
+    } else if (prev >= 0) {
+      ok = false;
     } else {
-      std::fill(first.begin(), first.begin() + len, 0);
+      std::fill(acc.begin(), acc.begin() + len, 0);
     }
+    if (prev >= 0 && ok) *received += len;
     good = good && ok;
     if (good) {
       Status r = reader(c, ch.terms[p], off, len, mine.data());
       if (r.ok()) {
-        erasure::GfMultiplyAdd(ch.terms[p].coef, mine.data(), acc, len);
+        erasure::GfMultiplyAdd(ch.terms[p].coef, mine.data(), acc.data(), len);
       } else {
         good = false;
         if (s.ok()) s = r;
       }
     }
-    if (sending) {
-      Status w = SendPiece(transport, next, tag, acc, len, good);
-      if (!w.ok()) {
-        sending = false;  // keep draining the predecessor, send nothing more
-        if (s.ok()) s = w;
-      } else if (good) {
-        *sent += len;
-      }
+    if (!sending) continue;  // keep draining the predecessor
+    Status w = SendPiece(transport, next, tag, acc.data(), len, good);
+    if (!w.ok()) {
+      sending = false;
+      if (s.ok()) s = w;
+    } else if (good) {
+      *sent += len;
     }
-    if (in) in->Release(item.buffer);
   }
   return s;
 }

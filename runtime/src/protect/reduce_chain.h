@@ -8,11 +8,8 @@
 // forwards the sum, and so on; the last term's rank sends the finished row to
 // the destination. The row is cut into pieces of `piece_bytes`, so the hops
 // are pipelined: the destination gets the first piece after ~K piece times,
-// not K row times. Within a hop, receiving runs on its own thread, up to
-// kReduceDepth pieces ahead of folding and forwarding, so a hop receives
-// piece i+1 while it sends piece i: over full-duplex links every hop
-// streams at link rate instead of alternating between its two directions.
-// The destination receives all its chains at once, one thread each. Bytes into the destination: the row's length; bytes into
+// not K row times. The destination receives all its chains at once, one
+// thread each, so their pipelines fill together. Bytes into the destination: the row's length; bytes into
 // every other rank: one row per chain it takes part in after the first term;
 // total traffic: K rows per chain (as gathering the K inputs, but spread over
 // the survivors instead of converging on the destination).
@@ -28,7 +25,7 @@
 // piece, so the destination learns the chain failed without a timeout and
 // every message count stays the same on both sides.
 //
-// Deadlock freedom: each (chain, term) of this rank runs on its own threads
+// Deadlock freedom: each (chain, term) of this rank runs on its own thread
 // and only waits for its predecessor, which waits only for its own; the chain
 // is acyclic, and each result is received on a thread of its own. Tags: chain c uses
 // `tag_base + c` (mod the recover tag span); ranks of one chain are distinct.
@@ -68,9 +65,6 @@ using RowReader = std::function<Status(int chain, const ReduceTerm& term, uint64
 // pieces from different threads at once). A failure fails that chain.
 using RowWriter = std::function<Status(int chain, uint64_t offset, const uint8_t* data,
                                        uint64_t len)>;
-
-// Pieces a hop receives ahead of the one it folds and forwards.
-inline constexpr int kReduceDepth = 3;
 
 // Byte counts of one RunReduceChains call on this rank (payload only).
 struct ReduceBytes {

@@ -92,8 +92,8 @@ TEST(ReduceChain, DestinationGetsTheLinearCombination) {
   }
 }
 
-// Several chains into one destination at once, and long chains (more pieces
-// than a hop buffers ahead), landed through the writer: no row-sized result.
+// Several chains into one destination at once (received concurrently), long
+// chains of many pieces, landed through the writer: no row-sized result.
 TEST(ReduceChain, WriterLandsEveryChainIntoOneDestination) {
   for (uint64_t piece : {uint64_t{64}, uint64_t{4096}}) {
     std::vector<ReduceChain> chains(3);

@@ -12,7 +12,7 @@ using namespace memento::runtime;
 
 namespace {
 
-enum Decoder : uint8_t { kPersist, kRank, kInventory, kBadItems, kSeals, kCounters, kCount };
+enum Decoder : uint8_t { kPersist, kRank, kInventory, kLocatedBadItems, kSeals, kCounters, kCount };
 
 // Decodes `in` with decoder `which`, re-encodes what it accepted; false if refused.
 bool RoundTrip(uint8_t which, const std::vector<uint8_t>& in, std::vector<uint8_t>* out) {
@@ -33,9 +33,9 @@ bool RoundTrip(uint8_t which, const std::vector<uint8_t>& in, std::vector<uint8_
       if (r.ok()) *out = wire::EncodeInventory(*r);
       return r.ok();
     }
-    case kBadItems: {
-      auto r = wire::DecodeBadItems(in, kNode, kLane);
-      if (r.ok()) *out = wire::EncodeBadItems(*r);
+    case kLocatedBadItems: {
+      auto r = wire::DecodeLocatedBadItems(in);
+      if (r.ok()) *out = wire::EncodeLocatedBadItems(*r);
       return r.ok();
     }
     case kSeals: {
@@ -90,7 +90,7 @@ std::vector<std::string> Seeds() {
   return {Tagged(kPersist, wire::EncodePersistRecord(persist)),
           Tagged(kRank, wire::EncodeRankRecord(rank)),
           Tagged(kInventory, wire::EncodeInventory(inventory)),
-          Tagged(kBadItems, wire::EncodeBadItems(inventory.items)),
+          Tagged(kLocatedBadItems, wire::EncodeLocatedBadItems(inventory.items)),
           Tagged(kSeals, seals),
           Tagged(kCounters, counters)};
 }

@@ -41,31 +41,26 @@ Result<std::vector<EntrySeal>> DecodeEntrySeals(const uint8_t* data, size_t byte
   return seals;
 }
 
-Status VerifyEntriesAgainstSeals(const std::vector<const uint8_t*>& entry_data,
-                                 const std::vector<uint64_t>& entry_bytes,
-                                 const std::vector<std::string>& names,
-                                 const std::vector<EntrySeal>& seals, std::vector<uint32_t>* crcs) {
+Status CheckEntryCrcs(const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& entry_bytes,
+                      const std::vector<std::string>& names, const std::vector<EntrySeal>& seals) {
   if (seals.size() != entry_bytes.size()) {
     return Status::Corruption("owner sealed " + std::to_string(seals.size()) +
                               " entries, this rank registered " +
                               std::to_string(entry_bytes.size()));
   }
-  if (crcs != nullptr) crcs->assign(entry_bytes.size(), 0);
   for (size_t i = 0; i < entry_bytes.size(); ++i) {
-    if (seals[i].bytes != entry_bytes[i] || (entry_bytes[i] > 0 && entry_data[i] == nullptr)) {
+    if (seals[i].bytes != entry_bytes[i] || i >= crcs.size()) {
       return Status::Corruption("rebuilt entry '" + names[i] + "': owner sealed " +
                                 std::to_string(seals[i].bytes) + " bytes, expected " +
                                 std::to_string(entry_bytes[i]));
     }
-    const uint32_t crc = erasure::Crc32c(entry_data[i], entry_bytes[i]);
-    if (crc != seals[i].crc) {
+    if (crcs[i] != seals[i].crc) {
       return Status::Corruption("rebuilt entry '" + names[i] +
                                 "' fails the end-to-end check: "
                                 "crc32c " +
-                                std::to_string(crc) + " != owner's " +
+                                std::to_string(crcs[i]) + " != owner's " +
                                 std::to_string(seals[i].crc));
     }
-    if (crcs != nullptr) (*crcs)[i] = crc;
   }
   return Status::Ok();
 }
@@ -74,13 +69,14 @@ Status VerifyShardAgainstSeals(const std::vector<uint8_t>& shard,
                                const std::vector<uint64_t>& entry_bytes,
                                const std::vector<std::string>& names,
                                const std::vector<EntrySeal>& seals) {
-  std::vector<const uint8_t*> data;
+  std::vector<uint32_t> crcs;
   uint64_t at = 0;
   for (uint64_t n : entry_bytes) {
-    data.push_back(at + n <= shard.size() ? shard.data() + at : nullptr);
+    if (at + n > shard.size()) break;  // CheckEntryCrcs names the entry
+    crcs.push_back(erasure::Crc32c(shard.data() + at, n));
     at += n;
   }
-  return VerifyEntriesAgainstSeals(data, entry_bytes, names, seals);
+  return CheckEntryCrcs(crcs, entry_bytes, names, seals);
 }
 
 }  // namespace memento::runtime

@@ -7,10 +7,10 @@
 // "seals/n<owner>" region of the same slot (RegionKind::kSeals, sealed with
 // crc32c like every region). On restore the seals of every owner are
 // gathered from any holder, and every rebuilt shard (replica copy or decode)
-// is checked entry by entry before a byte of it reaches the registered
-// buffers or the store: a wrong input that passed its own region crc (e.g. a
-// corrupt row whose region crc was recomputed over the corrupt bytes) can
-// not produce a wrong restore.
+// is checked entry by entry before the restore counts and before the store
+// seals it: a wrong input that passed its own region crc (e.g. a corrupt row
+// whose region crc was recomputed over the corrupt bytes) can not produce a
+// wrong restore.
 //
 // Wire / region format: u32 magic "ESL1", u32 count, then per entry
 // {u64 bytes, u32 crc32c, u32 zero}; EntrySealsBytes(count) bytes in all.
@@ -42,13 +42,10 @@ Result<std::vector<EntrySeal>> DecodeEntrySeals(const uint8_t* data, size_t byte
 // Checks `shard` (entries concatenated, sizes `entry_bytes`, names for the
 // message) against the owner's seals. Corruption naming the first entry whose
 // size or crc32c differs.
-// The same with the entries anywhere in memory (entry i at entry_data[i]);
-// `crcs`, when given, gets every entry's crc32c.
-Status VerifyEntriesAgainstSeals(const std::vector<const uint8_t*>& entry_data,
-                                 const std::vector<uint64_t>& entry_bytes,
-                                 const std::vector<std::string>& names,
-                                 const std::vector<EntrySeal>& seals,
-                                 std::vector<uint32_t>* crcs = nullptr);
+// The same for entries already hashed: `crcs` (one per entry) against the
+// owner's seals.
+Status CheckEntryCrcs(const std::vector<uint32_t>& crcs, const std::vector<uint64_t>& entry_bytes,
+                      const std::vector<std::string>& names, const std::vector<EntrySeal>& seals);
 Status VerifyShardAgainstSeals(const std::vector<uint8_t>& shard,
                                const std::vector<uint64_t>& entry_bytes,
                                const std::vector<std::string>& names,

@@ -251,6 +251,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   source_ = RestoreSource::kLocalMemory;
   my_slot_ = parts_.store->FindVersion(plan_.version, lineage_);
   DropLanding();  // an earlier attempt's
+  replica_seal_.reset();
   Status landing = Status::Ok();
   if (mine_->kind == placement::SourceKind::kReplica ||
       mine_->kind == placement::SourceKind::kDecode) {
@@ -380,12 +381,9 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
     return Status::Corruption("restore: replica of " + std::to_string(h.length) + " bytes from " +
                               from + ", the shard has " + std::to_string(landed_.size()));
   }
-  if (landed_.Crc32c() != h.crc) {
-    // The holder's copy is bad: the plan is made again without it.
-    mismatch_ = Mismatch::kSealed;
-    return Status::Corruption("restore: the replica of node " + std::to_string(t.owner) +
-                              " from " + from + " fails its sealed crc32c");
-  }
+  // Checked against the holder's seal as it is copied into the buffers.
+  replica_seal_ = ReplicaSeal{h.crc, "the replica of node " + std::to_string(t.owner) +
+                                         " from " + from};
   return Status::Ok();
 }
 
@@ -486,8 +484,16 @@ Status RecoveryExecutor::CheckAndCopyLanded() {
   if (it == seals_of_.end()) {
     return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
   }
+  // One pass: into the buffers, hashed as it lands, then checked.
   std::vector<uint32_t> crcs;
-  Status s = parts_.io->VerifyLanded(landed_, it->second, &crcs);
+  uint32_t whole = 0;
+  MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, &crcs, &whole));
+  if (replica_seal_ && whole != replica_seal_->crc) {
+    // The holder's copy is bad: the plan is made again without it.
+    mismatch_ = Mismatch::kSealed;
+    return Status::Corruption("restore: " + replica_seal_->from + " fails its sealed crc32c");
+  }
+  Status s = parts_.io->CheckAgainstSeals(crcs, it->second);
   if (!s.ok()) {
     mismatch_ = Mismatch::kEndToEnd;
     return s;
@@ -499,7 +505,6 @@ Status RecoveryExecutor::CheckAndCopyLanded() {
           parts_.store->SealRegion(slot, static_cast<int>(i), entries[i].bytes, crcs[i]));
     }
   }
-  MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, crcs));
   crcs_ = std::move(crcs);
   return Status::Ok();
 }

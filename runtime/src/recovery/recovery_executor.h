@@ -23,9 +23,10 @@
 //     decoded shard lands where it stays (ShardLanding: a lost node's rank
 //     receives straight into the fresh slot the re-protect seals) and is
 //     checked entry by entry against its owner's entry seals (one allgather
-//     collects them from any holder) before a byte of it reaches the
-//     buffers. Local shards are copied from the slot (crc32c verified),
-//     remote ones read from the remote tier.
+//     collects them from any holder) as it is copied into the buffers, in
+//     the same pass; an attempt counts only when every entry matches, and
+//     only then is the slot sealed. Local shards are copied from the slot
+//     (crc32c verified the same way), remote ones read from the remote tier.
 //  4. Agree (allgather of each rank's outcome). When every failure is an
 //     end-to-end mismatch (a rebuilt shard against its seals, a replica or a
 //     survivor's own copy against its region crc32c), the copies behind it
@@ -147,8 +148,10 @@ class RecoveryExecutor {
   Status ReceiveReplica(size_t index);
   Status RunDecodes();
   Status RestoreMyShard();
-  // The landed shard against its owner's entry seals (a mismatch sets
-  // mismatch_), its entries sealed in the slot, then copied into the buffers.
+  // The landed shard copied into the buffers, hashed as it lands, and
+  // checked: a replica against its holder's seal, every entry against its
+  // owner's seals (a mismatch sets mismatch_); then its entries are sealed
+  // in the slot.
   Status CheckAndCopyLanded();
   Result<Agreement> Agree(const Status& local);            // 5
   bool MarkMismatchedSources(const Agreement& agreed, int attempt);
@@ -193,6 +196,12 @@ class RecoveryExecutor {
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
+  // A replica's sealed crc32c, as its holder sent it, and whose it is.
+  struct ReplicaSeal {
+    uint32_t crc = 0;
+    std::string from;
+  };
+  std::optional<ReplicaSeal> replica_seal_;
   RestoreSource source_ = RestoreSource::kLocalMemory;
   Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed

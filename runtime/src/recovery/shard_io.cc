@@ -14,6 +14,26 @@ namespace {
 // Bytes hashed per step while copying out of a slot (stays in cache).
 constexpr uint64_t kPiece = 256 << 10;
 
+// Copies entry `e`'s bytes from src into its buffer piece by piece, hashing
+// them as they land (host) or as they leave src (device) into *crc and, when
+// given, *also.
+Status CopyIntoEntry(const RegisteredEntry& e, const uint8_t* src, erasure::Crc32cStream* crc,
+                     erasure::Crc32cStream* also) {
+  for (uint64_t done = 0; done < e.bytes; done += kPiece) {
+    const uint64_t n = std::min(kPiece, e.bytes - done);
+    const uint8_t* hashed = src + done;
+    if (e.device) {
+      MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, src + done, n, true));
+    } else {
+      std::memcpy(e.data + done, src + done, n);
+      hashed = e.data + done;
+    }
+    crc->Update(hashed, n);
+    if (also != nullptr) also->Update(hashed, n);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
@@ -33,18 +53,8 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
                                 std::to_string(view.length) + " bytes, expected v" +
                                 std::to_string(version) + " with " + std::to_string(e.bytes));
     }
-    // Hash the bytes as they land (host) or as they leave the slot (device).
     erasure::Crc32cStream crc;
-    for (uint64_t done = 0; done < e.bytes; done += kPiece) {
-      const uint64_t n = std::min(kPiece, e.bytes - done);
-      if (e.device) {
-        crc.Update(view.data + done, n);
-        MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, view.data + done, n, true));
-      } else {
-        std::memcpy(e.data + done, view.data + done, n);
-        crc.Update(e.data + done, n);
-      }
-    }
+    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, view.data, &crc, nullptr));
     if (crc.value() != view.crc) {
       return Status::Corruption("entry '" + e.name + "' of v" + std::to_string(version) + " in " +
                                 store_->segment_name() + " slot " + std::to_string(slot) +
@@ -122,72 +132,61 @@ ShardLanding ShardLanding::InMemory(const std::vector<uint64_t>& entry_bytes) {
   return l;
 }
 
+template <typename Fn>
+void ShardLanding::ForEachPart(uint64_t off, uint64_t len, Fn fn) const {
+  const uint64_t end = off + len;
+  // The first entry that ends past `off`.
+  size_t i = static_cast<size_t>(std::upper_bound(base_.begin(), base_.end(), off) - base_.begin());
+  i = i > 0 ? i - 1 : 0;
+  for (; i < entries_.size() && base_[i] < end; ++i) {
+    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + bytes_[i], end);
+    if (lo < hi) fn(i, lo - base_[i], lo - off, hi - lo);
+  }
+}
+
 uint8_t* ShardLanding::Span(uint64_t off, uint64_t len) {
   if (off + len > size_) return nullptr;
   if (slot_ < 0) return memory_.data() + off;
-  // The entry holding `off`: the last whose base is <= off.
-  auto it = std::upper_bound(base_.begin(), base_.end(), off);
-  if (it == base_.begin()) return nullptr;
-  const size_t i = static_cast<size_t>(it - base_.begin()) - 1;
-  if (off + len > base_[i] + bytes_[i]) return nullptr;
-  return entries_[i] + (off - base_[i]);
+  uint8_t* span = nullptr;
+  ForEachPart(off, len, [&](size_t i, uint64_t at, uint64_t, uint64_t n) {
+    if (n == len) span = entries_[i] + at;
+  });
+  return span;
 }
 
 void ShardLanding::Write(uint64_t off, const uint8_t* src, uint64_t len) {
   MEMENTO_CHECK_LE(off + len, size_);
-  const uint64_t end = off + len;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + bytes_[i], end);
-    if (lo < hi) std::memcpy(entries_[i] + (lo - base_[i]), src + (lo - off), hi - lo);
-  }
-}
-
-uint32_t ShardLanding::Crc32c() const {
-  erasure::Crc32cStream crc;
-  for (size_t i = 0; i < entries_.size(); ++i) crc.Update(entries_[i], bytes_[i]);
-  return crc.value();
+  ForEachPart(off, len, [&](size_t i, uint64_t at, uint64_t from, uint64_t n) {
+    std::memcpy(entries_[i] + at, src + from, n);
+  });
 }
 
 void ShardLanding::Read(uint64_t off, uint64_t len, uint8_t* dst) const {
   std::memset(dst, 0, len);
-  const uint64_t end = off + len;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + bytes_[i], end);
-    if (lo < hi) std::memcpy(dst + (lo - off), entries_[i] + (lo - base_[i]), hi - lo);
-  }
+  ForEachPart(off, len, [&](size_t i, uint64_t at, uint64_t to, uint64_t n) {
+    std::memcpy(dst + to, entries_[i] + at, n);
+  });
 }
 
-Status ShardIo::VerifyLanded(const ShardLanding& landed, const std::vector<EntrySeal>& seals,
-                             std::vector<uint32_t>* crcs) const {
-  std::vector<std::string> names;
-  for (const RegisteredEntry& e : *entries_) names.push_back(e.name);
-  std::vector<const uint8_t*> data(landed.entries().begin(), landed.entries().end());
-  return VerifyEntriesAgainstSeals(data, entry_bytes_, names, seals, crcs);
-}
-
-Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed,
-                                    const std::vector<uint32_t>& crcs) const {
+Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed, std::vector<uint32_t>* crcs,
+                                    uint32_t* whole) const {
+  crcs->assign(entries_->size(), 0);
+  erasure::Crc32cStream all;
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
-    const uint8_t* src = landed.entries().at(i);
     erasure::Crc32cStream crc;
-    for (uint64_t done = 0; done < e.bytes; done += kPiece) {
-      const uint64_t n = std::min(kPiece, e.bytes - done);
-      if (e.device) {
-        crc.Update(src + done, n);
-        MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, src + done, n, true));
-      } else {
-        std::memcpy(e.data + done, src + done, n);
-        crc.Update(e.data + done, n);
-      }
-    }
-    if (crc.value() != crcs.at(i)) {
-      return Status::Corruption("entry '" + e.name + "': crc32c " + std::to_string(crc.value()) +
-                                " after the copy into the buffer, " + std::to_string(crcs.at(i)) +
-                                " verified");
-    }
+    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, landed.entries().at(i), &crc, &all));
+    (*crcs)[i] = crc.value();
   }
+  *whole = all.value();
   return Status::Ok();
+}
+
+Status ShardIo::CheckAgainstSeals(const std::vector<uint32_t>& crcs,
+                                  const std::vector<EntrySeal>& seals) const {
+  std::vector<std::string> names;
+  for (const RegisteredEntry& e : *entries_) names.push_back(e.name);
+  return CheckEntryCrcs(crcs, entry_bytes_, names, seals);
 }
 
 Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, uint64_t len,

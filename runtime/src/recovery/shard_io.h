@@ -39,6 +39,11 @@ Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64
 class ShardLanding {
  public:
   ShardLanding() = default;
+  // Moves keep the memory (entries_ points into it); copies would not.
+  ShardLanding(ShardLanding&&) = default;
+  ShardLanding& operator=(ShardLanding&&) = default;
+  ShardLanding(const ShardLanding&) = delete;
+  ShardLanding& operator=(const ShardLanding&) = delete;
   // `slot` of `store` between BeginWriteSlot and SealSlot; entry i is region i.
   static ShardLanding InSlot(NodeStore* store, int slot, const std::vector<uint64_t>& entry_bytes);
   static ShardLanding InMemory(const std::vector<uint64_t>& entry_bytes);
@@ -50,13 +55,16 @@ class ShardLanding {
   // (always in memory); else null (Write copies across entries).
   uint8_t* Span(uint64_t off, uint64_t len);
   void Write(uint64_t off, const uint8_t* src, uint64_t len);
-  // crc32c of the whole shard (its entries in order).
-  uint32_t Crc32c() const;
   // Bytes [off, off + len) into dst, zero beyond the end of the shard.
   void Read(uint64_t off, uint64_t len, uint8_t* dst) const;
   const std::vector<uint8_t*>& entries() const { return entries_; }
 
  private:
+  // fn(entry, offset in it, offset in [off, off + len), bytes) for every
+  // entry that [off, off + len) overlaps, in order.
+  template <typename Fn>
+  void ForEachPart(uint64_t off, uint64_t len, Fn fn) const;
+
   std::vector<uint8_t*> entries_;
   std::vector<uint64_t> bytes_;
   std::vector<uint64_t> base_;  // shard offset of each entry
@@ -80,14 +88,18 @@ class ShardIo {
   // ElasticRestoreNeeded when it was written by a different number of ranks.
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const;
 
-  // Checks a landed shard entry by entry against its owner's seals
-  // (Corruption naming the entry: an end-to-end mismatch); *crcs gets them.
-  Status VerifyLanded(const ShardLanding& landed, const std::vector<EntrySeal>& seals,
-                      std::vector<uint32_t>* crcs) const;
+  // Copies a landed shard into the buffers in one pass, hashing the bytes as
+  // they land: *crcs gets every entry's crc32c, *whole that of the whole
+  // shard (its entries in order). The caller checks them (CheckAgainstSeals)
+  // before the restore counts: a shard that fails leaves the attempt failed
+  // and the buffers to the next one, as a local copy that fails does.
+  Status CopyLandedToBuffers(const ShardLanding& landed, std::vector<uint32_t>* crcs,
+                             uint32_t* whole) const;
 
-  // Copies a landed shard into the buffers, hashing the bytes as they land;
-  // Corruption naming the entry when one differs from `crcs` (as verified).
-  Status CopyLandedToBuffers(const ShardLanding& landed, const std::vector<uint32_t>& crcs) const;
+  // Every entry's crc32c against its owner's seals; Corruption naming the
+  // first entry that differs (an end-to-end mismatch).
+  Status CheckAgainstSeals(const std::vector<uint32_t>& crcs,
+                           const std::vector<EntrySeal>& seals) const;
 
   // Bytes [begin, begin + len) of this rank's shard into dst (zero beyond its
   // end): from `landed` when given (a rebuilt shard), else from the sealed

@@ -24,7 +24,6 @@ T Get(const uint8_t* p) {
 // owner, stripe, row.
 constexpr size_t kKeyFields = 5;
 constexpr size_t kInventoryFields = kKeyFields + 3;  // + bytes, crc_ok, lineage
-constexpr size_t kBadFields = kKeyFields;
 
 void PutItemKey(std::vector<uint8_t>* out, const placement::InventoryItem& it) {
   for (int64_t f : {static_cast<int64_t>(it.version), static_cast<int64_t>(it.kind),
@@ -157,26 +156,6 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
     inv.item_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(at + 8 * (kKeyFields + 2))));
   }
   return inv;
-}
-
-std::vector<uint8_t> EncodeBadItems(const std::vector<placement::InventoryItem>& items) {
-  std::vector<uint8_t> out;
-  out.reserve(8 * kBadFields * items.size());
-  for (const placement::InventoryItem& it : items) PutItemKey(&out, it);
-  return out;
-}
-
-Result<std::vector<placement::InventoryItem>> DecodeBadItems(const std::vector<uint8_t>& bytes,
-                                                             int node, int lane) {
-  if (bytes.size() % (8 * kBadFields) != 0) {
-    return Status::Corruption("restore verification record of " + std::to_string(bytes.size()) +
-                              " bytes");
-  }
-  std::vector<placement::InventoryItem> items;
-  for (size_t at = 0; at < bytes.size(); at += 8 * kBadFields) {
-    items.push_back(GetItemKey(bytes.data() + at, node, lane));
-  }
-  return items;
 }
 
 void AppendSealsRecord(const SealsRecord& r, std::vector<uint8_t>* out) {
@@ -437,7 +416,7 @@ std::vector<uint8_t> EncodeLocatedBadItems(const std::vector<placement::Inventor
 
 Result<std::vector<placement::InventoryItem>> DecodeLocatedBadItems(
     const std::vector<uint8_t>& bytes) {
-  constexpr size_t kRecord = 8 * (2 + kBadFields);
+  constexpr size_t kRecord = 8 * (2 + kKeyFields);
   if (bytes.size() % kRecord != 0) {
     return Status::Corruption("elastic verification record of " + std::to_string(bytes.size()) +
                               " bytes");

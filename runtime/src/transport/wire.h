@@ -130,13 +130,6 @@ std::vector<uint8_t> EncodeInventory(const Inventory& inventory);
 // Items get (node, lane) and sealed = true.
 Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane);
 
-// Items found bad by verification or by an end-to-end mismatch (one
-// allgather): per item 5 x i64: version, kind, owner, stripe, row.
-std::vector<uint8_t> EncodeBadItems(const std::vector<placement::InventoryItem>& items);
-// Items get (node, lane); bytes, sealed and crc_ok are not sent.
-Result<std::vector<placement::InventoryItem>> DecodeBadItems(const std::vector<uint8_t>& bytes,
-                                                             int node, int lane);
-
 // Entry seals a rank vouches for (one allgather): per owner i32 node,
 // i32 lane, u32 length, then `length` bytes of EncodeEntrySeals.
 struct SealsRecord {
@@ -193,8 +186,8 @@ std::vector<uint8_t> EncodeElasticInventory(const ElasticInventory& inventory);
 Result<ElasticInventory> DecodeElasticInventory(const std::vector<uint8_t>& bytes);
 
 // Bad items of an elastic restore, each with the (node, lane) that holds it
-// (a rank reads several old stores): per item i64 node, i64 lane, then the
-// BadItems key.
+// (a rank reads several old stores): per item i64 node, i64 lane, then its
+// key, 5 x i64: version, kind, owner, stripe, row.
 std::vector<uint8_t> EncodeLocatedBadItems(const std::vector<placement::InventoryItem>& items);
 Result<std::vector<placement::InventoryItem>> DecodeLocatedBadItems(
     const std::vector<uint8_t>& bytes);

@@ -148,6 +148,19 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << " step " << step << ": " << st[r].ToString();
     }
   }
+  // The job ends and `node`'s memory is gone (its store destroyed).
+  void LoseNode(int node) {
+    cks_.clear();
+    ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(node), node), 0}).ok());
+  }
+  // Every rank of `n` nodes saves v2; then the job ends and node 0's memory
+  // is gone.
+  void SaveThenLoseNode0(int n) {
+    Launch(n);
+    SaveOnAll(2);
+    ASSERT_FALSE(HasFatalFailure());
+    LoseNode(0);
+  }
   // For the next Launch: rank `refusing`'s part of the minimal re-protect
   // fails at Stage::kReprotect.
   void RefuseReprotectOn(int refusing) {
@@ -337,8 +350,7 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   for (int r = 0; r < n; ++r) full += ShardBytes(r) * fan_out;
 
   // 1. Lose node 0.
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   Launch(n);
   auto reports = RestoreAll("lost {0}");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
@@ -372,9 +384,8 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
 
   // 2. Lose node 1, with the remote tier gone: only what node 0 re-protected
   // (and the survivors) can serve. Node 1 comes back as a new identity.
-  cks_.clear();
+  ASSERT_NO_FATAL_FAILURE(LoseNode(1));
   std::filesystem::remove_all(remote_dir_);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
   replaced_rank_ = 1;
   Launch(n);
   reports = RestoreAll("lost {1}, replaced");
@@ -384,8 +395,7 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   EXPECT_EQ(reports[1].stats.bytes_received_per_node[1], ShardBytes(1)) << reports[1].ToJson();
 
   // 3. And once more: lose node 0 again; served by what the replacement holds.
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   Launch(n);
   reports = RestoreAll("lost {0} after the replacement");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
@@ -399,13 +409,9 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
 TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtected) {
   background_reprotect_ = false;  // the re-protect's bytes and fallbacks are in the report
   const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(2);
-  if (HasFatalFailure()) return;
 
   // 1. Lose node 0; rank 1's minimal re-protect fails.
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(n));
   RefuseReprotectOn(1);
   Launch(n);
   auto reports = RestoreAll("lost {0}, minimal re-protect fails on rank 1");
@@ -420,9 +426,8 @@ TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtec
   // 2. Lose node 1 with the remote tier gone: what the full re-protect wrote
   // (node 0's copies / parity) must serve.
   hooks_ = nullptr;
-  cks_.clear();
+  ASSERT_NO_FATAL_FAILURE(LoseNode(1));
   std::filesystem::remove_all(remote_dir_);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
   Launch(n);
   reports = RestoreAll("lost {1} after the full re-protect");
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
@@ -471,7 +476,7 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
     }
   }
   ASSERT_GT(corrupted, 0);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   Launch(n);
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
   Run([&](int r) {
@@ -497,10 +502,7 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
 TEST_P(MinimalReprotectTest, DamagedSurvivorCopyIsMarkedBadAndRebuilt) {
   const Param p = GetParam();
   const int n = p.nodes;
-  Launch(n);
-  SaveOnAll(2);
-  if (HasFatalFailure()) return;
-  cks_.clear();
+  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(n));
   {
     auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(1), 1), 0});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -511,7 +513,6 @@ TEST_P(MinimalReprotectTest, DamagedSurvivorCopyIsMarkedBadAndRebuilt) {
     const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x40;  // the shm mapping
     ASSERT_FALSE(store->VerifyRegion(slot, 1).ok());
   }
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
   Launch(n);
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
   Run([&](int r) {
@@ -599,7 +600,7 @@ TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
   bool crc_holds = true;
   CorruptReplicaOfNode0(1, {0x5A}, 100, &crc_holds);
   ASSERT_FALSE(crc_holds);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
   auto reports = RestoreAll("node 1's copy of node 0 corrupt, node 0 lost");
@@ -623,7 +624,7 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
   bool crc_holds = false;
   CorruptReplicaOfNode0(1, {0xF1, 0x76, 0xEC, 0x05, 0x01}, kEntryBytes[0] - 2, &crc_holds);
   ASSERT_TRUE(crc_holds) << "the pattern must keep the region crc";
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
   auto reports = RestoreAll("node 1's copy of node 0 corrupt (crc holds), node 0 lost");
@@ -704,8 +705,7 @@ TEST_P(MinimalReprotectTest, FailedFullReprotectKeepsTheRestoredVersion) {
   SaveOnAll(1);
   SaveOnAll(2);
   if (HasFatalFailure()) return;
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   hooks_ = [](int rank) {
     FaultHooks h;
     h.at_stage = [rank](Stage stage, uint64_t) {
@@ -735,11 +735,7 @@ TEST_P(MinimalReprotectTest, FailedFullReprotectKeepsTheRestoredVersion) {
 // different node lost with the remote tier gone restores v3 from memory.
 TEST_P(MinimalReprotectTest, SaveDuringTheBackgroundReprotectCommitsAndStaysProtected) {
   const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(2);
-  if (HasFatalFailure()) return;
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(n));
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
@@ -794,9 +790,8 @@ TEST_P(MinimalReprotectTest, SaveDuringTheBackgroundReprotectCommitsAndStaysProt
 
   // A second, different node lost, no remote tier: v3 from memory.
   hooks_ = nullptr;
-  cks_.clear();
+  ASSERT_NO_FATAL_FAILURE(LoseNode(1));
   std::filesystem::remove_all(remote_dir_);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(1), 1), 0}).ok());
   Launch(n);
   auto reports = RestoreAll("lost {1} after v3 was saved during the re-protect", 3);
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
@@ -809,11 +804,7 @@ TEST_P(MinimalReprotectTest, SaveDuringTheBackgroundReprotectCommitsAndStaysProt
 // new version from memory.
 TEST_P(MinimalReprotectTest, FailedBackgroundReprotectIsUnprotectedUntilTheNextSave) {
   const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(2);
-  if (HasFatalFailure()) return;
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(n));
   RefuseReprotectOn(1);
   Launch(n);
   auto reports = RestoreAll("lost {0}, background re-protect fails on rank 1");
@@ -831,9 +822,8 @@ TEST_P(MinimalReprotectTest, FailedBackgroundReprotectIsUnprotectedUntilTheNextS
     EXPECT_EQ(cks_[r]->ProtectionState(), Protection::kProtected) << "rank " << r;
   }
   hooks_ = nullptr;
-  cks_.clear();
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
   Launch(n);
   RestoreAll("lost {0} again after v3", 3);
 }
@@ -851,10 +841,7 @@ TEST_P(MinimalReprotectTest, ChunksLargerThanAParityPart) {
   SaveOnAll(2);
   for (const std::vector<int>& lost : std::vector<std::vector<int>>{{0}, {0, 1}}) {
     if (std::string(p.scheme).rfind("rs:", 0) != 0 && lost.size() > 1) continue;
-    cks_.clear();
-    for (int node : lost) {
-      ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(node), node), 0}).ok());
-    }
+    for (int node : lost) ASSERT_NO_FATAL_FAILURE(LoseNode(node));
     std::filesystem::remove_all(remote_dir_);  // memory must serve
     Launch(p.nodes);
     auto reports = RestoreAll("1 MiB chunks, nodes lost: " + std::to_string(lost.size()));
@@ -984,8 +971,7 @@ TEST_P(MinimalReprotectTest, SnapshotDoesNotWaitForTheNetwork) {
     ASSERT_TRUE(snap[r].ok()) << "rank " << r << ": " << snap[r].ToString();
     ASSERT_TRUE(done[r].ok()) << "rank " << r << ": " << done[r].ToString();
   }
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
   RestoreAll("protect messages held back until after the snapshot; node 0 lost");
@@ -1010,8 +996,7 @@ TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
   wire->Arm();
   SaveOnAll(2);  // commits: the holder cannot tell, it only stores and seals
   ASSERT_TRUE(wire->flipped());
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
   auto reports = RestoreAll("node 0's replica to node 1 changed on the wire, node 0 lost");
@@ -1098,8 +1083,7 @@ TEST_P(SecondSourceTest, RetriedVersionDoesNotTakeAFailedAttemptsParts) {
     retry[r] = s.ok() ? cks_[r]->Wait() : s;
   });
   for (int r = 0; r < n; ++r) ASSERT_TRUE(retry[r].ok()) << retry[r].ToString();
-  cks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(MakeConfig(0), 0), 0}).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);
   Launch(n);
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));

@@ -148,26 +148,6 @@ TEST(Wire, InventoryOfWrongSizeIsCorruption) {
   }
 }
 
-TEST(Wire, BadItemsRoundTrip) {
-  std::vector<placement::InventoryItem> bad = {
-      Item(7, placement::ItemKind::kReplica, 3, -1, -1, 0, false),
-      Item(7, placement::ItemKind::kParity, -1, 2, 1, 0, false)};
-  auto back = DecodeBadItems(EncodeBadItems(bad), 4, 0);
-  ASSERT_TRUE(back.ok());
-  ASSERT_EQ(back->size(), 2u);
-  EXPECT_EQ((*back)[0].node, 4);
-  EXPECT_EQ((*back)[0].kind, placement::ItemKind::kReplica);
-  EXPECT_EQ((*back)[0].owner, 3);
-  EXPECT_EQ((*back)[1].stripe, 2);
-  EXPECT_EQ((*back)[1].row, 1);
-  EXPECT_EQ((*back)[1].version, 7u);
-  auto empty = DecodeBadItems({}, 0, 0);
-  ASSERT_TRUE(empty.ok());
-  EXPECT_TRUE(empty->empty());
-  EXPECT_EQ(DecodeBadItems(std::vector<uint8_t>(39), 0, 0).status().code(),
-            StatusCode::kCorruption);
-}
-
 TEST(Wire, SealsRecordsRoundTripAndRefuseOverruns) {
   std::vector<uint8_t> blob;
   AppendSealsRecord({1, 0, {1, 2, 3}}, &blob);

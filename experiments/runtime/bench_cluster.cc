@@ -138,6 +138,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -204,11 +205,48 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
+// A transfer of an inner transport with `then` applied to its result when
+// it is waited for (a counter, the emulated link's wire time).
+class ThenTransfer final : public Transport::PendingTransfer {
+ public:
+  using Then = std::function<Result<size_t>(Result<size_t>)>;
+  ThenTransfer(std::unique_ptr<Transport::PendingTransfer> inner, Then then)
+      : inner_(std::move(inner)), then_(std::move(then)) {}
+  Result<size_t> Wait() override { return then_(inner_->Wait()); }
+
+  static Result<std::unique_ptr<Transport::PendingTransfer>> Wrap(
+      Result<std::unique_ptr<Transport::PendingTransfer>> started, Then then) {
+    if (!started.ok()) return started.status();
+    return std::unique_ptr<Transport::PendingTransfer>(
+        std::make_unique<ThenTransfer>(std::move(*started), std::move(then)));
+  }
+
+ private:
+  std::unique_ptr<Transport::PendingTransfer> inner_;
+  Then then_;
+};
+
 // Counts point-to-point payload bytes (the protect and recovery traffic;
 // collectives are a few bytes and not counted).
 class CountingTransport : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes),
+                              [this](Result<size_t> r) {
+                                if (r.ok()) sent_ += *r;
+                                return r;
+                              });
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    return ThenTransfer::Wrap(inner()->StartRecv(peer, tag, data, capacity),
+                              [this](Result<size_t> r) {
+                                if (r.ok()) received_ += *r;
+                                return r;
+                              });
+  }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     Status s = ForwardingTransport::Send(peer, tag, data, bytes);
     if (s.ok()) sent_ += bytes;
@@ -255,6 +293,18 @@ class LinkBucket {
   Clock::time_point next_free_{};  // guarded by mu_
 };
 
+// Sleeps until `end` the way a NIC would leave the host: transfers in flight
+// on `t` keep moving (Open MPI copies a large message over shared memory only
+// while both sides poll; a plain sleep here would stall every transfer this
+// rank has in flight, which a real NIC moves on its own).
+void SleepProgressing(Transport* t, Clock::time_point end) {
+  constexpr auto kSlice = std::chrono::microseconds(200);
+  for (auto now = Clock::now(); now < end; now = Clock::now()) {
+    t->Progress();
+    std::this_thread::sleep_until(std::min(end, now + kSlice));
+  }
+}
+
 // Emulated full-duplex link per node (1 rank per node): every Send to
 // another rank books its bytes on the node's egress bucket before it is
 // handed to the inner transport and returns no earlier than the booking's
@@ -282,6 +332,28 @@ class LinkTransport : public ForwardingTransport {
     Result<size_t> r = ForwardingTransport::Recv(peer, tag, data, capacity);
     if (r.ok() && peer != rank()) std::this_thread::sleep_until(ingress_.Reserve(*r));
     return r;
+  }
+  // Non-blocking: the egress booking is made when the send starts and slept
+  // off when it is waited for; a receive books its bytes when it is waited
+  // for, as Recv does once it completes.
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    if (peer == rank()) return inner()->StartSend(peer, tag, data, bytes);
+    const Clock::time_point end = egress_.Reserve(bytes);
+    return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes),
+                              [this, end](Result<size_t> r) {
+                                if (r.ok()) SleepProgressing(inner(), end);
+                                return r;
+                              });
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    if (peer == rank()) return inner()->StartRecv(peer, tag, data, capacity);
+    return ThenTransfer::Wrap(inner()->StartRecv(peer, tag, data, capacity),
+                              [this](Result<size_t> r) {
+                                if (r.ok()) SleepProgressing(inner(), ingress_.Reserve(*r));
+                                return r;
+                              });
   }
 
  private:

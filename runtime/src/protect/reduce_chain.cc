@@ -19,126 +19,246 @@ int ChainTag(int tag_base, size_t chain) {
   return wire::RecoverTag(static_cast<size_t>(tag_base) + chain);
 }
 
-// Receives one piece of `want` bytes from `src` into buf. Ok with *ok = false
-// when the sender reported a failure upstream.
-Status RecvPiece(Transport* t, int src, int tag, uint64_t want, uint8_t* buf, bool* ok) {
-  PieceHeader h;
-  MEMENTO_ASSIGN_OR_RETURN(size_t n, t->Recv(src, tag, &h, sizeof(h)));
-  if (n != sizeof(h)) return Status::Corruption("reduce piece header of " + std::to_string(n));
-  *ok = h.ok != 0;
-  if (!*ok) return Status::Ok();
-  if (h.length != want) {
-    return Status::Corruption("reduce piece of " + std::to_string(h.length) + " bytes, expected " +
-                              std::to_string(want));
+// Receives ahead on each incoming stream: a hop has this many pieces posted
+// while it folds and forwards the current one, so its link receives piece
+// k+1 while it sends piece k, on one thread.
+constexpr uint64_t kPiecesAhead = 2;
+
+using Pending = std::unique_ptr<Transport::PendingTransfer>;
+
+// One piece's buffers and the transfers in flight on them. A piece is two
+// messages with the chain's tag: its header, then its payload (0 bytes when
+// the header says it failed), so that the number of messages never depends
+// on what failed and receives can be posted before anything is known.
+struct PieceBuffer {
+  PieceHeader header;
+  std::vector<uint8_t> data;
+  Pending recv_header, recv_data, send_header, send_data;
+};
+
+Status PostRecv(Transport* t, int src, int tag, uint64_t want, uint8_t* into, PieceBuffer* b) {
+  MEMENTO_ASSIGN_OR_RETURN(b->recv_header, t->StartRecv(src, tag, &b->header, sizeof(b->header)));
+  MEMENTO_ASSIGN_OR_RETURN(b->recv_data, t->StartRecv(src, tag, into, want));
+  return Status::Ok();
+}
+
+// Finishes the piece posted on `b` (`want` bytes into `into`). Ok with
+// *ok = false when the sender reported a failure upstream. On an error,
+// *in_step says whether both messages were still taken (a piece that fails
+// its crc32c or has the wrong length: the next piece can be received) or the
+// stream is broken (a transport error).
+Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, bool* ok,
+                  bool* in_step) {
+  Result<size_t> n = b->recv_header->Wait();
+  Result<size_t> m = b->recv_data->Wait();
+  b->recv_header.reset();
+  b->recv_data.reset();
+  *ok = false;
+  *in_step = n.ok() && *n == sizeof(b->header) &&
+             (m.ok() || m.status().code() == StatusCode::kInvalidArgument);  // oversized, taken
+  if (!n.ok()) return n.status();
+  if (*n != sizeof(b->header)) {
+    return Status::Corruption("reduce piece header of " + std::to_string(*n));
   }
-  MEMENTO_ASSIGN_OR_RETURN(size_t m, t->Recv(src, tag, buf, want));
-  if (m != want || erasure::Crc32c(buf, want) != h.crc) {
+  if (!m.ok()) return m.status();
+  *ok = b->header.ok != 0;
+  if (!*ok) return Status::Ok();
+  if (b->header.length != want || *m != want) {
+    return Status::Corruption("reduce piece of " + std::to_string(b->header.length) +
+                              " bytes, expected " + std::to_string(want));
+  }
+  if (erasure::Crc32c(into, want) != b->header.crc) {
     return Status::Corruption("reduce piece from rank " + std::to_string(src) +
                               " fails its crc32c");
   }
   return Status::Ok();
 }
 
-Status SendPiece(Transport* t, int dst, int tag, const uint8_t* buf, uint64_t len, bool ok) {
-  PieceHeader h;
-  h.ok = ok ? 1 : 0;
-  h.length = ok ? len : 0;
-  h.crc = ok ? erasure::Crc32c(buf, len) : 0;
-  MEMENTO_RETURN_IF_ERROR(t->Send(dst, tag, &h, sizeof(h)));
-  if (ok) MEMENTO_RETURN_IF_ERROR(t->Send(dst, tag, buf, len));
+// Drops the receives posted on `b` (cancelled: the stream is out of step).
+void DropRecv(PieceBuffer* b) {
+  b->recv_header.reset();
+  b->recv_data.reset();
+}
+
+Status PostSend(Transport* t, int dst, int tag, uint64_t len, bool ok, PieceBuffer* b) {
+  b->header.ok = ok ? 1 : 0;
+  b->header.length = ok ? len : 0;
+  b->header.crc = ok ? erasure::Crc32c(b->data.data(), len) : 0;
+  MEMENTO_ASSIGN_OR_RETURN(b->send_header, t->StartSend(dst, tag, &b->header, sizeof(b->header)));
+  MEMENTO_ASSIGN_OR_RETURN(b->send_data, t->StartSend(dst, tag, b->data.data(), ok ? len : 0));
   return Status::Ok();
+}
+
+// Waits for the sends posted on `b`, so that its buffers may be reused.
+Status FinishSend(PieceBuffer* b) {
+  Status s;
+  for (Pending* p : {&b->send_header, &b->send_data}) {
+    if (*p == nullptr) continue;
+    Result<size_t> r = (*p)->Wait();
+    p->reset();
+    if (!r.ok() && s.ok()) s = r.status();
+  }
+  return s;
 }
 
 // One hop: term p of chain c on this rank. Receives the running sum from its
 // predecessor (if any), folds in coef x its row and forwards the sum, piece
-// by piece. (Receiving ahead on a thread of its own, 2-3 pieces deep, was
-// slower on the 2-core machine the benchmarks run on: more threads polling
-// and more buffers to fault in than the overlap saves.)
+// by piece, with kPiecesAhead receives posted ahead and the forwarded piece
+// still in flight while the next one arrives (kPiecesAhead + 1 buffers).
 Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
               uint64_t piece_bytes, const RowReader& reader, std::atomic<uint64_t>* sent,
               std::atomic<uint64_t>* received) {
   const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
   const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
-  std::vector<uint8_t> acc(std::min(piece_bytes, ch.length));
-  std::vector<uint8_t> mine(acc.size());
+  const uint8_t coef = ch.terms[p].coef;
+  const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
+  const uint64_t piece = std::min(piece_bytes, ch.length);
+  auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
+  std::vector<PieceBuffer> ring(static_cast<size_t>(std::min(pieces, kPiecesAhead + 1)));
+  for (PieceBuffer& b : ring) b.data.resize(piece);
+  std::vector<uint8_t> mine(prev >= 0 || coef != 1 ? piece : 0);
   Status s;             // first problem of this hop (reported once)
   bool good = true;     // still forwarding real data
   bool wire = true;     // the stream from `prev` is still in step
   bool sending = true;  // the stream to `next` still works
-  for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
-    const uint64_t len = std::min(piece_bytes, ch.length - off);
+  auto note = [&](const Status& st) {
+    if (!st.ok() && s.ok()) s = st;
+  };
+  auto lose_wire = [&](const Status& st) {
+    note(st);
+    wire = false;
+    for (PieceBuffer& b : ring) DropRecv(&b);
+  };
+  // Piece k's buffer is free once the send of the piece before it there is done.
+  auto take = [&](uint64_t k) -> PieceBuffer& {
+    PieceBuffer& b = ring[k % ring.size()];
+    Status w = FinishSend(&b);
+    if (!w.ok()) {
+      note(w);
+      sending = false;
+    }
+    return b;
+  };
+  auto post = [&](uint64_t k) {
+    if (prev < 0 || !wire || k >= pieces) return;
+    PieceBuffer& b = take(k);
+    Status r = PostRecv(transport, prev, tag, piece_len(k), b.data.data(), &b);
+    if (!r.ok()) lose_wire(r);
+  };
+  for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
+  for (uint64_t k = 0; k < pieces; ++k) {
+    const uint64_t off = k * piece_bytes;
+    const uint64_t len = piece_len(k);
+    PieceBuffer& b = prev >= 0 ? ring[k % ring.size()] : take(k);
     bool ok = true;
     if (prev >= 0 && wire) {
-      Status r = RecvPiece(transport, prev, tag, len, acc.data(), &ok);
+      bool in_step = true;
+      Status r = FinishRecv(prev, len, b.data.data(), &b, &ok, &in_step);
       if (!r.ok()) {
-        wire = false;
-        if (s.ok()) s = r;
+        if (in_step) {
+          note(r);
+        } else {
+          lose_wire(r);
+        }
         ok = false;
       }
     } else if (prev >= 0) {
       ok = false;
-    } else {
-      std::fill(acc.begin(), acc.begin() + len, 0);
     }
     if (prev >= 0 && ok) *received += len;
     good = good && ok;
     if (good) {
-      Status r = reader(c, ch.terms[p], off, len, mine.data());
-      if (r.ok()) {
-        erasure::GfMultiplyAdd(ch.terms[p].coef, mine.data(), acc.data(), len);
-      } else {
+      // The first term with coefficient 1 reads its row straight into the
+      // piece; every other term reads it aside and folds it in.
+      const bool direct = prev < 0 && coef == 1;
+      Status r = reader(c, ch.terms[p], off, len, direct ? b.data.data() : mine.data());
+      if (r.ok() && !direct) {
+        if (prev < 0) std::fill(b.data.begin(), b.data.begin() + len, 0);
+        erasure::GfMultiplyAdd(coef, mine.data(), b.data.data(), len);
+      }
+      if (!r.ok()) {
         good = false;
-        if (s.ok()) s = r;
+        note(r);
       }
     }
-    if (!sending) continue;  // keep draining the predecessor
-    Status w = SendPiece(transport, next, tag, acc.data(), len, good);
-    if (!w.ok()) {
-      sending = false;
-      if (s.ok()) s = w;
-    } else if (good) {
-      *sent += len;
+    if (sending) {
+      Status w = PostSend(transport, next, tag, len, good, &b);
+      if (!w.ok()) {
+        sending = false;
+        note(w);
+      } else if (good) {
+        *sent += len;
+      }
     }
+    if (prev < 0 && !sending) break;  // nothing to drain, nowhere to send
+    post(k + kPiecesAhead);           // keeps draining the predecessor whatever failed
+  }
+  for (PieceBuffer& b : ring) {
+    Status w = FinishSend(&b);
+    if (!w.ok()) note(w);
   }
   return s;
 }
 
 // The destination of chain c: every piece, in order, into results (or to
-// the writer). Drains the whole stream whatever fails, so that the last
-// hop's sends all complete.
+// the writer), with kPiecesAhead receives posted. Drains the whole stream
+// whatever fails, so that the last hop's sends all complete.
 Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag,
                      uint64_t piece_bytes, const RowWriter* writer, std::vector<uint8_t>* out,
                      std::atomic<uint64_t>* received) {
   const int last = ch.terms.back().rank;
-  std::vector<uint8_t> bounce;
+  const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
+  auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
+  std::vector<PieceBuffer> ring(static_cast<size_t>(std::min(pieces, kPiecesAhead)));
   if (writer != nullptr) {
-    bounce.resize(std::min(piece_bytes, ch.length));
+    for (PieceBuffer& b : ring) b.data.resize(std::min(piece_bytes, ch.length));
   } else {
     out->assign(ch.length, 0);
   }
+  auto into = [&](uint64_t k) {
+    return writer != nullptr ? ring[k % ring.size()].data.data() : out->data() + k * piece_bytes;
+  };
   Status got;
   bool wire = true;
-  for (uint64_t off = 0; off < ch.length; off += piece_bytes) {
-    const uint64_t len = std::min(piece_bytes, ch.length - off);
-    uint8_t* dst = writer != nullptr ? bounce.data() : out->data() + off;
-    bool ok = true;
-    Status r = wire ? RecvPiece(transport, last, tag, len, dst, &ok) : Status::Ok();
-    if (!r.ok()) {
-      wire = false;  // the stream with this peer is out of step
-      ok = false;
+  auto lose_wire = [&](const Status& r) {
+    wire = false;
+    for (PieceBuffer& b : ring) DropRecv(&b);
+    if (got.ok()) {
+      got = r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
+                          std::to_string(last));
     }
-    if (ok && wire) {
+  };
+  auto post = [&](uint64_t k) {
+    if (!wire || k >= pieces) return;
+    Status r = PostRecv(transport, last, tag, piece_len(k), into(k), &ring[k % ring.size()]);
+    if (!r.ok()) lose_wire(r);
+  };
+  for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
+  for (uint64_t k = 0; k < pieces; ++k) {
+    const uint64_t off = k * piece_bytes;
+    const uint64_t len = piece_len(k);
+    bool ok = false;
+    if (wire) {
+      bool in_step = true;
+      Status r = FinishRecv(last, len, into(k), &ring[k % ring.size()], &ok, &in_step);
+      if (!r.ok() && in_step && got.ok()) {
+        got = r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
+                            std::to_string(last));
+      } else if (!r.ok() && !in_step) {
+        lose_wire(r);
+      }
+    }
+    if (ok) {
       received->fetch_add(len);
       if (writer != nullptr && got.ok()) {
-        Status w = (*writer)(c, off, dst, len);
+        Status w = (*writer)(c, off, into(k), len);
         if (!w.ok()) got = w.WithContext("reduce chain " + std::to_string(c));
       }
     } else if (got.ok()) {
-      got = r.ok() ? Status::Unavailable("reduce chain " + std::to_string(c) +
-                                         ": a contributing rank could not serve its row")
-                   : r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
-                                   std::to_string(last));
+      got = Status::Unavailable("reduce chain " + std::to_string(c) +
+                                ": a contributing rank could not serve its row");
     }
+    post(k + kPiecesAhead);
   }
   return got;
 }
@@ -150,6 +270,7 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
                        std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
                        const RowWriter* writer) {
   MEMENTO_CHECK_GT(piece_bytes, 0u);
+  piece_bytes = std::min(piece_bytes, kMaxReducePieceBytes);
   const int me = transport->rank();
   std::atomic<uint64_t> sent{0}, received{0};
   std::mutex mu;

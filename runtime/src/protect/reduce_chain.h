@@ -6,10 +6,11 @@
 // rank of term 0 multiplies its row by its coefficient and sends the product
 // to the rank of term 1, which folds in its own product (GfMultiplyAdd) and
 // forwards the sum, and so on; the last term's rank sends the finished row to
-// the destination. The row is cut into pieces of `piece_bytes`, so the hops
-// are pipelined: the destination gets the first piece after ~K piece times,
-// not K row times. The destination receives all its chains at once, one
-// thread each, so their pipelines fill together. Bytes into the destination: the row's length; bytes into
+// the destination. The row is cut into pieces of `piece_bytes` (at most
+// kMaxReducePieceBytes), so the hops are pipelined: the destination gets the
+// first piece after ~K piece times, not K row times. The destination
+// receives all its chains at once, one thread each, so their pipelines fill
+// together. Bytes into the destination: the row's length; bytes into
 // every other rank: one row per chain it takes part in after the first term;
 // total traffic: K rows per chain (as gathering the K inputs, but spread over
 // the survivors instead of converging on the destination).
@@ -19,16 +20,24 @@
 // parity piece (generator coefficients over the stripe's data rows, chain ->
 // the new parity holder; reprotector.cc).
 //
-// Wire: per piece, a wire::PayloadHeader {length, crc32c of the payload, ok} then,
-// if ok, the payload, both with the chain's tag. A rank that cannot read its
-// row (or got a failed / corrupt piece) sends ok = 0 for every remaining
-// piece, so the destination learns the chain failed without a timeout and
-// every message count stays the same on both sides.
+// Wire: per piece, a wire::PayloadHeader {length, crc32c of the payload, ok} then
+// the payload (0 bytes if not ok), both with the chain's tag. A rank that
+// cannot read its row (or got a failed / corrupt piece) sends ok = 0 for
+// every remaining piece, so the destination learns the chain failed without
+// a timeout, and every message count stays the same on both sides whatever
+// failed, which lets every receiver post its receives ahead.
+//
+// Pipelining on one thread per hop: a hop keeps 2 pieces' receives posted
+// (Transport::StartRecv) and its forwarded piece in flight (StartSend) while
+// it folds the current one, so each link receives and sends at once; with
+// one piece at a time, a hop's receive and send took turns and a chain ran
+// at half its links' speed.
 //
 // Deadlock freedom: each (chain, term) of this rank runs on its own thread
-// and only waits for its predecessor, which waits only for its own; the chain
-// is acyclic, and each result is received on a thread of its own. Tags: chain c uses
-// `tag_base + c` (mod the recover tag span); ranks of one chain are distinct.
+// and only waits for its predecessor's pieces and for its successor taking
+// its own; the chain is acyclic, and each result is received on a thread of
+// its own. Tags: chain c uses `tag_base + c` (mod the recover tag span);
+// ranks of one chain are distinct.
 #pragma once
 
 #include <atomic>
@@ -65,6 +74,16 @@ using RowReader = std::function<Status(int chain, const ReduceTerm& term, uint64
 // pieces from different threads at once). A failure fails that chain.
 using RowWriter = std::function<Status(int chain, uint64_t offset, const uint8_t* data,
                                        uint64_t len)>;
+
+// Pieces are at most this long, whatever piece_bytes the caller passes. A
+// chain's latency is its hops times one piece's wire time, and every hop
+// holds 4 pieces (3 in flight and its own row's): with 4 MiB pieces (the
+// snapshot chunk) the pipeline took ~3 x 40 ms to fill behind a 0.1 GiB/s
+// link and each hop first-touched 16 MiB of fresh buffers, which cost more
+// than the transfer on the 2-core VM the benchmarks run on (page faults at
+// ~5-13 us each). 512 KiB gave the lowest resume time there (256 KiB to
+// 4 MiB measured; experiments/runtime/README.md).
+inline constexpr uint64_t kMaxReducePieceBytes = 512 * 1024;
 
 // Byte counts of one RunReduceChains call on this rank (payload only).
 struct ReduceBytes {

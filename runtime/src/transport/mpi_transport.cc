@@ -247,64 +247,127 @@ class MpiTransport final : public Transport {
   }
 
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    MEMENTO_ASSIGN_OR_RETURN(std::unique_ptr<PendingTransfer> op,
+                             StartSend(peer, tag, data, bytes));
+    return op->Wait().status();
+  }
+
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    MEMENTO_ASSIGN_OR_RETURN(std::unique_ptr<PendingTransfer> op,
+                             StartRecv(peer, tag, data, capacity));
+    return op->Wait();
+  }
+
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
     MEMENTO_RETURN_IF_ERROR(CheckUsable());
     MEMENTO_RETURN_IF_ERROR(CheckPeerTag(peer, tag, "Send"));
     if (bytes > static_cast<size_t>(INT_MAX)) {
       return Status::InvalidArgument("Send: " + std::to_string(bytes) +
                                      " bytes exceed the MPI count limit; send in chunks");
     }
-    MPI_Request req;
+    auto op = std::make_unique<Transfer>(this, /*send=*/true, peer, tag, bytes);
     {
       auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(MpiStatus(
-          MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend"));
+          MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &op->req),
+          "MPI_Isend"));
     }
-    MPI_Status st;
-    Status s = Poll(&req, &st);
-    const std::string where = "Send to rank " + std::to_string(peer) + " tag " + std::to_string(tag);
-    if (s.code() == StatusCode::kTimeout) {
-      // A send that never matched cannot be taken back safely: MPI may still
-      // read the caller's buffer.
-      Break(where + ": " + s.message());
-    }
-    return s.WithContext(where);
+    op->started = true;
+    return std::unique_ptr<PendingTransfer>(std::move(op));
   }
 
-  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
     MEMENTO_RETURN_IF_ERROR(CheckUsable());
     MEMENTO_RETURN_IF_ERROR(CheckPeerTag(peer, tag, "Recv"));
     const int count =
         capacity > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(capacity);
-    MPI_Request req;
+    auto op = std::make_unique<Transfer>(this, /*send=*/false, peer, tag, capacity);
     {
       auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
-          MpiStatus(MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm_, &req), "MPI_Irecv"));
+          MpiStatus(MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm_, &op->req), "MPI_Irecv"));
     }
-    MPI_Status st;
-    Status s = Poll(&req, &st);
-    const std::string where =
-        "Recv from rank " + std::to_string(peer) + " tag " + std::to_string(tag);
-    if (s.code() == StatusCode::kTimeout) {
-      // A receive that has not matched is cancelled. One that matched a
-      // message still in flight cannot be: if the cancel does not complete
-      // within a grace period, MPI may still write into the caller's buffer.
-      {
-        auto lock = Lock();
-        MPI_Cancel(&req);
-      }
-      if (!PollRequest(&req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).ok()) {
-        Break(where + ": " + s.message() + " (and the cancel did not complete)");
-      }
-      return s.WithContext(where);
-    }
-    if (!s.ok()) return s.WithContext(where + " (capacity " + std::to_string(capacity) + ")");
-    int got = 0;
-    MPI_Get_count(&st, MPI_BYTE, &got);
-    return static_cast<size_t>(got);
+    op->started = true;
+    return std::unique_ptr<PendingTransfer>(std::move(op));
+  }
+
+  // One pass of Open MPI's progress engine (MPI_Iprobe runs it and matches nothing).
+  void Progress() override {
+    if (broken_) return;
+    int flag = 0;
+    auto lock = Lock();
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
   }
 
  private:
+  // One MPI_Isend / MPI_Irecv in flight. Waited for, it is polled to
+  // completion; dropped unwaited, a send is still polled to completion (MPI
+  // reads the caller's buffer until then) and a receive is cancelled.
+  struct Transfer final : PendingTransfer {
+    Transfer(MpiTransport* t, bool is_send, int peer, int tag, size_t bytes)
+        : t(t), is_send(is_send), peer(peer), tag(tag), bytes(bytes) {}
+    ~Transfer() override {
+      if (!started || done) return;
+      if (is_send) {
+        (void)Wait();
+      } else {
+        t->CancelRecv(&req, Where());
+      }
+    }
+    Result<size_t> Wait() override {
+      if (done) return Status::FailedPrecondition(Where() + ": already waited for");
+      done = true;
+      MPI_Status st;
+      Status s = t->Poll(&req, &st);
+      if (s.code() == StatusCode::kTimeout) {
+        if (is_send) {
+          // A send that never matched cannot be taken back safely: MPI may
+          // still read the caller's buffer.
+          t->Break(Where() + ": " + s.message());
+        } else {
+          t->CancelRecv(&req, Where() + ": " + s.message());
+        }
+        return s.WithContext(Where());
+      }
+      if (!s.ok()) {
+        return is_send ? s.WithContext(Where())
+                       : s.WithContext(Where() + " (capacity " + std::to_string(bytes) + ")");
+      }
+      if (is_send) return bytes;
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      return static_cast<size_t>(got);
+    }
+    std::string Where() const {
+      return std::string(is_send ? "Send to" : "Recv from") + " rank " + std::to_string(peer) +
+             " tag " + std::to_string(tag);
+    }
+    MpiTransport* const t;
+    const bool is_send;
+    const int peer, tag;
+    const size_t bytes;  // of the send / capacity of the receive
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool started = false;
+    bool done = false;
+  };
+
+  // Cancels a receive. One that has not matched is cancelled at once; one
+  // that matched a message still in flight cannot be: if the cancel does not
+  // complete within a grace period, MPI may still write into the caller's
+  // buffer, and the transport is broken.
+  void CancelRecv(MPI_Request* req, const std::string& why) {
+    {
+      auto lock = Lock();
+      MPI_Cancel(req);
+    }
+    MPI_Status st;
+    if (!PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).ok()) {
+      Break(why + " (and the cancel did not complete)");
+    }
+  }
+
   Status CheckUsable() const {
     if (broken_) {
       return Status::Unavailable("MPI transport unusable after an earlier failure: " +

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include "memento/erasure/gf256.h"
@@ -30,10 +32,16 @@ struct Outcome {
 // With `landed` (one row per chain, sized by the caller), the destinations
 // pass their pieces to a writer that copies them there, checking that each
 // chain's pieces come in order and without gaps.
+// `transports`, when given, are the ranks' transports (a wrapper, or a group
+// used before).
 std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
                                   uint64_t piece_bytes, int unreadable = -1,
-                                  std::vector<std::vector<uint8_t>>* landed = nullptr) {
-  auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+                                  std::vector<std::vector<uint8_t>>* landed = nullptr,
+                                  std::vector<std::shared_ptr<Transport>> transports = {}) {
+  if (transports.empty()) {
+    auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+    for (int r = 0; r < n; ++r) transports.push_back(group->transport(r));
+  }
   std::vector<Outcome> out(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -53,7 +61,7 @@ std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
         return Status::Ok();
       };
       out[r].status =
-          RunReduceChains(group->transport(r).get(), chains, /*tag_base=*/0, piece_bytes, reader,
+          RunReduceChains(transports[r].get(), chains, /*tag_base=*/0, piece_bytes, reader,
                           &out[r].results, &out[r].bytes, landed != nullptr ? &writer : nullptr);
     });
   }
@@ -124,6 +132,115 @@ TEST(ReduceChain, AnUnreadableRowFailsTheChainAtItsDestination) {
   auto out = RunOnThreads(3, chains, 1024, /*unreadable=*/0);
   EXPECT_FALSE(out[2].status.ok());
   EXPECT_FALSE(out[0].status.ok());
+}
+
+// Counts the receives a rank has started and not yet waited for, and keeps
+// the most seen at once; while armed, flips a byte of the `flip_at`-th
+// payload of more than 16 bytes this rank sends (its buffer is left alone).
+class WatchTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  int most_outstanding() const { return most_; }
+  void FlipPayload(int flip_at) { flip_at_ = flip_at; }
+
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    MEMENTO_ASSIGN_OR_RETURN(std::unique_ptr<PendingTransfer> inner,
+                             ForwardingTransport::StartRecv(peer, tag, data, capacity));
+    const int now = ++outstanding_;
+    int seen = most_.load();
+    while (now > seen && !most_.compare_exchange_weak(seen, now)) {
+    }
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<Counted>(std::move(inner), &outstanding_));
+  }
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    if (bytes > 16 && flip_at_ >= 0 && payloads_++ == flip_at_) {
+      std::vector<uint8_t> copy(static_cast<const uint8_t*>(data),
+                                static_cast<const uint8_t*>(data) + bytes);
+      copy[bytes / 2] ^= 0x40;
+      return ForwardingTransport::Send(peer, tag, copy.data(), bytes);
+    }
+    return ForwardingTransport::Send(peer, tag, data, bytes);
+  }
+
+ private:
+  struct Counted final : PendingTransfer {
+    Counted(std::unique_ptr<PendingTransfer> inner, std::atomic<int>* n)
+        : inner(std::move(inner)), n(n) {}
+    ~Counted() override {
+      if (!waited) --*n;
+    }
+    Result<size_t> Wait() override {
+      if (!waited) --*n;
+      waited = true;
+      return inner->Wait();
+    }
+    std::unique_ptr<PendingTransfer> inner;
+    std::atomic<int>* n;
+    bool waited = false;
+  };
+  std::atomic<int> outstanding_{0};
+  std::atomic<int> most_{0};
+  int flip_at_ = -1;
+  int payloads_ = 0;
+};
+
+std::vector<std::shared_ptr<WatchTransport>> Watched(int n) {
+  auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+  std::vector<std::shared_ptr<WatchTransport>> w;
+  for (int r = 0; r < n; ++r) w.push_back(std::make_shared<WatchTransport>(group->transport(r)));
+  return w;
+}
+
+std::vector<std::shared_ptr<Transport>> AsTransports(
+    const std::vector<std::shared_ptr<WatchTransport>>& w) {
+  return {w.begin(), w.end()};
+}
+
+// Every receiver keeps pieces posted ahead of the one it folds: a middle hop
+// and the destination each have 2 pieces (a header and a payload each)
+// started before they wait for the first.
+TEST(ReduceChain, ReceiversKeepTwoPiecesPosted) {
+  std::vector<ReduceChain> chains(1);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 1}};
+  chains[0].dst_rank = 2;
+  chains[0].length = 10 * 1000;
+  auto w = Watched(3);
+  auto out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(out[r].status.ok()) << out[r].status.ToString();
+  EXPECT_EQ(out[2].results[0], Expected(chains[0]));
+  EXPECT_EQ(w[0]->most_outstanding(), 0);  // the first term only sends
+  EXPECT_EQ(w[1]->most_outstanding(), 4);
+  EXPECT_EQ(w[2]->most_outstanding(), 4);
+}
+
+// A piece damaged between two hops fails its crc32c at the next hop, which
+// forwards "failed" for the rest of the row: the destination learns the chain
+// failed without a timeout. The stream stays in step (every message of the
+// damaged run is taken), so the same chains on the same transports and tags
+// then succeed.
+TEST(ReduceChain, ADamagedPieceFailsTheChainAndLeavesTheStreamInStep) {
+  std::vector<ReduceChain> chains(1);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
+  chains[0].dst_rank = 3;
+  chains[0].length = 9000;
+  auto w = Watched(4);
+  w[1]->FlipPayload(/*flip_at=*/2);
+  auto out = RunOnThreads(4, chains, 1000, -1, nullptr, AsTransports(w));
+  EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
+  EXPECT_TRUE(out[1].status.ok()) << out[1].status.ToString();
+  ASSERT_FALSE(out[2].status.ok());
+  EXPECT_NE(out[2].status.message().find("fails its crc32c"), std::string::npos)
+      << out[2].status.ToString();
+  ASSERT_FALSE(out[3].status.ok());
+  EXPECT_NE(out[3].status.message().find("could not serve its row"), std::string::npos)
+      << out[3].status.ToString();
+  // Pieces 0 and 1 were good; none from the damaged one on counts.
+  EXPECT_EQ(out[3].bytes.received, 2000u);
+  auto again = RunOnThreads(4, chains, 1000, -1, nullptr, AsTransports(w));
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(again[r].status.ok()) << again[r].status.ToString();
+  EXPECT_EQ(again[3].results[0], Expected(chains[0]));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -124,6 +125,39 @@ TEST(InProcessTransport, OversizedMessageIsAnError) {
   auto r = group->transport(1)->Recv(0, 0, small, sizeof(small));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+// The default non-blocking path (the in-process transport has none of its
+// own): a started send has happened, started receives finish in the order
+// waited, and a receive dropped unwaited leaves its message for the next.
+TEST(InProcessTransport, StartedTransfersUseTheBlockingOnes) {
+  auto group = InProcessGroup::Create(2, std::chrono::seconds(20));
+  Transport& a = *group->transport(0);
+  Transport& b = *group->transport(1);
+  int in[3] = {0, 0, 0};
+  std::vector<std::unique_ptr<Transport::PendingTransfer>> recvs;
+  for (int& slot : in) {
+    auto r = b.StartRecv(0, 4, &slot, sizeof(slot));
+    ASSERT_TRUE(r.ok());
+    recvs.push_back(std::move(*r));
+  }
+  for (int v : {10, 20, 30}) {
+    auto s = a.StartSend(1, 4, &v, sizeof(v));  // v may change once started
+    ASSERT_TRUE(s.ok());
+    auto done = (*s)->Wait();
+    ASSERT_TRUE(done.ok());
+    EXPECT_EQ(*done, sizeof(v));
+  }
+  for (auto& r : recvs) ASSERT_TRUE(r->Wait().ok());
+  EXPECT_EQ(in[0], 10);
+  EXPECT_EQ(in[1], 20);
+  EXPECT_EQ(in[2], 30);
+  int v = 40, got = 0;
+  ASSERT_TRUE(a.Send(1, 4, &v, sizeof(v)).ok());
+  { auto dropped = b.StartRecv(0, 4, &got, sizeof(got)); }
+  ASSERT_TRUE(b.Recv(0, 4, &got, sizeof(got)).ok());
+  EXPECT_EQ(got, 40);
+  EXPECT_EQ(a.StartSend(2, 0, &v, 4).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(InProcessTransport, BadPeerAndTagAreInvalidArgument) {

@@ -85,6 +85,42 @@ class Transport {
   // is consumed). Blocks until the message arrives, the peer is known to be
   // gone (Unavailable) or the timeout passes (Timeout).
   virtual Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) = 0;
+
+  // Non-blocking point-to-point: StartSend / StartRecv begin a transfer and
+  // return at once with a PendingTransfer; its Wait() finishes it (the
+  // bytes sent / received, or the error Send / Recv would have returned).
+  // Several transfers in flight let one thread keep a link busy in both
+  // directions (a reduce-chain hop receives piece k+1 while it forwards
+  // piece k) without a thread per stream polling the wire.
+  //
+  // Rules for the caller: `data` stays valid and untouched until Wait()
+  // returns; Wait() the transfers of one (peer, tag) in the order they were
+  // started; destroying a transfer that was not waited for finishes a send
+  // (as Wait) and cancels a receive, so a caller may drop what it posted
+  // after an error. Order and matching are those of Send / Recv.
+  //
+  // Default, for transports without a non-blocking path of their own: the
+  // send happens inside StartSend (as Send), the receive inside Wait (as
+  // Recv). That is correct for any pattern whose waits do not form a cycle
+  // (a chain or a tree), but overlaps nothing on the calling thread.
+  // MpiTransport overrides both with MPI_Isend / MPI_Irecv.
+  class PendingTransfer {
+   public:
+    virtual ~PendingTransfer() = default;
+    virtual Result<size_t> Wait() = 0;
+  };
+  virtual Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                             size_t bytes);
+  virtual Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                             size_t capacity);
+
+  // Moves transfers in flight along without waiting for any. A transport
+  // whose transfers advance only inside its calls (Open MPI's shared-memory
+  // and TCP paths copy a large message fragment by fragment, only while some
+  // thread of each side polls) needs a thread that blocks for another
+  // reason, with transfers of its own in flight, to call this now and then.
+  // Default: nothing (the transfers need no help).
+  virtual void Progress() {}
 };
 
 // Forwards every call to an inner Transport. Base of transports that wrap
@@ -109,6 +145,15 @@ class ForwardingTransport : public Transport {
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
     return inner_->Recv(peer, tag, data, capacity);
   }
+  void Progress() override { inner_->Progress(); }
+  // StartSend / StartRecv are not forwarded: the defaults go through this
+  // object's Send / Recv, so a subclass that changes those (a fault, a
+  // counter) changes the non-blocking path too. A subclass that wants the
+  // inner transport's own non-blocking path overrides them and calls
+  // inner()->StartSend / StartRecv.
+
+ protected:
+  Transport* inner() const { return inner_.get(); }
 
  private:
   std::shared_ptr<Transport> inner_;

@@ -1,0 +1,49 @@
+#include "memento/runtime/transport.h"
+
+#include <utility>
+
+namespace memento::runtime {
+namespace {
+
+// A send that already happened inside StartSend.
+class FinishedTransfer final : public Transport::PendingTransfer {
+ public:
+  explicit FinishedTransfer(size_t bytes) : bytes_(bytes) {}
+  Result<size_t> Wait() override { return bytes_; }
+
+ private:
+  const size_t bytes_;
+};
+
+// A receive that happens when it is waited for; dropped unwaited, it never
+// happens (the message stays queued, as after a cancelled MPI receive).
+class DeferredRecv final : public Transport::PendingTransfer {
+ public:
+  DeferredRecv(Transport* t, int peer, int tag, void* data, size_t capacity)
+      : t_(t), peer_(peer), tag_(tag), data_(data), capacity_(capacity) {}
+  Result<size_t> Wait() override { return t_->Recv(peer_, tag_, data_, capacity_); }
+
+ private:
+  Transport* const t_;
+  const int peer_, tag_;
+  void* const data_;
+  const size_t capacity_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport::PendingTransfer>> Transport::StartSend(int peer, int tag,
+                                                                         const void* data,
+                                                                         size_t bytes) {
+  MEMENTO_RETURN_IF_ERROR(Send(peer, tag, data, bytes));
+  return std::unique_ptr<PendingTransfer>(std::make_unique<FinishedTransfer>(bytes));
+}
+
+Result<std::unique_ptr<Transport::PendingTransfer>> Transport::StartRecv(int peer, int tag,
+                                                                         void* data,
+                                                                         size_t capacity) {
+  return std::unique_ptr<PendingTransfer>(
+      std::make_unique<DeferredRecv>(this, peer, tag, data, capacity));
+}
+
+}  // namespace memento::runtime

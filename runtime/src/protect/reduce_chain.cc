@@ -42,8 +42,9 @@ Status PostRecv(Transport* t, int src, int tag, uint64_t want, uint8_t* into, Pi
   return Status::Ok();
 }
 
-// Finishes the piece posted on `b` (`want` bytes into `into`). Ok with
-// *ok = false when the sender reported a failure upstream. On an error,
+// Finishes the piece posted on `b` (`want` bytes into `into`). *ok says
+// whether it holds good data: Ok with *ok = false when the sender reported a
+// failure upstream. On an error,
 // *in_step says whether both messages were still taken (a piece that fails
 // its crc32c or has the wrong length: the next piece can be received) or the
 // stream is broken (a transport error).
@@ -61,8 +62,7 @@ Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, b
     return Status::Corruption("reduce piece header of " + std::to_string(*n));
   }
   if (!m.ok()) return m.status();
-  *ok = b->header.ok != 0;
-  if (!*ok) return Status::Ok();
+  if (b->header.ok == 0) return Status::Ok();
   if (b->header.length != want || *m != want) {
     return Status::Corruption("reduce piece of " + std::to_string(b->header.length) +
                               " bytes, expected " + std::to_string(want));
@@ -71,6 +71,7 @@ Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, b
     return Status::Corruption("reduce piece from rank " + std::to_string(src) +
                               " fails its crc32c");
   }
+  *ok = true;
   return Status::Ok();
 }
 
@@ -124,12 +125,12 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
   auto note = [&](const Status& st) {
     if (!st.ok() && s.ok()) s = st;
   };
-  auto lose_wire = [&](const Status& st) {
-    note(st);
+  auto lose_wire = [&] {
     wire = false;
     for (PieceBuffer& b : ring) DropRecv(&b);
   };
-  // Piece k's buffer is free once the send of the piece before it there is done.
+  // Piece k's buffer is free once the send of the piece before it there is
+  // done: taken before a receive is posted into it and before it is sent.
   auto take = [&](uint64_t k) -> PieceBuffer& {
     PieceBuffer& b = ring[k % ring.size()];
     Status w = FinishSend(&b);
@@ -143,25 +144,22 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     if (prev < 0 || !wire || k >= pieces) return;
     PieceBuffer& b = take(k);
     Status r = PostRecv(transport, prev, tag, piece_len(k), b.data.data(), &b);
-    if (!r.ok()) lose_wire(r);
+    if (!r.ok()) {
+      note(r);
+      lose_wire();
+    }
   };
   for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
   for (uint64_t k = 0; k < pieces; ++k) {
     const uint64_t off = k * piece_bytes;
     const uint64_t len = piece_len(k);
-    PieceBuffer& b = prev >= 0 ? ring[k % ring.size()] : take(k);
+    PieceBuffer& b = take(k);
     bool ok = true;
     if (prev >= 0 && wire) {
       bool in_step = true;
       Status r = FinishRecv(prev, len, b.data.data(), &b, &ok, &in_step);
-      if (!r.ok()) {
-        if (in_step) {
-          note(r);
-        } else {
-          lose_wire(r);
-        }
-        ok = false;
-      }
+      note(r);
+      if (!in_step) lose_wire();
     } else if (prev >= 0) {
       ok = false;
     }
@@ -220,18 +218,19 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
   };
   Status got;
   bool wire = true;
-  auto lose_wire = [&](const Status& r) {
+  auto fail = [&](const Status& r, bool in_step) {
+    if (!r.ok() && got.ok()) {
+      got =
+          r.WithContext("reduce chain " + std::to_string(c) + " from rank " + std::to_string(last));
+    }
+    if (in_step) return;
     wire = false;
     for (PieceBuffer& b : ring) DropRecv(&b);
-    if (got.ok()) {
-      got = r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
-                          std::to_string(last));
-    }
   };
   auto post = [&](uint64_t k) {
     if (!wire || k >= pieces) return;
     Status r = PostRecv(transport, last, tag, piece_len(k), into(k), &ring[k % ring.size()]);
-    if (!r.ok()) lose_wire(r);
+    if (!r.ok()) fail(r, /*in_step=*/false);
   };
   for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
   for (uint64_t k = 0; k < pieces; ++k) {
@@ -241,12 +240,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     if (wire) {
       bool in_step = true;
       Status r = FinishRecv(last, len, into(k), &ring[k % ring.size()], &ok, &in_step);
-      if (!r.ok() && in_step && got.ok()) {
-        got = r.WithContext("reduce chain " + std::to_string(c) + " from rank " +
-                            std::to_string(last));
-      } else if (!r.ok() && !in_step) {
-        lose_wire(r);
-      }
+      fail(r, in_step);
     }
     if (ok) {
       received->fetch_add(len);
@@ -301,9 +295,9 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
   for (size_t c = 0; c < chains.size(); ++c) {
     if (chains[c].dst_rank != me) continue;
     threads.emplace_back([&, c] {
-      result_status[c] = ReceiveResult(transport, chains[c], static_cast<int>(c),
-                                       ChainTag(tag_base, c), piece_bytes, writer,
-                                       &(*results)[c], &received);
+      result_status[c] =
+          ReceiveResult(transport, chains[c], static_cast<int>(c), ChainTag(tag_base, c),
+                        piece_bytes, writer, &(*results)[c], &received);
     });
   }
   for (auto& t : threads) t.join();

@@ -72,8 +72,8 @@ using RowReader = std::function<Status(int chain, const ReduceTerm& term, uint64
 // Takes a finished piece [offset, offset + len) of chain `chain`'s row at the
 // destination (pieces of one chain arrive in order; different chains'
 // pieces from different threads at once). A failure fails that chain.
-using RowWriter = std::function<Status(int chain, uint64_t offset, const uint8_t* data,
-                                       uint64_t len)>;
+using RowWriter =
+    std::function<Status(int chain, uint64_t offset, const uint8_t* data, uint64_t len)>;
 
 // Pieces are at most this long, whatever piece_bytes the caller passes. A
 // chain's latency is its hops times one piece's wire time, and every hop

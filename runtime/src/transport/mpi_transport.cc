@@ -213,10 +213,10 @@ class MpiTransport final : public Transport {
     MPI_Request req;
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Iallgather(sizes->in.data(), 1, MPI_INT,
-                                                       sizes->counts.data(), 1, MPI_INT, comm_,
-                                                       &req),
-                                        "MPI_Iallgather"));
+      MEMENTO_RETURN_IF_ERROR(
+          MpiStatus(MPI_Iallgather(sizes->in.data(), 1, MPI_INT, sizes->counts.data(), 1, MPI_INT,
+                                   comm_, &req),
+                    "MPI_Iallgather"));
     }
     MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &sizes, "Allgather (sizes)"));
     auto op = std::make_unique<OpBuffers>();
@@ -232,10 +232,10 @@ class MpiTransport final : public Transport {
     op->in.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(MpiStatus(
-          MPI_Iallgatherv(op->in.data(), mine, MPI_BYTE, op->out.data(), op->counts.data(),
-                          op->displs.data(), MPI_BYTE, comm_, &req),
-          "MPI_Iallgatherv"));
+      MEMENTO_RETURN_IF_ERROR(
+          MpiStatus(MPI_Iallgatherv(op->in.data(), mine, MPI_BYTE, op->out.data(),
+                                    op->counts.data(), op->displs.data(), MPI_BYTE, comm_, &req),
+                    "MPI_Iallgatherv"));
     }
     MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &op, "Allgather"));
     std::vector<Bytes> out(size_);
@@ -266,15 +266,14 @@ class MpiTransport final : public Transport {
       return Status::InvalidArgument("Send: " + std::to_string(bytes) +
                                      " bytes exceed the MPI count limit; send in chunks");
     }
-    auto op = std::make_unique<Transfer>(this, /*send=*/true, peer, tag, bytes);
+    MPI_Request req;
     {
       auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(MpiStatus(
-          MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &op->req),
-          "MPI_Isend"));
+          MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, &req), "MPI_Isend"));
     }
-    op->started = true;
-    return std::unique_ptr<PendingTransfer>(std::move(op));
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<Transfer>(this, /*is_send=*/true, peer, tag, bytes, req));
   }
 
   Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
@@ -283,14 +282,14 @@ class MpiTransport final : public Transport {
     MEMENTO_RETURN_IF_ERROR(CheckPeerTag(peer, tag, "Recv"));
     const int count =
         capacity > static_cast<size_t>(INT_MAX) ? INT_MAX : static_cast<int>(capacity);
-    auto op = std::make_unique<Transfer>(this, /*send=*/false, peer, tag, capacity);
+    MPI_Request req;
     {
       auto lock = Lock();
       MEMENTO_RETURN_IF_ERROR(
-          MpiStatus(MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm_, &op->req), "MPI_Irecv"));
+          MpiStatus(MPI_Irecv(data, count, MPI_BYTE, peer, tag, comm_, &req), "MPI_Irecv"));
     }
-    op->started = true;
-    return std::unique_ptr<PendingTransfer>(std::move(op));
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<Transfer>(this, /*is_send=*/false, peer, tag, capacity, req));
   }
 
   // One pass of Open MPI's progress engine (MPI_Iprobe runs it and matches nothing).
@@ -304,12 +303,13 @@ class MpiTransport final : public Transport {
  private:
   // One MPI_Isend / MPI_Irecv in flight. Waited for, it is polled to
   // completion; dropped unwaited, a send is still polled to completion (MPI
-  // reads the caller's buffer until then) and a receive is cancelled.
+  // reads the caller's buffer until then) and a receive is cancelled (a
+  // message it already took is gone with it).
   struct Transfer final : PendingTransfer {
-    Transfer(MpiTransport* t, bool is_send, int peer, int tag, size_t bytes)
-        : t(t), is_send(is_send), peer(peer), tag(tag), bytes(bytes) {}
+    Transfer(MpiTransport* t, bool is_send, int peer, int tag, size_t bytes, MPI_Request req)
+        : t(t), is_send(is_send), peer(peer), tag(tag), bytes(bytes), req(req) {}
     ~Transfer() override {
-      if (!started || done) return;
+      if (done) return;
       if (is_send) {
         (void)Wait();
       } else {
@@ -348,9 +348,8 @@ class MpiTransport final : public Transport {
     const bool is_send;
     const int peer, tag;
     const size_t bytes;  // of the send / capacity of the receive
-    MPI_Request req = MPI_REQUEST_NULL;
-    bool started = false;
-    bool done = false;
+    MPI_Request req;
+    bool done = false;  // waited for
   };
 
   // Cancels a receive. One that has not matched is cancelled at once; one
@@ -415,9 +414,9 @@ class MpiTransport final : public Transport {
     MPI_Request req;
     {
       auto lock = Lock();
-      MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Iallreduce(buffers->in.data(), buffers->out.data(), 1,
-                                                       type, op, comm_, &req),
-                                        "MPI_Iallreduce"));
+      MEMENTO_RETURN_IF_ERROR(MpiStatus(
+          MPI_Iallreduce(buffers->in.data(), buffers->out.data(), 1, type, op, comm_, &req),
+          "MPI_Iallreduce"));
     }
     MEMENTO_RETURN_IF_ERROR(WaitCollective(&req, &buffers, what));
     std::memcpy(out, buffers->out.data(), bytes);
@@ -460,7 +459,7 @@ class MpiTransport final : public Transport {
   std::mutex mu_;  // serializes every MPI call on comm_ when serialize_
   std::atomic<bool> broken_{false};
   mutable std::mutex abandoned_mu_;
-  std::string broken_reason_;                         // guarded by abandoned_mu_
+  std::string broken_reason_;                          // guarded by abandoned_mu_
   std::vector<std::unique_ptr<OpBuffers>> abandoned_;  // guarded by abandoned_mu_; never freed
 };
 

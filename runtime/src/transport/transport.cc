@@ -5,14 +5,22 @@
 namespace memento::runtime {
 namespace {
 
+Status WaitedTwice() {
+  return Status::FailedPrecondition("a started transfer was already waited for");
+}
+
 // A send that already happened inside StartSend.
 class FinishedTransfer final : public Transport::PendingTransfer {
  public:
   explicit FinishedTransfer(size_t bytes) : bytes_(bytes) {}
-  Result<size_t> Wait() override { return bytes_; }
+  Result<size_t> Wait() override {
+    if (std::exchange(waited_, true)) return WaitedTwice();
+    return bytes_;
+  }
 
  private:
   const size_t bytes_;
+  bool waited_ = false;
 };
 
 // A receive that happens when it is waited for; dropped unwaited, it never
@@ -21,13 +29,17 @@ class DeferredRecv final : public Transport::PendingTransfer {
  public:
   DeferredRecv(Transport* t, int peer, int tag, void* data, size_t capacity)
       : t_(t), peer_(peer), tag_(tag), data_(data), capacity_(capacity) {}
-  Result<size_t> Wait() override { return t_->Recv(peer_, tag_, data_, capacity_); }
+  Result<size_t> Wait() override {
+    if (std::exchange(waited_, true)) return WaitedTwice();  // would take another message
+    return t_->Recv(peer_, tag_, data_, capacity_);
+  }
 
  private:
   Transport* const t_;
   const int peer_, tag_;
   void* const data_;
   const size_t capacity_;
+  bool waited_ = false;
 };
 
 }  // namespace

@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "memento/erasure/gf256.h"
 #include "memento/runtime/inprocess_transport.h"
@@ -135,13 +139,38 @@ TEST(ReduceChain, AnUnreadableRowFailsTheChainAtItsDestination) {
 }
 
 // Counts the receives a rank has started and not yet waited for, and keeps
-// the most seen at once; while armed, flips a byte of the `flip_at`-th
-// payload of more than 16 bytes this rank sends (its buffer is left alone).
+// the most seen at once. Counts the sends started from memory that a send
+// not yet waited for still reads (a buffer reused while in flight: over MPI,
+// the bytes on the wire would change). Optionally flips a byte of the
+// `flip_at`-th payload of more than 16 bytes this rank sends (its buffer is
+// left alone), or fails its `fail_at`-th receive without taking the message
+// (the stream is out of step).
 class WatchTransport : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   int most_outstanding() const { return most_; }
+  int reused_in_flight() const { return reused_; }
   void FlipPayload(int flip_at) { flip_at_ = flip_at; }
+  void FailRecv(int fail_at) { fail_at_ = fail_at; }
+
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!in_flight_.insert(data).second) ++reused_;
+    }
+    MEMENTO_ASSIGN_OR_RETURN(std::unique_ptr<PendingTransfer> inner,
+                             ForwardingTransport::StartSend(peer, tag, data, bytes));
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<Counted>(std::move(inner), [this, data] {
+          std::lock_guard<std::mutex> lock(mu_);
+          in_flight_.erase(data);
+        }));
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    if (fail_at_ >= 0 && recvs_++ == fail_at_) return Status::Unavailable("test: receive fails");
+    return ForwardingTransport::Recv(peer, tag, data, capacity);
+  }
 
   Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
                                                      size_t capacity) override {
@@ -152,7 +181,7 @@ class WatchTransport : public ForwardingTransport {
     while (now > seen && !most_.compare_exchange_weak(seen, now)) {
     }
     return std::unique_ptr<PendingTransfer>(
-        std::make_unique<Counted>(std::move(inner), &outstanding_));
+        std::make_unique<Counted>(std::move(inner), [this] { --outstanding_; }));
   }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     if (bytes > 16 && flip_at_ >= 0 && payloads_++ == flip_at_) {
@@ -165,25 +194,29 @@ class WatchTransport : public ForwardingTransport {
   }
 
  private:
+  // A transfer that calls `done` once, when it is waited for or dropped.
   struct Counted final : PendingTransfer {
-    Counted(std::unique_ptr<PendingTransfer> inner, std::atomic<int>* n)
-        : inner(std::move(inner)), n(n) {}
+    Counted(std::unique_ptr<PendingTransfer> inner, std::function<void()> done)
+        : inner(std::move(inner)), done(std::move(done)) {}
     ~Counted() override {
-      if (!waited) --*n;
+      if (done) done();
     }
     Result<size_t> Wait() override {
-      if (!waited) --*n;
-      waited = true;
+      if (done) std::exchange(done, nullptr)();
       return inner->Wait();
     }
     std::unique_ptr<PendingTransfer> inner;
-    std::atomic<int>* n;
-    bool waited = false;
+    std::function<void()> done;
   };
   std::atomic<int> outstanding_{0};
   std::atomic<int> most_{0};
+  std::mutex mu_;
+  std::set<const void*> in_flight_;  // guarded by mu_
+  int reused_ = 0;                   // guarded by mu_
   int flip_at_ = -1;
   int payloads_ = 0;
+  int fail_at_ = -1;
+  int recvs_ = 0;
 };
 
 std::vector<std::shared_ptr<WatchTransport>> Watched(int n) {
@@ -241,6 +274,28 @@ TEST(ReduceChain, ADamagedPieceFailsTheChainAndLeavesTheStreamInStep) {
   auto again = RunOnThreads(4, chains, 1000, -1, nullptr, AsTransports(w));
   for (int r = 0; r < 4; ++r) ASSERT_TRUE(again[r].status.ok()) << again[r].status.ToString();
   EXPECT_EQ(again[3].results[0], Expected(chains[0]));
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
+}
+
+// A receive that fails at a middle hop puts its stream out of step: the hop
+// drops what it posted, forwards "failed" for every remaining piece, and
+// never refills a buffer whose send is still in flight while it does.
+TEST(ReduceChain, ABrokenStreamIsReportedAndNoBufferIsReusedInFlight) {
+  std::vector<ReduceChain> chains(1);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 1}};
+  chains[0].dst_rank = 2;
+  chains[0].length = 12 * 1000;
+  auto w = Watched(3);
+  w[1]->FailRecv(/*fail_at=*/6);  // the header of piece 3
+  auto out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w));
+  ASSERT_FALSE(out[1].status.ok());
+  EXPECT_NE(out[1].status.message().find("test: receive fails"), std::string::npos)
+      << out[1].status.ToString();
+  ASSERT_FALSE(out[2].status.ok());
+  EXPECT_NE(out[2].status.message().find("could not serve its row"), std::string::npos)
+      << out[2].status.ToString();
+  EXPECT_EQ(out[2].bytes.received, 3000u);  // pieces 0-2
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
 }
 
 }  // namespace

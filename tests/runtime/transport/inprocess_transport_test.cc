@@ -149,6 +149,8 @@ TEST(InProcessTransport, StartedTransfersUseTheBlockingOnes) {
     EXPECT_EQ(*done, sizeof(v));
   }
   for (auto& r : recvs) ASSERT_TRUE(r->Wait().ok());
+  // A second Wait would take the next message; it is refused instead.
+  EXPECT_EQ(recvs[0]->Wait().status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(in[0], 10);
   EXPECT_EQ(in[1], 20);
   EXPECT_EQ(in[2], 30);

@@ -16,6 +16,9 @@ std::shared_ptr<Transport> g_transport;
 class MpiTransportTest : public ::testing::Test {
  protected:
   Transport& t() { return *g_transport; }
+  // Neighbours on the ring of ranks.
+  int right() { return (t().rank() + 1) % t().size(); }
+  int left() { return (t().rank() + t().size() - 1) % t().size(); }
 };
 
 TEST_F(MpiTransportTest, CollectivesAgree) {
@@ -48,10 +51,7 @@ TEST_F(MpiTransportTest, CollectivesAgree) {
 // Sends and receives on two threads at once while the main thread runs
 // collectives: the thread-safety contract of transport.h.
 TEST_F(MpiTransportTest, ConcurrentPointToPointAndCollectives) {
-  const int n = t().size();
   const int rank = t().rank();
-  const int right = (rank + 1) % n;
-  const int left = (rank + n - 1) % n;
   constexpr int kMessages = 64;
   constexpr size_t kBytes = 1 << 16;
   int bad = 0;
@@ -59,15 +59,15 @@ TEST_F(MpiTransportTest, ConcurrentPointToPointAndCollectives) {
     std::vector<uint8_t> buf(kBytes);
     for (int i = 0; i < kMessages; ++i) {
       std::fill(buf.begin(), buf.end(), static_cast<uint8_t>(rank * 31 + i));
-      if (!t().Send(right, 5, buf.data(), buf.size()).ok()) ++bad;
+      if (!t().Send(right(), 5, buf.data(), buf.size()).ok()) ++bad;
     }
   });
   int bad_recv = 0;
   std::thread receiver([&] {
     std::vector<uint8_t> buf(kBytes);
     for (int i = 0; i < kMessages; ++i) {
-      auto got = t().Recv(left, 5, buf.data(), buf.size());
-      if (!got.ok() || *got != kBytes || buf[kBytes - 1] != static_cast<uint8_t>(left * 31 + i)) {
+      auto got = t().Recv(left(), 5, buf.data(), buf.size());
+      if (!got.ok() || *got != kBytes || buf[kBytes - 1] != static_cast<uint8_t>(left() * 31 + i)) {
         ++bad_recv;
       }
     }
@@ -113,22 +113,19 @@ TEST_F(MpiTransportTest, RecvWithNoSenderTimesOut) {
 // its left: were StartSend blocking, every rank would wait in it for a
 // receive nobody has posted yet (a timeout, then an aborted job).
 TEST_F(MpiTransportTest, StartedTransfersOverlapOnOneThread) {
-  const int n = t().size();
   const int rank = t().rank();
-  const int right = (rank + 1) % n;
-  const int left = (rank + n - 1) % n;
   constexpr int kPieces = 4;
   constexpr size_t kPiece = 2 << 20;
   std::vector<std::vector<uint8_t>> out(kPieces), in(kPieces, std::vector<uint8_t>(kPiece));
   std::vector<std::unique_ptr<Transport::PendingTransfer>> recvs, sends;
   for (int i = 0; i < kPieces; ++i) {
     out[i].assign(kPiece, static_cast<uint8_t>(rank * 16 + i));
-    auto s = t().StartSend(right, 12, out[i].data(), out[i].size());
+    auto s = t().StartSend(right(), 12, out[i].data(), out[i].size());
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     sends.push_back(std::move(*s));
   }
   for (int i = 0; i < kPieces; ++i) {
-    auto r = t().StartRecv(left, 12, in[i].data(), in[i].size());
+    auto r = t().StartRecv(left(), 12, in[i].data(), in[i].size());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     recvs.push_back(std::move(*r));
   }
@@ -136,7 +133,7 @@ TEST_F(MpiTransportTest, StartedTransfersOverlapOnOneThread) {
     auto got = recvs[i]->Wait();
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(*got, kPiece);
-    EXPECT_EQ(in[i], std::vector<uint8_t>(kPiece, static_cast<uint8_t>(left * 16 + i)))
+    EXPECT_EQ(in[i], std::vector<uint8_t>(kPiece, static_cast<uint8_t>(left() * 16 + i)))
         << "piece " << i << " out of order or damaged";
   }
   for (auto& s : sends) {
@@ -166,11 +163,10 @@ TEST_F(MpiTransportTest, DroppedReceiveIsCancelledAndOversizedIsInvalidArgument)
   // Between neighbours: a receive posted before a message to oneself arrives
   // is truncated silently by Open MPI 4.1's self path (count = capacity, no
   // error), so the engine never relies on this check for messages to itself.
-  const int n = t().size();
   std::vector<uint8_t> big(64, 1);
-  auto small = t().StartRecv((rank + n - 1) % n, 14, &slot, sizeof(slot));
+  auto small = t().StartRecv(left(), 14, &slot, sizeof(slot));
   ASSERT_TRUE(small.ok());
-  auto sent = t().StartSend((rank + 1) % n, 14, big.data(), big.size());
+  auto sent = t().StartSend(right(), 14, big.data(), big.size());
   ASSERT_TRUE(sent.ok());
   EXPECT_EQ((*small)->Wait().status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE((*sent)->Wait().ok());

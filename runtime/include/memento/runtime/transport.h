@@ -94,10 +94,12 @@ class Transport {
   // piece k) without a thread per stream polling the wire.
   //
   // Rules for the caller: `data` stays valid and untouched until Wait()
-  // returns; Wait() the transfers of one (peer, tag) in the order they were
+  // returns; Wait() each transfer once (a second Wait is
+  // FailedPrecondition), those of one (peer, tag) in the order they were
   // started; destroying a transfer that was not waited for finishes a send
-  // (as Wait) and cancels a receive, so a caller may drop what it posted
-  // after an error. Order and matching are those of Send / Recv.
+  // (as Wait) and cancels a receive (a message it already took is gone), so
+  // a caller may drop what it posted after an error. Order and matching are
+  // those of Send / Recv.
   //
   // Default, for transports without a non-blocking path of their own: the
   // send happens inside StartSend (as Send), the receive inside Wait (as

@@ -75,6 +75,20 @@ using RowReader = std::function<Status(int chain, const ReduceTerm& term, uint64
 using RowWriter =
     std::function<Status(int chain, uint64_t offset, const uint8_t* data, uint64_t len)>;
 
+// Where the destination's finished pieces go, instead of a row-sized result.
+//  - span(chain, offset, len): memory the piece [offset, offset + len) of
+//    chain `chain`'s row is received straight into (no buffer, no copy), or
+//    null. It is asked when the receive is posted, up to kPiecesAhead pieces
+//    early. A piece received in place is checked (length, crc32c) there: when
+//    it fails, the chain fails and the span holds garbage, so spans are for
+//    memory nothing committed lives in (a slot being written, a new row).
+//  - write: takes every piece whose span was null, from a buffer of the
+//    chain's own. Required when span is unset or may return null.
+struct RowSink {
+  std::function<uint8_t*(int chain, uint64_t offset, uint64_t len)> span;
+  RowWriter write;
+};
+
 // Pieces are at most this long, whatever piece_bytes the caller passes. A
 // chain's latency is its hops times one piece's wire time, and every hop
 // holds 4 pieces (3 in flight and its own row's): with 4 MiB pieces (the
@@ -93,14 +107,14 @@ struct ReduceBytes {
 
 // Runs every chain this rank takes part in. `results[c]` (resized here) gets
 // the finished row of every chain whose dst_rank is this rank; other entries
-// stay empty. With `writer`, the finished pieces go to it instead and
+// stay empty. With `sink`, the finished pieces go to it instead and
 // `results` is left empty (the caller lands them where they belong, with no
-// row-sized buffer in between). Returns the first failure of a chain this rank is the
-// destination of, or of a hop it ran (named), else Ok. Every rank of the job
-// must call it with the same `chains` and `tag_base`.
+// row-sized buffer in between). Returns the first failure of a chain this
+// rank is the destination of, or of a hop it ran (named), else Ok. Every rank
+// of the job must call it with the same `chains` and `tag_base`.
 Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& chains, int tag_base,
                        uint64_t piece_bytes, const RowReader& reader,
                        std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
-                       const RowWriter* writer = nullptr);
+                       const RowSink* sink = nullptr);
 
 }  // namespace memento::runtime

@@ -67,7 +67,8 @@ Result<RestoreReport> RecoveryExecutor::Run() {
       report_.version = plan_.version;
       break;
     }
-    if (!local.ok()) report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
+    if (!local.ok())
+      report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
     // Every failure an end-to-end mismatch: the inputs of the mismatched
     // shards are bad copies; plan again without them.
     if (!agreed.other_failure && MarkMismatchedSources(agreed, attempt)) continue;
@@ -93,9 +94,8 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
   }
   report_.stats.reprotect_s = SecondsSince(t0);
-  report_.protection = parts_.background && report_.stats.reprotect_mode != "none"
-                           ? "re-protecting"
-                           : "protected";
+  report_.protection =
+      parts_.background && report_.stats.reprotect_mode != "none" ? "re-protecting" : "protected";
   Log(LogLevel::kInfo, report_.ToString() + " [" + report_.source_detail + "; lost nodes " +
                            std::to_string(report_.lost_nodes.size()) + "; sent " +
                            std::to_string(report_.stats.bytes_sent) + " B, received " +
@@ -241,8 +241,7 @@ Status RecoveryExecutor::TransferAndRestore() {
     if (s.node == pl_.node() && s.lane == pl_.lane()) mine_ = &s;
     if (s.kind != placement::SourceKind::kLocal) all_local_ = false;
     if (s.kind == placement::SourceKind::kReplica) {
-      transfers_.push_back(
-          {pl_.rank_of(s.from_node, s.lane), pl_.rank_of(s.node, s.lane), s.node});
+      transfers_.push_back({pl_.rank_of(s.from_node, s.lane), pl_.rank_of(s.node, s.lane), s.node});
     }
   }
   MEMENTO_CHECK(mine_ != nullptr);
@@ -335,7 +334,8 @@ Status RecoveryExecutor::SendReplica(size_t i) {
   return RunStreams(kTransferStreams, [&](int j) -> Status {
     for (uint64_t off = j * piece; off < h.length; off += kTransferStreams * piece) {
       const uint64_t n = std::min(piece, h.length - off);
-      MEMENTO_RETURN_IF_ERROR(parts_.transport->Send(t.dst, TransferTag(i, 1 + j), view->data + off, n));
+      MEMENTO_RETURN_IF_ERROR(
+          parts_.transport->Send(t.dst, TransferTag(i, 1 + j), view->data + off, n));
       sent_ += n;
     }
     return Status::Ok();
@@ -365,7 +365,8 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
         bounce.resize(want);
         dst = bounce.data();
       }
-      MEMENTO_ASSIGN_OR_RETURN(size_t got, parts_.transport->Recv(t.src, TransferTag(i, 1 + j), dst, want));
+      MEMENTO_ASSIGN_OR_RETURN(size_t got,
+                               parts_.transport->Recv(t.src, TransferTag(i, 1 + j), dst, want));
       if (got != want) {
         return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " +
                                   from + ", expected " + std::to_string(want));
@@ -382,8 +383,8 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
                               from + ", the shard has " + std::to_string(landed_.size()));
   }
   // Checked against the holder's seal as it is copied into the buffers.
-  replica_seal_ = ReplicaSeal{h.crc, "the replica of node " + std::to_string(t.owner) +
-                                         " from " + from};
+  replica_seal_ =
+      ReplicaSeal{h.crc, "the replica of node " + std::to_string(t.owner) + " from " + from};
   return Status::Ok();
 }
 
@@ -429,11 +430,19 @@ Status RecoveryExecutor::RunDecodes() {
     std::memcpy(dst, view.data + off, len);
     return Status::Ok();
   };
-  // Rebuilt rows land straight where this rank's shard goes.
-  RowWriter writer = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
+  // Rebuilt rows are received straight where this rank's shard goes; a
+  // piece that straddles two entries comes through a buffer and is copied.
+  auto shard_offset = [&](int c, uint64_t off) {
     const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
     const placement::StripeRow& rb = dec.rebuilt[chain_info_[c].rebuilt];
-    const uint64_t at = static_cast<uint64_t>(rb.row) * dec.piece_bytes + off;
+    return static_cast<uint64_t>(rb.row) * dec.piece_bytes + off;
+  };
+  RowSink sink;
+  sink.span = [&](int c, uint64_t off, uint64_t len) {
+    return landed_.Span(shard_offset(c, off), len);  // null past the end too
+  };
+  sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
+    const uint64_t at = shard_offset(c, off);
     if (at + len > landed_.size()) {
       return Status::Internal("rebuilt row ends at " + std::to_string(at + len) +
                               ", past the shard's " + std::to_string(landed_.size()) + " bytes");
@@ -443,10 +452,10 @@ Status RecoveryExecutor::RunDecodes() {
   };
   ReduceBytes bytes;
   std::vector<std::vector<uint8_t>> unused;
-  Status s = RunReduceChains(parts_.transport, chains_,
-                             static_cast<int>(TransferTags() * transfers_.size() %
-                                              wire::kRecoverTagSpan),
-                             parts_.chunk_bytes, reader, &unused, &bytes, &writer);
+  Status s =
+      RunReduceChains(parts_.transport, chains_,
+                      static_cast<int>(TransferTags() * transfers_.size() % wire::kRecoverTagSpan),
+                      parts_.chunk_bytes, reader, &unused, &bytes, &sink);
   sent_ += bytes.sent;
   received_ += bytes.received;
   return s;
@@ -533,7 +542,8 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
   std::set<std::pair<int, int>> bad_local;
   for (const placement::ShardSource& s : plan_.shards) {
     if (s.kind == placement::SourceKind::kLocal &&
-        agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) == static_cast<uint8_t>(Mismatch::kSealed)) {
+        agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) ==
+            static_cast<uint8_t>(Mismatch::kSealed)) {
       bad_local.emplace(s.node, s.lane);
     }
   }
@@ -582,17 +592,17 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
           changed = MarkBad(bad) || changed;
         }
       }
-      from = read_bad_copy >= 0 ? "decode (it read node " + std::to_string(read_bad_copy) +
-                                      "'s bad copy)"
-                                : "decode";
+      from = read_bad_copy >= 0
+                 ? "decode (it read node " + std::to_string(read_bad_copy) + "'s bad copy)"
+                 : "decode";
     }
-    const std::string shard = V(version) + ": node " + std::to_string(s.node) + " lane " +
-                              std::to_string(s.lane);
+    const std::string shard =
+        V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
     const std::string again =
         "the restore is planned again (attempt " + std::to_string(attempt + 2) + ")";
     if (outcome == static_cast<uint8_t>(Mismatch::kSealed)) {
-      report_.notes.push_back(shard + ": " + from + " fails its sealed crc32c; it is marked bad and " +
-                              again);
+      report_.notes.push_back(shard + ": " + from +
+                              " fails its sealed crc32c; it is marked bad and " + again);
     } else {
       report_.notes.push_back(shard + " rebuilt by " + from +
                               " fails the end-to-end check; its sources are marked bad and " +
@@ -691,14 +701,15 @@ int RecoveryExecutor::ReprotectTagBase() const {
 Result<bool> RecoveryExecutor::MinimalAgreed(ReduceBytes* bytes, std::string* why) {
   const uint64_t version = report_.version;
   int slot = -1;
-  Status s = parts_.reprotector->Minimal(plan_, landed_.slot() >= 0 ? &landed_ : nullptr,
-                                         seals_of_, ReprotectTagBase(), bytes, &slot);
+  Status s = parts_.reprotector->Minimal(plan_, landed_.slot() >= 0 ? &landed_ : nullptr, seals_of_,
+                                         ReprotectTagBase(), bytes, &slot);
   if (s.ok()) s = RunHook(Stage::kReprotect, version);
   MEMENTO_ASSIGN_OR_RETURN(bool agreed, parts_.transport->AllTrue(s.ok()));
   if (agreed) {
     Status c = parts_.store->MarkCommitted(slot, version);
     if (!c.ok()) {
-      const std::string note = "re-protected " + V(version) + " not marked committed: " + c.ToString();
+      const std::string note =
+          "re-protected " + V(version) + " not marked committed: " + c.ToString();
       report_.notes.push_back(note);
       Log(LogLevel::kWarn, note);
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <string>
 
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
@@ -86,18 +87,21 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
     } else {
       slot = landed->slot();
     }
-  } else if (const std::optional<int> found =
-                 parts_.store->FindVersion(version, *parts_.lineage)) {
+  } else if (const std::optional<int> found = parts_.store->FindVersion(version, *parts_.lineage)) {
     slot = *found;
   } else {
     local = Status::NotFound("v" + std::to_string(version) + " vanished from this store");
   }
 
-  // 2. Every rank takes part in the chains, whatever its own state.
+  // 2. Every rank takes part in the chains, whatever its own state. A lost
+  // node's rank receives each rebuilt item straight into its held region of
+  // the slot.
   std::vector<ReduceChain> chains;
   std::vector<ReprotectChainInfo> info;
   Status built = BuildReprotectChains(plan, pl, &chains, &info);
-  std::vector<std::vector<uint8_t>> rows;
+  std::vector<uint8_t*> into;
+  if (built.ok() && fresh && local.ok()) local = HeldTargets(plan, slot, chains, info, &into);
+  into.resize(chains.size(), nullptr);
   if (built.ok()) {
     const bool can_read = local.ok() && slot >= 0;
     auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
@@ -109,13 +113,24 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
           term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
       return parts_.io->ReadRange(slot, fresh ? landed : nullptr, base + off, len, dst);
     };
-    built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &rows,
-                            bytes);
+    RowSink sink;
+    sink.span = [&](int c, uint64_t off, uint64_t) {
+      return into[c] != nullptr ? into[c] + off : nullptr;
+    };
+    sink.write = [&](int c, uint64_t, const uint8_t*, uint64_t) {
+      return Status::Internal("re-protect chain " + std::to_string(c) +
+                              " has no held region to land in on rank " +
+                              std::to_string(parts_.transport->rank()));
+    };
+    std::vector<std::vector<uint8_t>> unused;
+    built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &unused,
+                            bytes, &sink);
   }
   if (local.ok()) local = built;
 
-  // 3. A lost node's rank: everything it holds, then the seals, then the slot.
-  if (fresh && local.ok()) local = WriteHeld(plan, slot, chains, info, rows);
+  // 3. A lost node's rank: the seals of what it holds, then the entry seals,
+  // then the slot.
+  if (fresh && local.ok()) local = SealHeld(slot);
   if (fresh && local.ok()) local = WriteSeals(slot, seals_of);
   if (fresh && local.ok()) local = parts_.store->SealRegion(slot, pl.topology_region(), 0, 0);
   if (fresh && local.ok()) local = parts_.store->SealSlot(slot, version);
@@ -124,32 +139,43 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
   return local;
 }
 
-Status Reprotector::WriteHeld(const placement::RecoveryPlan& plan, int slot,
-                              const std::vector<ReduceChain>& chains,
-                              const std::vector<ReprotectChainInfo>& info,
-                              const std::vector<std::vector<uint8_t>>& rows) {
+Status Reprotector::HeldTargets(const placement::RecoveryPlan& plan, int slot,
+                                const std::vector<ReduceChain>& chains,
+                                const std::vector<ReprotectChainInfo>& info,
+                                std::vector<uint8_t*>* into) {
   NodeStore* store = parts_.store;
   const int me = parts_.transport->rank();
+  into->assign(chains.size(), nullptr);
   for (const HeldRegion& h : parts_.layout->held()) {
-    const std::vector<uint8_t>* row = nullptr;
+    if (h.capacity == 0) continue;
+    int chain = -1;
     for (size_t c = 0; c < chains.size(); ++c) {
       const placement::ReprotectItem& item = plan.reprotect[info[c].item];
       if (chains[c].dst_rank != me || item.kind != h.item.kind) continue;
       const bool match = item.kind == placement::ItemKind::kReplica
                              ? item.owner == h.item.owner
                              : item.stripe == h.item.stripe && item.row == h.item.row;
-      if (match) row = &rows[c];
+      if (match) chain = static_cast<int>(c);
     }
-    uint8_t* dst = store->MutableRegion(slot, h.region);
-    if (h.capacity > 0) {
-      if (row == nullptr || row->size() != h.capacity) {
-        return Status::Internal("held region " + store->layout().regions[h.region].name +
-                                " is not rebuilt by the re-protect plan");
-      }
-      std::memcpy(dst, row->data(), h.capacity);
+    const std::string& name = store->layout().regions[h.region].name;
+    if (chain < 0)
+      return Status::Internal("held region " + name + " is not rebuilt by the re-protect plan");
+    if (chains[chain].length != h.capacity) {
+      return Status::Internal("held region " + name + " has " + std::to_string(h.capacity) +
+                              " bytes, its re-protect chain " +
+                              std::to_string(chains[chain].length));
     }
+    (*into)[chain] = store->MutableRegion(slot, h.region);
+  }
+  return Status::Ok();
+}
+
+Status Reprotector::SealHeld(int slot) {
+  NodeStore* store = parts_.store;
+  for (const HeldRegion& h : parts_.layout->held()) {
+    const uint8_t* data = store->MutableRegion(slot, h.region);
     MEMENTO_RETURN_IF_ERROR(
-        store->SealRegion(slot, h.region, h.capacity, erasure::Crc32c(dst, h.capacity)));
+        store->SealRegion(slot, h.region, h.capacity, erasure::Crc32c(data, h.capacity)));
   }
   return Status::Ok();
 }

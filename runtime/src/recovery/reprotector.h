@@ -95,11 +95,14 @@ class Reprotector {
   Status Full(uint64_t version, ReduceBytes* bytes, bool background = false);
 
  private:
-  // A lost node's rank: the rebuilt held regions and the seals it keeps.
-  Status WriteHeld(const placement::RecoveryPlan& plan, int slot,
-                   const std::vector<ReduceChain>& chains,
-                   const std::vector<ReprotectChainInfo>& info,
-                   const std::vector<std::vector<uint8_t>>& rows);
+  // A lost node's rank: (*into)[c] = the held region of `slot` that chain c
+  // rebuilds (null for chains ending elsewhere); an error when a held region
+  // has no chain or a chain of another length.
+  Status HeldTargets(const placement::RecoveryPlan& plan, int slot,
+                     const std::vector<ReduceChain>& chains,
+                     const std::vector<ReprotectChainInfo>& info, std::vector<uint8_t*>* into);
+  // Seals every held region of `slot` over the bytes the chains landed.
+  Status SealHeld(int slot);
   Status WriteSeals(int slot, const SealsByOwner& seals_of);
 
   const Parts parts_;

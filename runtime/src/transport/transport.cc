@@ -1,5 +1,8 @@
 #include "memento/runtime/transport.h"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <utility>
 
 namespace memento::runtime {
@@ -56,6 +59,15 @@ Result<std::unique_ptr<Transport::PendingTransfer>> Transport::StartRecv(int pee
                                                                          size_t capacity) {
   return std::unique_ptr<PendingTransfer>(
       std::make_unique<DeferredRecv>(this, peer, tag, data, capacity));
+}
+
+void TouchForReceive(void* data, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (bytes == 0) return;
+  auto* p = static_cast<volatile uint8_t*>(data);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  // The first byte, then the first byte of every later page.
+  for (uintptr_t at = begin; at < begin + bytes; at = (at / page + 1) * page) p[at - begin] = 0;
 }
 
 }  // namespace memento::runtime

@@ -34,14 +34,17 @@ struct Outcome {
 
 // Runs `chains` on `n` ranks; `unreadable` is a rank whose reader fails.
 // With `landed` (one row per chain, sized by the caller), the destinations
-// pass their pieces to a writer that copies them there, checking that each
-// chain's pieces come in order and without gaps.
+// land their pieces there through a RowSink: the even pieces (by offset /
+// piece_bytes) are received in place (its span), the odd ones come to its
+// writer, which copies them and checks that they come in order, odd only;
+// `written` (when given) counts the writer's pieces per chain.
 // `transports`, when given, are the ranks' transports (a wrapper, or a group
 // used before).
 std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
                                   uint64_t piece_bytes, int unreadable = -1,
                                   std::vector<std::vector<uint8_t>>* landed = nullptr,
-                                  std::vector<std::shared_ptr<Transport>> transports = {}) {
+                                  std::vector<std::shared_ptr<Transport>> transports = {},
+                                  std::vector<int>* written = nullptr) {
   if (transports.empty()) {
     auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
     for (int r = 0; r < n; ++r) transports.push_back(group->transport(r));
@@ -57,16 +60,24 @@ std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
         std::copy(row.begin() + off, row.end(), dst);
         return Status::Ok();
       };
+      const uint64_t piece = std::min(piece_bytes, kMaxReducePieceBytes);
       std::vector<uint64_t> next(chains.size(), 0);
-      RowWriter writer = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
-        if (off != next[c]) return Status::Internal("piece out of order");
+      RowSink sink;
+      sink.span = [&](int c, uint64_t off, uint64_t) -> uint8_t* {
+        return (off / piece) % 2 == 0 ? (*landed)[c].data() + off : nullptr;
+      };
+      sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
+        if (off < next[c] || (off / piece) % 2 == 0) {
+          return Status::Internal("piece at " + std::to_string(off) + " out of order or in place");
+        }
         next[c] = off + len;
+        if (written != nullptr) ++(*written)[c];
         std::copy(data, data + len, (*landed)[c].begin() + off);
         return Status::Ok();
       };
       out[r].status =
           RunReduceChains(transports[r].get(), chains, /*tag_base=*/0, piece_bytes, reader,
-                          &out[r].results, &out[r].bytes, landed != nullptr ? &writer : nullptr);
+                          &out[r].results, &out[r].bytes, landed != nullptr ? &sink : nullptr);
     });
   }
   for (auto& t : threads) t.join();
@@ -105,8 +116,9 @@ TEST(ReduceChain, DestinationGetsTheLinearCombination) {
 }
 
 // Several chains into one destination at once (received concurrently), long
-// chains of many pieces, landed through the writer: no row-sized result.
-TEST(ReduceChain, WriterLandsEveryChainIntoOneDestination) {
+// chains of many pieces, landed through a sink, half in place and half
+// through its writer: no row-sized result.
+TEST(ReduceChain, SinkLandsEveryChainIntoOneDestination) {
   for (uint64_t piece : {uint64_t{64}, uint64_t{4096}}) {
     std::vector<ReduceChain> chains(3);
     chains[0].terms = {{0, 0, 1}, {1, 1, 1}, {2, 2, 1}};
@@ -118,11 +130,14 @@ TEST(ReduceChain, WriterLandsEveryChainIntoOneDestination) {
     chains[2].length = 10;
     std::vector<std::vector<uint8_t>> landed;
     for (const auto& ch : chains) landed.emplace_back(ch.length, 0);
-    auto out = RunOnThreads(4, chains, piece, -1, &landed);
+    std::vector<int> written(chains.size(), 0);
+    auto out = RunOnThreads(4, chains, piece, -1, &landed, {}, &written);
     for (int r = 0; r < 4; ++r) ASSERT_TRUE(out[r].status.ok()) << out[r].status.ToString();
     for (size_t c = 0; c < chains.size(); ++c) {
       EXPECT_EQ(landed[c], Expected(chains[c])) << "chain " << c << " piece " << piece;
       EXPECT_TRUE(out[3].results[c].empty());
+      const uint64_t pieces = (chains[c].length + piece - 1) / piece;
+      EXPECT_EQ(written[c], static_cast<int>(pieces / 2)) << "chain " << c;  // the odd ones
     }
     EXPECT_EQ(out[3].bytes.received, 100000u + 33333u + 10u);
   }
@@ -275,6 +290,29 @@ TEST(ReduceChain, ADamagedPieceFailsTheChainAndLeavesTheStreamInStep) {
   for (int r = 0; r < 4; ++r) ASSERT_TRUE(again[r].status.ok()) << again[r].status.ToString();
   EXPECT_EQ(again[3].results[0], Expected(chains[0]));
   for (int r = 0; r < 4; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
+}
+
+// A piece received in place at the destination (the sink's span) is
+// checked there: a damaged one fails the chain with its crc32c, before the
+// sink's writer or anything after it sees the rest of the row.
+TEST(ReduceChain, APieceLandedInPlaceIsCheckedThere) {
+  std::vector<ReduceChain> chains(1);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
+  chains[0].dst_rank = 3;
+  chains[0].length = 9000;
+  auto w = Watched(4);
+  w[2]->FlipPayload(/*flip_at=*/2);  // piece 2: an even piece, received in place
+  std::vector<std::vector<uint8_t>> landed(1, std::vector<uint8_t>(chains[0].length, 0));
+  std::vector<int> written(1, 0);
+  auto out = RunOnThreads(4, chains, 1000, -1, &landed, AsTransports(w), &written);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(out[r].status.ok()) << out[r].status.ToString();
+  ASSERT_FALSE(out[3].status.ok());
+  EXPECT_NE(out[3].status.message().find("fails its crc32c"), std::string::npos)
+      << out[3].status.ToString();
+  EXPECT_EQ(out[3].bytes.received, 2000u + 6000u);  // every piece but the damaged one
+  EXPECT_EQ(written[0], 1);  // piece 1 only: the writer stops at the first failure
+  const std::vector<uint8_t> want = Expected(chains[0]);
+  EXPECT_TRUE(std::equal(want.begin(), want.begin() + 2000, landed[0].begin()));
 }
 
 // A receive that fails at a middle hop puts its stream out of step: the hop

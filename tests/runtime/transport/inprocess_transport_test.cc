@@ -2,6 +2,7 @@
 #include "memento/runtime/inprocess_transport.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -225,6 +226,23 @@ TEST(InProcessTransport, TransportKeepsGroupAlive) {
   auto all = t->AllTrue(true);
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(*all);
+}
+
+// TouchForReceive writes the first byte of the range and of every later page
+// it overlaps, and nothing outside the range.
+TEST(TouchForReceive, WritesOneByteInEveryPageOfTheRangeOnly) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<uint8_t> memory(5 * page, 0xff);
+  uint8_t* base = memory.data() + (page - reinterpret_cast<uintptr_t>(memory.data()) % page);
+  const size_t from = 100, len = 2 * page;  // pages 0 (from byte 100), 1 and 2
+  TouchForReceive(base + from, len);
+  std::vector<size_t> zero;
+  for (size_t i = 0; i < 4 * page; ++i) {
+    if (base[i] == 0) zero.push_back(i);
+  }
+  EXPECT_EQ(zero, (std::vector<size_t>{from, page, 2 * page}));
+  TouchForReceive(base + 3 * page, 0);  // an empty range touches nothing
+  EXPECT_EQ(base[3 * page], 0xff);
 }
 
 }  // namespace

@@ -161,4 +161,14 @@ class ForwardingTransport : public Transport {
   std::shared_ptr<Transport> inner_;
 };
 
+// Writes one byte in every page of [data, data + bytes): memory a receive is
+// about to fill, touched first on the calling thread. A page's first touch
+// is a page fault (5-13 us each under the paravirtualized VMs the
+// benchmarks run on, plus the zeroing of a fresh shared-memory page); taken
+// inside a transport's progress engine instead (Open MPI's shared-memory
+// path copies a message into the receive buffer there), it stalls every
+// transfer that engine moves, on every thread. The bytes' values are not
+// kept.
+void TouchForReceive(void* data, size_t bytes);
+
 }  // namespace memento::runtime

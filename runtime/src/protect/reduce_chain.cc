@@ -258,6 +258,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     }
     if (ok) {
       received->fetch_add(len);
+      if (sink != nullptr && in_place[i] && sink->landed != nullptr) sink->landed(c, off, len);
       if (sink != nullptr && !in_place[i] && got.ok()) {
         Status w = sink->write != nullptr
                        ? sink->write(c, off, into[i], len)

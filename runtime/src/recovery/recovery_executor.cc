@@ -270,6 +270,7 @@ Status RecoveryExecutor::PrepareLanding() {
   for (const RegisteredEntry& e : parts_.io->entries()) sizes.push_back(e.bytes);
   if (!MyNodeLost()) {
     landed_ = ShardLanding::InMemory(sizes);
+    landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
     return Status::Ok();
   }
   // A lost node's store holds nothing of this run: the slot the re-protect
@@ -283,6 +284,7 @@ Status RecoveryExecutor::PrepareLanding() {
     return begun.WithContext("restore: slot for the rebuilt shard");
   }
   landed_ = ShardLanding::InSlot(parts_.store, slot, sizes);
+  landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
   return Status::Ok();
 }
 
@@ -292,6 +294,7 @@ void RecoveryExecutor::DropLanding() {
     (void)parts_.store->Invalidate(slot);
     parts_.slots->Unpin(slot);
   }
+  landed_copy_.reset();
   landed_ = ShardLanding();
 }
 
@@ -372,6 +375,7 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
                                   from + ", expected " + std::to_string(want));
       }
       if (fits && dst == bounce.data()) landed_.Write(off, dst, want);
+      if (fits && landed_copy_) landed_copy_->Piece(off, want);
       received += want;
     }
     return Status::Ok();
@@ -441,6 +445,9 @@ Status RecoveryExecutor::RunDecodes() {
   sink.span = [&](int c, uint64_t off, uint64_t len) {
     return landed_.Span(shard_offset(c, off), len);  // null past the end too
   };
+  sink.landed = [&](int c, uint64_t off, uint64_t len) {
+    if (landed_copy_) landed_copy_->Piece(shard_offset(c, off), len);
+  };
   sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
     const uint64_t at = shard_offset(c, off);
     if (at + len > landed_.size()) {
@@ -448,6 +455,7 @@ Status RecoveryExecutor::RunDecodes() {
                               ", past the shard's " + std::to_string(landed_.size()) + " bytes");
     }
     landed_.Write(at, data, len);
+    if (landed_copy_) landed_copy_->Piece(at, len);
     return Status::Ok();
   };
   ReduceBytes bytes;
@@ -493,10 +501,13 @@ Status RecoveryExecutor::CheckAndCopyLanded() {
   if (it == seals_of_.end()) {
     return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
   }
-  // One pass: into the buffers, hashed as it lands, then checked.
+  // Into the buffers, hashed as it lands (piece by piece during the
+  // transfer, else in one pass now), then checked.
   std::vector<uint32_t> crcs;
   uint32_t whole = 0;
-  MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, &crcs, &whole));
+  if (!landed_copy_ || !landed_copy_->Finish(&crcs, &whole)) {
+    MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, &crcs, &whole));
+  }
   if (replica_seal_ && whole != replica_seal_->crc) {
     // The holder's copy is bad: the plan is made again without it.
     mismatch_ = Mismatch::kSealed;
@@ -685,6 +696,7 @@ Status RecoveryExecutor::Reprotect() {
 
 void RecoveryExecutor::ReleaseLanding() {
   if (landed_.slot() >= 0) parts_.slots->Unpin(landed_.slot());
+  landed_copy_.reset();
   landed_ = ShardLanding();
 }
 

@@ -52,6 +52,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -196,6 +197,8 @@ class RecoveryExecutor {
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
+  // Copies landed_ into the buffers while it lands (with landed_).
+  std::unique_ptr<LandedCopy> landed_copy_;
   // A replica's sealed crc32c, as its holder sent it, and whose it is.
   struct ReplicaSeal {
     uint32_t crc = 0;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
+#include "snapshot/crc32c_combine.h"
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
@@ -14,27 +16,79 @@ namespace {
 // Bytes hashed per step while copying out of a slot (stays in cache).
 constexpr uint64_t kPiece = 256 << 10;
 
-// Copies entry `e`'s bytes from src into its buffer piece by piece, hashing
-// them as they land (host) or as they leave src (device) into *crc and, when
-// given, *also.
-Status CopyIntoEntry(const RegisteredEntry& e, const uint8_t* src, erasure::Crc32cStream* crc,
-                     erasure::Crc32cStream* also) {
-  for (uint64_t done = 0; done < e.bytes; done += kPiece) {
-    const uint64_t n = std::min(kPiece, e.bytes - done);
+// Copies n bytes from src into entry `e`'s buffer at offset `at`, piece by
+// piece, hashing them as they land (host) or as they leave src (device) into
+// *crc and, when given, *also.
+Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, uint64_t n,
+                     erasure::Crc32cStream* crc, erasure::Crc32cStream* also) {
+  for (uint64_t done = 0; done < n; done += kPiece) {
+    const uint64_t k = std::min(kPiece, n - done);
+    uint8_t* dst = e.data + at + done;
     const uint8_t* hashed = src + done;
     if (e.device) {
-      MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data + done, src + done, n, true));
+      MEMENTO_RETURN_IF_ERROR(CopyBytes(dst, src + done, k, true));
     } else {
-      std::memcpy(e.data + done, src + done, n);
-      hashed = e.data + done;
+      std::memcpy(dst, src + done, k);
+      hashed = dst;
     }
-    crc->Update(hashed, n);
-    if (also != nullptr) also->Update(hashed, n);
+    crc->Update(hashed, k);
+    if (also != nullptr) also->Update(hashed, k);
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+LandedCopy::LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed)
+    : entries_(entries), landed_(landed), parts_(entries->size()) {
+  uint64_t at = 0;
+  for (const RegisteredEntry& e : *entries_) {
+    base_.push_back(at);
+    at += e.bytes;
+  }
+}
+
+void LandedCopy::Piece(uint64_t off, uint64_t len) {
+  const uint64_t end = off + len;
+  std::vector<std::pair<size_t, Part>> done;
+  bool ok = end <= landed_->size();
+  for (size_t i = 0; ok && i < entries_->size(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    const uint64_t lo = std::max(base_[i], off), hi = std::min(base_[i] + e.bytes, end);
+    if (lo >= hi) continue;
+    erasure::Crc32cStream crc;
+    const uint64_t at = lo - base_[i];
+    ok = CopyIntoEntry(e, at, landed_->entries().at(i) + at, hi - lo, &crc, nullptr).ok();
+    done.push_back({i, Part{at, hi - lo, crc.value()}});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_ = failed_ || !ok;
+  for (const auto& [i, part] : done) parts_[i].push_back(part);
+}
+
+bool LandedCopy::Finish(std::vector<uint32_t>* crcs, uint32_t* whole) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_) return false;
+  crcs->assign(entries_->size(), 0);
+  *whole = 0;
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    std::vector<Part>& parts = parts_[i];
+    std::sort(parts.begin(), parts.end(),
+              [](const Part& a, const Part& b) { return a.offset < b.offset; });
+    uint64_t end = 0;
+    uint32_t crc = 0;
+    for (const Part& p : parts) {
+      if (p.offset != end) return false;  // a gap or an overlap
+      crc = Crc32cCombine(crc, p.crc, p.length);
+      end += p.length;
+    }
+    const uint64_t bytes = (*entries_)[i].bytes;
+    if (end != bytes) return false;
+    (*crcs)[i] = crc;
+    *whole = Crc32cCombine(*whole, crc, bytes);
+  }
+  return true;
+}
 
 ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
                  const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport)
@@ -54,7 +108,7 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
                                 std::to_string(version) + " with " + std::to_string(e.bytes));
     }
     erasure::Crc32cStream crc;
-    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, view.data, &crc, nullptr));
+    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, 0, view.data, e.bytes, &crc, nullptr));
     if (crc.value() != view.crc) {
       return Status::Corruption("entry '" + e.name + "' of v" + std::to_string(version) + " in " +
                                 store_->segment_name() + " slot " + std::to_string(slot) +
@@ -128,7 +182,8 @@ ShardLanding ShardLanding::InMemory(const std::vector<uint64_t>& entry_bytes) {
     l.size_ += n;
   }
   l.memory_.resize(l.size_);
-  for (size_t i = 0; i < entry_bytes.size(); ++i) l.entries_.push_back(l.memory_.data() + l.base_[i]);
+  for (size_t i = 0; i < entry_bytes.size(); ++i)
+    l.entries_.push_back(l.memory_.data() + l.base_[i]);
   return l;
 }
 
@@ -175,7 +230,7 @@ Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed, std::vector<uint
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     erasure::Crc32cStream crc;
-    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, landed.entries().at(i), &crc, &all));
+    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, 0, landed.entries().at(i), e.bytes, &crc, &all));
     (*crcs)[i] = crc.value();
   }
   *whole = all.value();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,39 @@ class ShardLanding {
   std::vector<uint8_t> memory_;
   uint64_t size_ = 0;
   int slot_ = -1;
+};
+
+// Copies a shard into the registered buffers piece by piece while it is
+// still landing, so that the copy overlaps the transfer instead of following
+// it: every piece, once landed (any thread, any order), is copied from the
+// landing into the buffers and hashed as it lands (host) or as it leaves the
+// landing (device); Finish combines the pieces' crc32c (Crc32cCombine) into
+// each entry's and the whole shard's. Pieces must not overlap; a failed copy
+// or a shard not covered exactly makes Finish return false, and the caller
+// then copies the landed shard in one pass (ShardIo::CopyLandedToBuffers).
+class LandedCopy {
+ public:
+  // Both borrowed; `landed` holds the shard as it lands.
+  LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed);
+  // Bytes [off, off + len) of the shard have landed. Thread-safe.
+  void Piece(uint64_t off, uint64_t len);
+  // True when the pieces covered every byte of the shard exactly once and
+  // every copy succeeded: then *crcs holds every entry's crc32c and *whole
+  // that of the whole shard, as CopyLandedToBuffers gives them.
+  bool Finish(std::vector<uint32_t>* crcs, uint32_t* whole);
+
+ private:
+  struct Part {
+    uint64_t offset = 0;  // in the entry
+    uint64_t length = 0;
+    uint32_t crc = 0;
+  };
+  const std::vector<RegisteredEntry>* entries_;
+  const ShardLanding* landed_;
+  std::vector<uint64_t> base_;  // shard offset of each entry
+  std::mutex mu_;
+  std::vector<std::vector<Part>> parts_;  // per entry; guarded by mu_
+  bool failed_ = false;                   // guarded by mu_
 };
 
 class ShardIo {

@@ -82,6 +82,17 @@
 //    CPU-bound regime), cpu_ratio ~= protect_vs_mpi by construction: it then
 //    says that the gap is CPU seconds per byte, not what it would be without
 //    the polling. ranks = MPI ranks of the job.
+//    XOR baseline (xor:K, no link, N a multiple of K+1, 1 rank per node):
+//    XOR parity of the same S bytes per rank by a pipelined ring
+//    reduce-scatter in sets of K+1 consecutive ranks (LLNL redset's XOR
+//    algorithm; each rank ends with S/K of the parity, the same share and
+//    the same bytes moved and folded as memento's xor groups; see
+//    XorReduceScatter), raw MPI in chunk_bytes messages, no store copy, no
+//    crc32c, checked against MPI_BXOR: xor_ring_s (slowest rank, median),
+//    xor_ring_cpu_s_per_gib (traffic 2*S per rank per rep),
+//    protect_vs_xor_ring = xor_ring_s / protect_s and protect_cpu_vs_xor_ring
+//    = xor_ring_cpu_s_per_gib / protect_cpu_s_per_gib (>= 1: protect as fast
+//    / as cheap); all 0 when not run.
 // 4. remote baseline. Every rank writes its shard as a rank file of version 1
 //    to a DirectoryRemoteStore (untimed; rank 0 writes the manifest), then all
 //    ranks read their rank file at once with ReadRankFile (crc32c verified, as
@@ -113,12 +124,11 @@
 //    slowest rank, until it returns: training resumes) and Wait() (timed:
 //    protected_s, until the background re-protect committed). Over a link,
 //    resume_vs_link_bound / protected_vs_link_bound divide them by the time
-//    a lost node needs to receive its shards over its link (link_bound_s). The report's phase times (inventory, plan, transfer,
-//    reprotect) are the max over ranks. The restored buffers are checked
-//    against a checksum taken before the loss. Ratios: recover_s /
-//    remote_warm_s, recover_s / remote_cold_s and recover_vs_remote_link =
-//    recover_s / remote_link_s (the restore of the whole job through the
-//    emulated file system).
+//    a lost node needs to receive its shards over its link (link_bound_s). The report's phase times
+//    (inventory, plan, transfer, reprotect) are the max over ranks. The restored buffers are
+//    checked against a checksum taken before the loss. Ratios: recover_s / remote_warm_s, recover_s
+//    / remote_cold_s and recover_vs_remote_link = recover_s / remote_link_s (the restore of the
+//    whole job through the emulated file system).
 //
 // Output: rank 0 prints one JSON object (--json) or a readable block. Every
 // exit path unlinks this job's segments and removes its remote folder.
@@ -131,6 +141,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -138,20 +149,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
+#include "memento/erasure/gf256.h"
 #include "memento/placement/group_layout.h"
 #include "memento/placement/scheme.h"
 #include "memento/placement/topology.h"
@@ -233,11 +243,10 @@ class CountingTransport : public ForwardingTransport {
   using ForwardingTransport::ForwardingTransport;
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
                                                      size_t bytes) override {
-    return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes),
-                              [this](Result<size_t> r) {
-                                if (r.ok()) sent_ += *r;
-                                return r;
-                              });
+    return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes), [this](Result<size_t> r) {
+      if (r.ok()) sent_ += *r;
+      return r;
+    });
   }
   Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
                                                      size_t capacity) override {
@@ -382,7 +391,8 @@ class StorageLink {
     if (host_size != world) {
       return Status::InvalidArgument(
           "bench_cluster: the emulated storage link (--remote-gibps) needs every rank on one "
-          "host; " + std::to_string(host_size) + " of " + std::to_string(world) +
+          "host; " +
+          std::to_string(host_size) + " of " + std::to_string(world) +
           " share this one (pass --remote-gibps 0)");
     }
     void* base = nullptr;
@@ -543,7 +553,8 @@ struct RankStats {
   // timed protect reps / the timed reps of the ring used as MPI baseline.
   double protect_cpu_s = 0, protect_bytes_total = 0;
   double ring_cpu_s = 0, ring_bytes_total = 0;
-  static constexpr int kFields = 11;
+  double xor_ring_cpu_s = 0, xor_ring_bytes_total = 0;  // the XOR ring's, likewise
+  static constexpr int kFields = 13;
 };
 
 // A ring's slowest-rank time (median of the timed reps: s; summed over them:
@@ -587,6 +598,92 @@ RingResult RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& 
     out.wall_s += t;
   }
   out.s = Median(times);
+  return out;
+}
+
+// XOR parity by a pipelined ring reduce-scatter (LLNL redset's XOR
+// algorithm), the baseline memento's xor protect is compared with: in a set
+// of g consecutive ranks, each rank's S bytes are g - 1 segments of
+// seg = ceil(S / (g - 1)) bytes (zero-padded), segment (p - r - 1) mod g of
+// rank r belonging to the parity piece of rank p != r. Piece p's partial sum
+// starts at rank p + 1 and travels p + 1 -> p + 2 -> ... -> p, each hop
+// folding in its own segment, so at step t rank r sends the partial of piece
+// r - t and after g - 1 steps holds its parity piece (the XOR of the other
+// ranks' segments for it): seg bytes, 1 / (g - 1) of the parity, as memento
+// places it. Pipelined in `msg`-byte messages: every receive is posted at
+// once and each message is forwarded as soon as it is folded. Raw MPI, no
+// copy into any store and no crc32c. The parity is checked once (untimed)
+// against an MPI_Allreduce(MPI_BXOR) of the segments. Median of `reps` after
+// one warm-up; an error when the parity differs.
+Result<RingResult> XorReduceScatter(const std::vector<uint8_t>& data, int g, uint64_t msg,
+                                    int reps) {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm set;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &set);
+  const int r = rank % g;
+  const uint64_t seg = (data.size() + g - 2) / (g - 1);
+  const uint64_t chunks = (seg + msg - 1) / msg;
+  std::vector<uint8_t> mine(seg * (g - 1), 0);  // the padded segments
+  std::copy(data.begin(), data.end(), mine.begin());
+  auto segment = [&](int piece) { return mine.data() + ((piece - r - 1 + 2 * g) % g) * seg; };
+  std::vector<uint8_t> partial(seg * (g - 1));  // step t's received partial at (t - 1) * seg
+  auto chunk_len = [&](uint64_t c) { return static_cast<int>(std::min(msg, seg - c * msg)); };
+  const int to = (r + 1) % g, from = (r + g - 1) % g;
+  std::vector<double> times;
+  RingResult out;
+  for (int rep = 0; rep <= reps; ++rep) {
+    std::vector<MPI_Request> recvs((g - 1) * chunks), sends;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu0 = CpuSeconds();
+    auto t0 = Clock::now();
+    for (int t = 1; t < g; ++t) {
+      for (uint64_t c = 0; c < chunks; ++c) {
+        MPI_Irecv(partial.data() + (t - 1) * seg + c * msg, chunk_len(c), MPI_BYTE, from,
+                  static_cast<int>(t * chunks + c), set, &recvs[(t - 1) * chunks + c]);
+      }
+    }
+    const uint8_t* first = segment((r + g - 1) % g);  // step 1: its own segment of piece r - 1
+    for (uint64_t c = 0; c < chunks; ++c) {
+      sends.emplace_back();
+      MPI_Isend(first + c * msg, chunk_len(c), MPI_BYTE, to, static_cast<int>(chunks + c), set,
+                &sends.back());
+    }
+    for (int t = 2; t < g; ++t) {
+      const uint8_t* own = segment((r - t + 2 * g) % g);
+      uint8_t* got = partial.data() + (t - 2) * seg;  // piece r - t, received at step t - 1
+      for (uint64_t c = 0; c < chunks; ++c) {
+        MPI_Wait(&recvs[(t - 2) * chunks + c], MPI_STATUS_IGNORE);
+        erasure::GfMultiplyAdd(1, own + c * msg, got + c * msg, chunk_len(c));
+        sends.emplace_back();
+        MPI_Isend(got + c * msg, chunk_len(c), MPI_BYTE, to, static_cast<int>(t * chunks + c), set,
+                  &sends.back());
+      }
+    }
+    MPI_Waitall(static_cast<int>(chunks), recvs.data() + (g - 2) * chunks, MPI_STATUSES_IGNORE);
+    MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
+    const double t = MaxOverRanks(own);
+    if (rep == 0) continue;  // warm-up
+    times.push_back(t);
+    out.cpu_s += cpu;
+    out.bytes += 2.0 * seg * (g - 1);
+    out.wall_s += t;
+  }
+  out.s = Median(times);
+  // Check: piece p of the XOR over the set of every rank's segments laid out
+  // by piece (its own piece zero) is rank p's parity.
+  std::vector<uint8_t> laid(seg * g, 0), xored(seg * g);
+  for (int p = 0; p < g; ++p) {
+    if (p != r) std::memcpy(laid.data() + p * seg, segment(p), seg);
+  }
+  MPI_Allreduce(laid.data(), xored.data(), static_cast<int>(seg * g), MPI_BYTE, MPI_BXOR, set);
+  const int good = std::memcmp(xored.data() + r * seg, partial.data() + (g - 2) * seg, seg) == 0;
+  int all = 0;
+  MPI_Allreduce(&good, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  MPI_Comm_free(&set);
+  if (!all) return Status::Internal("bench_cluster: the XOR ring's parity differs from MPI_BXOR");
   return out;
 }
 
@@ -671,7 +768,8 @@ struct Report {
   double protect_s = 0, snapshot_s = 0;
   double ring_chunked_s = 0, ring_single_s = 0;  // raw MPI (never throttled)
   double ring_link_s = 0;                        // over the emulated link; 0 when off
-  double protect_wall_s = 0, ring_wall_s = 0;    // summed over the timed reps
+  double xor_ring_s = 0;  // XOR ring reduce-scatter (xor:K without a link); 0 when not run
+  double protect_wall_s = 0, ring_wall_s = 0;  // summed over the timed reps
   double remote_warm_s = 0, remote_cold_s = 0;
   double remote_gibps = 0, remote_link_s = 0;  // emulated file system; 0 when off
   double prepare_s = 0, recover_s = 0;  // recover_s: until Restore returned (training resumes)
@@ -796,7 +894,8 @@ class Bench {
     me->hwm = static_cast<double>(ProcStatusBytes("VmHWM"));
     MEMENTO_ASSIGN_OR_RETURN(std::string name, NodeStore::SegmentName(Id()));
     struct stat st {};
-    if (stat(("/dev/shm" + name).c_str(), &st) == 0) me->shm_bytes = static_cast<double>(st.st_size);
+    if (stat(("/dev/shm" + name).c_str(), &st) == 0)
+      me->shm_bytes = static_cast<double>(st.st_size);
     return Status::Ok();
   }
 
@@ -817,13 +916,31 @@ class Bench {
     me->ring_cpu_s = base.cpu_s;
     out->ring_wall_s = base.wall_s;
     me->ring_bytes_total = base.bytes;
+    return MeasureXorRing(out, me);
+  }
+
+  // The XOR ring reduce-scatter over sets of K + 1 consecutive ranks, for
+  // xor:K without a link when the ranks divide into such sets (memento's xor
+  // groups then hold the same nodes).
+  Status MeasureXorRing(Report* out, RankStats* me) {
+    int k = 0;
+    if (opt_.link_gibps > 0 || std::sscanf(opt_.scheme.c_str(), "xor:%d", &k) != 1 || k < 2 ||
+        size_ % (k + 1) != 0 || config_.ranks_per_node != 1) {
+      return Status::Ok();
+    }
+    MEMENTO_ASSIGN_OR_RETURN(RingResult x,
+                             XorReduceScatter(buf_, k + 1, config_.chunk_bytes, opt_.reps));
+    out->xor_ring_s = x.s;
+    me->xor_ring_cpu_s = x.cpu_s;
+    me->xor_ring_bytes_total = x.bytes;
     return Status::Ok();
   }
 
   // Writes every rank's file of version 1 and (rank 0) the manifest.
   Status WriteRemoteVersion() {
-    MEMENTO_ASSIGN_OR_RETURN(RankFileInfo info, remote_->WriteRankFile(
-                                                    1, rank_, {{"model", buf_.data(), opt_.size, {}}}));
+    MEMENTO_ASSIGN_OR_RETURN(
+        RankFileInfo info,
+        remote_->WriteRankFile(1, rank_, {{"model", buf_.data(), opt_.size, {}}}));
     // Gather every rank's file record to rank 0 for the manifest.
     char name[256] = {};
     std::snprintf(name, sizeof(name), "%s", info.file.c_str());
@@ -868,10 +985,9 @@ class Bench {
       // Per-direction bandwidth of a node's link: the emulated one, else the
       // baseline ring measured in 3.
       const double ring_s = std::min(out->ring_chunked_s, out->ring_single_s);
-      const double node_link = opt_.link_gibps > 0
-                                   ? opt_.link_gibps
-                                   : static_cast<double>(opt_.size) * config_.ranks_per_node /
-                                         ring_s / gib;
+      const double node_link = opt_.link_gibps > 0 ? opt_.link_gibps
+                                                   : static_cast<double>(opt_.size) *
+                                                         config_.ranks_per_node / ring_s / gib;
       gibps = (size_ / config_.ranks_per_node) * node_link / kStorageShare;
     }
     out->remote_gibps = gibps;
@@ -882,7 +998,8 @@ class Bench {
     for (uint64_t off = 0; off < opt_.size; off += kStorageChunk) {
       link->Carry(std::min(kStorageChunk, opt_.size - off));
     }
-    Status s = remote_->ReadRankFile(1, rank_, {RemoteEntryTarget{"model", dst.data(), dst.size()}});
+    Status s =
+        remote_->ReadRankFile(1, rank_, {RemoteEntryTarget{"model", dst.data(), dst.size()}});
     out->remote_link_s = MaxOverRanks(Since(t0));
     MEMENTO_RETURN_IF_ERROR(s);
     if (Checksum(dst) != expect_sum) return Status::Corruption("remote read differs");
@@ -953,18 +1070,20 @@ class Bench {
 
   // Every rank's stats to rank 0 (out->per_rank, in rank order).
   void GatherRankStats(const RankStats& me, Report* out) const {
-    double mine[RankStats::kFields] = {me.protect_bytes, me.rss_before,      me.hwm,
-                                       me.shm_bytes,     me.recover_sent,    me.recover_received,
-                                       me.restored_ok,   me.protect_cpu_s,   me.protect_bytes_total,
-                                       me.ring_cpu_s,    me.ring_bytes_total};
+    double mine[RankStats::kFields] = {
+        me.protect_bytes,       me.rss_before,       me.hwm,
+        me.shm_bytes,           me.recover_sent,     me.recover_received,
+        me.restored_ok,         me.protect_cpu_s,    me.protect_bytes_total,
+        me.ring_cpu_s,          me.ring_bytes_total, me.xor_ring_cpu_s,
+        me.xor_ring_bytes_total};
     std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
     MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);
     if (rank_ != 0) return;
     for (int r = 0; r < size_; ++r) {
       const double* f = &all[RankStats::kFields * r];
-      out->per_rank.push_back(
-          RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]});
+      out->per_rank.push_back(RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9],
+                                        f[10], f[11], f[12]});
     }
   }
 
@@ -1008,6 +1127,7 @@ struct Derived {
   // and the share of the machine's cores busy (CPU s / (cores x wall s)).
   double protect_cpu_per_gib = 0, mpi_cpu_per_gib = 0, cpu_ratio = 0;
   double protect_util = 0, mpi_util = 0;
+  double xor_ring_cpu_per_gib = 0;                // the XOR ring reduce-scatter's; 0 when not run
   double recover_sent = 0, recover_received = 0;  // the busiest rank's
   bool bit_exact = true;
 };
@@ -1046,7 +1166,10 @@ Derived Derive(const Options& opt, const Report& r, double factor,
   d.mpi_gibps = 2 * d.node_s / ring_s / gib;
   d.ratio = d.protect_gibps / d.mpi_gibps;
   double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
+  double xor_cpu = 0, xor_bytes = 0;
   for (const auto& x : r.per_rank) {
+    xor_cpu += x.xor_ring_cpu_s;
+    xor_bytes += x.xor_ring_bytes_total;
     protect_cpu += x.protect_cpu_s;
     protect_bytes += x.protect_bytes_total;
     ring_cpu += x.ring_cpu_s;
@@ -1058,6 +1181,7 @@ Derived Derive(const Options& opt, const Report& r, double factor,
   d.protect_cpu_per_gib = protect_cpu / (protect_bytes / gib);
   d.mpi_cpu_per_gib = ring_cpu / (ring_bytes / gib);
   d.cpu_ratio = d.mpi_cpu_per_gib / d.protect_cpu_per_gib;
+  if (xor_bytes > 0) d.xor_ring_cpu_per_gib = xor_cpu / (xor_bytes / gib);
   const double cores = r.cores > 0 ? r.cores : 1;
   d.protect_util = protect_cpu / (cores * r.protect_wall_s);
   d.mpi_util = ring_cpu / (cores * r.ring_wall_s);
@@ -1099,6 +1223,11 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["cpu_ratio"] = d.cpu_ratio;
   j["protect_cpu_util"] = d.protect_util;
   j["mpi_cpu_util"] = d.mpi_util;
+  j["xor_ring_s"] = r.xor_ring_s;
+  j["xor_ring_cpu_s_per_gib"] = d.xor_ring_cpu_per_gib;
+  j["protect_vs_xor_ring"] = r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0;
+  j["protect_cpu_vs_xor_ring"] =
+      d.xor_ring_cpu_per_gib > 0 ? d.xor_ring_cpu_per_gib / d.protect_cpu_per_gib : 0.0;
   j["protect_vs_mpi"] = d.ratio;
   j["protect_min_vs_mpi"] = d.protect_min_gibps / d.mpi_gibps;
   j["target_protect_vs_mpi"] = 0.8;
@@ -1118,10 +1247,10 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["protected_s"] = r.protected_s;
   // Over a link: the least time the replacements need to receive their shards
   // (each lost node its S x ranks_per_node over its own link, in parallel).
-  const double link_bound_s =
-      opt.link_gibps > 0 ? static_cast<double>(opt.size) * r.ranks_per_node /
-                               (opt.link_gibps * 1024.0 * 1024 * 1024)
-                         : 0.0;
+  const double link_bound_s = opt.link_gibps > 0
+                                  ? static_cast<double>(opt.size) * r.ranks_per_node /
+                                        (opt.link_gibps * 1024.0 * 1024 * 1024)
+                                  : 0.0;
   j["link_bound_s"] = link_bound_s;
   j["resume_vs_link_bound"] = link_bound_s > 0 ? r.recover_s / link_bound_s : 0.0;
   j["protected_vs_link_bound"] = link_bound_s > 0 ? r.protected_s / link_bound_s : 0.0;
@@ -1163,21 +1292,24 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       "  recover   node(s) %s: resumed after %.3f s, protected after %.3f s (inventory %.4f "
       "plan %.4f transfer %.3f reprotect %.3f %s; prepare %.3f) vs remote read %.3f s warm / "
       "%.3f s cold -> %.3f / %.3f; %s\n"
+      "  xor ring  reduce-scatter %.3f s, %.2f CPU s/GiB -> protect_vs_xor_ring %.3f (0: not run)\n"
       "  fs        whole job through %.3f GiB/s (%s): %.3f s -> recover / fs %.3f\n"
       "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
       "(%.3f), VmHWM %.0f MiB\n",
       opt.scheme.c_str(), r.nodes, static_cast<double>(opt.size) / mib, r.slots, r.ranks, r.cores,
-      opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off",
-      r.protect_s, r.snapshot_s, Mean(d.traffic) / mib, d.protect_gibps, d.protect_min_gibps,
+      opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off", r.protect_s,
+      r.snapshot_s, Mean(d.traffic) / mib, d.protect_gibps, d.protect_min_gibps,
       opt.link_gibps > 0 ? "link" : "MPI", d.mpi_gibps, d.mpi_raw_gibps, d.ratio,
-      d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util,
-      d.cpu_ratio, LostNodesText(opt.lose).c_str(), r.recover_s, r.protected_s, r.inventory_s,
-      r.plan_s, r.transfer_s, r.reprotect_s, r.reprotect_mode.c_str(), r.prepare_s, r.remote_warm_s, r.remote_cold_s,
-      r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
-      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.remote_gibps,
+      d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util, d.cpu_ratio,
+      LostNodesText(opt.lose).c_str(), r.recover_s, r.protected_s, r.inventory_s, r.plan_s,
+      r.transfer_s, r.reprotect_s, r.reprotect_mode.c_str(), r.prepare_s, r.remote_warm_s,
+      r.remote_cold_s, r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
+      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.xor_ring_s, d.xor_ring_cpu_per_gib,
+      r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0, r.remote_gibps,
       opt.remote_gibps < 0 ? "auto" : "set", r.remote_link_s,
-      r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0, d.formula / mib, MaxOf(d.ckpt) / mib,
-      MaxOf(d.ckpt_ratio), MaxOf(d.shm) / mib, MaxOf(d.shm_ratio), MaxOf(d.hwm) / mib);
+      r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0, d.formula / mib,
+      MaxOf(d.ckpt) / mib, MaxOf(d.ckpt_ratio), MaxOf(d.shm) / mib, MaxOf(d.shm_ratio),
+      MaxOf(d.hwm) / mib);
 }
 
 // Prints the gathered report (rank 0).
@@ -1219,8 +1351,9 @@ bool FitsInMemory(const Options& opt, const Config& config, double factor, int s
 
 int Main(int argc, char** argv) {
   Options opt;
-  CLI::App app{"bench_cluster: protect bandwidth vs MPI, recovery vs a remote read, memory vs "
-               "the scheme's formula; one rank per process under mpirun -np N"};
+  CLI::App app{
+      "bench_cluster: protect bandwidth vs MPI, recovery vs a remote read, memory vs "
+      "the scheme's formula; one rank per process under mpirun -np N"};
   app.add_flag("--json", opt.json, "one JSON object per run on stdout");
   app.add_option("--scheme", opt.scheme, "replica:M[:ring], xor:K or rs:K+M");
   app.add_option("--size", opt.size, "shard bytes per rank (K/M/G suffixes)")

@@ -67,8 +67,9 @@ Result<RestoreReport> RecoveryExecutor::Run() {
       report_.version = plan_.version;
       break;
     }
-    if (!local.ok())
+    if (!local.ok()) {
       report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
+    }
     // Every failure an end-to-end mismatch: the inputs of the mismatched
     // shards are bad copies; plan again without them.
     if (!agreed.other_failure && MarkMismatchedSources(agreed, attempt)) continue;

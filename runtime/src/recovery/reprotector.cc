@@ -158,8 +158,9 @@ Status Reprotector::HeldTargets(const placement::RecoveryPlan& plan, int slot,
       if (match) chain = static_cast<int>(c);
     }
     const std::string& name = store->layout().regions[h.region].name;
-    if (chain < 0)
+    if (chain < 0) {
       return Status::Internal("held region " + name + " is not rebuilt by the re-protect plan");
+    }
     if (chains[chain].length != h.capacity) {
       return Status::Internal("held region " + name + " has " + std::to_string(h.capacity) +
                               " bytes, its re-protect chain " +

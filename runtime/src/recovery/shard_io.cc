@@ -182,8 +182,9 @@ ShardLanding ShardLanding::InMemory(const std::vector<uint64_t>& entry_bytes) {
     l.size_ += n;
   }
   l.memory_.resize(l.size_);
-  for (size_t i = 0; i < entry_bytes.size(); ++i)
+  for (size_t i = 0; i < entry_bytes.size(); ++i) {
     l.entries_.push_back(l.memory_.data() + l.base_[i]);
+  }
   return l;
 }
 

@@ -68,13 +68,16 @@ TEST(LandedCopy, PiecesInAnyOrderOnAnyThreadGiveTheOnePassCrcs) {
 
 TEST(LandedCopy, AGapOrAnOverlapIsNotComplete) {
   const std::vector<uint64_t> sizes = {5000, 7000};
-  for (int mode = 0; mode < 3; ++mode) {
+  for (int mode = 0; mode < 4; ++mode) {
     Shard s(sizes);
     LandedCopy copy(&s.entries, &s.landed);
     auto pieces = Pieces(s.landed.size(), 1000);
     if (mode == 0) pieces.pop_back();                       // a gap
     if (mode == 1) pieces.push_back(pieces.front());        // a piece twice
     if (mode == 2) pieces.push_back({s.landed.size(), 1});  // past the end
+    if (mode == 3) {  // the shard's last piece: a gap at the end
+      pieces.erase(std::max_element(pieces.begin(), pieces.end()));
+    }
     for (const auto& [off, len] : pieces) copy.Piece(off, len);
     std::vector<uint32_t> crcs;
     uint32_t whole = 0;

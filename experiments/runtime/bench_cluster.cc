@@ -151,6 +151,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -564,22 +565,46 @@ struct RingResult {
   double s = 0, cpu_s = 0, bytes = 0, wall_s = 0;
 };
 
+// Runs `once` reps + 1 times between barriers, the first as a warm-up, and
+// times the others (this rank's CPU seconds, the slowest rank's wall time);
+// each rep moves `bytes` (sent + received) on this rank. Every rank leaves
+// at the same rep, so no rank waits in a later barrier: a failure on any
+// rank ends them all (this rank's own error, else Unavailable).
+Result<RingResult> TimedReps(int reps, double bytes, const std::function<Status()>& once) {
+  std::vector<double> times;
+  RingResult out;
+  for (int r = 0; r <= reps; ++r) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double cpu0 = CpuSeconds();
+    auto t0 = Clock::now();
+    Status s = once();
+    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
+    const double t = MaxOverRanks(own);
+    int ok = s.ok() ? 1 : 0, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MEMENTO_RETURN_IF_ERROR(s);
+    if (!all) return Status::Unavailable("the ring failed on another rank");
+    if (r == 0) continue;  // warm-up
+    times.push_back(t);
+    out.cpu_s += cpu;
+    out.bytes += bytes;
+    out.wall_s += t;
+  }
+  out.s = Median(times);
+  return out;
+}
+
 // MPI ring: S bytes to rank+1, S from rank-1, in messages of `msg` bytes, all
 // posted at once. Median of `reps` after one warm-up.
-RingResult RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv, uint64_t msg,
-                        int reps) {
+Result<RingResult> RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv,
+                                uint64_t msg, int reps) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
   const uint64_t bytes = send.size();
-  std::vector<double> times;
-  RingResult out;
-  for (int r = 0; r <= reps; ++r) {
+  return TimedReps(reps, 2.0 * bytes, [&] {
     std::vector<MPI_Request> reqs;
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double cpu0 = CpuSeconds();
-    auto t0 = Clock::now();
     int tag = 0;
     for (uint64_t off = 0; off < bytes; off += msg, ++tag) {
       const int len = static_cast<int>(std::min(msg, bytes - off));
@@ -589,16 +614,8 @@ RingResult RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& 
       MPI_Isend(send.data() + off, len, MPI_BYTE, to, tag, MPI_COMM_WORLD, &reqs.back());
     }
     MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
-    const double t = MaxOverRanks(own);
-    if (r == 0) continue;  // warm-up
-    times.push_back(t);
-    out.cpu_s += cpu;
-    out.bytes += 2.0 * bytes;
-    out.wall_s += t;
-  }
-  out.s = Median(times);
-  return out;
+    return Status::Ok();
+  });
 }
 
 // XOR parity by a pipelined ring reduce-scatter (LLNL redset's XOR
@@ -617,13 +634,16 @@ RingResult RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& 
 // one warm-up; an error when the parity differs.
 Result<RingResult> XorReduceScatter(const std::vector<uint8_t>& data, int g, uint64_t msg,
                                     int reps) {
-  int rank = 0, n = 1;
+  int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const uint64_t seg = (data.size() + g - 2) / (g - 1);
+  if (seg * g > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    return Status::InvalidArgument("bench_cluster: the XOR ring's check needs " +
+                                   std::to_string(seg * g) + " bytes in one MPI count");
+  }
   MPI_Comm set;
   MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &set);
   const int r = rank % g;
-  const uint64_t seg = (data.size() + g - 2) / (g - 1);
   const uint64_t chunks = (seg + msg - 1) / msg;
   std::vector<uint8_t> mine(seg * (g - 1), 0);  // the padded segments
   std::copy(data.begin(), data.end(), mine.begin());
@@ -631,13 +651,8 @@ Result<RingResult> XorReduceScatter(const std::vector<uint8_t>& data, int g, uin
   std::vector<uint8_t> partial(seg * (g - 1));  // step t's received partial at (t - 1) * seg
   auto chunk_len = [&](uint64_t c) { return static_cast<int>(std::min(msg, seg - c * msg)); };
   const int to = (r + 1) % g, from = (r + g - 1) % g;
-  std::vector<double> times;
-  RingResult out;
-  for (int rep = 0; rep <= reps; ++rep) {
+  Result<RingResult> out = TimedReps(reps, 2.0 * seg * (g - 1), [&] {
     std::vector<MPI_Request> recvs((g - 1) * chunks), sends;
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double cpu0 = CpuSeconds();
-    auto t0 = Clock::now();
     for (int t = 1; t < g; ++t) {
       for (uint64_t c = 0; c < chunks; ++c) {
         MPI_Irecv(partial.data() + (t - 1) * seg + c * msg, chunk_len(c), MPI_BYTE, from,
@@ -663,15 +678,12 @@ Result<RingResult> XorReduceScatter(const std::vector<uint8_t>& data, int g, uin
     }
     MPI_Waitall(static_cast<int>(chunks), recvs.data() + (g - 2) * chunks, MPI_STATUSES_IGNORE);
     MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
-    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
-    const double t = MaxOverRanks(own);
-    if (rep == 0) continue;  // warm-up
-    times.push_back(t);
-    out.cpu_s += cpu;
-    out.bytes += 2.0 * seg * (g - 1);
-    out.wall_s += t;
+    return Status::Ok();
+  });
+  if (!out.ok()) {
+    MPI_Comm_free(&set);
+    return out;
   }
-  out.s = Median(times);
   // Check: piece p of the XOR over the set of every rank's segments laid out
   // by piece (its own piece zero) is rank p's parity.
   std::vector<uint8_t> laid(seg * g, 0), xored(seg * g);
@@ -696,13 +708,8 @@ Result<RingResult> TransportRing(Transport& t, const std::vector<uint8_t>& send,
   const int rank = t.rank(), n = t.size();
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
   const uint64_t bytes = send.size();
-  std::vector<double> times;
-  RingResult out;
-  for (int r = 0; r <= reps; ++r) {
+  return TimedReps(reps, 2.0 * bytes, [&] {
     Status sent, received;
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double cpu0 = CpuSeconds();
-    auto t0 = Clock::now();
     {
       JoiningThread receiver([&] {
         for (uint64_t off = 0; off < bytes && received.ok(); off += msg) {
@@ -722,22 +729,9 @@ Result<RingResult> TransportRing(Transport& t, const std::vector<uint8_t>& send,
         }
       });
     }  // joins both threads
-    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
-    const double tmax = MaxOverRanks(own);
-    // Every rank leaves at the same rep, so no rank waits in a later barrier.
-    int ok = sent.ok() && received.ok() ? 1 : 0, all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MEMENTO_RETURN_IF_ERROR(sent.WithContext("ring send to rank " + std::to_string(to)));
-    MEMENTO_RETURN_IF_ERROR(received.WithContext("ring receive from rank " + std::to_string(from)));
-    if (!all) return Status::Unavailable("ring over the transport failed on another rank");
-    if (r == 0) continue;  // warm-up
-    times.push_back(tmax);
-    out.cpu_s += cpu;
-    out.bytes += 2.0 * bytes;
-    out.wall_s += tmax;
-  }
-  out.s = Median(times);
-  return out;
+    return received.WithContext("ring receive from rank " + std::to_string(from));
+  });
 }
 
 // Reads this rank's rank file of version 1; slowest rank's time.
@@ -903,8 +897,10 @@ class Bench {
   // the faster raw ring (decided on every rank alike: the times are maxima).
   Status MeasureMpiBaseline(Report* out, RankStats* me) {
     std::vector<uint8_t> recv(opt_.size, 1);
-    const RingResult chunked = RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps);
-    const RingResult single = RingExchange(buf_, recv, opt_.size, opt_.reps);
+    MEMENTO_ASSIGN_OR_RETURN(const RingResult chunked,
+                             RingExchange(buf_, recv, config_.chunk_bytes, opt_.reps));
+    MEMENTO_ASSIGN_OR_RETURN(const RingResult single,
+                             RingExchange(buf_, recv, opt_.size, opt_.reps));
     out->ring_chunked_s = chunked.s;
     out->ring_single_s = single.s;
     RingResult base = chunked.s <= single.s ? chunked : single;

@@ -258,7 +258,9 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     }
     if (ok) {
       received->fetch_add(len);
-      if (sink != nullptr && in_place[i] && sink->landed != nullptr) sink->landed(c, off, len);
+      if (sink != nullptr && in_place[i] && sink->landed != nullptr) {
+        sink->landed(c, off, len, ring[i].header.crc);
+      }
       if (sink != nullptr && !in_place[i] && got.ok()) {
         Status w = sink->write != nullptr
                        ? sink->write(c, off, into[i], len)

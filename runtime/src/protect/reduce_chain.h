@@ -85,11 +85,12 @@ using RowWriter =
 //  - write: takes every piece whose span was null, from a buffer of the
 //    chain's own. Required when span is unset or may return null.
 //  - landed (optional): told of every piece received in place once it
-//    passed its checks (from the chain's thread, pieces of a chain in order).
+//    passed its checks, with its crc32c (already checked against the bytes
+//    in place), from the chain's thread, the pieces of a chain in order.
 struct RowSink {
   std::function<uint8_t*(int chain, uint64_t offset, uint64_t len)> span;
   RowWriter write;
-  std::function<void(int chain, uint64_t offset, uint64_t len)> landed;
+  std::function<void(int chain, uint64_t offset, uint64_t len, uint32_t crc)> landed;
 };
 
 // Pieces are at most this long, whatever piece_bytes the caller passes. A

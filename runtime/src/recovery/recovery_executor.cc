@@ -446,7 +446,7 @@ Status RecoveryExecutor::RunDecodes() {
   sink.span = [&](int c, uint64_t off, uint64_t len) {
     return landed_.Span(shard_offset(c, off), len);  // null past the end too
   };
-  sink.landed = [&](int c, uint64_t off, uint64_t len) {
+  sink.landed = [&](int c, uint64_t off, uint64_t len, uint32_t) {
     if (landed_copy_) landed_copy_->Piece(shard_offset(c, off), len);
   };
   sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {

@@ -8,6 +8,7 @@
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/rs_codec.h"
+#include "snapshot/crc32c_combine.h"
 
 namespace memento::runtime {
 
@@ -100,8 +101,13 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
   std::vector<ReprotectChainInfo> info;
   Status built = BuildReprotectChains(plan, pl, &chains, &info);
   std::vector<uint8_t*> into;
-  if (built.ok() && fresh && local.ok()) local = HeldTargets(plan, slot, chains, info, &into);
+  std::vector<int> chain_of;  // per held region
+  if (built.ok() && fresh && local.ok()) {
+    local = HeldTargets(plan, slot, chains, info, &into, &chain_of);
+  }
   into.resize(chains.size(), nullptr);
+  // Each chain's crc32c, combined from its pieces' as they land (in order).
+  std::vector<uint32_t> chain_crc(chains.size(), 0);
   if (built.ok()) {
     const bool can_read = local.ok() && slot >= 0;
     auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
@@ -117,6 +123,9 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
     sink.span = [&](int c, uint64_t off, uint64_t) {
       return into[c] != nullptr ? into[c] + off : nullptr;
     };
+    sink.landed = [&](int c, uint64_t, uint64_t len, uint32_t crc) {
+      chain_crc[c] = Crc32cCombine(chain_crc[c], crc, len);
+    };
     sink.write = [&](int c, uint64_t, const uint8_t*, uint64_t) {
       return Status::Internal("re-protect chain " + std::to_string(c) +
                               " has no held region to land in on rank " +
@@ -130,7 +139,7 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
 
   // 3. A lost node's rank: the seals of what it holds, then the entry seals,
   // then the slot.
-  if (fresh && local.ok()) local = SealHeld(slot);
+  if (fresh && local.ok()) local = SealHeld(slot, chain_of, chain_crc);
   if (fresh && local.ok()) local = WriteSeals(slot, seals_of);
   if (fresh && local.ok()) local = parts_.store->SealRegion(slot, pl.topology_region(), 0, 0);
   if (fresh && local.ok()) local = parts_.store->SealSlot(slot, version);
@@ -142,11 +151,13 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
 Status Reprotector::HeldTargets(const placement::RecoveryPlan& plan, int slot,
                                 const std::vector<ReduceChain>& chains,
                                 const std::vector<ReprotectChainInfo>& info,
-                                std::vector<uint8_t*>* into) {
+                                std::vector<uint8_t*>* into, std::vector<int>* chain_of) {
   NodeStore* store = parts_.store;
   const int me = parts_.transport->rank();
   into->assign(chains.size(), nullptr);
+  chain_of->clear();
   for (const HeldRegion& h : parts_.layout->held()) {
+    chain_of->push_back(-1);
     if (h.capacity == 0) continue;
     int chain = -1;
     for (size_t c = 0; c < chains.size(); ++c) {
@@ -167,16 +178,17 @@ Status Reprotector::HeldTargets(const placement::RecoveryPlan& plan, int slot,
                               std::to_string(chains[chain].length));
     }
     (*into)[chain] = store->MutableRegion(slot, h.region);
+    chain_of->back() = chain;
   }
   return Status::Ok();
 }
 
-Status Reprotector::SealHeld(int slot) {
-  NodeStore* store = parts_.store;
-  for (const HeldRegion& h : parts_.layout->held()) {
-    const uint8_t* data = store->MutableRegion(slot, h.region);
-    MEMENTO_RETURN_IF_ERROR(
-        store->SealRegion(slot, h.region, h.capacity, erasure::Crc32c(data, h.capacity)));
+Status Reprotector::SealHeld(int slot, const std::vector<int>& chain_of,
+                             const std::vector<uint32_t>& chain_crc) {
+  const std::vector<HeldRegion>& held = parts_.layout->held();
+  for (size_t i = 0; i < held.size(); ++i) {
+    const uint32_t crc = chain_of[i] < 0 ? 0 : chain_crc[chain_of[i]];  // 0: an empty region
+    MEMENTO_RETURN_IF_ERROR(parts_.store->SealRegion(slot, held[i].region, held[i].capacity, crc));
   }
   return Status::Ok();
 }

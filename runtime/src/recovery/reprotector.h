@@ -96,13 +96,17 @@ class Reprotector {
 
  private:
   // A lost node's rank: (*into)[c] = the held region of `slot` that chain c
-  // rebuilds (null for chains ending elsewhere); an error when a held region
-  // has no chain or a chain of another length.
+  // rebuilds (null for chains ending elsewhere), (*chain_of)[i] = the chain
+  // that rebuilds held region i (-1 for an empty one); an error when a held
+  // region has no chain or a chain of another length.
   Status HeldTargets(const placement::RecoveryPlan& plan, int slot,
                      const std::vector<ReduceChain>& chains,
-                     const std::vector<ReprotectChainInfo>& info, std::vector<uint8_t*>* into);
-  // Seals every held region of `slot` over the bytes the chains landed.
-  Status SealHeld(int slot);
+                     const std::vector<ReprotectChainInfo>& info, std::vector<uint8_t*>* into,
+                     std::vector<int>* chain_of);
+  // Seals every held region of `slot` with the crc32c its chain's pieces
+  // combine to (checked as they landed: no second pass over the bytes).
+  Status SealHeld(int slot, const std::vector<int>& chain_of,
+                  const std::vector<uint32_t>& chain_crc);
   Status WriteSeals(int slot, const SealsByOwner& seals_of);
 
   const Parts parts_;

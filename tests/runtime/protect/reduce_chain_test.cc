@@ -11,9 +11,11 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
+#include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
 #include "memento/runtime/inprocess_transport.h"
 
@@ -30,6 +32,8 @@ struct Outcome {
   Status status;
   std::vector<std::vector<uint8_t>> results;
   ReduceBytes bytes;
+  int in_place = 0;   // pieces the sink was told of as landed in place
+  int crc_wrong = 0;  // of those, with a crc32c other than their bytes'
 };
 
 // Runs `chains` on `n` ranks; `unreadable` is a rank whose reader fails.
@@ -66,6 +70,10 @@ std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
       sink.span = [&](int c, uint64_t off, uint64_t) -> uint8_t* {
         return (off / piece) % 2 == 0 ? (*landed)[c].data() + off : nullptr;
       };
+      sink.landed = [&](int c, uint64_t off, uint64_t len, uint32_t crc) {
+        ++out[r].in_place;
+        if (crc != erasure::Crc32c((*landed)[c].data() + off, len)) ++out[r].crc_wrong;
+      };
       sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
         if (off < next[c] || (off / piece) % 2 == 0) {
           return Status::Internal("piece at " + std::to_string(off) + " out of order or in place");
@@ -91,6 +99,21 @@ std::vector<uint8_t> Expected(const ReduceChain& chain) {
     erasure::GfMultiplyAdd(t.coef, row.data(), want.data(), want.size());
   }
   return want;
+}
+
+// One chain of `terms` into `dst`, `length` bytes.
+std::vector<ReduceChain> OneChain(std::vector<ReduceTerm> terms, int dst, uint64_t length) {
+  std::vector<ReduceChain> chains(1);
+  chains[0].terms = std::move(terms);
+  chains[0].dst_rank = dst;
+  chains[0].length = length;
+  return chains;
+}
+
+// A failure whose message contains `text`.
+void ExpectFailsWith(const Status& s, const std::string& text) {
+  ASSERT_FALSE(s.ok()) << "expected a failure with \"" << text << "\"";
+  EXPECT_NE(s.message().find(text), std::string::npos) << s.ToString();
 }
 
 TEST(ReduceChain, DestinationGetsTheLinearCombination) {
@@ -131,6 +154,7 @@ TEST(ReduceChain, SinkLandsEveryChainIntoOneDestination) {
     std::vector<std::vector<uint8_t>> landed;
     for (const auto& ch : chains) landed.emplace_back(ch.length, 0);
     std::vector<int> written(chains.size(), 0);
+    int in_place = 0;
     auto out = RunOnThreads(4, chains, piece, -1, &landed, {}, &written);
     for (int r = 0; r < 4; ++r) ASSERT_TRUE(out[r].status.ok()) << out[r].status.ToString();
     for (size_t c = 0; c < chains.size(); ++c) {
@@ -138,16 +162,16 @@ TEST(ReduceChain, SinkLandsEveryChainIntoOneDestination) {
       EXPECT_TRUE(out[3].results[c].empty());
       const uint64_t pieces = (chains[c].length + piece - 1) / piece;
       EXPECT_EQ(written[c], static_cast<int>(pieces / 2)) << "chain " << c;  // the odd ones
+      in_place += static_cast<int>(pieces - pieces / 2);                     // the even ones
     }
+    EXPECT_EQ(out[3].in_place, in_place);
+    EXPECT_EQ(out[3].crc_wrong, 0);
     EXPECT_EQ(out[3].bytes.received, 100000u + 33333u + 10u);
   }
 }
 
 TEST(ReduceChain, AnUnreadableRowFailsTheChainAtItsDestination) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = {{0, 0, 1}, {1, 0, 1}};
-  chains[0].dst_rank = 2;
-  chains[0].length = 5000;
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 0, 1}}, 2, 5000);
   auto out = RunOnThreads(3, chains, 1024, /*unreadable=*/0);
   EXPECT_FALSE(out[2].status.ok());
   EXPECT_FALSE(out[0].status.ok());
@@ -250,10 +274,7 @@ std::vector<std::shared_ptr<Transport>> AsTransports(
 // and the destination each have 2 pieces (a header and a payload each)
 // started before they wait for the first.
 TEST(ReduceChain, ReceiversKeepTwoPiecesPosted) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 1}};
-  chains[0].dst_rank = 2;
-  chains[0].length = 10 * 1000;
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 1}}, 2, 10 * 1000);
   auto w = Watched(3);
   auto out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w));
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(out[r].status.ok()) << out[r].status.ToString();
@@ -269,21 +290,14 @@ TEST(ReduceChain, ReceiversKeepTwoPiecesPosted) {
 // damaged run is taken), so the same chains on the same transports and tags
 // then succeed.
 TEST(ReduceChain, ADamagedPieceFailsTheChainAndLeavesTheStreamInStep) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
-  chains[0].dst_rank = 3;
-  chains[0].length = 9000;
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}}, 3, 9000);
   auto w = Watched(4);
   w[1]->FlipPayload(/*flip_at=*/2);
   auto out = RunOnThreads(4, chains, 1000, -1, nullptr, AsTransports(w));
   EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
   EXPECT_TRUE(out[1].status.ok()) << out[1].status.ToString();
-  ASSERT_FALSE(out[2].status.ok());
-  EXPECT_NE(out[2].status.message().find("fails its crc32c"), std::string::npos)
-      << out[2].status.ToString();
-  ASSERT_FALSE(out[3].status.ok());
-  EXPECT_NE(out[3].status.message().find("could not serve its row"), std::string::npos)
-      << out[3].status.ToString();
+  ExpectFailsWith(out[2].status, "fails its crc32c");
+  ExpectFailsWith(out[3].status, "could not serve its row");
   // Pieces 0 and 1 were good; none from the damaged one on counts.
   EXPECT_EQ(out[3].bytes.received, 2000u);
   auto again = RunOnThreads(4, chains, 1000, -1, nullptr, AsTransports(w));
@@ -296,19 +310,14 @@ TEST(ReduceChain, ADamagedPieceFailsTheChainAndLeavesTheStreamInStep) {
 // checked there: a damaged one fails the chain with its crc32c, before the
 // sink's writer or anything after it sees the rest of the row.
 TEST(ReduceChain, APieceLandedInPlaceIsCheckedThere) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
-  chains[0].dst_rank = 3;
-  chains[0].length = 9000;
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}}, 3, 9000);
   auto w = Watched(4);
   w[2]->FlipPayload(/*flip_at=*/2);  // piece 2: an even piece, received in place
   std::vector<std::vector<uint8_t>> landed(1, std::vector<uint8_t>(chains[0].length, 0));
   std::vector<int> written(1, 0);
   auto out = RunOnThreads(4, chains, 1000, -1, &landed, AsTransports(w), &written);
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(out[r].status.ok()) << out[r].status.ToString();
-  ASSERT_FALSE(out[3].status.ok());
-  EXPECT_NE(out[3].status.message().find("fails its crc32c"), std::string::npos)
-      << out[3].status.ToString();
+  ExpectFailsWith(out[3].status, "fails its crc32c");
   EXPECT_EQ(out[3].bytes.received, 2000u + 6000u);  // every piece but the damaged one
   EXPECT_EQ(written[0], 1);  // piece 1 only: the writer stops at the first failure
   const std::vector<uint8_t> want = Expected(chains[0]);
@@ -319,19 +328,12 @@ TEST(ReduceChain, APieceLandedInPlaceIsCheckedThere) {
 // drops what it posted, forwards "failed" for every remaining piece, and
 // never refills a buffer whose send is still in flight while it does.
 TEST(ReduceChain, ABrokenStreamIsReportedAndNoBufferIsReusedInFlight) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 1}};
-  chains[0].dst_rank = 2;
-  chains[0].length = 12 * 1000;
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 1}}, 2, 12 * 1000);
   auto w = Watched(3);
   w[1]->FailRecv(/*fail_at=*/6);  // the header of piece 3
   auto out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w));
-  ASSERT_FALSE(out[1].status.ok());
-  EXPECT_NE(out[1].status.message().find("test: receive fails"), std::string::npos)
-      << out[1].status.ToString();
-  ASSERT_FALSE(out[2].status.ok());
-  EXPECT_NE(out[2].status.message().find("could not serve its row"), std::string::npos)
-      << out[2].status.ToString();
+  ExpectFailsWith(out[1].status, "test: receive fails");
+  ExpectFailsWith(out[2].status, "could not serve its row");
   EXPECT_EQ(out[2].bytes.received, 3000u);  // pieces 0-2
   for (int r = 0; r < 3; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
 }

@@ -38,7 +38,10 @@ class ShmSegment {
   // bytes), AlreadyExists (the name exists: O_EXCL), ResourceExhausted (the
   // shm file system has fewer free bytes than needed; the message names both
   // numbers and the directory), IoError (any other OS error, with errno text).
-  // Nothing is left behind on failure. Cost: the kernel zero-fills `bytes`.
+  // Nothing is left behind on failure. Cost: the kernel zero-fills `bytes`
+  // and maps every page into this process at once (MADV_POPULATE_WRITE, where
+  // the kernel has it), so that no first access later pays a page fault.
+  // Read-write Open() maps every page the same way; read-only does not.
   static Result<ShmSegment> Create(const std::string& name, uint64_t bytes);
 
   // Opens and maps an existing object whole. NotFound if it does not exist.

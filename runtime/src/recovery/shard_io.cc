@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "memento/common/check.h"
@@ -256,8 +257,15 @@ Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, 
 
 Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,
                       uint64_t begin, uint64_t len, uint8_t* dst) {
-  std::memset(dst, 0, len);
   const uint64_t end = begin + len;
+  // The entries are contiguous from 0: only what lies past the last one
+  // (stripe padding) is zero-filled, not the whole range before the copy.
+  const uint64_t total =
+      std::accumulate(entry_bytes.begin(), entry_bytes.end(), static_cast<uint64_t>(0));
+  if (end > total) {
+    const uint64_t from = std::max(begin, total);
+    std::memset(dst + (from - begin), 0, end - from);
+  }
   uint64_t eb = 0;
   for (size_t i = 0; i < entry_bytes.size(); ++i) {
     const uint64_t ee = eb + entry_bytes[i];

@@ -4,13 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "memento/erasure/crc32c.h"
+#include "memento/runtime/node_store.h"
 #include "recovery/shard_io.h"
+#include "store/store_test_util.h"
 
 namespace memento::runtime {
 namespace {
@@ -83,6 +86,51 @@ TEST(LandedCopy, AGapOrAnOverlapIsNotComplete) {
     uint32_t whole = 0;
     EXPECT_FALSE(copy.Finish(&crcs, &whole)) << "mode " << mode;
   }
+}
+
+// A range of the shard read out of a sealed slot: entries concatenated, an
+// empty entry skipped, and only what lies past the last entry (stripe
+// padding) zero-filled, whatever the buffer held before.
+TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
+  testing::JobCleaner cleaner(testing::UniqueJob("range"));
+  const std::vector<uint64_t> sizes = {5000, 0, 3000};
+  StoreLayout layout;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RegionSpec r;
+    r.name = "e" + std::to_string(i);
+    r.capacity = sizes[i];
+    layout.regions.push_back(r);
+  }
+  auto store = NodeStore::Create({cleaner.job(), "n", 0}, layout, 2);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto slot = store->BeginWrite(1, 0);
+  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
+  std::vector<uint8_t> shard(8000);
+  for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<uint8_t>(i * 7 + 1);
+  uint64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 0)
+      std::memcpy(store->MutableRegion(*slot, static_cast<int>(i)), &shard[at], sizes[i]);
+    ASSERT_TRUE(store
+                    ->SealRegion(*slot, static_cast<int>(i), sizes[i],
+                                 erasure::Crc32c(&shard[at], sizes[i]))
+                    .ok());
+    at += sizes[i];
+  }
+  ASSERT_TRUE(store->SealSlot(*slot, 1).ok());
+  // Across the empty entry and 1000 bytes past the end.
+  std::vector<uint8_t> dst(5000, 0xAA);
+  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 4000, dst.size(), dst.data()).ok());
+  EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 4000, shard.begin() + 4000));
+  EXPECT_TRUE(std::all_of(dst.begin() + 4000, dst.end(), [](uint8_t b) { return b == 0; }));
+  // Wholly past the end: all zero, and nothing written past the range.
+  std::fill(dst.begin(), dst.end(), 0xAA);
+  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 9000, 100, dst.data()).ok());
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.begin() + 100, [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(dst[100], 0xAA);
+  std::vector<uint8_t> all(8000, 0xAA);
+  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 0, all.size(), all.data()).ok());
+  EXPECT_EQ(all, shard);
 }
 
 }  // namespace

@@ -49,6 +49,13 @@
 //    MpiTransport polls (MPI_Test, sched_yield, short sleeps) and Open MPI's
 //    blocking calls spin, so util near 1 means the cores were busy, not that
 //    they were all doing protect work.
+//    shm_huge: the huge= option of the tmpfs under /dev/shm (never, always,
+//    within_size, advise; tmpfs's default is never). With 4 KiB pages every
+//    first access to a page of a freshly mapped store costs a fault, which
+//    on the VM these numbers come from is 5-20x the cost on bare metal; the
+//    stores are mapped whole when created or opened read-write
+//    (docs/architecture.md §4), but a first access still pays for its page
+//    table entry. experiments/runtime/README.md compares both.
 // 2. peak memory. VmHWM (/proc/self/status) after the protect reps, summed over
 //    a node's ranks; the node store segment size (/dev/shm); both against the
 //    scheme's formula: replica:M -> M*S*slots, xor:K / rs:K+M ->
@@ -1102,6 +1109,26 @@ double Mean(const std::vector<double>& v) {
 double MinOf(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
+// The huge= option of the tmpfs that holds the node stores (/proc/mounts;
+// tmpfs without it is "never"), "unknown" when the mount is not found. Huge
+// pages change what a first access to a store page costs, by 5-20x on the
+// VM these benchmarks run on.
+std::string ShmHugePages() {
+  std::ifstream mounts("/proc/mounts");
+  std::string dev, dir, type, options, found = "unknown";
+  std::string line;
+  while (std::getline(mounts, line)) {
+    std::istringstream fields(line);
+    if (!(fields >> dev >> dir >> type >> options) || dir != ShmSegment::Directory()) continue;
+    found = "never";
+    std::istringstream opts(options);
+    for (std::string o; std::getline(opts, o, ',');) {
+      if (o.rfind("huge=", 0) == 0) found = o.substr(5);
+    }
+  }
+  return found;  // the last mount on the directory is the one in effect
+}
+
 // The first fields of every JSON record of the benchmark (results and skips).
 nlohmann::ordered_json JsonHead(const std::string& scheme, int nodes) {
   nlohmann::ordered_json j;
@@ -1201,6 +1228,7 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["reps"] = opt.reps;
   j["ranks"] = r.ranks;
   j["cores"] = r.cores;
+  j["shm_huge"] = ShmHugePages();
   j["link_gibps"] = opt.link_gibps;
   j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
   j["protect_s"] = r.protect_s;

@@ -475,7 +475,9 @@ Status RecoveryExecutor::RestoreMyShard() {
     case placement::SourceKind::kLocal: {
       report_.source_detail = "local";
       if (!my_slot_) return Status::NotFound("local copy vanished");
-      Status s = parts_.io->CopySlotToBuffers(*my_slot_, plan_.version, &crcs_);
+      // Behind this node's transfers (a lost node's resume waits for them).
+      Status s =
+          RunBehind([&] { return parts_.io->CopySlotToBuffers(*my_slot_, plan_.version, &crcs_); });
       // A copy that fails its crc32c here is marked bad and the plan made
       // again (nothing was verified before the transfer).
       if (s.code() == StatusCode::kCorruption) mismatch_ = Mismatch::kSealed;

@@ -1,9 +1,15 @@
 #include "recovery/shard_io.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <thread>
 #include <utility>
 
 #include "memento/common/check.h"
@@ -253,6 +259,21 @@ Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, 
     return Status::Ok();
   }
   return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);
+}
+
+Status RunBehind(const std::function<Status()>& fn) {
+  Status status;
+  std::thread behind([&] {
+    // A thread's nice value is its own (the calling one keeps its value); a
+    // failure only leaves the copy at the caller's priority.
+    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int nice = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, std::min(19, nice + kBehindNice));
+    status = fn();
+  });
+  behind.join();
+  return status;
 }
 
 Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,

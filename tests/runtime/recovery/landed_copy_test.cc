@@ -1,9 +1,15 @@
-// LandedCopy: pieces of a landing shard copied into the buffers in any order,
-// from several threads, give the same buffers and crc32c as one pass; a gap
-// or an overlap is reported, never a wrong crc.
+// Shard I/O of a restore. LandedCopy: pieces of a landing shard copied into
+// the buffers in any order, from several threads, give the same buffers and
+// crc32c as one pass; a gap or an overlap is reported, never a wrong crc.
+// ReadShardRange: a range of the shard out of a sealed slot. RunBehind: a
+// survivor's own copy at a lower priority than its node's transfers.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -131,6 +137,32 @@ TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
   std::vector<uint8_t> all(8000, 0xAA);
   ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 0, all.size(), all.data()).ok());
   EXPECT_EQ(all, shard);
+}
+
+int ThisThreadsNice() {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  EXPECT_EQ(errno, 0);
+  return nice;
+}
+
+// A survivor's own copy runs behind its node's transfers: on another thread,
+// at a lower priority, with fn's status; the caller's priority is kept.
+TEST(RunBehind, RunsFnOnAThreadOfLowerPriorityAndReturnsItsStatus) {
+  const int before = ThisThreadsNice();
+  int inside = -100;
+  std::thread::id where;
+  Status s = RunBehind([&] {
+    inside = ThisThreadsNice();
+    where = std::this_thread::get_id();
+    return Status::Corruption("the copy's own failure");
+  });
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_EQ(s.message(), "the copy's own failure");
+  EXPECT_EQ(inside, std::min(19, before + kBehindNice));
+  EXPECT_NE(where, std::this_thread::get_id());
+  EXPECT_EQ(ThisThreadsNice(), before);
+  EXPECT_TRUE(RunBehind([] { return Status::Ok(); }).ok());
 }
 
 }  // namespace

@@ -261,19 +261,24 @@ Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, 
   return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);
 }
 
-Status RunBehind(const std::function<Status()>& fn) {
-  Status status;
-  std::thread behind([&] {
-    // A thread's nice value is its own (the calling one keeps its value); a
-    // failure only leaves the copy at the caller's priority.
-    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
-    errno = 0;
-    const int nice = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, std::min(19, nice + kBehindNice));
-    status = fn();
-  });
-  behind.join();
-  return status;
+Behind::Behind(std::function<Status()> fn)
+    : thread_([this, fn = std::move(fn)] {
+        // A thread's nice value is its own; a failure only leaves the work
+        // at the creator's priority.
+        const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+        errno = 0;
+        const int nice = getpriority(PRIO_PROCESS, tid);
+        if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, std::min(19, nice + kBehindNice));
+        status_ = fn();
+      }) {}
+
+Behind::~Behind() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Behind::Join() {
+  if (thread_.joinable()) thread_.join();
+  return status_;
 }
 
 Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64_t>& entry_bytes,

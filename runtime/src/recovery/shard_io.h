@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,18 +24,27 @@
 
 namespace memento::runtime {
 
-// Runs fn on a thread of its own whose nice value is kBehindNice above this
-// thread's (a lower priority; Linux schedules each thread by its own nice
-// value, 19 at most), and returns fn's status; this thread's priority is left
-// as it is.
-// For what a rank restores for itself out of its own store while its node
-// serves or receives the transfers a lost node waits for: where ranks share
-// cores, the scheduler runs the transfers first and the copy in the time the
-// link leaves free (replica:2 N=8 on 2 cores over a 0.1 GiB/s link: resume
-// 1.17-1.20 x S / link with it, 1.31-1.35 without). On idle cores it changes
-// nothing.
+// Work run behind: fn starts on a thread of its own whose nice value is
+// kBehindNice above the creating thread's (a lower priority; Linux schedules
+// each thread by its own nice value, 19 at most; the creator keeps its own),
+// and Join() returns fn's status. For what a rank restores for itself out of
+// its own store while its node serves or receives the transfers a lost node
+// waits for: started before them, it runs in the time they leave free, and
+// where ranks share cores the scheduler runs the transfers first. On idle
+// cores the priority changes nothing. The destructor joins.
 inline constexpr int kBehindNice = 10;
-Status RunBehind(const std::function<Status()>& fn);
+class Behind {
+ public:
+  explicit Behind(std::function<Status()> fn);
+  ~Behind();
+  Behind(const Behind&) = delete;
+  Behind& operator=(const Behind&) = delete;
+  Status Join();
+
+ private:
+  Status status_;  // fn's; declared first: the thread writes it
+  std::thread thread_;
+};
 
 // Bytes [begin, begin + len) of the shard whose entries (of `entry_bytes`
 // bytes each, in order) are the first regions of `store`'s sealed `slot`,

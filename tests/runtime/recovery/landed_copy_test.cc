@@ -1,7 +1,7 @@
 // Shard I/O of a restore. LandedCopy: pieces of a landing shard copied into
 // the buffers in any order, from several threads, give the same buffers and
 // crc32c as one pass; a gap or an overlap is reported, never a wrong crc.
-// ReadShardRange: a range of the shard out of a sealed slot. RunBehind: a
+// ReadShardRange: a range of the shard out of a sealed slot. Behind: a
 // survivor's own copy at a lower priority than its node's transfers.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
@@ -147,22 +148,35 @@ int ThisThreadsNice() {
 }
 
 // A survivor's own copy runs behind its node's transfers: on another thread,
-// at a lower priority, with fn's status; the caller's priority is kept.
-TEST(RunBehind, RunsFnOnAThreadOfLowerPriorityAndReturnsItsStatus) {
+// at a lower priority, at once, with fn's status; the caller's priority is
+// kept, and an unjoined one is joined when it goes.
+TEST(Behind, RunsFnOnAThreadOfLowerPriorityAndReturnsItsStatus) {
   const int before = ThisThreadsNice();
   int inside = -100;
   std::thread::id where;
-  Status s = RunBehind([&] {
+  std::atomic<bool> go{false};
+  Behind behind([&] {
     inside = ThisThreadsNice();
     where = std::this_thread::get_id();
+    while (!go) std::this_thread::yield();  // runs while the creator goes on
     return Status::Corruption("the copy's own failure");
   });
+  EXPECT_EQ(ThisThreadsNice(), before);
+  go = true;
+  Status s = behind.Join();
   EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_EQ(s.message(), "the copy's own failure");
   EXPECT_EQ(inside, std::min(19, before + kBehindNice));
   EXPECT_NE(where, std::this_thread::get_id());
-  EXPECT_EQ(ThisThreadsNice(), before);
-  EXPECT_TRUE(RunBehind([] { return Status::Ok(); }).ok());
+  EXPECT_EQ(behind.Join().code(), StatusCode::kCorruption);  // joined once, kept
+  bool ran = false;
+  {
+    Behind unjoined([&] {
+      ran = true;
+      return Status::Ok();
+    });
+  }
+  EXPECT_TRUE(ran);
 }
 
 }  // namespace

@@ -180,7 +180,7 @@ if not missing and r["remote_gibps"] > 0:
 source = r.get("recover_source", "")
 memory = source.startswith("replica from node") or source.startswith("decode of")
 # Which pages the stores had: a huge= value of the tmpfs, read from /proc/mounts.
-if r.get("shm_huge") not in ("never", "always", "within_size", "advise", "deny", "force"):
+if r.get("shm_huge") not in ("never", "always", "within_size", "advise"):
     bad.append("shm_huge=%r" % r.get("shm_huge"))
 if missing or bad or ratios or fast or r.get("restore_bit_exact") is not True or not memory:
     print("smoke FAIL: missing", missing, "negative", bad, "non-positive", ratios,

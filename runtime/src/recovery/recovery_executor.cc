@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -235,12 +236,6 @@ Status RecoveryExecutor::GatherEntrySeals() {
 }
 
 Status RecoveryExecutor::TransferAndRestore() {
-  // The own copy never outlives the attempt (it writes the buffers and crcs_).
-  struct JoinOwnCopy {
-    std::unique_ptr<Behind>* copy;
-    ~JoinOwnCopy() { copy->reset(); }
-  } join_own_copy{&own_copy_};
-  own_copy_.reset();
   mine_ = nullptr;
   all_local_ = true;
   transfers_.clear();
@@ -260,7 +255,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   replica_seal_.reset();
   chains_.clear();
   chain_info_.clear();
-  chains_built_ = BuildDecodeChains(plan_, pl_, &chains_, &chain_info_);
+  const Status built = BuildDecodeChains(plan_, pl_, &chains_, &chain_info_);
   // A survivor's own shard is copied while this node serves the others
   // (they read the slot too, nothing writes it), behind their transfers. Not
   // on a hop of a decode chain: a decode is CPU-bound on shared cores, the
@@ -271,8 +266,11 @@ Status RecoveryExecutor::TransferAndRestore() {
     return std::any_of(c.terms.begin(), c.terms.end(),
                        [&](const ReduceTerm& t) { return t.rank == me; });
   });
+  // Joined when this attempt ends, however it ends (it writes the buffers
+  // and crcs_).
+  std::optional<Behind> own_copy;
   if (mine_->kind == placement::SourceKind::kLocal && my_slot_ && !hop) {
-    own_copy_ = std::make_unique<Behind>([this, slot = *my_slot_] {
+    own_copy.emplace([this, slot = *my_slot_] {
       return parts_.io->CopySlotToBuffers(slot, plan_.version, &crcs_);
     });
   }
@@ -283,11 +281,11 @@ Status RecoveryExecutor::TransferAndRestore() {
   }
   // Every rank takes part in every exchange, whatever failed before.
   Status got = ExchangeReplicas();
-  Status decoded = RunDecodes();
+  Status decoded = built.ok() ? RunDecodes() : built;
   if (got.ok()) got = decoded.WithContext("restore: decode");
   if (got.ok()) got = landing;
   if (!got.ok()) return got;
-  return RestoreMyShard();
+  return RestoreMyShard(own_copy ? &*own_copy : nullptr);
 }
 
 Status RecoveryExecutor::PrepareLanding() {
@@ -438,7 +436,6 @@ Status RecoveryExecutor::ExchangeReplicas() {
 }
 
 Status RecoveryExecutor::RunDecodes() {
-  MEMENTO_RETURN_IF_ERROR(chains_built_);
   // Input rows: a survivor's data row is a piece of its shard, a parity row
   // its parity region.
   auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
@@ -492,14 +489,14 @@ Status RecoveryExecutor::RunDecodes() {
   return s;
 }
 
-Status RecoveryExecutor::RestoreMyShard() {
+Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
   switch (mine_->kind) {
     case placement::SourceKind::kLocal: {
       report_.source_detail = "local";
       if (!my_slot_) return Status::NotFound("local copy vanished");
       // Started with the attempt, or (a decode hop) now.
-      Status s = own_copy_ != nullptr
-                     ? own_copy_->Join()
+      Status s = own_copy != nullptr
+                     ? own_copy->Join()
                      : parts_.io->CopySlotToBuffers(*my_slot_, plan_.version, &crcs_);
       // A copy that fails its crc32c here is marked bad and the plan made
       // again (nothing was verified before the transfer).

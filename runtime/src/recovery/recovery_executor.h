@@ -147,8 +147,11 @@ class RecoveryExecutor {
   Status ExchangeReplicas();
   Status SendReplica(size_t index);
   Status ReceiveReplica(size_t index);
+  // Runs the decode chains built for this attempt (chains_).
   Status RunDecodes();
-  Status RestoreMyShard();
+  // This rank's shard into its buffers: a survivor's own copy joined (started
+  // with the attempt) or made now, a landed shard checked and copied.
+  Status RestoreMyShard(Behind* own_copy);
   // The landed shard copied into the buffers, hashed as it lands, and
   // checked: a replica against its holder's seal, every entry against its
   // owner's seals (a mismatch sets mismatch_); then its entries are sealed
@@ -195,15 +198,10 @@ class RecoveryExecutor {
   SealsByOwner seals_of_;
   std::vector<ReduceChain> chains_;
   std::vector<DecodeChainInfo> chain_info_;
-  Status chains_built_;  // how building chains_ for this attempt went
   std::vector<uint32_t> crcs_;  // this rank's restored entries
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
   // Copies landed_ into the buffers while it lands (with landed_).
   std::unique_ptr<LandedCopy> landed_copy_;
-  // A survivor's copy of its own shard out of its store into the buffers,
-  // started before the exchanges and run behind them; joined when the
-  // attempt ends, however it ends.
-  std::unique_ptr<Behind> own_copy_;
   // A replica's sealed crc32c, as its holder sent it, and whose it is.
   struct ReplicaSeal {
     uint32_t crc = 0;

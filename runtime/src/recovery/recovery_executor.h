@@ -150,7 +150,7 @@ class RecoveryExecutor {
   // Runs the decode chains built for this attempt (chains_).
   Status RunDecodes();
   // This rank's shard into its buffers: a survivor's own copy joined (started
-  // with the attempt) or made now, a landed shard checked and copied.
+  // with the attempt), a landed shard checked and copied.
   Status RestoreMyShard(Behind* own_copy);
   // The landed shard copied into the buffers, hashed as it lands, and
   // checked: a replica against its holder's seal, every entry against its

@@ -489,7 +489,7 @@ Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
     case placement::SourceKind::kLocal: {
       report_.source_detail = "local";
       // Started with the attempt whenever the slot was found.
-      if (!my_slot_ || own_copy == nullptr) return Status::NotFound("local copy vanished");
+      if (own_copy == nullptr) return Status::NotFound("local copy vanished");
       Status s = own_copy->Join();
       // A copy that fails its crc32c here is marked bad and the plan made
       // again (nothing was verified before the transfer).

@@ -33,4 +33,25 @@ void GfMultiplyAdd(uint8_t coef, const uint8_t* src, uint8_t* dst, size_t len) {
   });
 }
 
+void GfScale(uint8_t coef, const uint8_t* src, uint8_t* dst, size_t len) {
+  if (len == 0) return;
+  MEMENTO_CHECK(src != nullptr);
+  MEMENTO_CHECK(dst != nullptr);
+  if (coef == 0) {
+    std::fill(dst, dst + len, 0);
+    return;
+  }
+  if (coef == 1) {
+    std::copy(src, src + len, dst);
+    return;
+  }
+  unsigned char table[32];
+  ec_init_tables(1, 1, &coef, table);
+  internal::ForEachRange(len, CodecOptions{}, [&](size_t offset, size_t length) {
+    unsigned char* out = dst + offset;
+    unsigned char* in = const_cast<uint8_t*>(src + offset);
+    ec_encode_data(static_cast<int>(length), 1, 1, table, &in, &out);
+  });
+}
+
 }  // namespace memento::erasure

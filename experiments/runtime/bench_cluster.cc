@@ -131,7 +131,11 @@
 //    slowest rank, until it returns: training resumes) and Wait() (timed:
 //    protected_s, until the background re-protect committed). Over a link,
 //    resume_vs_link_bound / protected_vs_link_bound divide them by the time
-//    a lost node needs to receive its shards over its link (link_bound_s). The report's phase times
+//    a lost node needs to receive its shards over its link (link_bound_s).
+//    recover_cpu_s: all ranks' CPU seconds inside Restore() (getrusage, every
+//    thread); recover_cpu_s_per_gib divides it by the GiB restored into the
+//    lost nodes, recover_cpu_util by cores x recover_s (near 1: the restore
+//    is CPU-bound on this machine). The report's phase times
 //    (inventory, plan, transfer, reprotect) are the max over ranks. The restored buffers are
 //    checked against a checksum taken before the loss. Ratios: recover_s / remote_warm_s, recover_s
 //    / remote_cold_s and recover_vs_remote_link = recover_s / remote_link_s (the restore of the
@@ -562,7 +566,8 @@ struct RankStats {
   double protect_cpu_s = 0, protect_bytes_total = 0;
   double ring_cpu_s = 0, ring_bytes_total = 0;
   double xor_ring_cpu_s = 0, xor_ring_bytes_total = 0;  // the XOR ring's, likewise
-  static constexpr int kFields = 13;
+  double recover_cpu_s = 0;  // the process's CPU seconds inside Restore()
+  static constexpr int kFields = 14;
 };
 
 // A ring's slowest-rank time (median of the timed reps: s; summed over them:
@@ -1028,8 +1033,10 @@ class Bench {
     out->prepare_s = MaxOverRanks(Since(t0));
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = Clock::now();
+    const double cpu0 = CpuSeconds();
     MEMENTO_ASSIGN_OR_RETURN(RestoreReport rep, ck_->Restore());
     const double resumed = Since(t0);
+    me->recover_cpu_s = CpuSeconds() - cpu0;
     // The re-protect may go on in the background (its collectives on the
     // engine's own communicator): protected again once Wait() returns.
     MEMENTO_RETURN_IF_ERROR(ck_->Wait());
@@ -1078,7 +1085,7 @@ class Bench {
         me.shm_bytes,           me.recover_sent,     me.recover_received,
         me.restored_ok,         me.protect_cpu_s,    me.protect_bytes_total,
         me.ring_cpu_s,          me.ring_bytes_total, me.xor_ring_cpu_s,
-        me.xor_ring_bytes_total};
+        me.xor_ring_bytes_total, me.recover_cpu_s};
     std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
     MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);
@@ -1086,7 +1093,7 @@ class Bench {
     for (int r = 0; r < size_; ++r) {
       const double* f = &all[RankStats::kFields * r];
       out->per_rank.push_back(RankStats{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9],
-                                        f[10], f[11], f[12]});
+                                        f[10], f[11], f[12], f[13]});
     }
   }
 
@@ -1152,6 +1159,7 @@ struct Derived {
   double protect_util = 0, mpi_util = 0;
   double xor_ring_cpu_per_gib = 0;                // the XOR ring reduce-scatter's; 0 when not run
   double recover_sent = 0, recover_received = 0;  // the busiest rank's
+  double recover_cpu_s = 0;                       // all ranks', inside Restore()
   bool bit_exact = true;
 };
 
@@ -1198,6 +1206,7 @@ Derived Derive(const Options& opt, const Report& r, double factor,
     ring_cpu += x.ring_cpu_s;
     ring_bytes += x.ring_bytes_total;
     d.recover_sent = std::max(d.recover_sent, x.recover_sent);
+    d.recover_cpu_s += x.recover_cpu_s;
     d.recover_received = std::max(d.recover_received, x.recover_received);
     d.bit_exact = d.bit_exact && x.restored_ok > 0;
   }
@@ -1280,6 +1289,13 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["protected_vs_link_bound"] = link_bound_s > 0 ? r.protected_s / link_bound_s : 0.0;
   j["recover_max_sent_bytes"] = d.recover_sent;
   j["recover_max_received_bytes"] = d.recover_received;
+  // CPU of the restore: all ranks' CPU seconds inside Restore(), per GiB
+  // restored into the lost nodes, and the share of the cores it kept busy.
+  const double restored_gib =
+      s * r.ranks_per_node * static_cast<double>(opt.lose.size()) / (1024.0 * 1024 * 1024);
+  j["recover_cpu_s"] = d.recover_cpu_s;
+  j["recover_cpu_s_per_gib"] = d.recover_cpu_s / restored_gib;
+  j["recover_cpu_util"] = d.recover_cpu_s / ((r.cores > 0 ? r.cores : 1) * r.recover_s);
   j["remote_bytes"] = s * r.ranks;
   j["remote_warm_s"] = r.remote_warm_s;
   j["remote_cold_s"] = r.remote_cold_s;

@@ -51,6 +51,29 @@ TEST(Gf256Test, MultiplyAddMatchesReference) {
   }
 }
 
+TEST(Gf256Test, ScaleMatchesReferenceAndOverwrites) {
+  const GfReference& gf = GfReference::Get();
+  std::mt19937 rng(37);
+  for (int coef : {0, 1, 2, 0x1d, 0x8e, 255}) {
+    for (size_t len : {size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{64}, size_t{65},
+                       size_t{4095}, size_t{100001}}) {
+      RowSet rows(2, len, RowSet::RandomMisalign(2, rng));
+      rows.Randomize(rng);  // dst holds garbage: scale must not fold it in
+      std::vector<uint8_t> expected(len);
+      for (size_t i = 0; i < len; ++i) {
+        expected[i] = gf.Mul(static_cast<uint8_t>(coef), rows.row(0)[i]);
+      }
+      GfScale(static_cast<uint8_t>(coef), rows.row(0), rows.row(1), len);
+      ASSERT_TRUE(testing::RowEquals(rows.row(1), expected)) << coef << " " << len;
+      ASSERT_TRUE(rows.GuardsIntact());
+    }
+  }
+  uint8_t b[4] = {};
+  GfScale(3, nullptr, nullptr, 0);
+  EXPECT_THROW(GfScale(3, nullptr, b, 4), CheckError);
+  EXPECT_THROW(GfScale(3, b, nullptr, 4), CheckError);
+}
+
 TEST(Gf256Test, MultiplyAddRejectsNullWithData) {
   uint8_t b[4] = {};
   GfMultiplyAdd(3, nullptr, nullptr, 0);  // nothing to do

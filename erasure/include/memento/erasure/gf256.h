@@ -23,4 +23,9 @@ uint8_t GfInverse(uint8_t a);
 // non-null (a null pointer is a caller bug: throws memento::CheckError).
 void GfMultiplyAdd(uint8_t coef, const uint8_t* src, uint8_t* dst, size_t len);
 
+// dst[i] = coef * src[i] for i in [0, len): one pass, where zeroing dst and
+// GfMultiplyAdd would take two. coef 0 zeroes dst, coef 1 copies. Same
+// pointer rules as GfMultiplyAdd.
+void GfScale(uint8_t coef, const uint8_t* src, uint8_t* dst, size_t len);
+
 }  // namespace memento::erasure

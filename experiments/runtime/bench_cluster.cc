@@ -1081,11 +1081,21 @@ class Bench {
   // Every rank's stats to rank 0 (out->per_rank, in rank order).
   void GatherRankStats(const RankStats& me, Report* out) const {
     double mine[RankStats::kFields] = {
-        me.protect_bytes,       me.rss_before,       me.hwm,
-        me.shm_bytes,           me.recover_sent,     me.recover_received,
-        me.restored_ok,         me.protect_cpu_s,    me.protect_bytes_total,
-        me.ring_cpu_s,          me.ring_bytes_total, me.xor_ring_cpu_s,
-        me.xor_ring_bytes_total, me.recover_cpu_s};
+        me.protect_bytes,
+        me.rss_before,
+        me.hwm,
+        me.shm_bytes,
+        me.recover_sent,
+        me.recover_received,
+        me.restored_ok,
+        me.protect_cpu_s,
+        me.protect_bytes_total,
+        me.ring_cpu_s,
+        me.ring_bytes_total,
+        me.xor_ring_cpu_s,
+        me.xor_ring_bytes_total,
+        me.recover_cpu_s,
+    };
     std::vector<double> all(rank_ == 0 ? RankStats::kFields * size_ : 0);
     MPI_Gather(mine, RankStats::kFields, MPI_DOUBLE, all.data(), RankStats::kFields, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);

@@ -149,7 +149,8 @@ need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "
         "shm_vs_formula_max", "vmhwm_vs_formula_max", "link_gibps", "mpi_ring_link_s",
         "mpi_raw_node_gibps", "protect_cpu_util", "mpi_cpu_util"]
 positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks",
-            "remote_gibps", "remote_link_s", "recover_vs_remote_link"]
+            "remote_gibps", "remote_link_s", "recover_vs_remote_link", "recover_cpu_s",
+            "recover_cpu_s_per_gib", "recover_cpu_util"]
 if r.get("link_gibps", 0) > 0:
     positive += ["link_gibps", "mpi_ring_link_s"]
 # xor:3 on 4 ranks without a link: the XOR ring reduce-scatter baseline runs.
@@ -175,6 +176,11 @@ if not missing and r["remote_gibps"] > 0:
     floor = r["remote_bytes"] / (r["remote_gibps"] * (1 << 30))
     if r["remote_link_s"] < 0.99 * floor:
         fast.append(f"remote_link_s {r['remote_link_s']:.4f} < {floor:.4f}")
+# The restores of all ranks run at once on this machine's cores: together
+# they cannot use more CPU than the cores give in the slowest one's time
+# (getrusage ticks and the ranks' few ms of skew allowed for).
+if not missing and r["recover_cpu_util"] > 1.1:
+    bad.append(f"recover_cpu_util {r['recover_cpu_util']:.2f} > 1.1")
 # Every smoke configuration is recoverable from memory (rs:4+2 losing 2 nodes
 # of its group too): the lost node must come back from a replica or a decode.
 source = r.get("recover_source", "")

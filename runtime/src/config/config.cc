@@ -2,6 +2,7 @@
 
 #include "memento/placement/scheme.h"
 #include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/shm_segment.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -32,6 +33,7 @@ constexpr char kElastic[] = "MEMENTO_ELASTIC";
 constexpr char kBackgroundReprotect[] = "MEMENTO_BACKGROUND_REPROTECT";
 constexpr char kInterval[] = "MEMENTO_INTERVAL";
 constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
+constexpr char kShmDir[] = "MEMENTO_SHM_DIR";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
 constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0.5";
 // Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
@@ -210,7 +212,7 @@ const std::vector<std::string>& Config::VariableNames() {
   static const std::vector<std::string> names = {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
       kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
-      kBackgroundReprotect};
+      kBackgroundReprotect, kShmDir};
   return names;
 }
 
@@ -267,6 +269,11 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       c.slots = static_cast<int>(*v);
     } else if (var == kRemote) {
       c.remote_dir = value;
+    } else if (var == kShmDir) {
+      if (value.empty() || value[0] != '/' || value.find('\0') != std::string::npos) {
+        return Bad(var, value, "an absolute path of a directory on a tmpfs");
+      }
+      c.shm_dir = value;
     } else if (var == kPersistEvery) {
       Result<long long> v = ParseInt(var, value, 0, 1ll << 40, "0 (never) or a positive integer");
       if (!v.ok()) return v.status();
@@ -378,6 +385,11 @@ Result<Config> Config::FromEnv() {
     }
     c.remote_dir = *root;
   }
+  if (!c.shm_dir.empty()) {
+    // ShmSegment reads the variable itself (every store operation, and the
+    // memento tool, agree on it); checked here so that a job fails at start.
+    MEMENTO_RETURN_IF_ERROR(ShmSegment::CheckDirectory());
+  }
   SetLogLevel(c.log_level);
   for (const auto& var : unknown) {
     Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored (" + kAllowUnknown + "=1)");
@@ -396,7 +408,8 @@ std::string Config::ToString() const {
      << "=" << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
      << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "=" << (elastic ? 1 : 0)
-     << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0);
+     << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0) << " " << kShmDir
+     << "=" << (shm_dir.empty() ? "/dev/shm" : shm_dir);
   return os.str();
 }
 

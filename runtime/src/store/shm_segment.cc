@@ -6,12 +6,14 @@
 #include <sys/mman.h>
 #include <sys/sysmacros.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -152,12 +154,43 @@ Status CheckOwnership(const std::string& name, const struct stat& st) {
 
 }  // namespace
 
-const char* ShmSegment::Directory() { return "/dev/shm"; }
+std::string ShmSegment::Directory() {
+  const char* dir = std::getenv("MEMENTO_SHM_DIR");
+  if (dir == nullptr || *dir == '\0') return "/dev/shm";
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+Status ShmSegment::CheckDirectory() {
+  constexpr long kTmpfsMagic = 0x01021994;  // TMPFS_MAGIC, <linux/magic.h>
+  const std::string dir = Directory();
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("MEMENTO_SHM_DIR='" + dir + "' " + why +
+                                   "; it must name an existing directory on a tmpfs (e.g. "
+                                   "/dev/shm, or `mount -t tmpfs -o size=64g,huge=within_size "
+                                   "tmpfs " +
+                                   dir + "` for 2 MiB pages), or be unset");
+  };
+  if (dir.empty() || dir[0] != '/') return bad("is not an absolute path");
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return bad("cannot be used: " + Errno(errno));
+  if (!S_ISDIR(st.st_mode)) return bad("is not a directory");
+  struct statfs fs;
+  if (statfs(dir.c_str(), &fs) != 0) return bad("cannot be used: " + Errno(errno));
+  if (static_cast<long>(fs.f_type) != kTmpfsMagic) {
+    char type[32];
+    std::snprintf(type, sizeof(type), "0x%lx", static_cast<unsigned long>(fs.f_type));
+    return bad(std::string("is not on a tmpfs (file system type ") + type +
+               "), so the node store would be written back to a disk");
+  }
+  return Status::Ok();
+}
 
 Result<uint64_t> ShmSegment::FreeBytes() {
   struct statvfs vfs;
-  if (statvfs(Directory(), &vfs) != 0) {
-    return Status::IoError(std::string("statvfs ") + Directory() + ": " + Errno(errno));
+  if (statvfs(Directory().c_str(), &vfs) != 0) {
+    return Status::IoError("statvfs " + Directory() + ": " + Errno(errno));
   }
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
@@ -203,6 +236,8 @@ void ShmSegment::Reset() {
 Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
   if (bytes == 0) return Status::InvalidArgument("shm segment " + name + ": size 0");
+  MEMENTO_RETURN_IF_ERROR(CheckDirectory());
+  const std::string path = Directory() + name;
   // Check free space first: a tmpfs that runs out later turns page faults into
   // SIGBUS in the middle of a snapshot.
   MEMENTO_ASSIGN_OR_RETURN(uint64_t free_bytes, FreeBytes());
@@ -212,16 +247,17 @@ Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
                                      " free; enlarge it (e.g. docker --shm-size) or use fewer "
                                      "MEMENTO_SLOTS / a lighter MEMENTO_SCHEME");
   }
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  // What shm_open does, in Directory() (which may be another tmpfs).
+  int fd = open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int err = errno;
     if (err == EEXIST) return Status::AlreadyExists("shm segment " + name + " already exists");
-    return Status::IoError("shm_open(" + name + ", O_CREAT|O_EXCL): " + Errno(err));
+    return Status::IoError("creating " + path + " (O_CREAT|O_EXCL): " + Errno(err));
   }
-  // shm_open applies the umask; make the mode exactly 0600 regardless.
+  // open applies the umask; make the mode exactly 0600 regardless.
   auto fail = [&](const std::string& what, int err) -> Status {
     close(fd);
-    shm_unlink(name.c_str());
+    unlink(path.c_str());
     if (err == ENOSPC || err == ENOMEM) {
       return Status::ResourceExhausted("shm segment " + name + ": " + what + " of " + Human(bytes) +
                                        ": " + Errno(err) + " (" + Directory() + " full?)");
@@ -257,11 +293,14 @@ Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
 
 Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
-  int fd = shm_open(name.c_str(), access == Access::kReadWrite ? O_RDWR : O_RDONLY, 0);
+  MEMENTO_RETURN_IF_ERROR(CheckDirectory());
+  const std::string path = Directory() + name;
+  int fd = open(path.c_str(),
+                (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound("shm segment " + name + " does not exist");
-    return Status::IoError("shm_open(" + name + "): " + Errno(err));
+    return Status::IoError("opening " + path + ": " + Errno(err));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -303,10 +342,11 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
 
 Status ShmSegment::Unlink(const std::string& name) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
-  if (shm_unlink(name.c_str()) != 0) {
+  const std::string path = Directory() + name;
+  if (unlink(path.c_str()) != 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound("shm segment " + name + " does not exist");
-    return Status::IoError("shm_unlink(" + name + "): " + Errno(err));
+    return Status::IoError("unlinking " + path + ": " + Errno(err));
   }
   return Status::Ok();
 }
@@ -332,10 +372,9 @@ Status ShmSegment::Rename(const std::string& from, const std::string& to) {
 Result<std::vector<std::string>> ShmSegment::List(const std::string& prefix) {
   std::string p = prefix;
   if (!p.empty() && p[0] == '/') p.erase(0, 1);
-  DIR* dir = opendir(Directory());
-  if (dir == nullptr) {
-    return Status::IoError(std::string("opendir ") + Directory() + ": " + Errno(errno));
-  }
+  MEMENTO_RETURN_IF_ERROR(CheckDirectory());
+  DIR* dir = opendir(Directory().c_str());
+  if (dir == nullptr) return Status::IoError("opendir " + Directory() + ": " + Errno(errno));
   std::vector<std::string> names;
   while (struct dirent* e = readdir(dir)) {
     std::string n = e->d_name;

@@ -46,7 +46,8 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_INTERVAL", "7"},
                             {"MEMENTO_NODE_MTBF_H", "0.5"},
                             {"MEMENTO_ELASTIC", "1"},
-                            {"MEMENTO_BACKGROUND_REPROTECT", "0"}});
+                            {"MEMENTO_BACKGROUND_REPROTECT", "0"},
+                            {"MEMENTO_SHM_DIR", "/mnt/huge-shm"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->elastic);
   EXPECT_FALSE(c->background_reprotect);
@@ -66,7 +67,8 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(c->threads, 4);
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
-  EXPECT_EQ(Config::VariableNames().size(), 17u);
+  EXPECT_EQ(c->shm_dir, "/mnt/huge-shm");  // FromMap checks the form only, FromEnv the directory
+  EXPECT_EQ(Config::VariableNames().size(), 18u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -109,6 +111,8 @@ TEST(Config, BadValuesNameTheVariable) {
       {"MEMENTO_NODE_MTBF_H", "-5"},
       {"MEMENTO_NODE_MTBF_H", "1e3"},
       {"MEMENTO_NODE_MTBF_H", "nan"},
+      {"MEMENTO_SHM_DIR", "relative/dir"},
+      {"MEMENTO_SHM_DIR", ""},
   };
   for (const auto& [var, value] : bad) {
     auto c = Config::FromMap({{var, value}});
@@ -180,6 +184,33 @@ TEST(Config, FromEnvReadsTheEnvironment) {
   EXPECT_NE(bad.status().message().find("MEMENTO_SLOTS='0'"), std::string::npos);
   unsetenv("MEMENTO_SLOTS");
   unsetenv("MEMENTO_JOB");
+  SetLogLevel(LogLevel::kWarn);
+}
+
+// MEMENTO_SHM_DIR must be a directory on a tmpfs: a job fails at start, naming
+// the variable, rather than keeping its stores on a disk.
+TEST(Config, ShmDirMustBeATmpfsDirectory) {
+  const std::string dir = "/dev/shm/memento-tconfig-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(setenv("MEMENTO_SHM_DIR", dir.c_str(), 1), 0);
+  auto c = Config::FromEnv();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->shm_dir, dir);
+  EXPECT_NE(c->ToString().find("MEMENTO_SHM_DIR=" + dir), std::string::npos);
+  for (const std::string& bad : std::vector<std::string>{"/proc", dir + "/missing"}) {
+    ASSERT_EQ(setenv("MEMENTO_SHM_DIR", bad.c_str(), 1), 0);
+    auto b = Config::FromEnv();
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("MEMENTO_SHM_DIR='" + bad + "'"), std::string::npos)
+        << b.status().ToString();
+    EXPECT_NE(b.status().message().find("tmpfs"), std::string::npos) << b.status().ToString();
+  }
+  unsetenv("MEMENTO_SHM_DIR");
+  ASSERT_EQ(rmdir(dir.c_str()), 0);
+  auto d = Config::FromEnv();
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->shm_dir.empty());
   SetLogLevel(LogLevel::kWarn);
 }
 

@@ -139,6 +139,63 @@ TEST(ShmSegment, CreateOpenListUnlink) {
   EXPECT_EQ(ro->data()[4999], 9);  // mappings outlive the name
 }
 
+// MEMENTO_SHM_DIR moves every segment operation to another tmpfs directory;
+// anything but an existing tmpfs directory is refused, naming the variable.
+TEST(ShmSegment, DirectoryFromMementoShmDir) {
+  const std::string dir = "/dev/shm/memento-tdir-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("MEMENTO_SHM_DIR"); }
+  } guard;
+  ASSERT_EQ(setenv("MEMENTO_SHM_DIR", (dir + "/").c_str(), 1), 0);  // trailing '/' dropped
+  EXPECT_EQ(ShmSegment::Directory(), dir);
+  EXPECT_TRUE(ShmSegment::CheckDirectory().ok());
+  const std::string name = "/memento.tdir-" + std::to_string(getpid()) + ".x";
+  {
+    auto seg = ShmSegment::Create(name, 4096);
+    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+    seg->data()[7] = 42;
+  }
+  struct stat st;
+  EXPECT_EQ(stat((dir + name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0);  // not in /dev/shm
+  auto rw = ShmSegment::Open(name, ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(rw.ok()) << rw.status().ToString();
+  EXPECT_EQ(rw->data()[7], 42);
+  auto list = ShmSegment::List("memento.tdir-");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(*list, std::vector<std::string>{name});
+  ASSERT_TRUE(ShmSegment::Rename(name, name + "2").ok());
+  ASSERT_TRUE(ShmSegment::Unlink(name + "2").ok());
+  EXPECT_EQ(ShmSegment::Unlink(name + "2").code(), StatusCode::kNotFound);
+
+  // A whole node store goes there too.
+  JobCleaner cleaner(UniqueJob("dir"));
+  const StoreId id{cleaner.job(), "host/0", 0};
+  auto store = NodeStore::Create(id, TestLayout(), 2);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(stat((dir + store->segment_name()).c_str(), &st), 0);
+  ASSERT_TRUE(NodeStore::Destroy(id).ok());
+
+  // Refused: not on a tmpfs (a store there would be written back to a disk),
+  // missing, not a directory, relative.
+  for (const std::string& bad :
+       std::vector<std::string>{"/proc", dir + "/missing", "/dev/null", "rel"}) {
+    ASSERT_EQ(setenv("MEMENTO_SHM_DIR", bad.c_str(), 1), 0);
+    Status s = ShmSegment::Create(name, 4096).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s.ToString();
+    EXPECT_NE(s.message().find("MEMENTO_SHM_DIR='" + bad + "'"), std::string::npos)
+        << s.ToString();
+    EXPECT_EQ(ShmSegment::Open(name, ShmSegment::Access::kReadOnly).status().code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(ShmSegment::List("memento.").status().code(), StatusCode::kInvalidArgument);
+  }
+  unsetenv("MEMENTO_SHM_DIR");
+  EXPECT_EQ(ShmSegment::Directory(), "/dev/shm");
+  EXPECT_EQ(rmdir(dir.c_str()), 0);
+}
+
 // Bytes of the mapping that starts at `p` which have a page table entry in
 // this process (the Rss line of /proc/self/smaps); -1 if there is no such
 // mapping.

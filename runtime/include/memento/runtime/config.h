@@ -76,6 +76,14 @@ struct Config {
   // serve is unrecoverable.
   std::string remote_dir;
 
+  // MEMENTO_SHM_DIR. The directory of the node stores: empty (default)
+  // /dev/shm, else an absolute path of a directory on a tmpfs (e.g. one
+  // mounted with huge=within_size: 2 MiB pages for the stores, without
+  // changing /dev/shm for everything else). ShmSegment reads the variable
+  // from the environment itself (so that a job, `memento inspect` and
+  // `memento clean` agree); FromEnv checks it.
+  std::string shm_dir;
+
   // MEMENTO_PERSIST_EVERY. Every P-th committed version (counted by Save
   // calls that commit) is streamed to the remote tier in the background.
   // Default 10; 0 = never. Smaller P bounds the work lost when memory cannot

@@ -1,7 +1,7 @@
 // ShmSegment: one POSIX shared-memory object, mapped into this process.
 //
 // The thin OS layer under NodeStore: create (O_CREAT|O_EXCL, mode 0600,
-// /dev/shm free-space check, space reserved with posix_fallocate so that a full
+// free-space check of the shm directory (Directory()), space reserved with posix_fallocate so that a full
 // /dev/shm is a ResourceExhausted error now rather than a SIGBUS later), open
 // an existing one (read-write or read-only), list by name prefix, unlink.
 // The object outlives the process until it is unlinked.
@@ -71,8 +71,18 @@ class ShmSegment {
   // starts with `prefix` (given with or without the leading '/'), sorted.
   static Result<std::vector<std::string>> List(const std::string& prefix);
 
-  // Directory backing POSIX shm on this system ("/dev/shm").
-  static const char* Directory();
+  // The directory the objects live in: MEMENTO_SHM_DIR when it is set (read
+  // from the environment at every call, so that a job, `memento inspect` and
+  // `memento clean` agree without passing it around), else /dev/shm. Any
+  // tmpfs mount will do; one mounted with huge=within_size gives the stores
+  // 2 MiB pages without changing /dev/shm for every other user of it.
+  static std::string Directory();
+
+  // Ok when Directory() is an existing directory on a tmpfs; else
+  // InvalidArgument naming MEMENTO_SHM_DIR, the path and what is wrong (a
+  // store on a disk file system would be written back to the disk). Create,
+  // Open and List check it.
+  static Status CheckDirectory();
 
   // Free bytes of the shm file system (statvfs f_bavail * f_frsize).
   static Result<uint64_t> FreeBytes();

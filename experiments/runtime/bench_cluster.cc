@@ -900,7 +900,7 @@ class Bench {
     me->hwm = static_cast<double>(ProcStatusBytes("VmHWM"));
     MEMENTO_ASSIGN_OR_RETURN(std::string name, NodeStore::SegmentName(Id()));
     struct stat st {};
-    if (stat(("/dev/shm" + name).c_str(), &st) == 0)
+    if (stat((ShmSegment::Directory() + name).c_str(), &st) == 0)
       me->shm_bytes = static_cast<double>(st.st_size);
     return Status::Ok();
   }
@@ -1133,17 +1133,24 @@ double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(),
 std::string ShmHugePages() {
   std::ifstream mounts("/proc/mounts");
   std::string dev, dir, type, options, found = "unknown";
+  size_t longest = 0;
   std::string line;
   while (std::getline(mounts, line)) {
     std::istringstream fields(line);
-    if (!(fields >> dev >> dir >> type >> options) || dir != ShmSegment::Directory()) continue;
+    // The mount the store directory is on: the longest mount point it is in
+    // (the last of equal ones is the one in effect).
+    const std::string store = ShmSegment::Directory() + "/";
+    if (!(fields >> dev >> dir >> type >> options)) continue;
+    const std::string prefix = dir == "/" ? dir : dir + "/";
+    if (store.compare(0, prefix.size(), prefix) != 0 || prefix.size() < longest) continue;
+    longest = prefix.size();
     found = "never";
     std::istringstream opts(options);
     for (std::string o; std::getline(opts, o, ',');) {
       if (o.rfind("huge=", 0) == 0) found = o.substr(5);
     }
   }
-  return found;  // the last mount on the directory is the one in effect
+  return found;
 }
 
 // The first fields of every JSON record of the benchmark (results and skips).
@@ -1382,14 +1389,17 @@ bool FitsInMemory(const Options& opt, const Config& config, double factor, int s
   const double need_mem = need_shm + 3.0 * opt.size * size;
   struct statvfs vfs {};
   const double shm_free =
-      statvfs("/dev/shm", &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize : 0;
+      statvfs(ShmSegment::Directory().c_str(), &vfs) == 0
+          ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize
+          : 0;
   const double avail = static_cast<double>(MemAvailableBytes());
   if (need_shm <= 0.9 * shm_free && need_mem <= 0.85 * avail) return true;
-  char reason[200];
+  char reason[512];
   std::snprintf(reason, sizeof(reason),
-                "needs %.1f GiB shm / %.1f GiB memory, /dev/shm has %.1f GiB free, "
+                "needs %.1f GiB shm / %.1f GiB memory, %s has %.1f GiB free, "
                 "MemAvailable %.1f GiB",
-                need_shm / (1 << 30), need_mem / (1 << 30), shm_free / (1 << 30),
+                need_shm / (1 << 30), need_mem / (1 << 30), ShmSegment::Directory().c_str(),
+                shm_free / (1 << 30),
                 avail / (1 << 30));
   nlohmann::ordered_json j = JsonHead(opt.scheme, size / config.ranks_per_node);
   j["shard_bytes"] = opt.size;

@@ -87,8 +87,10 @@ else
   done
 fi
 
+# Where the node stores are (MEMENTO_SHM_DIR, as the runtime reads it).
+shm_dir=${MEMENTO_SHM_DIR:-/dev/shm}
 if ((!json)); then
-  echo "# /dev/shm: $(df -h --output=size,avail /dev/shm | tail -1); $(grep MemAvailable /proc/meminfo)"
+  echo "# $shm_dir: $(df -h --output=size,avail "$shm_dir" | tail -1); $(grep MemAvailable /proc/meminfo)"
   printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %6s %6s %7s %7s %7s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
     scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r resume protctd res/L prt/L inv plan \
     transfer reprot rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
@@ -203,9 +205,9 @@ EOF
   fi
 done
 job=""
-leftover=$(ls /dev/shm 2>/dev/null | grep -c "benchc-$$-" || true)
+leftover=$(ls "$shm_dir" 2>/dev/null | grep -c "benchc-$$-" || true)
 if [[ $leftover -ne 0 ]]; then
-  echo "run_cluster_bench: $leftover segments left in /dev/shm" >&2
+  echo "run_cluster_bench: $leftover segments left in $shm_dir" >&2
   status=1
 fi
 if ((!json)); then

@@ -125,6 +125,20 @@ case $scenario in
     run ok lose 1
     run ok restore 3 3 memory
     ;;
+  protect-xor-lose1-shm-dir)  # as protect-xor-lose1, the stores in MEMENTO_SHM_DIR
+    export MEMENTO_SCHEME=xor:3 MEMENTO_RANKS_PER_NODE=2
+    MEMENTO_SHM_DIR=$(mktemp -d /dev/shm/memento-ft-dir-XXXXXX)
+    export MEMENTO_SHM_DIR
+    trap 'cleanup; rm -rf "$MEMENTO_SHM_DIR"' EXIT
+    run ok train 3
+    if ! compgen -G "$MEMENTO_SHM_DIR/memento.$MEMENTO_JOB.*" >/dev/null ||
+      compgen -G "/dev/shm/memento.$MEMENTO_JOB.*" >/dev/null; then
+      echo "FAIL: the stores are not (only) in $MEMENTO_SHM_DIR"
+      exit 1
+    fi
+    run ok lose 1
+    run ok restore 3 3 memory
+    ;;
   protect-rs-lose2)  # rs:4+2, 8 nodes x 1: two nodes of the group lost -> decoded
     export MEMENTO_SCHEME=rs:4+2
     run ok train 3

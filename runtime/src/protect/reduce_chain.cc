@@ -1,7 +1,11 @@
 #include "protect/reduce_chain.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,14 +31,28 @@ constexpr uint64_t kPiecesAhead = 2;
 
 using Pending = std::unique_ptr<Transport::PendingTransfer>;
 
-// The piece buffers of one hop (or one destination), in one block, left
-// unzeroed: every byte is received or written before it is read. (memset
-// was a tenth of the CPU samples of an rs:4+2 decode, zeroing these buffers
-// and each first hop's piece before its fold, which GfScale now replaces.)
-using PieceMemory = std::unique_ptr<uint8_t[]>;
+// The piece buffers of one hop (or one destination), in one block. They are
+// fresh memory in every restore (a relaunched process), and all of it is
+// written at once by the hops' reads and receives: mapped with MAP_POPULATE,
+// so that its pages come in one call instead of one page fault each. On the
+// VM the benchmarks run on, those faults were 12 % of the CPU of an rs:4+2
+// decode (36 hops x 2 MiB); populating cut its restore CPU by 8-17 % and its
+// resume over a 0.1 GiB/s link from 1.52-1.60 to 1.32 x S / link.
+// Not zeroed by us: every byte is received or written before it is read.
+struct Unmap {
+  size_t bytes = 0;
+  void operator()(uint8_t* p) const {
+    if (p != nullptr) munmap(p, bytes);
+  }
+};
+using PieceMemory = std::unique_ptr<uint8_t, Unmap>;
 
 PieceMemory NewPieceMemory(size_t bytes) {
-  return PieceMemory(bytes == 0 ? nullptr : new uint8_t[bytes]);
+  if (bytes == 0) return PieceMemory(nullptr, Unmap{0});
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return PieceMemory(static_cast<uint8_t*>(p), Unmap{bytes});
 }
 
 // One piece's buffer and the transfers in flight on it. A piece is two
@@ -231,7 +249,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
   // row) or the ring buffer's own memory (allocated on first use).
   std::vector<uint8_t*> into(ring.size(), nullptr);
   std::vector<bool> in_place(ring.size(), false);
-  PieceMemory memory;  // the ring's buffers, allocated when a piece needs one
+  PieceMemory memory(nullptr, Unmap{0});  // the ring's buffers, when a piece needs one
   if (sink == nullptr) out->resize(ch.length);
   Status got;
   bool wire = true;

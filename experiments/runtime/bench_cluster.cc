@@ -1388,10 +1388,9 @@ bool FitsInMemory(const Options& opt, const Config& config, double factor, int s
   const double need_shm = factor * opt.size * config.slots * size;
   const double need_mem = need_shm + 3.0 * opt.size * size;
   struct statvfs vfs {};
-  const double shm_free =
-      statvfs(ShmSegment::Directory().c_str(), &vfs) == 0
-          ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize
-          : 0;
+  const double shm_free = statvfs(ShmSegment::Directory().c_str(), &vfs) == 0
+                              ? static_cast<double>(vfs.f_bavail) * vfs.f_frsize
+                              : 0;
   const double avail = static_cast<double>(MemAvailableBytes());
   if (need_shm <= 0.9 * shm_free && need_mem <= 0.85 * avail) return true;
   char reason[512];
@@ -1399,8 +1398,7 @@ bool FitsInMemory(const Options& opt, const Config& config, double factor, int s
                 "needs %.1f GiB shm / %.1f GiB memory, %s has %.1f GiB free, "
                 "MemAvailable %.1f GiB",
                 need_shm / (1 << 30), need_mem / (1 << 30), ShmSegment::Directory().c_str(),
-                shm_free / (1 << 30),
-                avail / (1 << 30));
+                shm_free / (1 << 30), avail / (1 << 30));
   nlohmann::ordered_json j = JsonHead(opt.scheme, size / config.ranks_per_node);
   j["shard_bytes"] = opt.size;
   j["skipped"] = true;

@@ -49,8 +49,8 @@ using PieceMemory = std::unique_ptr<uint8_t, Unmap>;
 
 PieceMemory NewPieceMemory(size_t bytes) {
   if (bytes == 0) return PieceMemory(nullptr, Unmap{0});
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   return PieceMemory(static_cast<uint8_t*>(p), Unmap{bytes});
 }

@@ -185,8 +185,7 @@ TEST(ShmSegment, DirectoryFromMementoShmDir) {
     ASSERT_EQ(setenv("MEMENTO_SHM_DIR", bad.c_str(), 1), 0);
     Status s = ShmSegment::Create(name, 4096).status();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s.ToString();
-    EXPECT_NE(s.message().find("MEMENTO_SHM_DIR='" + bad + "'"), std::string::npos)
-        << s.ToString();
+    EXPECT_NE(s.message().find("MEMENTO_SHM_DIR='" + bad + "'"), std::string::npos) << s.ToString();
     EXPECT_EQ(ShmSegment::Open(name, ShmSegment::Access::kReadOnly).status().code(),
               StatusCode::kInvalidArgument);
     EXPECT_EQ(ShmSegment::List("memento.").status().code(), StatusCode::kInvalidArgument);

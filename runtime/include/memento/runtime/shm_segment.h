@@ -1,10 +1,11 @@
 // ShmSegment: one POSIX shared-memory object, mapped into this process.
 //
 // The thin OS layer under NodeStore: create (O_CREAT|O_EXCL, mode 0600,
-// free-space check of the shm directory (Directory()), space reserved with posix_fallocate so that a full
-// /dev/shm is a ResourceExhausted error now rather than a SIGBUS later), open
-// an existing one (read-write or read-only), list by name prefix, unlink.
-// The object outlives the process until it is unlinked.
+// free-space check of the shm directory (Directory()), space reserved with
+// posix_fallocate so that a full tmpfs is a ResourceExhausted error now
+// rather than a SIGBUS later), open an existing one (read-write or
+// read-only), list by name prefix, unlink. The object outlives the process
+// until it is unlinked.
 //
 // Ownership: a ShmSegment owns its mapping (munmap in the destructor) but not
 // the object: destruction never unlinks. Move-only.

@@ -95,8 +95,13 @@ TEST_F(MpiTransportTest, OversizedMessageIsInvalidArgument) {
 }
 
 TEST_F(MpiTransportTest, RecvWithNoSenderTimesOut) {
+  // Creating a transport is a collective under the same timeout: every rank
+  // starts it together (the ranks leave the test before at their own pace),
+  // and the timeout leaves room for a rank descheduled on a loaded machine
+  // (200 ms was too short under ctest -j2 on 2 cores: the job was aborted).
+  ASSERT_TRUE(t().Barrier().ok());
   MpiTransportOptions options;
-  options.timeout = std::chrono::milliseconds(200);
+  options.timeout = std::chrono::milliseconds(2000);
   auto short_lived = CreateMpiTransport(options);
   ASSERT_TRUE(short_lived.ok()) << short_lived.status().ToString();
   int x = 0;

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "job_flag.h"
+#include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
 
 namespace memento::cli {
@@ -101,7 +102,8 @@ void AddInspectCommand(CLI::App& app) {
       app.add_subcommand("inspect", "list a job's shared-memory segments, versions and checksums");
   cmd->footer(
       "Lists job J's shared-memory segments on this machine: node, lane, bytes, and per slot\n"
-      "the version, sealed/committed state and per-region checksums.\n"
+      "the version, sealed/committed state and per-region checksums; first, the store\n"
+      "directory (MEMENTO_SHM_DIR, default /dev/shm) and its tmpfs huge= setting.\n"
       "Exit code 0 when every segment and sealed region validates, 1 otherwise, 2 on bad "
       "usage.");
   AddJobOption(cmd, &o->job);
@@ -116,12 +118,24 @@ void AddInspectCommand(CLI::App& app) {
       throw CommandFailed(1);
     }
     const bool valid = AllValid(*reports);
+    // Where the stores live and their page size: a first access to each
+    // 4 KiB page is what restores of large shards pay for on VMs.
+    const std::string dir = runtime::ShmSegment::Directory();
+    const std::string huge = runtime::ShmSegment::HugePages();
     if (o->json) {
-      Json out = {{"job", o->job}, {"verified", o->verify}, {"valid", valid}};
+      Json out = {{"job", o->job},
+                  {"verified", o->verify},
+                  {"valid", valid},
+                  {"store_directory", dir},
+                  {"store_huge_pages", huge}};
       Json& segments = out["segments"] = Json::array();
       for (const auto& rep : *reports) segments.push_back(SegmentJson(rep));
       std::printf("%s\n", out.dump(2).c_str());
     } else {
+      std::printf("store directory %s (tmpfs huge=%s%s)\n", dir.c_str(), huge.c_str(),
+                  huge == "never" ? ": 4 KiB pages; huge=within_size gives 2 MiB pages, see "
+                                    "MEMENTO_SHM_DIR"
+                                  : "");
       std::fputs(runtime::FormatReports(*reports).c_str(), stdout);
     }
     if (!valid) throw CommandFailed(1);

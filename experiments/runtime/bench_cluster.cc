@@ -167,7 +167,6 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -1126,33 +1125,6 @@ double Mean(const std::vector<double>& v) {
 double MinOf(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
-// The huge= option of the tmpfs that holds the node stores (/proc/mounts;
-// tmpfs without it is "never"), "unknown" when the mount is not found. Huge
-// pages change what a first access to a store page costs, by 5-20x on the
-// VM these benchmarks run on.
-std::string ShmHugePages() {
-  std::ifstream mounts("/proc/mounts");
-  std::string dev, dir, type, options, found = "unknown";
-  size_t longest = 0;
-  std::string line;
-  while (std::getline(mounts, line)) {
-    std::istringstream fields(line);
-    // The mount the store directory is on: the longest mount point it is in
-    // (the last of equal ones is the one in effect).
-    const std::string store = ShmSegment::Directory() + "/";
-    if (!(fields >> dev >> dir >> type >> options)) continue;
-    const std::string prefix = dir == "/" ? dir : dir + "/";
-    if (store.compare(0, prefix.size(), prefix) != 0 || prefix.size() < longest) continue;
-    longest = prefix.size();
-    found = "never";
-    std::istringstream opts(options);
-    for (std::string o; std::getline(opts, o, ',');) {
-      if (o.rfind("huge=", 0) == 0) found = o.substr(5);
-    }
-  }
-  return found;
-}
-
 // The first fields of every JSON record of the benchmark (results and skips).
 nlohmann::ordered_json JsonHead(const std::string& scheme, int nodes) {
   nlohmann::ordered_json j;
@@ -1254,7 +1226,7 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["reps"] = opt.reps;
   j["ranks"] = r.ranks;
   j["cores"] = r.cores;
-  j["shm_huge"] = ShmHugePages();
+  j["shm_huge"] = ShmSegment::HugePages();
   j["link_gibps"] = opt.link_gibps;
   j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
   j["protect_s"] = r.protect_s;

@@ -80,6 +80,8 @@ TEST(ToolOutputTest, InspectJsonParsesBackAndCleanNamesItsFlag) {
   EXPECT_EQ(j.at("job"), job.job);
   EXPECT_EQ(j.at("verified"), true);
   EXPECT_EQ(j.at("valid"), true);
+  EXPECT_EQ(j.at("store_directory"), runtime::ShmSegment::Directory());
+  EXPECT_EQ(j.at("store_huge_pages"), runtime::ShmSegment::HugePages());
   ASSERT_EQ(j.at("segments").size(), 2u);
   const nlohmann::json& seg = j["segments"][0];
   EXPECT_EQ(seg.at("name"), a.segment_name());

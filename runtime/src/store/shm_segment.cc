@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -160,6 +161,54 @@ std::string ShmSegment::Directory() {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   return d;
+}
+
+namespace {
+
+// A /proc/mounts field with its octal escapes (\040 for a space) decoded.
+std::string UnescapeMountField(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() &&
+        std::isdigit(static_cast<unsigned char>(field[i + 1])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 2])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 3]))) {
+      out.push_back(static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
+                                      (field[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(field[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ShmSegment::HugePagesIn(std::istream& mounts, const std::string& dir) {
+  const std::string within = dir == "/" ? dir : dir + "/";
+  std::string found = "unknown";
+  size_t longest = 0;
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream fields(line);
+    std::string device, point, type, options;
+    if (!(fields >> device >> point >> type >> options)) continue;
+    point = UnescapeMountField(point);
+    const std::string prefix = point == "/" ? point : point + "/";
+    if (within.compare(0, prefix.size(), prefix) != 0 || prefix.size() < longest) continue;
+    longest = prefix.size();
+    found = "never";
+    std::istringstream opts(options);
+    for (std::string o; std::getline(opts, o, ',');) {
+      if (o.rfind("huge=", 0) == 0) found = o.substr(5);
+    }
+  }
+  return found;
+}
+
+std::string ShmSegment::HugePages() {
+  std::ifstream mounts("/proc/mounts");
+  return HugePagesIn(mounts, Directory());
 }
 
 Status ShmSegment::CheckDirectory() {

@@ -226,6 +226,40 @@ bool KernelPopulates() {
 // Created and read-write mappings come with every page mapped (no fault per
 // page at the first snapshot or recovery landing); read-only ones (inspection)
 // map only what they touch.
+// The page setting of the store directory's tmpfs comes from the mount that
+// contains it: the longest mount point, the last of equal ones, escapes
+// decoded; a tmpfs without huge= is "never".
+TEST(ShmSegment, HugePagesFromTheMountThatHoldsTheDirectory) {
+  std::istringstream mounts(
+      "/dev/sda1 / ext4 rw,relatime 0 0\n"
+      "tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\n"
+      "tmpfs /mnt/huge tmpfs rw,size=8g,huge=within_size 0 0\n"
+      "tmpfs /mnt/huge/inner tmpfs rw,huge=advise 0 0\n"
+      "tmpfs /mnt/two\\040words tmpfs rw,huge=always 0 0\n"
+      "tmpfs /mnt/again tmpfs rw 0 0\n"
+      "tmpfs /mnt/again tmpfs rw,huge=within_size 0 0\n");
+  auto at = [&](const std::string& dir) {
+    mounts.clear();
+    mounts.seekg(0);
+    return ShmSegment::HugePagesIn(mounts, dir);
+  };
+  EXPECT_EQ(at("/dev/shm"), "never");
+  EXPECT_EQ(at("/dev/shm/sub"), "never");
+  EXPECT_EQ(at("/mnt/huge"), "within_size");
+  EXPECT_EQ(at("/mnt/huge/x"), "within_size");
+  EXPECT_EQ(at("/mnt/huge/inner/x"), "advise");
+  EXPECT_EQ(at("/mnt/hugepages"), "never");  // on /, not on /mnt/huge (an ext4: no huge=)
+  EXPECT_EQ(at("/mnt/two words/x"), "always");
+  EXPECT_EQ(at("/mnt/again"), "within_size");  // mounted over: the last one is in effect
+  std::istringstream none("tmpfs /dev/shm tmpfs rw 0 0\n");
+  EXPECT_EQ(ShmSegment::HugePagesIn(none, "/scratch"), "unknown");
+
+  // This machine's store directory is on some mount with a known setting.
+  const std::string here = ShmSegment::HugePages();
+  EXPECT_TRUE(here == "never" || here == "always" || here == "within_size" || here == "advise")
+      << here;
+}
+
 TEST(ShmSegment, ReadWriteMappingsHaveEveryPageMapped) {
   ASSERT_TRUE(KernelPopulates()) << "this kernel lacks MADV_POPULATE_WRITE (Linux >= 5.14)";
   const std::string name = "/memento.tshm-" + std::to_string(getpid()) + ".pop";

@@ -147,6 +147,10 @@ TEST(StoreAdminCli, InspectAndCleanOnRealSegments) {
   EXPECT_NE(out.find("node=vnode/1"), std::string::npos) << out;
   EXPECT_NE(out.find("version 12 committed"), std::string::npos) << out;
   EXPECT_NE(out.find("'weights'"), std::string::npos) << out;
+  EXPECT_NE(out.find("store directory " + ShmSegment::Directory() +
+                     " (tmpfs huge=" + ShmSegment::HugePages()),
+            std::string::npos)
+      << out;
 
   auto view = a.ReadRegion(*a.FindVersion(12), 0);
   const_cast<uint8_t*>(view->data)[999] ^= 0x80;

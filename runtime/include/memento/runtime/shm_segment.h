@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,19 @@ class ShmSegment {
   // store on a disk file system would be written back to the disk). Create,
   // Open and List check it.
   static Status CheckDirectory();
+
+  // The huge= option of the tmpfs mount that Directory() is on, as
+  // /proc/mounts gives it: "never" when the mount has none (tmpfs's default:
+  // 4 KiB pages), else "always", "within_size" or "advise"; "unknown" when no
+  // mount in /proc/mounts contains the directory. A process's first access
+  // to each 4 KiB page of a store costs a fault (several µs on VMs with
+  // shadow page tables), which is what makes restores of large shards
+  // CPU-bound there; `memento inspect` shows this so a deployment can check it.
+  static std::string HugePages();
+  // The same for directory `dir`, from `mounts` in the /proc/mounts format
+  // (mount points with \040-style escapes): the longest mount point that
+  // contains `dir`, the last of equal ones (the one in effect).
+  static std::string HugePagesIn(std::istream& mounts, const std::string& dir);
 
   // Free bytes of the shm file system (statvfs f_bavail * f_frsize).
   static Result<uint64_t> FreeBytes();

@@ -326,6 +326,12 @@ def test_settings_keywords_and_typed_errors(job):
         memento.Checkpointer(job=job, slots=1)
     with pytest.raises(memento.InvalidArgumentError, match="MEMENTO_SCHEME"):
         memento.Checkpointer(job=job, scheme="raid5")
+    # The stores follow the environment's MEMENTO_SHM_DIR: a keyword naming
+    # another directory is refused, not ignored.
+    assert keywords["shm_dir"] == "MEMENTO_SHM_DIR"
+    with pytest.raises(memento.InvalidArgumentError,
+                       match="MEMENTO_SHM_DIR='/dev/shm/memento-py-elsewhere'.*environment"):
+        memento.Checkpointer(job=job, shm_dir="/dev/shm/memento-py-elsewhere")
     for name in ["NotFoundError", "CorruptionError", "TimeoutError", "UnavailableError",
                  "ResourceExhaustedError", "FailedPreconditionError"]:
         cls = getattr(memento, name)

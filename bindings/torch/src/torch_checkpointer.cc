@@ -715,6 +715,7 @@ TorchCheckpointer::~TorchCheckpointer() = default;
 Result<std::unique_ptr<TorchCheckpointer>> TorchCheckpointer::Create(
     runtime::Config config, std::shared_ptr<runtime::Transport> transport, Options options) {
   MEMENTO_RETURN_IF_ERROR(config.Validate());
+  MEMENTO_RETURN_IF_ERROR(config.CheckShmDir());
   if (!transport) return Status::InvalidArgument("TorchCheckpointer: no transport");
   if (options.extra_capacity < 4096) {
     return Status::InvalidArgument("extra_capacity " + std::to_string(options.extra_capacity) +

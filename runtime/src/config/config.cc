@@ -1,8 +1,6 @@
 #include "memento/runtime/config.h"
 
-#include "memento/placement/scheme.h"
-#include "memento/runtime/directory_remote_store.h"
-#include "memento/runtime/shm_segment.h"
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+
+#include "memento/placement/scheme.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/shm_segment.h"
 
 extern char** environ;
 
@@ -216,6 +218,25 @@ const std::vector<std::string>& Config::VariableNames() {
   return names;
 }
 
+Status Config::CheckShmDir() const {
+  if (shm_dir.empty()) return Status::Ok();
+  MEMENTO_RETURN_IF_ERROR(ShmSegment::CheckDirectory());
+  // The same directory however spelt (a trailing '/', a symbolic link).
+  const std::string dir = ShmSegment::Directory();
+  struct stat want = {};
+  struct stat used = {};
+  if (stat(shm_dir.c_str(), &want) != 0 || stat(dir.c_str(), &used) != 0 ||
+      want.st_dev != used.st_dev || want.st_ino != used.st_ino) {
+    return Status::InvalidArgument(
+        std::string(kShmDir) + "='" + shm_dir +
+        "' in the configuration, but the node stores go to " + dir + " (the environment's " +
+        kShmDir + ", else /dev/shm): set " + kShmDir +
+        " in the environment of every rank (and of `memento inspect` / `memento clean`), so that "
+        "all of them find the same stores");
+  }
+  return Status::Ok();
+}
+
 Status Config::Validate() const {
   if (Status s = ValidateJobId(job); !s.ok()) return s;
   if (node.size() > 200 || node.find('\0') != std::string::npos) {
@@ -385,11 +406,8 @@ Result<Config> Config::FromEnv() {
     }
     c.remote_dir = *root;
   }
-  if (!c.shm_dir.empty()) {
-    // ShmSegment reads the variable itself (every store operation, and the
-    // memento tool, agree on it); checked here so that a job fails at start.
-    MEMENTO_RETURN_IF_ERROR(ShmSegment::CheckDirectory());
-  }
+  // Checked here so that a job fails at start, not at its first store.
+  MEMENTO_RETURN_IF_ERROR(c.CheckShmDir());
   SetLogLevel(c.log_level);
   for (const auto& var : unknown) {
     Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored (" + kAllowUnknown + "=1)");

@@ -35,6 +35,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(Config config,
                                                            FaultHooks hooks) {
   MEMENTO_RETURN_IF_ERROR(config.Validate());
   if (!transport) return Status::InvalidArgument("Checkpointer::Create: transport is null");
+  MEMENTO_RETURN_IF_ERROR(config.CheckShmDir());
   if (!remote && !config.remote_dir.empty()) {
     // Checked now (a file, a read-only or pseudo file system, a missing
     // parent), not at the first persist; a relative path is resolved once.

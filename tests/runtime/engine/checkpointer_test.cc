@@ -4,6 +4,7 @@
 #include "memento/runtime/checkpointer.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,12 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "engine/checkpointer_fixture.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
-#include "engine/checkpointer_fixture.h"
 #include "test_pattern.h"
 
 namespace memento::runtime {
@@ -309,6 +310,35 @@ TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
   back[0].resize(kEntryBytes[0] + 1);
   ASSERT_TRUE(remote.ReadRankFile(5, 1, {{"e0", back[0].data(), back[0].size()}}).ok());
   for (size_t i = 0; i < back[0].size(); ++i) ASSERT_EQ(back[0][i], Pattern(1, 5, 0, i));
+}
+
+// The stores follow the environment's MEMENTO_SHM_DIR: a configuration that
+// names another directory is refused by Create, naming the variable, instead
+// of being ignored; the same directory, however spelt, is accepted.
+TEST(CheckpointerCreateTest, ShmDirOtherThanTheEnvironmentsIsRefused) {
+  ASSERT_EQ(unsetenv("MEMENTO_SHM_DIR"), 0);
+  const std::string other = "/dev/shm/memento-tck-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(other.c_str(), 0700), 0);
+  auto group = InProcessGroup::Create(1);
+  Config c;
+  c.job = "ck-shm-dir";
+  for (const std::string& dir : {other, std::string("/nonexistent-tmpfs")}) {
+    c.shm_dir = dir;
+    auto ck = Checkpointer::Create(c, group->transport(0));
+    ASSERT_FALSE(ck.ok()) << dir;
+    EXPECT_EQ(ck.status().code(), StatusCode::kInvalidArgument) << ck.status().ToString();
+    EXPECT_NE(ck.status().message().find("MEMENTO_SHM_DIR='" + dir + "'"), std::string::npos)
+        << ck.status().ToString();
+    EXPECT_NE(ck.status().message().find("/dev/shm"), std::string::npos) << ck.status().ToString();
+  }
+  c.shm_dir = "/dev/shm/";  // the environment's default, with a trailing '/'
+  EXPECT_TRUE(Checkpointer::Create(c, group->transport(0)).ok());
+  ASSERT_EQ(setenv("MEMENTO_SHM_DIR", other.c_str(), 1), 0);
+  c.shm_dir = other;
+  auto same = Checkpointer::Create(c, group->transport(0));
+  EXPECT_TRUE(same.ok()) << same.status().ToString();
+  ASSERT_EQ(unsetenv("MEMENTO_SHM_DIR"), 0);
+  ASSERT_EQ(rmdir(other.c_str()), 0);
 }
 
 }  // namespace

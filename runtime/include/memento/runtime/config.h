@@ -81,7 +81,7 @@ struct Config {
   // mounted with huge=within_size: 2 MiB pages for the stores, without
   // changing /dev/shm for everything else). ShmSegment reads the variable
   // from the environment itself (so that a job, `memento inspect` and
-  // `memento clean` agree); FromEnv checks it.
+  // `memento clean` agree); CheckShmDir() checks this field against it.
   std::string shm_dir;
 
   // MEMENTO_PERSIST_EVERY. Every P-th committed version (counted by Save
@@ -178,6 +178,14 @@ struct Config {
   // Checks every field's range (what FromMap checks after parsing); for
   // Configs built in code.
   Status Validate() const;
+
+  // When shm_dir is set: Ok when it is the directory the node stores go to
+  // (ShmSegment::Directory(): the environment's MEMENTO_SHM_DIR, else
+  // /dev/shm) and that is a directory on a tmpfs; else InvalidArgument naming
+  // MEMENTO_SHM_DIR. A value given only in the configuration (a keyword of
+  // the Python Checkpointer, a Config built in code) would be ignored by the
+  // stores, so it is refused. FromEnv and the checkpointers' Create call it.
+  Status CheckShmDir() const;
 
   // "MEMENTO_JOB=memento MEMENTO_SLOTS=2 ..." for logs and reports.
   std::string ToString() const;

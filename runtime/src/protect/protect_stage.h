@@ -1,49 +1,69 @@
 // ProtectStage: the protect step of docs/architecture.md §3, a ChunkStage.
 //
-// As each chunk of this rank's shard lands in the slot, OnChunk (on the
-// snapshot worker that copied it) queues its parts for their holders and
-// returns at once; one sender thread per destination rank streams them over
-// the Transport, with tag kTagProtect, straight from the slot (no copy):
-//   - replica:M  — the whole chunk to every replica holder of this node (same
-//     lane), which writes it at its offset in "replica/n<owner>" and seals
-//     the region with the chunk crcs the sender computed while copying
-//     (combined), so the seal is end to end;
-//   - xor / rs   — the chunk is cut at piece boundaries (P bytes, see
-//     placement/group_layout.h) and into parts of at most 256 KiB (the
-//     holder's receive buffer per source); each part goes to the M parity holders of the
-//     piece's stripe, which fold it into "parity/s<j>/r<t>" with
-//     GfMultiplyAdd(generator coefficient of (row t, data row = piece)).
+// replica:M — as each chunk of this rank's shard lands in the slot, OnChunk
+// (on the snapshot worker that copied it) queues it for every replica holder
+// of this node (same lane) and returns at once; one sender thread per
+// destination rank streams the queued chunks over the Transport, with tag
+// kTagProtect, straight from the slot (no copy). The holder writes each at
+// its offset in "replica/n<owner>" and seals the region with the chunk crcs
+// the sender computed while copying (combined), so the seal is end to end.
+//
+// xor / rs — in End, once the whole shard is in the slot, the parity runs as
+// reduce chains (reduce_chain.h), the pipelined ring reduce of LLNL's
+// redset: one chain per (stripe j, parity row t) of this rank's group and
+// lane, over the stripe's K' data rows (row r = piece r of its node's shard,
+// P bytes, see placement/group_layout.h) times the generator coefficient
+// (t, r), into "parity/s<j>/r<t>" of the row's holder. Each data node folds
+// its piece into the running sum straight from its slot (the first one sends
+// its piece from there) and forwards it; the holder receives the finished
+// row in place, piece by piece, and seals the region with the pieces' crcs
+// combined (no second pass). Under xor (M = 1) every node then sends only
+// to its ring successor. Against the earlier placement, where every data
+// node sent its pieces to the M holders and each holder folded K' of them
+// into a zeroed region: the same bytes on the wire, K'-1 folds per row
+// instead of K', no zeroing, no receive buffer per source, one thread per
+// hop instead of blocking sender and receiver threads per peer (measured in
+// experiments/runtime/README.md, "XOR protect on the reduce chains").
+// Pieces are 256 KiB and travel without a
+// crc32c (the region's seal is computed as they land); the hops' buffers are
+// kept across versions (PieceArena). Chains are numbered the same on every
+// rank of the group and use tags kTagProtectChain + c, apart from a
+// background re-protect's. A rank whose snapshot failed forwards "failed"
+// pieces, so its chains fail at their holders at once and every message
+// count stays the same.
+//
 // The snapshot (WaitSnapshot: the application may touch its buffers again)
-// therefore ends at memory speed, while the network transfer goes on in the
-// background until the commit; the stall does not include the network.
-// In End, after the last chunk, every rank queues its entry seals (per-entry
-// size and crc32c, entry_seals.h) to every node that holds anything of its
-// shard, which stores them in "seals/n<owner>" and seals that region too, and
-// waits until every queue has drained.
-// Each message is a 48-byte ProtectHeader followed by the payload; only the
-// destination's sender thread sends to it, so pairs never interleave
-// (messages of one (source, destination, tag) triple arrive in order).
-// After a failed send to a destination, its remaining parts of the version
-// are dropped (the version fails at the commit anyway).
+// ends at memory speed either way; the network transfer goes on in the
+// background until the commit, and the stall does not include it.
+// In End, after the last chunk, every rank also queues its entry seals
+// (per-entry size and crc32c, entry_seals.h) to every node that holds
+// anything of its shard, which stores them in "seals/n<owner>" and seals that
+// region too, and waits until every queue has drained.
+// Each queued message is a 48-byte ProtectHeader followed by the payload;
+// only the destination's sender thread sends to it, so pairs never
+// interleave (messages of one (source, destination, tag) triple arrive in
+// order). After a failed send to a destination, its remaining parts of the
+// version are dropped (the version fails at the commit anyway).
 //
-// Receive side: one thread per source rank that this rank holds data of,
-// started by the first Begin and kept across versions (each Begin wakes them
-// for the new version, End waits until they are done); each knows how many bytes it must receive
-// (the owner's shard for a replica, the real bytes of the owner's pieces for parity) plus the
-// owner's entry seals, and stops there. Parity regions are zeroed in Begin; folds into one parity
-// region are serialised by a mutex per region (sources fold in any order: XOR / GF adds commute).
-// End joins the receivers, computes each held region's crc32c and seals it (and the topology
-// marker); the engine then seals its own entries and the slot, and the all-true commit makes the
-// version committed only when every rank has sealed its shard and everything it holds.
+// Receive side: one thread per source rank whose replica or entry seals this
+// rank holds, started by the first Begin and kept across versions (each
+// Begin wakes them for the new version, End waits until they are done); each
+// knows how many bytes it must receive (the owner's shard for a replica,
+// none for a parity source) plus the owner's entry seals, and stops there.
+// End joins the receivers, seals each held region (and the topology marker);
+// the engine then seals its own entries and the slot, and the all-true
+// commit makes the version committed only when every rank has sealed its
+// shard and everything it holds.
 //
-// Failure: a dead or silent peer ends a receiver with Unavailable / Timeout,
-// which fails the version on this rank (and hence everywhere by the commit).
+// Failure: a dead or silent peer ends a receiver or a chain with
+// Unavailable / Timeout, which fails the version on this rank (and hence
+// everywhere by the commit).
 // A header of an older version, or of an earlier failed attempt at this one
 // (ProtectHeader::attempt), left over on the channel is drained.
 //
-// Thread-safety: as ChunkStage. Memory: one receive buffer of min(256 KiB,
-// chunk) per parity source thread (replicas land in place); the
-// send queues hold pointers into the slot, a few words per part.
+// Thread-safety: as ChunkStage. Memory: per hop of a parity chain 3-4
+// pieces of 256 KiB, kept across versions (replicas land in place); the send
+// queues hold pointers into the slot, a few words per part.
 #pragma once
 
 #include <atomic>
@@ -56,12 +76,13 @@
 #include <thread>
 #include <vector>
 
-#include "snapshot/entry_crc_stage.h"
 #include "memento/erasure/rs_codec.h"
 #include "memento/runtime/chunk_stage.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/transport.h"
 #include "protect/protection_layout.h"
+#include "protect/reduce_chain.h"
+#include "snapshot/entry_crc_stage.h"
 
 namespace memento::runtime {
 
@@ -89,9 +110,6 @@ class ProtectStage final : public ChunkStage {
   // One message pair for a holder (fields as in the wire header).
   struct Part {
     uint32_t kind = 0;
-    uint32_t stripe = 0;
-    uint32_t row = 0;
-    uint32_t data_row = 0;
     uint64_t offset = 0;
     const uint8_t* data = nullptr;
     uint64_t length = 0;
@@ -139,7 +157,6 @@ class ProtectStage final : public ChunkStage {
   bool out_stop_ = false;
   Status send_status_;                 // first failed send of the version
   std::vector<uint8_t> seals_record_;  // this rank's entry seals, sent from End
-  std::vector<std::mutex> fold_mu_;    // per store region
   // Replica regions: crc32c of every part as it landed (one receiver thread
   // per region, so no lock), combined at End instead of a second pass.
   struct PartCrc {
@@ -151,6 +168,20 @@ class ProtectStage final : public ChunkStage {
   // crc32c of replica region `region` from its parts, if they tile
   // [0, capacity) exactly.
   std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
+
+  // Erasure schemes: the parity of the version through reduce chains, one
+  // per (stripe, parity row) of this rank's group and lane, from the shards
+  // in the slots into the parity holders' regions. `snapshot` failed: this
+  // rank's hops forward failures (every message count stays the same).
+  Status RunParityChains(const Status& snapshot);
+  // This rank's shard bytes [begin, begin + len) where they lie in one entry
+  // of the slot, else null; and copied (zero past the shard's end).
+  const uint8_t* ShardSpan(uint64_t begin, uint64_t len);
+  void ReadShard(uint64_t begin, uint64_t len, uint8_t* dst);
+  std::vector<ReduceChain> parity_chains_;  // this group's and lane's, built once
+  std::vector<int> chain_region_;           // per chain: the region it fills here, or -1
+  std::vector<uint32_t> chain_crc_;         // per chain ending here: crc32c of what landed
+  PieceArena arena_;                        // the chains' piece buffers, kept across versions
 
   uint64_t version_ = 0;
   uint32_t attempt_ = 0;  // Begins of version_ before this one (ProtectHeader::attempt)

@@ -38,20 +38,32 @@ using Pending = std::unique_ptr<Transport::PendingTransfer>;
 // decode (36 hops x 2 MiB); populating cut its restore CPU by 8-17 % and its
 // resume over a 0.1 GiB/s link from 1.52-1.60 to 1.32 x S / link.
 // Not zeroed by us: every byte is received or written before it is read.
+// With an arena, the block goes back to it instead of being unmapped.
 struct Unmap {
   size_t bytes = 0;
+  PieceArena* arena = nullptr;
   void operator()(uint8_t* p) const {
-    if (p != nullptr) munmap(p, bytes);
+    if (p == nullptr) return;
+    if (arena != nullptr) {
+      arena->Put(p, bytes);
+    } else {
+      munmap(p, bytes);
+    }
   }
 };
 using PieceMemory = std::unique_ptr<uint8_t, Unmap>;
 
-PieceMemory NewPieceMemory(size_t bytes) {
-  if (bytes == 0) return PieceMemory(nullptr, Unmap{0});
+uint8_t* MapPieces(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                  -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-  return PieceMemory(static_cast<uint8_t*>(p), Unmap{bytes});
+  return static_cast<uint8_t*>(p);
+}
+
+PieceMemory NewPieceMemory(size_t bytes, PieceArena* arena) {
+  if (bytes == 0) return PieceMemory(nullptr, Unmap{0, nullptr});
+  uint8_t* p = arena != nullptr ? arena->Take(bytes) : MapPieces(bytes);
+  return PieceMemory(p, Unmap{bytes, arena});
 }
 
 // One piece's buffer and the transfers in flight on it. A piece is two
@@ -76,7 +88,7 @@ Status PostRecv(Transport* t, int src, int tag, uint64_t want, uint8_t* into, Pi
 // *in_step says whether both messages were still taken (a piece that fails
 // its crc32c or has the wrong length: the next piece can be received) or the
 // stream is broken (a transport error).
-Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, bool* ok,
+Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, bool check, bool* ok,
                   bool* in_step) {
   Result<size_t> n = b->recv_header->Wait();
   Result<size_t> m = b->recv_data->Wait();
@@ -95,7 +107,7 @@ Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, b
     return Status::Corruption("reduce piece of " + std::to_string(b->header.length) +
                               " bytes, expected " + std::to_string(want));
   }
-  if (erasure::Crc32c(into, want) != b->header.crc) {
+  if (check && erasure::Crc32c(into, want) != b->header.crc) {
     return Status::Corruption("reduce piece from rank " + std::to_string(src) +
                               " fails its crc32c");
   }
@@ -109,12 +121,15 @@ void DropRecv(PieceBuffer* b) {
   b->recv_data.reset();
 }
 
-Status PostSend(Transport* t, int dst, int tag, uint64_t len, bool ok, PieceBuffer* b) {
+// Sends `len` bytes from `from` (the piece's buffer, or a row span that stays
+// unchanged until the send is finished) behind their header.
+Status PostSend(Transport* t, int dst, int tag, const uint8_t* from, uint64_t len, bool ok,
+                bool check, PieceBuffer* b) {
   b->header.ok = ok ? 1 : 0;
   b->header.length = ok ? len : 0;
-  b->header.crc = ok ? erasure::Crc32c(b->data, len) : 0;
+  b->header.crc = ok && check ? erasure::Crc32c(from, len) : 0;
   MEMENTO_ASSIGN_OR_RETURN(b->send_header, t->StartSend(dst, tag, &b->header, sizeof(b->header)));
-  MEMENTO_ASSIGN_OR_RETURN(b->send_data, t->StartSend(dst, tag, b->data, ok ? len : 0));
+  MEMENTO_ASSIGN_OR_RETURN(b->send_data, t->StartSend(dst, tag, from, ok ? len : 0));
   return Status::Ok();
 }
 
@@ -135,8 +150,9 @@ Status FinishSend(PieceBuffer* b) {
 // by piece, with kPiecesAhead receives posted ahead and the forwarded piece
 // still in flight while the next one arrives (kPiecesAhead + 1 buffers).
 Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
-              uint64_t piece_bytes, const RowReader& reader, std::atomic<uint64_t>* sent,
-              std::atomic<uint64_t>* received) {
+              uint64_t piece_bytes, const RowReader& reader, const ReduceOptions* options,
+              std::atomic<uint64_t>* sent, std::atomic<uint64_t>* received) {
+  const bool check = options == nullptr || options->check_pieces;
   const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
   const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
   const uint8_t coef = ch.terms[p].coef;
@@ -144,12 +160,24 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
   const uint64_t piece = std::min(piece_bytes, ch.length);
   auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
   std::vector<PieceBuffer> ring(static_cast<size_t>(std::min(pieces, kPiecesAhead + 1)));
-  // The ring's buffers, then (unless the row is read straight into the
-  // piece) the one this rank's row is read into.
+  // The ring's buffers, and the one this rank's row is read into where it
+  // is neither folded from a span nor read straight into the piece: each
+  // taken on first use, so that a first term sending from spans takes none.
   const bool direct = prev < 0 && coef == 1;
-  const PieceMemory memory = NewPieceMemory((ring.size() + (direct ? 0 : 1)) * piece);
-  for (size_t i = 0; i < ring.size(); ++i) ring[i].data = memory.get() + i * piece;
-  uint8_t* const mine = direct ? nullptr : memory.get() + ring.size() * piece;
+  PieceArena* const arena = options != nullptr ? options->arena : nullptr;
+  PieceMemory ring_memory(nullptr, Unmap{0, nullptr});
+  PieceMemory mine_memory(nullptr, Unmap{0, nullptr});
+  auto data_of = [&](PieceBuffer& b) -> uint8_t* {
+    if (ring_memory == nullptr) {
+      ring_memory = NewPieceMemory(ring.size() * piece, arena);
+      for (size_t i = 0; i < ring.size(); ++i) ring[i].data = ring_memory.get() + i * piece;
+    }
+    return b.data;
+  };
+  auto mine = [&]() -> uint8_t* {
+    if (mine_memory == nullptr) mine_memory = NewPieceMemory(piece, arena);
+    return mine_memory.get();
+  };
   Status s;             // first problem of this hop (reported once)
   bool good = true;     // still forwarding real data
   bool wire = true;     // the stream from `prev` is still in step
@@ -175,7 +203,7 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
   auto post = [&](uint64_t k) {
     if (prev < 0 || !wire || k >= pieces) return;
     PieceBuffer& b = take(k);
-    Status r = PostRecv(transport, prev, tag, piece_len(k), b.data, &b);
+    Status r = PostRecv(transport, prev, tag, piece_len(k), data_of(b), &b);
     if (!r.ok()) {
       note(r);
       lose_wire();
@@ -189,7 +217,7 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     bool ok = true;
     if (prev >= 0 && wire) {
       bool in_step = true;
-      Status r = FinishRecv(prev, len, b.data, &b, &ok, &in_step);
+      Status r = FinishRecv(prev, len, b.data, &b, check, &ok, &in_step);
       note(r);
       if (!in_step) lose_wire();
     } else if (prev >= 0) {
@@ -197,16 +225,30 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     }
     if (prev >= 0 && ok) *received += len;
     good = good && ok;
+    const uint8_t* from = nullptr;  // what is forwarded: a span, else the piece
     if (good) {
-      // The first term with coefficient 1 reads its row straight into the
-      // piece; every other term reads it aside and folds it in (the first
-      // one by scaling it into the piece, in one pass).
-      Status r = reader(c, ch.terms[p], off, len, direct ? b.data : mine);
-      if (r.ok() && !direct) {
+      // A row in memory is folded (or, as the first term with coefficient
+      // 1, sent) straight from there. Else the first term with coefficient
+      // 1 reads its row straight into the piece; every other term reads it
+      // aside and folds it in (the first one by scaling it into the piece,
+      // in one pass).
+      const uint8_t* span = options != nullptr && options->span != nullptr
+                                ? options->span(c, ch.terms[p], off, len)
+                                : nullptr;
+      Status r;
+      const uint8_t* row = span;
+      if (span == nullptr) {
+        uint8_t* into = direct ? data_of(b) : mine();
+        r = reader(c, ch.terms[p], off, len, into);
+        row = into;
+      }
+      if (r.ok() && direct && span != nullptr) {
+        from = span;
+      } else if (r.ok() && !direct) {
         if (prev < 0) {
-          erasure::GfScale(coef, mine, b.data, len);
+          erasure::GfScale(coef, row, data_of(b), len);
         } else {
-          erasure::GfMultiplyAdd(coef, mine, b.data, len);
+          erasure::GfMultiplyAdd(coef, row, data_of(b), len);
         }
       }
       if (!r.ok()) {
@@ -214,8 +256,9 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
         note(r);
       }
     }
+    if (from == nullptr) from = data_of(b);
     if (sending) {
-      Status w = PostSend(transport, next, tag, len, good, &b);
+      Status w = PostSend(transport, next, tag, from, len, good, check, &b);
       if (!w.ok()) {
         sending = false;
         note(w);
@@ -238,8 +281,9 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
 // writer; kPiecesAhead receives posted. Drains the whole stream whatever
 // fails, so that the last hop's sends all complete.
 Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag,
-                     uint64_t piece_bytes, const RowSink* sink, std::vector<uint8_t>* out,
-                     std::atomic<uint64_t>* received) {
+                     uint64_t piece_bytes, const RowSink* sink, const ReduceOptions* options,
+                     std::vector<uint8_t>* out, std::atomic<uint64_t>* received) {
+  const bool check = options == nullptr || options->check_pieces;
   const int last = ch.terms.back().rank;
   const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
   auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
@@ -248,7 +292,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
   // row) or the ring buffer's own memory (allocated on first use).
   std::vector<uint8_t*> into(ring.size(), nullptr);
   std::vector<bool> in_place(ring.size(), false);
-  PieceMemory memory(nullptr, Unmap{0});  // the ring's buffers, when a piece needs one
+  PieceMemory memory(nullptr, Unmap{0, nullptr});  // the ring's buffers, when a piece needs one
   if (sink == nullptr) out->resize(ch.length);
   Status got;
   bool wire = true;
@@ -278,7 +322,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     if (dst == nullptr) {
       const uint64_t piece = std::min(piece_bytes, ch.length);
       if (memory == nullptr) {
-        memory = NewPieceMemory(ring.size() * piece);
+        memory = NewPieceMemory(ring.size() * piece, options != nullptr ? options->arena : nullptr);
         for (size_t j = 0; j < ring.size(); ++j) ring[j].data = memory.get() + j * piece;
       }
       dst = ring[i].data;
@@ -295,13 +339,13 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     bool ok = false;
     if (wire) {
       bool in_step = true;
-      Status r = FinishRecv(last, len, into[i], &ring[i], &ok, &in_step);
+      Status r = FinishRecv(last, len, into[i], &ring[i], check, &ok, &in_step);
       fail(r, in_step);
     }
     if (ok) {
       received->fetch_add(len);
       if (sink != nullptr && in_place[i] && sink->landed != nullptr) {
-        sink->landed(c, off, len, ring[i].header.crc);
+        sink->landed(c, off, len, check ? ring[i].header.crc : erasure::Crc32c(into[i], len));
       }
       if (sink != nullptr && !in_place[i] && got.ok()) {
         Status w = sink->write != nullptr
@@ -320,16 +364,47 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
 
 }  // namespace
 
+PieceArena::~PieceArena() {
+  for (const auto& [bytes, p] : free_) munmap(p, bytes);
+}
+
+uint8_t* PieceArena::Take(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].first != bytes) continue;
+      uint8_t* p = free_[i].second;
+      free_[i] = free_.back();
+      free_.pop_back();
+      return p;
+    }
+  }
+  return MapPieces(bytes);
+}
+
+void PieceArena::Put(uint8_t* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.emplace_back(bytes, p);
+}
+
+size_t PieceArena::kept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_.size();
+}
+
 Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& chains, int tag_base,
                        uint64_t piece_bytes, const RowReader& reader,
                        std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
-                       const RowSink* sink) {
+                       const RowSink* sink, const ReduceOptions* options) {
   MEMENTO_CHECK_GT(piece_bytes, 0u);
   piece_bytes = std::min(piece_bytes, kMaxReducePieceBytes);
   const int me = transport->rank();
   std::atomic<uint64_t> sent{0}, received{0};
   std::mutex mu;
   Status hop_status;
+  auto tag_of = [&](size_t c) {
+    return options != nullptr && options->tag != nullptr ? options->tag(c) : ChainTag(tag_base, c);
+  };
   std::vector<std::thread> threads;
   for (size_t c = 0; c < chains.size(); ++c) {
     const ReduceChain& chain = chains[c];
@@ -338,8 +413,8 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
     for (size_t p = 0; p < chain.terms.size(); ++p) {
       if (chain.terms[p].rank != me) continue;
       threads.emplace_back([&, c, p] {
-        Status s = RunHop(transport, chains[c], static_cast<int>(c), p, ChainTag(tag_base, c),
-                          piece_bytes, reader, &sent, &received);
+        Status s = RunHop(transport, chains[c], static_cast<int>(c), p, tag_of(c), piece_bytes,
+                          reader, options, &sent, &received);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (hop_status.ok()) {
@@ -356,9 +431,8 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
   for (size_t c = 0; c < chains.size(); ++c) {
     if (chains[c].dst_rank != me) continue;
     threads.emplace_back([&, c] {
-      result_status[c] =
-          ReceiveResult(transport, chains[c], static_cast<int>(c), ChainTag(tag_base, c),
-                        piece_bytes, sink, &(*results)[c], &received);
+      result_status[c] = ReceiveResult(transport, chains[c], static_cast<int>(c), tag_of(c),
+                                       piece_bytes, sink, options, &(*results)[c], &received);
     });
   }
   for (auto& t : threads) t.join();

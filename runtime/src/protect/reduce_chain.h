@@ -15,10 +15,11 @@
 // total traffic: K rows per chain (as gathering the K inputs, but spread over
 // the survivors instead of converging on the destination).
 //
-// Used for erasure decode (coefficients from DecodeCoefficients, chain ->
-// owner of the rebuilt row; recovery_executor.cc) and for recomputing a lost
-// parity piece (generator coefficients over the stripe's data rows, chain ->
-// the new parity holder; reprotector.cc).
+// Used for the parity of every xor / rs version (generator coefficients over
+// the stripe's data rows, chain -> the parity holder; protect_stage.cc), for
+// erasure decode (coefficients from DecodeCoefficients, chain -> owner of
+// the rebuilt row; recovery_executor.cc) and for recomputing a lost parity
+// piece (as protect, chain -> the new parity holder; reprotector.cc).
 //
 // Wire: per piece, a wire::PayloadHeader {length, crc32c of the payload, ok} then
 // the payload (0 bytes if not ok), both with the chain's tag. A rank that
@@ -43,6 +44,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -93,6 +96,49 @@ struct RowSink {
   std::function<void(int chain, uint64_t offset, uint64_t len, uint32_t crc)> landed;
 };
 
+// Piece buffers kept from one RunReduceChains call to the next, for a caller
+// that runs chains again and again (protect, every version): the hops take
+// their buffers from here and give them back, so that their pages are
+// faulted in once instead of once per call. Thread-safe; holds at most what
+// one call used at once.
+class PieceArena {
+ public:
+  PieceArena() = default;
+  ~PieceArena();
+  PieceArena(const PieceArena&) = delete;
+  PieceArena& operator=(const PieceArena&) = delete;
+  // A block of exactly `bytes` bytes: a kept one, else freshly mapped.
+  uint8_t* Take(size_t bytes);
+  void Put(uint8_t* p, size_t bytes);
+  // Blocks kept now (none is in use by a call).
+  size_t kept() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<size_t, uint8_t*>> free_;
+};
+
+// Optional behaviour of RunReduceChains.
+//  - tag(chain): the tag of chain `chain`'s messages, instead of
+//    wire::RecoverTag(tag_base + chain). For a caller with a tag range of
+//    its own (protect runs beside a background re-protect's chains).
+//  - span(chain, term, offset, len): bytes [offset, offset + len) of this
+//    rank's row of `term` where they already lie in memory (and stay
+//    unchanged until RunReduceChains returns), or null (then the reader
+//    copies them). A hop folds straight from the span, and a first term
+//    with coefficient 1 sends straight from it: no copy of the row.
+//  - check_pieces = false: pieces travel without a crc32c (hops neither
+//    compute nor check one); the destination's `landed` still gets each
+//    piece's crc32c, computed as it lands.
+//  - arena: where the piece buffers come from (else mapped per call).
+struct ReduceOptions {
+  std::function<int(size_t chain)> tag;
+  bool check_pieces = true;
+  PieceArena* arena = nullptr;
+  std::function<const uint8_t*(int chain, const ReduceTerm& term, uint64_t offset, uint64_t len)>
+      span;
+};
+
 // Pieces are at most this long, whatever piece_bytes the caller passes. A
 // chain's latency is its hops times one piece's wire time, and every hop
 // holds 4 pieces (3 in flight and its own row's): with 4 MiB pieces (the
@@ -119,6 +165,6 @@ struct ReduceBytes {
 Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& chains, int tag_base,
                        uint64_t piece_bytes, const RowReader& reader,
                        std::vector<std::vector<uint8_t>>* results, ReduceBytes* bytes,
-                       const RowSink* sink = nullptr);
+                       const RowSink* sink = nullptr, const ReduceOptions* options = nullptr);
 
 }  // namespace memento::runtime

@@ -32,11 +32,17 @@ inline constexpr int kTagPersistDone = 100;
 // payload never interleave with another pair on the (source, destination, tag)
 // channel, which delivers in order.
 inline constexpr int kTagProtect = 1000;
+// Protect of an erasure scheme: the parity reduce chains (reduce_chain.h) of
+// a version, chain c of a batch on kTagProtectChain + c (at most
+// kProtectChainTags chains per batch).
+inline constexpr int kTagProtectChain = 1001;
+inline constexpr int kProtectChainTags = 499;
 
 // Elastic restore: serving rank -> new rank, the pieces of its new slices
 // that the server holds, as chunks (a PayloadHeader then the payload, both
 // with this tag). One stream per (server, receiver) pair.
 inline constexpr int kTagElastic = 1500;
+static_assert(kTagProtectChain + kProtectChainTags <= kTagElastic, "protect chain tags overlap");
 
 // Recovery and re-protect: message i of a restore (a replica transfer's header
 // or payload, a reduce chain's pieces) uses RecoverTag(i); the span wraps so

@@ -656,8 +656,10 @@ class RefusingStage : public ChunkStage {
 
 // A stage of rank 1 refuses to begin v2: rank 1 copies nothing, votes
 // "false" with this version's error (not the previous version's outcome),
-// and its holders learn it from its entry seals at once (not from a
-// timeout); v2 commits nowhere and v1 stays restorable from memory.
+// and its peers learn it at once (not from a timeout): replica holders from
+// its entry seals arriving before its shard, erasure parity holders from
+// its hops forwarding "failed" pieces; v2 commits nowhere and v1 stays
+// restorable from memory.
 TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
   const int n = GetParam().nodes;
   Launch(n);
@@ -672,14 +674,17 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
     wait[r] = cks_[r]->Wait();
   });
   EXPECT_NE(save[1].message().find("stage refuses v2"), std::string::npos) << save[1].ToString();
-  bool told_by_seals = false;
+  const char* told_by = placement::Scheme::Parse(GetParam().scheme).value().is_replica()
+                            ? "before its entry seals"
+                            : "could not serve its row";
+  bool told = false;
   for (int r = 0; r < n; ++r) {
     EXPECT_FALSE(wait[r].ok()) << "rank " << r;
     EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
-    told_by_seals |= wait[r].message().find("before its entry seals") != std::string::npos;
+    told |= wait[r].message().find(told_by) != std::string::npos;
   }
   EXPECT_NE(wait[1].message().find("stage refuses v2"), std::string::npos) << wait[1].ToString();
-  EXPECT_TRUE(told_by_seals) << wait[0].ToString();
+  EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
   cks_.clear();  // before `stage` goes
   Launch(n);
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
@@ -828,10 +833,12 @@ TEST_P(MinimalReprotectTest, FailedBackgroundReprotectIsUnprotectedUntilTheNextS
   RestoreAll("lost {0} again after v3", 3);
 }
 
-// Chunks larger than a parity part (1 MiB chunks, 256 KiB parts): every
-// parity part is cut to the holder's receive buffer, at piece boundaries and
-// inside them; v2 still decodes bit-exactly after the loss of node 0, and
-// after that of nodes 0 and 1 where the scheme allows it (rs).
+// Chunks larger than a parity chain's piece (1 MiB chunks, 256 KiB pieces),
+// entries that end inside a piece and a shard that ends inside a stripe
+// piece: the chains fold from the slot where a piece lies in one entry and
+// from a copy where it crosses entries or the shard's end; v2 still decodes
+// bit-exactly after the loss of node 0, and after that of nodes 0 and 1
+// where the scheme allows it (rs).
 TEST_P(MinimalReprotectTest, ChunksLargerThanAParityPart) {
   const Param p = GetParam();
   chunk_bytes_ = 1 << 20;

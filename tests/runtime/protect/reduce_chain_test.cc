@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -336,6 +337,108 @@ TEST(ReduceChain, ABrokenStreamIsReportedAndNoBufferIsReusedInFlight) {
   ExpectFailsWith(out[2].status, "could not serve its row");
   EXPECT_EQ(out[2].bytes.received, 3000u);  // pieces 0-2
   for (int r = 0; r < 3; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
+}
+
+// ReduceOptions, as protect uses them: rows folded (and, as a first term
+// with coefficient 1, sent) straight from spans where the caller has them
+// in memory, the reader only where it has not; pieces without a crc32c on
+// the wire, the destination's `landed` still told each piece's; chains on
+// tags of the caller's own, so that a second run on the default tags goes on
+// at the same time on the same ranks; and piece buffers kept in an arena
+// from one call to the next.
+TEST(ReduceChain, SpansUncheckedPiecesOwnTagsAndAKeptArena) {
+  const int n = 4;
+  const uint64_t piece = 1000;
+  std::vector<ReduceChain> chains(2);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
+  chains[0].dst_rank = 3;
+  chains[0].length = 9500;
+  chains[1].terms = {{3, 3, 2}, {0, 4, 1}};  // first term scaled from its span
+  chains[1].dst_rank = 1;
+  chains[1].length = 4321;
+  auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+  // Every rank's rows, where its spans point: Row(rank, row_id).
+  std::vector<std::map<int, std::vector<uint8_t>>> rows(n);
+  for (const ReduceChain& ch : chains) {
+    for (const ReduceTerm& t : ch.terms) rows[t.rank][t.row_id] = Row(t.rank, t.row_id, ch.length);
+  }
+  std::vector<PieceArena> arenas(n);
+  std::vector<size_t> kept_after_first(n, 0);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<std::vector<std::vector<uint8_t>>> landed(n);
+    std::vector<int> reads(n, 0), crc_wrong(n, 0);
+    std::vector<Status> status(n), plain(n);
+    std::vector<std::vector<std::vector<uint8_t>>> plain_rows(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        Transport* t = group->transport(r).get();
+        for (const ReduceChain& ch : chains) landed[r].emplace_back(ch.length, 0);
+        auto reader = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len,
+                          uint8_t* dst) -> Status {
+          ++reads[r];
+          const std::vector<uint8_t>& row = rows[r].at(term.row_id);
+          std::copy(row.begin() + off, row.begin() + off + len, dst);
+          return Status::Ok();
+        };
+        ReduceOptions options;
+        options.tag = [](size_t c) { return 700 + static_cast<int>(c); };
+        options.check_pieces = false;
+        options.arena = &arenas[r];
+        // Odd pieces have no span: the reader serves them.
+        options.span = [&](int, const ReduceTerm& term, uint64_t off, uint64_t) -> const uint8_t* {
+          return (off / piece) % 2 == 0 ? rows[r].at(term.row_id).data() + off : nullptr;
+        };
+        RowSink sink;
+        sink.span = [&](int c, uint64_t off, uint64_t) { return landed[r][c].data() + off; };
+        sink.landed = [&](int c, uint64_t off, uint64_t len, uint32_t crc) {
+          if (crc != erasure::Crc32c(landed[r][c].data() + off, len)) ++crc_wrong[r];
+        };
+        // The same chains on the default tags, on a thread of their own.
+        std::thread beside([&] {
+          ReduceBytes bytes;
+          auto plain_reader = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len,
+                                  uint8_t* dst) -> Status {
+            auto row = Row(r, term.row_id, off + len);
+            std::copy(row.begin() + off, row.end(), dst);
+            return Status::Ok();
+          };
+          plain[r] = RunReduceChains(t, chains, 0, piece, plain_reader, &plain_rows[r], &bytes);
+        });
+        std::vector<std::vector<uint8_t>> unused;
+        ReduceBytes bytes;
+        status[r] = RunReduceChains(t, chains, 0, piece, reader, &unused, &bytes, &sink, &options);
+        beside.join();
+      });
+    }
+    for (auto& t : threads) t.join();
+    int odd_pieces_read = 0;
+    for (const ReduceChain& ch : chains) {
+      const uint64_t pieces = (ch.length + piece - 1) / piece;
+      odd_pieces_read += static_cast<int>(pieces / 2 * ch.terms.size());
+    }
+    int total_reads = 0;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].ToString();
+      ASSERT_TRUE(plain[r].ok()) << "rank " << r << ": " << plain[r].ToString();
+      EXPECT_EQ(crc_wrong[r], 0) << "rank " << r;
+      total_reads += reads[r];
+    }
+    EXPECT_EQ(total_reads, odd_pieces_read);  // the even pieces came from spans
+    for (size_t c = 0; c < chains.size(); ++c) {
+      const int dst = chains[c].dst_rank;
+      EXPECT_EQ(landed[dst][c], Expected(chains[c])) << "chain " << c << " call " << call;
+      EXPECT_EQ(plain_rows[dst][c], Expected(chains[c])) << "chain " << c << " call " << call;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (call == 0) {
+        kept_after_first[r] = arenas[r].kept();
+        EXPECT_GT(kept_after_first[r], 0u) << "rank " << r;
+      } else {  // the second call took the first one's blocks again, and no more
+        EXPECT_EQ(arenas[r].kept(), kept_after_first[r]) << "rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

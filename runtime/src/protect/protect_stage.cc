@@ -416,8 +416,13 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
   // a batch share a tag.
   for (; first < parity_chains_.size(); first += wire::kProtectChainTags) {
     const size_t n = std::min<size_t>(wire::kProtectChainTags, parity_chains_.size() - first);
-    const std::vector<ReduceChain> batch(parity_chains_.begin() + first,
-                                         parity_chains_.begin() + first + n);
+    // A single batch (G x M <= 499 chains, any usual group) runs on the list
+    // itself, not a copy per version.
+    std::vector<ReduceChain> copy;
+    if (n < parity_chains_.size()) {
+      copy.assign(parity_chains_.begin() + first, parity_chains_.begin() + first + n);
+    }
+    const std::vector<ReduceChain>& batch = copy.empty() ? parity_chains_ : copy;
     std::vector<std::vector<uint8_t>> unused;
     Status s = RunReduceChains(transport_, batch, 0, std::min(kParityPieceBytes, chunk_bytes_),
                                reader, &unused, &bytes, &sink, &options);

@@ -145,6 +145,39 @@ Status FinishSend(PieceBuffer* b) {
   return s;
 }
 
+// This rank's share of one piece [off, off + len) of chain c: `term` x its
+// row, into the piece (`piece()`: the buffer that is forwarded), scaled
+// there as the chain's first term, folded in (GfMultiplyAdd) after a
+// predecessor's sum. A row in memory (options->span) is used straight from
+// there; a first term with coefficient 1 then forwards the span itself
+// (*from) and touches no buffer. Else the reader copies the row: straight
+// into the piece for a first term with coefficient 1, else aside
+// (`aside()`) and folded from there.
+Status AddOwnRow(const ReduceTerm& term, int c, bool first, uint64_t off, uint64_t len,
+                 const RowReader& reader, const ReduceOptions* options,
+                 const std::function<uint8_t*()>& piece, const std::function<uint8_t*()>& aside,
+                 const uint8_t** from) {
+  const bool direct = first && term.coef == 1;
+  const uint8_t* row =
+      options != nullptr && options->span != nullptr ? options->span(c, term, off, len) : nullptr;
+  if (row != nullptr && direct) {
+    *from = row;
+    return Status::Ok();
+  }
+  if (row == nullptr) {
+    uint8_t* into = direct ? piece() : aside();
+    MEMENTO_RETURN_IF_ERROR(reader(c, term, off, len, into));
+    if (direct) return Status::Ok();
+    row = into;
+  }
+  if (first) {
+    erasure::GfScale(term.coef, row, piece(), len);
+  } else {
+    erasure::GfMultiplyAdd(term.coef, row, piece(), len);
+  }
+  return Status::Ok();
+}
+
 // One hop: term p of chain c on this rank. Receives the running sum from its
 // predecessor (if any), folds in coef x its row and forwards the sum, piece
 // by piece, with kPiecesAhead receives posted ahead and the forwarded piece
@@ -155,7 +188,6 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
   const bool check = options == nullptr || options->check_pieces;
   const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
   const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
-  const uint8_t coef = ch.terms[p].coef;
   const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
   const uint64_t piece = std::min(piece_bytes, ch.length);
   auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
@@ -163,7 +195,6 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
   // The ring's buffers, and the one this rank's row is read into where it
   // is neither folded from a span nor read straight into the piece: each
   // taken on first use, so that a first term sending from spans takes none.
-  const bool direct = prev < 0 && coef == 1;
   PieceArena* const arena = options != nullptr ? options->arena : nullptr;
   PieceMemory ring_memory(nullptr, Unmap{0, nullptr});
   PieceMemory mine_memory(nullptr, Unmap{0, nullptr});
@@ -227,30 +258,9 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     good = good && ok;
     const uint8_t* from = nullptr;  // what is forwarded: a span, else the piece
     if (good) {
-      // A row in memory is folded (or, as the first term with coefficient
-      // 1, sent) straight from there. Else the first term with coefficient
-      // 1 reads its row straight into the piece; every other term reads it
-      // aside and folds it in (the first one by scaling it into the piece,
-      // in one pass).
-      const uint8_t* span = options != nullptr && options->span != nullptr
-                                ? options->span(c, ch.terms[p], off, len)
-                                : nullptr;
-      Status r;
-      const uint8_t* row = span;
-      if (span == nullptr) {
-        uint8_t* into = direct ? data_of(b) : mine();
-        r = reader(c, ch.terms[p], off, len, into);
-        row = into;
-      }
-      if (r.ok() && direct && span != nullptr) {
-        from = span;
-      } else if (r.ok() && !direct) {
-        if (prev < 0) {
-          erasure::GfScale(coef, row, data_of(b), len);
-        } else {
-          erasure::GfMultiplyAdd(coef, row, data_of(b), len);
-        }
-      }
+      Status r = AddOwnRow(
+          ch.terms[p], c, prev < 0, off, len, reader, options, [&] { return data_of(b); }, mine,
+          &from);
       if (!r.ok()) {
         good = false;
         note(r);

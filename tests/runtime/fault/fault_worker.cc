@@ -19,9 +19,11 @@
 // `rank` SIGKILL itself at `stage` of version `step`; MEMENTO_TEST_REPLACE_NODE=N
 // runs virtual node N under a new identity (a replacement node). Kill stages are the engine's
 // (snapshot, seal, commit, committed, persist, manifest) plus remote-write:
-// killed while its rank file is being written (its temporary file exists).
+// killed while its rank file is being written (its temporary file exists,
+// its header written, none of its entries).
 #include <mpi.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,9 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "memento/runtime/checkpointer.h"
@@ -77,8 +77,20 @@ KillPoint ParseKill() {
   std::abort();
 }
 
-// Kills the process while its rank file of `version` is being written: a
-// watcher thread SIGKILLs as soon as a temporary file appears in the folder.
+// Kills the process while its rank file of `version` is being written, at
+// a fixed point: the first entry's bytes are handed to the store from a
+// mapping of an empty file, so the store's first read of them (after it has
+// created its temporary file and written the header) raises SIGBUS, whose
+// handler SIGKILLs the process. A watcher thread looking for the temporary
+// file raced the write: a small file could be written before it looked,
+// and another rank's temporary file then killed this rank after its own
+// file was complete.
+void DieOnBus(int) {
+  static const char kMsg[] = "fault_worker: SIGKILL at remote-write (first entry byte read)\n";
+  (void)!write(2, kMsg, sizeof(kMsg) - 1);
+  raise(SIGKILL);
+}
+
 class KillingRemoteStore : public DirectoryRemoteStore {
  public:
   KillingRemoteStore(std::string root, std::string job, KillPoint kill, int rank)
@@ -86,21 +98,26 @@ class KillingRemoteStore : public DirectoryRemoteStore {
 
   Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
                                      const std::vector<RemoteEntrySource>& entries) override {
-    if (kill_.stage == "remote-write" && kill_.step == version && kill_.rank == rank_) {
-      std::string dir = VersionDir(version);
-      std::thread([dir, version, rank] {
-        while (true) {
-          std::error_code ec;
-          for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
-            if (f.path().filename().string().find(".tmp") != std::string::npos) {
-              Die("remote-write", rank, version);
-            }
-          }
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-      }).detach();
+    if (kill_.stage != "remote-write" || kill_.step != version || kill_.rank != rank_ ||
+        entries.empty() || entries[0].bytes == 0) {
+      return DirectoryRemoteStore::WriteRankFile(version, rank, entries);
     }
-    return DirectoryRemoteStore::WriteRankFile(version, rank, entries);
+    char path[] = "/tmp/memento-fault-trap-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) Die("remote-write (no trap file)", rank, version);
+    unlink(path);
+    void* trap = mmap(nullptr, entries[0].bytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (trap == MAP_FAILED) Die("remote-write (no trap mapping)", rank, version);
+    struct sigaction sa {};
+    sa.sa_handler = DieOnBus;
+    sigaction(SIGBUS, &sa, nullptr);
+    std::fprintf(stderr, "fault_worker rank %d: dies in the remote write of v%llu\n", rank,
+                 static_cast<unsigned long long>(version));
+    std::fflush(stderr);
+    std::vector<RemoteEntrySource> trapped = entries;
+    trapped[0].data = trap;
+    return DirectoryRemoteStore::WriteRankFile(version, rank, trapped);
   }
 
  private:

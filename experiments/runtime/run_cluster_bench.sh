@@ -152,12 +152,13 @@ need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "
         "mpi_raw_node_gibps", "protect_cpu_util", "mpi_cpu_util"]
 positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks",
             "remote_gibps", "remote_link_s", "recover_vs_remote_link", "recover_cpu_s",
-            "recover_cpu_s_per_gib", "recover_cpu_util"]
+            "recover_cpu_s_per_gib", "recover_cpu_util", "protect_after_snapshot_s"]
 if r.get("link_gibps", 0) > 0:
     positive += ["link_gibps", "mpi_ring_link_s"]
 # xor:3 on 4 ranks without a link: the XOR ring reduce-scatter baseline runs.
 if r.get("scheme", "").startswith("xor:") and r.get("link_gibps", 0) == 0:
-    positive += ["xor_ring_s", "xor_ring_cpu_s_per_gib", "protect_vs_xor_ring"]
+    positive += ["xor_ring_s", "xor_ring_cpu_s_per_gib", "protect_vs_xor_ring",
+                 "parity_vs_xor_ring"]
 missing = [k for k in need + positive if k not in r]
 bad = [k for k in need if k in r and not r[k] >= 0]
 # The link bounds are 0 without a link.
@@ -178,6 +179,9 @@ if not missing and r["remote_gibps"] > 0:
     floor = r["remote_bytes"] / (r["remote_gibps"] * (1 << 30))
     if r["remote_link_s"] < 0.99 * floor:
         fast.append(f"remote_link_s {r['remote_link_s']:.4f} < {floor:.4f}")
+# The part of protect after the snapshot is part of protect, on every rank.
+if not missing and r["protect_after_snapshot_s"] > r["protect_s"] * 1.0001:
+    bad.append(f"protect_after_snapshot_s {r['protect_after_snapshot_s']:.4f} > protect_s")
 # The restores of all ranks run at once on this machine's cores: together
 # they cannot use more CPU than the cores give in the slowest one's time
 # (getrusage ticks and the ranks' few ms of skew allowed for).

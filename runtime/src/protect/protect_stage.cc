@@ -394,6 +394,10 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
   options.tag = [](size_t c) { return wire::kTagProtectChain + static_cast<int>(c); };
   options.check_pieces = false;
   options.arena = &arena_;
+  // Every rank of the group stamps this version's attempt alike; a stream
+  // left out of step by an earlier attempt's transport error then fails
+  // this version instead of folding stale pieces into its parity.
+  options.stamp = (version_ << 16) ^ attempt_;
   options.span = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len) -> const uint8_t* {
     return can_read ? ShardSpan(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len)
                     : nullptr;

@@ -17,7 +17,7 @@
 namespace memento::runtime {
 namespace {
 
-using PieceHeader = wire::PayloadHeader;
+using PieceHeader = wire::PieceHeader;
 
 int ChainTag(int tag_base, size_t chain) {
   return wire::RecoverTag(static_cast<size_t>(tag_base) + chain);
@@ -82,14 +82,14 @@ Status PostRecv(Transport* t, int src, int tag, uint64_t want, uint8_t* into, Pi
   return Status::Ok();
 }
 
-// Finishes the piece posted on `b` (`want` bytes into `into`). *ok says
-// whether it holds good data: Ok with *ok = false when the sender reported a
-// failure upstream. On an error,
+// Finishes the piece posted on `b` (`want` bytes into `into`, sent by the
+// call stamped `stamp`). *ok says whether it holds good data: Ok with
+// *ok = false when the sender reported a failure upstream. On an error,
 // *in_step says whether both messages were still taken (a piece that fails
 // its crc32c or has the wrong length: the next piece can be received) or the
 // stream is broken (a transport error).
-Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, bool check, bool* ok,
-                  bool* in_step) {
+Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, bool check,
+                  uint64_t stamp, bool* ok, bool* in_step) {
   Result<size_t> n = b->recv_header->Wait();
   Result<size_t> m = b->recv_data->Wait();
   b->recv_header.reset();
@@ -102,6 +102,15 @@ Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, b
     return Status::Corruption("reduce piece header of " + std::to_string(*n));
   }
   if (!m.ok()) return m.status();
+  if (b->header.stamp != stamp) {
+    // Left on the stream by an earlier call that broke off (a transport
+    // error): every later piece is out of step too, so none is taken.
+    *in_step = false;
+    return Status::Corruption("reduce piece from rank " + std::to_string(src) + " of call " +
+                              std::to_string(b->header.stamp) + " in call " +
+                              std::to_string(stamp) +
+                              ": the stream is out of step since an earlier call failed");
+  }
   if (b->header.ok == 0) return Status::Ok();
   if (b->header.length != want || *m != want) {
     return Status::Corruption("reduce piece of " + std::to_string(b->header.length) +
@@ -124,8 +133,9 @@ void DropRecv(PieceBuffer* b) {
 // Sends `len` bytes from `from` (the piece's buffer, or a row span that stays
 // unchanged until the send is finished) behind their header.
 Status PostSend(Transport* t, int dst, int tag, const uint8_t* from, uint64_t len, bool ok,
-                bool check, PieceBuffer* b) {
+                bool check, uint64_t stamp, PieceBuffer* b) {
   b->header.ok = ok ? 1 : 0;
+  b->header.stamp = stamp;
   b->header.length = ok ? len : 0;
   b->header.crc = ok && check ? erasure::Crc32c(from, len) : 0;
   MEMENTO_ASSIGN_OR_RETURN(b->send_header, t->StartSend(dst, tag, &b->header, sizeof(b->header)));
@@ -186,6 +196,7 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
               uint64_t piece_bytes, const RowReader& reader, const ReduceOptions* options,
               std::atomic<uint64_t>* sent, std::atomic<uint64_t>* received) {
   const bool check = options == nullptr || options->check_pieces;
+  const uint64_t stamp = options != nullptr ? options->stamp : 0;
   const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
   const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
   const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
@@ -248,7 +259,7 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     bool ok = true;
     if (prev >= 0 && wire) {
       bool in_step = true;
-      Status r = FinishRecv(prev, len, b.data, &b, check, &ok, &in_step);
+      Status r = FinishRecv(prev, len, b.data, &b, check, stamp, &ok, &in_step);
       note(r);
       if (!in_step) lose_wire();
     } else if (prev >= 0) {
@@ -268,7 +279,7 @@ Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int 
     }
     if (from == nullptr) from = data_of(b);
     if (sending) {
-      Status w = PostSend(transport, next, tag, from, len, good, check, &b);
+      Status w = PostSend(transport, next, tag, from, len, good, check, stamp, &b);
       if (!w.ok()) {
         sending = false;
         note(w);
@@ -294,6 +305,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
                      uint64_t piece_bytes, const RowSink* sink, const ReduceOptions* options,
                      std::vector<uint8_t>* out, std::atomic<uint64_t>* received) {
   const bool check = options == nullptr || options->check_pieces;
+  const uint64_t stamp = options != nullptr ? options->stamp : 0;
   const int last = ch.terms.back().rank;
   const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
   auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
@@ -349,7 +361,7 @@ Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag
     bool ok = false;
     if (wire) {
       bool in_step = true;
-      Status r = FinishRecv(last, len, into[i], &ring[i], check, &ok, &in_step);
+      Status r = FinishRecv(last, len, into[i], &ring[i], check, stamp, &ok, &in_step);
       fail(r, in_step);
     }
     if (ok) {

@@ -21,8 +21,9 @@
 // the rebuilt row; recovery_executor.cc) and for recomputing a lost parity
 // piece (as protect, chain -> the new parity holder; reprotector.cc).
 //
-// Wire: per piece, a wire::PayloadHeader {length, crc32c of the payload, ok} then
-// the payload (0 bytes if not ok), both with the chain's tag. A rank that
+// Wire: per piece, a wire::PieceHeader {length, crc32c of the payload, ok,
+// the call's stamp} then the payload (0 bytes if not ok), both with the
+// chain's tag. A rank that
 // cannot read its row (or got a failed / corrupt piece) sends ok = 0 for
 // every remaining piece, so the destination learns the chain failed without
 // a timeout, and every message count stays the same on both sides whatever
@@ -131,10 +132,17 @@ class PieceArena {
 //    compute nor check one); the destination's `landed` still gets each
 //    piece's crc32c, computed as it lands.
 //  - arena: where the piece buffers come from (else mapped per call).
+//  - stamp: carried by every piece of this call. A piece with another stamp
+//    was left on the stream by an earlier call that broke off (a transport
+//    error in the middle of it): the receiving hop or destination fails the
+//    chain ("out of step") instead of taking it for a piece of this call.
+//    For a caller that runs chains on the same tags again and again
+//    (protect: one call per version); every rank must pass the same stamp.
 struct ReduceOptions {
   std::function<int(size_t chain)> tag;
   bool check_pieces = true;
   PieceArena* arena = nullptr;
+  uint64_t stamp = 0;
   std::function<const uint8_t*(int chain, const ReduceTerm& term, uint64_t offset, uint64_t len)>
       span;
 };

@@ -81,15 +81,25 @@ struct ProtectHeader {
 };
 static_assert(sizeof(ProtectHeader) == 48, "wire format");
 
-// Precedes a payload of a restore transfer or a reduce-chain piece: its
-// length and crc32c, or ok = 0 when the sender cannot serve it (no payload
-// follows then).
+// Precedes a payload of a restore transfer: its length and crc32c, or
+// ok = 0 when the sender cannot serve it (no payload follows then).
 struct PayloadHeader {
   uint64_t length = 0;
   uint32_t crc = 0;
   uint32_t ok = 0;
 };
 static_assert(sizeof(PayloadHeader) == 16, "wire format");
+
+// Precedes a reduce-chain piece (reduce_chain.h): as PayloadHeader, plus the
+// stamp of the call that sent it, so that a piece left on a stream by an
+// earlier call is told apart from the current call's.
+struct PieceHeader {
+  uint64_t length = 0;
+  uint32_t crc = 0;
+  uint32_t ok = 0;
+  uint64_t stamp = 0;
+};
+static_assert(sizeof(PieceHeader) == 24, "wire format");
 
 // ---- records -------------------------------------------------------------------------------
 

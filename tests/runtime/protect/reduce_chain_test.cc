@@ -19,6 +19,7 @@
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
 #include "memento/runtime/inprocess_transport.h"
+#include "transport/wire.h"
 
 namespace memento::runtime {
 namespace {
@@ -44,12 +45,13 @@ struct Outcome {
 // writer, which copies them and checks that they come in order, odd only;
 // `written` (when given) counts the writer's pieces per chain.
 // `transports`, when given, are the ranks' transports (a wrapper, or a group
-// used before).
+// used before); `options`, when given, every rank's ReduceOptions.
 std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
                                   uint64_t piece_bytes, int unreadable = -1,
                                   std::vector<std::vector<uint8_t>>* landed = nullptr,
                                   std::vector<std::shared_ptr<Transport>> transports = {},
-                                  std::vector<int>* written = nullptr) {
+                                  std::vector<int>* written = nullptr,
+                                  const ReduceOptions* options = nullptr) {
   if (transports.empty()) {
     auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
     for (int r = 0; r < n; ++r) transports.push_back(group->transport(r));
@@ -84,9 +86,9 @@ std::vector<Outcome> RunOnThreads(int n, const std::vector<ReduceChain>& chains,
         std::copy(data, data + len, (*landed)[c].begin() + off);
         return Status::Ok();
       };
-      out[r].status =
-          RunReduceChains(transports[r].get(), chains, /*tag_base=*/0, piece_bytes, reader,
-                          &out[r].results, &out[r].bytes, landed != nullptr ? &sink : nullptr);
+      out[r].status = RunReduceChains(transports[r].get(), chains, /*tag_base=*/0, piece_bytes,
+                                      reader, &out[r].results, &out[r].bytes,
+                                      landed != nullptr ? &sink : nullptr, options);
     });
   }
   for (auto& t : threads) t.join();
@@ -182,16 +184,19 @@ TEST(ReduceChain, AnUnreadableRowFailsTheChainAtItsDestination) {
 // the most seen at once. Counts the sends started from memory that a send
 // not yet waited for still reads (a buffer reused while in flight: over MPI,
 // the bytes on the wire would change). Optionally flips a byte of the
-// `flip_at`-th payload of more than 16 bytes this rank sends (its buffer is
-// left alone), or fails its `fail_at`-th receive without taking the message
-// (the stream is out of step).
+// `flip_at`-th payload of more than a piece header this rank sends (its buffer is
+// left alone), or fails `count` receives from its `fail_at`-th on without
+// taking their messages (the stream is out of step).
 class WatchTransport : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   int most_outstanding() const { return most_; }
   int reused_in_flight() const { return reused_; }
   void FlipPayload(int flip_at) { flip_at_ = flip_at; }
-  void FailRecv(int fail_at) { fail_at_ = fail_at; }
+  void FailRecv(int fail_at, int count = 1) {
+    fail_at_ = fail_at;
+    fail_count_ = count;
+  }
 
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
                                                      size_t bytes) override {
@@ -208,7 +213,10 @@ class WatchTransport : public ForwardingTransport {
         }));
   }
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
-    if (fail_at_ >= 0 && recvs_++ == fail_at_) return Status::Unavailable("test: receive fails");
+    const int at = recvs_++;
+    if (fail_at_ >= 0 && at >= fail_at_ && at < fail_at_ + fail_count_) {
+      return Status::Unavailable("test: receive fails");
+    }
     return ForwardingTransport::Recv(peer, tag, data, capacity);
   }
 
@@ -224,7 +232,7 @@ class WatchTransport : public ForwardingTransport {
         std::make_unique<Counted>(std::move(inner), [this] { --outstanding_; }));
   }
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
-    if (bytes > 16 && flip_at_ >= 0 && payloads_++ == flip_at_) {
+    if (bytes > sizeof(wire::PieceHeader) && flip_at_ >= 0 && payloads_++ == flip_at_) {
       std::vector<uint8_t> copy(static_cast<const uint8_t*>(data),
                                 static_cast<const uint8_t*>(data) + bytes);
       copy[bytes / 2] ^= 0x40;
@@ -256,6 +264,7 @@ class WatchTransport : public ForwardingTransport {
   int flip_at_ = -1;
   int payloads_ = 0;
   int fail_at_ = -1;
+  int fail_count_ = 1;
   int recvs_ = 0;
 };
 
@@ -337,6 +346,30 @@ TEST(ReduceChain, ABrokenStreamIsReportedAndNoBufferIsReusedInFlight) {
   ExpectFailsWith(out[2].status, "could not serve its row");
   EXPECT_EQ(out[2].bytes.received, 3000u);  // pieces 0-2
   for (int r = 0; r < 3; ++r) EXPECT_EQ(w[r]->reused_in_flight(), 0) << "rank " << r;
+}
+
+// Pieces carry their call's stamp. A piece's two receives fail without
+// taking their messages, so the rest of that call's pieces stay queued on
+// the stream; the
+// next call on the same tags finds them first and fails "out of step"
+// instead of folding them into its row (unstamped, it took them for its own
+// and returned a wrong row as a good one).
+TEST(ReduceChain, PiecesLeftByABrokenCallFailTheNextOneOutOfStep) {
+  const std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 1}}, 2, 12 * 1000);
+  auto w = Watched(3);
+  w[1]->FailRecv(/*fail_at=*/6, /*count=*/2);  // piece 3, header and payload
+  ReduceOptions first;
+  first.stamp = 7;
+  auto out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w), nullptr, &first);
+  ExpectFailsWith(out[1].status, "test: receive fails");
+  ExpectFailsWith(out[2].status, "could not serve its row");
+  ReduceOptions second;
+  second.stamp = 8;
+  out = RunOnThreads(3, chains, 1000, -1, nullptr, AsTransports(w), nullptr, &second);
+  EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
+  ExpectFailsWith(out[1].status, "out of step");
+  ExpectFailsWith(out[2].status, "could not serve its row");
+  EXPECT_EQ(out[2].bytes.received, 0u);
 }
 
 // ReduceOptions, as protect uses them: rows folded (and, as a first term

@@ -4,13 +4,14 @@
 #include <cstring>
 #include <map>
 
-#include "snapshot/crc32c_combine.h"
-#include "protect/entry_seals.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
 #include "memento/erasure/rs_codec.h"
 #include "memento/erasure/xor_codec.h"
+#include "protect/entry_seals.h"
+#include "snapshot/crc32c_combine.h"
+#include "store/shard_landing.h"
 #include "transport/wire.h"
 
 namespace memento::runtime {
@@ -322,27 +323,12 @@ std::optional<uint32_t> ProtectStage::CombinedCrc(int region, uint64_t capacity)
   return crc;
 }
 
-const uint8_t* ProtectStage::ShardSpan(uint64_t begin, uint64_t len) {
-  for (size_t e = 0; e < entry_bytes_.size(); ++e) {
-    const uint64_t base = layout_->entry_base(static_cast<int>(e));
-    if (begin >= base && begin - base < entry_bytes_[e]) {
-      if (begin - base + len > entry_bytes_[e]) return nullptr;  // crosses into the next entry
-      return store_->MutableRegion(slot_, static_cast<int>(e)) + (begin - base);
-    }
-  }
-  return nullptr;  // past the shard's end (stripe padding)
-}
-
-void ProtectStage::ReadShard(uint64_t begin, uint64_t len, uint8_t* dst) {
-  std::memset(dst, 0, len);
-  for (size_t e = 0; e < entry_bytes_.size(); ++e) {
-    const uint64_t base = layout_->entry_base(static_cast<int>(e));
-    const uint64_t from = std::max(begin, base);
-    const uint64_t to = std::min(begin + len, base + entry_bytes_[e]);
-    if (from >= to) continue;
-    std::memcpy(dst + (from - begin),
-                store_->MutableRegion(slot_, static_cast<int>(e)) + (from - base), to - from);
-  }
+ShardLanding* ProtectStage::Landing() {
+  // One view per slot, made on its first version (no allocation per version).
+  if (landings_.empty()) landings_.resize(static_cast<size_t>(store_->slot_count()));
+  ShardLanding& l = landings_.at(static_cast<size_t>(slot_));
+  if (l.empty() && !entry_bytes_.empty()) l = ShardLanding::InSlot(store_, slot_, entry_bytes_);
+  return &l;
 }
 
 Status ProtectStage::RunParityChains(const Status& snapshot) {
@@ -378,8 +364,8 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
       }
     }
   }
-  chain_crc_.assign(parity_chains_.size(), 0);
   const bool can_read = snapshot.ok();
+  ShardLanding* const shard = Landing();
   size_t first = 0;  // of the current batch
   auto reader = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len,
                     uint8_t* dst) -> Status {
@@ -387,7 +373,7 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
       return Status::Unavailable("this rank's snapshot of v" + std::to_string(version_) +
                                  " failed");
     }
-    ReadShard(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len, dst);
+    shard->Read(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len, dst);
     return Status::Ok();
   };
   ReduceOptions options;
@@ -399,7 +385,7 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
   // this version instead of folding stale pieces into its parity.
   options.stamp = (version_ << 16) ^ attempt_;
   options.span = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len) -> const uint8_t* {
-    return can_read ? ShardSpan(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len)
+    return can_read ? shard->Span(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len)
                     : nullptr;
   };
   RowSink sink;
@@ -407,8 +393,10 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
     const int region = chain_region_[first + c];
     return region >= 0 ? store_->MutableRegion(slot_, region) + off : nullptr;
   };
-  sink.landed = [&](int c, uint64_t, uint64_t len, uint32_t crc) {
-    chain_crc_[first + c] = Crc32cCombine(chain_crc_[first + c], crc, len);
+  // Each parity region is the destination of one chain, so its pieces'
+  // crcs go where a replica region's parts' do, and End seals both alike.
+  sink.landed = [&](int c, uint64_t off, uint64_t len, uint32_t crc) {
+    part_crcs_[chain_region_[first + c]].push_back({off, len, crc});
   };
   sink.write = [&](int c, uint64_t, const uint8_t*, uint64_t) {
     return Status::Internal("protect chain " + std::to_string(first + c) +
@@ -481,14 +469,7 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
         store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
   }
   for (const HeldRegion& h : layout_->held()) {
-    std::optional<uint32_t> crc;
-    if (h.item.kind == placement::ItemKind::kReplica) crc = CombinedCrc(h.region, h.capacity);
-    if (h.item.kind == placement::ItemKind::kParity) {
-      // Combined from the pieces' crcs as they landed (checked there).
-      for (size_t c = 0; c < chain_region_.size(); ++c) {
-        if (chain_region_[c] == h.region) crc = chain_crc_[c];
-      }
-    }
+    std::optional<uint32_t> crc = CombinedCrc(h.region, h.capacity);
     if (!crc) crc = erasure::Crc32c(store_->MutableRegion(slot_, h.region), h.capacity);
     MEMENTO_RETURN_IF_ERROR(store_->SealRegion(slot_, h.region, h.capacity, *crc));
   }

@@ -83,6 +83,7 @@
 #include "protect/protection_layout.h"
 #include "protect/reduce_chain.h"
 #include "snapshot/entry_crc_stage.h"
+#include "store/shard_landing.h"
 
 namespace memento::runtime {
 
@@ -157,8 +158,9 @@ class ProtectStage final : public ChunkStage {
   bool out_stop_ = false;
   Status send_status_;                 // first failed send of the version
   std::vector<uint8_t> seals_record_;  // this rank's entry seals, sent from End
-  // Replica regions: crc32c of every part as it landed (one receiver thread
-  // per region, so no lock), combined at End instead of a second pass.
+  // Replica and parity regions: crc32c of every part or chain piece as it
+  // landed (one receiver thread or chain per region, so no lock), combined
+  // at End instead of a second pass.
   struct PartCrc {
     uint64_t offset = 0;
     uint64_t length = 0;
@@ -174,13 +176,12 @@ class ProtectStage final : public ChunkStage {
   // in the slots into the parity holders' regions. `snapshot` failed: this
   // rank's hops forward failures (every message count stays the same).
   Status RunParityChains(const Status& snapshot);
-  // This rank's shard bytes [begin, begin + len) where they lie in one entry
-  // of the slot, else null; and copied (zero past the shard's end).
-  const uint8_t* ShardSpan(uint64_t begin, uint64_t len);
-  void ReadShard(uint64_t begin, uint64_t len, uint8_t* dst);
+  // This rank's shard in the current slot (spans of it, and copies across
+  // its entries, zero past its end).
+  ShardLanding* Landing();
+  std::vector<ShardLanding> landings_;      // per slot, made on first use
   std::vector<ReduceChain> parity_chains_;  // this group's and lane's, built once
   std::vector<int> chain_region_;           // per chain: the region it fills here, or -1
-  std::vector<uint32_t> chain_crc_;         // per chain ending here: crc32c of what landed
   PieceArena arena_;                        // the chains' piece buffers, kept across versions
 
   uint64_t version_ = 0;

@@ -166,7 +166,7 @@ struct ReduceBytes {
 // Runs every chain this rank takes part in. `results[c]` (resized here) gets
 // the finished row of every chain whose dst_rank is this rank; other entries
 // stay empty. With `sink`, the finished pieces go to it instead and
-// `results` is left empty (the caller lands them where they belong, with no
+// every entry of `results` stays empty (the caller lands them where they belong, with no
 // row-sized buffer in between). Returns the first failure of a chain this
 // rank is the destination of, or of a hop it ran (named), else Ok. Every rank
 // of the job must call it with the same `chains` and `tag_base`.

@@ -171,6 +171,7 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -238,6 +239,7 @@ class ThenTransfer final : public Transport::PendingTransfer {
   ThenTransfer(std::unique_ptr<Transport::PendingTransfer> inner, Then then)
       : inner_(std::move(inner)), then_(std::move(then)) {}
   Result<size_t> Wait() override { return then_(inner_->Wait()); }
+  bool Test() override { return inner_->Test(); }
 
   static Result<std::unique_ptr<Transport::PendingTransfer>> Wrap(
       Result<std::unique_ptr<Transport::PendingTransfer>> started, Then then) {
@@ -256,6 +258,7 @@ class ThenTransfer final : public Transport::PendingTransfer {
 class CountingTransport : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
+  bool TestsTransfers() const override { return inner()->TestsTransfers(); }
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
                                                      size_t bytes) override {
     return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes), [this](Result<size_t> r) {
@@ -329,6 +332,50 @@ void SleepProgressing(Transport* t, Clock::time_point end) {
   }
 }
 
+// A transfer of an inner transport that finishes on the emulated link no
+// earlier than a time booked once the inner transfer is done: `book` gets
+// the bytes moved and returns the end of their booking (the egress booking
+// made at the start, or an ingress booking made now). Wait sleeps until
+// then, moving `t`'s other transfers along; Test says true only once it has
+// passed, so a caller polling many transfers sees the link's pace without
+// sleeping in any of them.
+class PacedTransfer final : public Transport::PendingTransfer {
+ public:
+  using Book = std::function<Clock::time_point(size_t bytes)>;
+  PacedTransfer(Transport* t, std::unique_ptr<Transport::PendingTransfer> inner, Book book)
+      : t_(t), inner_(std::move(inner)), book_(std::move(book)) {}
+  bool Test() override {
+    if (!result_.has_value()) {
+      if (!inner_->Test()) return false;
+      Finish();
+    }
+    return !result_->ok() || Clock::now() >= end_;
+  }
+  Result<size_t> Wait() override {
+    if (!result_.has_value()) Finish();
+    if (result_->ok()) SleepProgressing(t_, end_);
+    return *result_;
+  }
+
+  static Result<std::unique_ptr<Transport::PendingTransfer>> Wrap(
+      Transport* t, Result<std::unique_ptr<Transport::PendingTransfer>> started, Book book) {
+    if (!started.ok()) return started.status();
+    return std::unique_ptr<Transport::PendingTransfer>(
+        std::make_unique<PacedTransfer>(t, std::move(*started), std::move(book)));
+  }
+
+ private:
+  void Finish() {
+    result_ = inner_->Wait();
+    if (result_->ok()) end_ = book_(**result_);
+  }
+  Transport* const t_;
+  std::unique_ptr<Transport::PendingTransfer> inner_;
+  Book book_;
+  std::optional<Result<size_t>> result_;
+  Clock::time_point end_{};
+};
+
 // Emulated full-duplex link per node (1 rank per node): every Send to
 // another rank books its bytes on the node's egress bucket before it is
 // handed to the inner transport and returns no earlier than the booking's
@@ -364,21 +411,16 @@ class LinkTransport : public ForwardingTransport {
                                                      size_t bytes) override {
     if (peer == rank()) return inner()->StartSend(peer, tag, data, bytes);
     const Clock::time_point end = egress_.Reserve(bytes);
-    return ThenTransfer::Wrap(inner()->StartSend(peer, tag, data, bytes),
-                              [this, end](Result<size_t> r) {
-                                if (r.ok()) SleepProgressing(inner(), end);
-                                return r;
-                              });
+    return PacedTransfer::Wrap(inner(), inner()->StartSend(peer, tag, data, bytes),
+                               [end](size_t) { return end; });
   }
   Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
                                                      size_t capacity) override {
     if (peer == rank()) return inner()->StartRecv(peer, tag, data, capacity);
-    return ThenTransfer::Wrap(inner()->StartRecv(peer, tag, data, capacity),
-                              [this](Result<size_t> r) {
-                                if (r.ok()) SleepProgressing(inner(), ingress_.Reserve(*r));
-                                return r;
-                              });
+    return PacedTransfer::Wrap(inner(), inner()->StartRecv(peer, tag, data, capacity),
+                               [this](size_t n) { return ingress_.Reserve(n); });
   }
+  bool TestsTransfers() const override { return inner()->TestsTransfers(); }
 
  private:
   LinkBucket egress_, ingress_;

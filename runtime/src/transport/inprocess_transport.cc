@@ -34,6 +34,10 @@ class InProcessTransport final : public Transport {
   Result<std::vector<Bytes>> Allgather(const void* data, size_t bytes) override;
   Status Send(int peer, int tag, const void* data, size_t bytes) override;
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override;
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override;
+  bool TestsTransfers() const override { return true; }
+  std::chrono::milliseconds timeout() const override;
 
  private:
   Result<int64_t> ReduceInt(int64_t mine, bool max);
@@ -145,7 +149,11 @@ class GroupImpl final : public InProcessGroup, public std::enable_shared_from_th
     return Status::Ok();
   }
 
-  Result<size_t> Take(int src, int dst, int tag, void* data, size_t capacity) {
+  // Takes the next message from src to dst with tag into data: waits for
+  // it up to the timeout, or with `wait` false answers nothing (nullopt) at
+  // once when none is there and its sender is alive.
+  std::optional<Result<size_t>> Take(int src, int dst, int tag, void* data, size_t capacity,
+                                     bool wait = true) {
     if (src < 0 || src >= size_) {
       return Status::InvalidArgument("Recv: peer " + std::to_string(src) + " out of range");
     }
@@ -170,6 +178,7 @@ class GroupImpl final : public InProcessGroup, public std::enable_shared_from_th
       if (dead_[src]) {
         return Status::Unavailable("Recv: peer rank " + std::to_string(src) + " is dead");
       }
+      if (!wait) return std::nullopt;
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         auto again = mailboxes_.find(key);
         if (again == mailboxes_.end() || again->second.empty()) {
@@ -180,6 +189,8 @@ class GroupImpl final : public InProcessGroup, public std::enable_shared_from_th
       }
     }
   }
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
   struct Round {
@@ -243,8 +254,45 @@ Status InProcessTransport::Send(int peer, int tag, const void* data, size_t byte
 }
 
 Result<size_t> InProcessTransport::Recv(int peer, int tag, void* data, size_t capacity) {
-  return group_->Take(peer, rank_, tag, data, capacity);
+  return *group_->Take(peer, rank_, tag, data, capacity);
 }
+
+// A receive from a mailbox: Test takes the message when it is there, Wait
+// takes it (waiting for it) unless Test already did. Dropped before either
+// took it, it never happens (the message stays queued, as after a cancelled
+// MPI receive).
+class MailboxRecv final : public Transport::PendingTransfer {
+ public:
+  MailboxRecv(GroupImpl* group, int src, int dst, int tag, void* data, size_t capacity)
+      : group_(group), src_(src), dst_(dst), tag_(tag), data_(data), capacity_(capacity) {}
+  bool Test() override {
+    if (!result_.has_value()) result_ = group_->Take(src_, dst_, tag_, data_, capacity_, false);
+    return result_.has_value();
+  }
+  Result<size_t> Wait() override {
+    if (waited_) return Status::FailedPrecondition("a started transfer was already waited for");
+    waited_ = true;
+    if (!result_.has_value()) result_ = group_->Take(src_, dst_, tag_, data_, capacity_);
+    return *result_;
+  }
+
+ private:
+  GroupImpl* const group_;
+  const int src_, dst_, tag_;
+  void* const data_;
+  const size_t capacity_;
+  std::optional<Result<size_t>> result_;
+  bool waited_ = false;
+};
+
+Result<std::unique_ptr<Transport::PendingTransfer>> InProcessTransport::StartRecv(int peer, int tag,
+                                                                                  void* data,
+                                                                                  size_t capacity) {
+  return std::unique_ptr<PendingTransfer>(
+      std::make_unique<MailboxRecv>(group_, peer, rank_, tag, data, capacity));
+}
+
+std::chrono::milliseconds InProcessTransport::timeout() const { return group_->timeout(); }
 
 }  // namespace
 

@@ -292,6 +292,9 @@ class MpiTransport final : public Transport {
         std::make_unique<Transfer>(this, /*is_send=*/false, peer, tag, capacity, req));
   }
 
+  bool TestsTransfers() const override { return true; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
   // One pass of Open MPI's progress engine (MPI_Iprobe runs it and matches nothing).
   void Progress() override {
     if (broken_) return;
@@ -309,18 +312,38 @@ class MpiTransport final : public Transport {
     Transfer(MpiTransport* t, bool is_send, int peer, int tag, size_t bytes, MPI_Request req)
         : t(t), is_send(is_send), peer(peer), tag(tag), bytes(bytes), req(req) {}
     ~Transfer() override {
-      if (done) return;
+      if (done || completed) return;
       if (is_send) {
         (void)Wait();
       } else {
         t->CancelRecv(&req, Where());
       }
     }
+    // One MPI_Test (which also runs Open MPI's progress engine once); what
+    // it found is kept for Wait.
+    bool Test() override {
+      if (done || completed) return true;
+      int flag = 0;
+      int rc;
+      {
+        auto lock = t->Lock();
+        rc = MPI_Test(&req, &flag, &st);
+      }
+      if (rc != MPI_SUCCESS) {
+        int error_class = 0;
+        MPI_Error_class(rc, &error_class);
+        test_status = error_class == MPI_ERR_TRUNCATE
+                          ? Status::InvalidArgument("message exceeds the receive capacity")
+                          : MpiStatus(rc, "MPI_Test");
+        flag = 1;
+      }
+      completed = flag != 0;
+      return completed;
+    }
     Result<size_t> Wait() override {
       if (done) return Status::FailedPrecondition(Where() + ": already waited for");
       done = true;
-      MPI_Status st;
-      Status s = t->Poll(&req, &st);
+      Status s = completed ? test_status : t->Poll(&req, &st);
       if (s.code() == StatusCode::kTimeout) {
         if (is_send) {
           // A send that never matched cannot be taken back safely: MPI may
@@ -349,7 +372,10 @@ class MpiTransport final : public Transport {
     const int peer, tag;
     const size_t bytes;  // of the send / capacity of the receive
     MPI_Request req;
-    bool done = false;  // waited for
+    MPI_Status st;
+    bool done = false;       // waited for
+    bool completed = false;  // found finished by Test (req is spent)
+    Status test_status;      // what that Test found wrong
   };
 
   // Cancels a receive. One that has not matched is cancelled at once; one

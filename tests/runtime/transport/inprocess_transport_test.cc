@@ -245,5 +245,35 @@ TEST(TouchForReceive, WritesOneByteInEveryPageOfTheRangeOnly) {
   EXPECT_EQ(base[3 * page], 0xff);
 }
 
+// Test() on a started receive: false while nothing has arrived, true once
+// the message is there (and stays true); Wait then returns it at once. A
+// receive tested past its sender's death finishes with Unavailable.
+TEST(InProcessTransport, TestFindsAReceiveFinishedWithoutBlocking) {
+  auto group = InProcessGroup::Create(3, std::chrono::seconds(20));
+  Transport& a = *group->transport(0);
+  Transport& b = *group->transport(1);
+  int got = 0;
+  auto r = b.StartRecv(0, 6, &got, sizeof(got));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE((*r)->Test());
+  EXPECT_FALSE((*r)->Test());
+  int v = 77;
+  auto s = a.StartSend(1, 6, &v, sizeof(v));
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->Test());
+  EXPECT_TRUE((*r)->Test());
+  EXPECT_TRUE((*r)->Test());
+  EXPECT_EQ(got, 77);
+  auto n = (*r)->Wait();
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, sizeof(v));
+  auto from_dead = b.StartRecv(2, 6, &got, sizeof(got));
+  ASSERT_TRUE(from_dead.ok());
+  EXPECT_FALSE((*from_dead)->Test());
+  group->Kill(2);
+  EXPECT_TRUE((*from_dead)->Test());
+  EXPECT_EQ((*from_dead)->Wait().status().code(), StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace memento::runtime

@@ -150,6 +150,37 @@ TEST_F(MpiTransportTest, StartedTransfersOverlapOnOneThread) {
   EXPECT_EQ(sends[0]->Wait().status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Test() drives a transfer to completion without blocking: a receive posted
+// before its message is sent tests false, then (polled while the left
+// neighbour sends 8 MiB) true, and Wait returns its bytes at once; Test is
+// true again after that, and Wait once more is an error.
+TEST_F(MpiTransportTest, TestPollsATransferToCompletion) {
+  ASSERT_TRUE(t().TestsTransfers());
+  EXPECT_GT(t().timeout().count(), 0);
+  constexpr size_t kBytes = 8 << 20;
+  std::vector<uint8_t> out(kBytes, static_cast<uint8_t>(t().rank() + 1)), in(kBytes, 0);
+  auto r = t().StartRecv(left(), 14, in.data(), in.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE((*r)->Test());  // nobody has sent yet: every rank posts first
+  ASSERT_TRUE(t().Barrier().ok());
+  auto s = t().StartSend(right(), 14, out.data(), out.size());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool received = false, sent = false;
+  while (!(received && sent) && std::chrono::steady_clock::now() < deadline) {
+    received = received || (*r)->Test();
+    sent = sent || (*s)->Test();
+  }
+  ASSERT_TRUE(received && sent) << "Test never said finished";
+  EXPECT_TRUE((*r)->Test());
+  auto got = (*r)->Wait();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, kBytes);
+  EXPECT_EQ(in, std::vector<uint8_t>(kBytes, static_cast<uint8_t>(left() + 1)));
+  ASSERT_TRUE((*s)->Wait().ok());
+  EXPECT_EQ((*r)->Wait().status().code(), StatusCode::kFailedPrecondition);
+}
+
 // A started receive that is dropped unwaited is cancelled: the message it
 // would have matched goes to the next receive. An oversized message is
 // InvalidArgument at Wait, as for Recv.

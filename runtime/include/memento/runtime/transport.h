@@ -30,6 +30,7 @@
 // once (in-process: one copy into a mailbox and one out of it).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -105,16 +106,39 @@ class Transport {
   // send happens inside StartSend (as Send), the receive inside Wait (as
   // Recv). That is correct for any pattern whose waits do not form a cycle
   // (a chain or a tree), but overlaps nothing on the calling thread.
-  // MpiTransport overrides both with MPI_Isend / MPI_Irecv.
+  // MpiTransport overrides both with MPI_Isend / MPI_Irecv; the in-process
+  // transport's receives take their message when tested or waited for.
+  //
+  // Test() says, without blocking, whether the transfer has finished (well
+  // or not): once it returns true, Wait() returns at once, with the bytes or
+  // the error. It never consumes the result and may be called any number of
+  // times before Wait. Receives of one (peer, tag) are tested in the order
+  // they were started, each only once those before it were found finished
+  // (a transport may match a message to a receive when it is tested). Only
+  // meaningful where TestsTransfers() is true (MPI, in-process): then one
+  // thread can drive many transfers whose completions depend on each other,
+  // polling each with Test, where Wait on any one of them could block the
+  // others. The default says true, leaving the blocking to Wait.
   class PendingTransfer {
    public:
     virtual ~PendingTransfer() = default;
     virtual Result<size_t> Wait() = 0;
+    virtual bool Test() { return true; }
   };
   virtual Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
                                                              size_t bytes);
   virtual Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
                                                              size_t capacity);
+
+  // Whether the transfers StartSend / StartRecv return can be tested without
+  // blocking (PendingTransfer::Test). Default: no (the receive happens
+  // inside Wait).
+  virtual bool TestsTransfers() const { return false; }
+
+  // How long a blocking call waits for a peer before it gives up with
+  // Timeout; zero for no limit. A caller that polls transfers with Test
+  // gives up after the same time without progress.
+  virtual std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(0); }
 
   // Moves transfers in flight along without waiting for any. A transport
   // whose transfers advance only inside its calls (Open MPI's shared-memory
@@ -148,11 +172,14 @@ class ForwardingTransport : public Transport {
     return inner_->Recv(peer, tag, data, capacity);
   }
   void Progress() override { inner_->Progress(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   // StartSend / StartRecv are not forwarded: the defaults go through this
   // object's Send / Recv, so a subclass that changes those (a fault, a
-  // counter) changes the non-blocking path too. A subclass that wants the
-  // inner transport's own non-blocking path overrides them and calls
-  // inner()->StartSend / StartRecv.
+  // counter) changes the non-blocking path too, and its transfers cannot be
+  // tested (TestsTransfers is false). A subclass that wants the inner
+  // transport's own non-blocking path overrides them, calls
+  // inner()->StartSend / StartRecv, forwards Test in whatever it wraps their
+  // transfers in, and answers TestsTransfers with inner()->TestsTransfers().
 
  protected:
   Transport* inner() const { return inner_.get(); }

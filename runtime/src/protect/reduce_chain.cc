@@ -189,218 +189,21 @@ Status AddOwnRow(const ReduceTerm& term, int c, bool first, uint64_t off, uint64
   return Status::Ok();
 }
 
-// One hop: term p of chain c on this rank. Receives the running sum from its
-// predecessor (if any), folds in coef x its row and forwards the sum, piece
-// by piece, with kPiecesAhead receives posted ahead and the forwarded piece
-// still in flight while the next one arrives (kPiecesAhead + 1 buffers).
-Status RunHop(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
-              uint64_t piece_bytes, const RowReader& reader, const ReduceOptions* options,
-              std::atomic<uint64_t>* sent, std::atomic<uint64_t>* received) {
-  const bool check = options == nullptr || options->check_pieces;
-  const uint64_t stamp = options != nullptr ? options->stamp : 0;
-  const int prev = p > 0 ? ch.terms[p - 1].rank : -1;
-  const int next = p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank;
-  const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
-  const uint64_t piece = std::min(piece_bytes, ch.length);
-  auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
-  std::vector<PieceBuffer> ring(static_cast<size_t>(std::min(pieces, kPiecesAhead + 1)));
-  // The ring's buffers, and the one this rank's row is read into where it
-  // is neither folded from a span nor read straight into the piece: each
-  // taken on first use, so that a first term sending from spans takes none.
-  PieceArena* const arena = options != nullptr ? options->arena : nullptr;
-  PieceMemory ring_memory(nullptr, Unmap{0, nullptr});
-  PieceMemory mine_memory(nullptr, Unmap{0, nullptr});
-  auto data_of = [&](PieceBuffer& b) -> uint8_t* {
-    if (ring_memory == nullptr) {
-      ring_memory = NewPieceMemory(ring.size() * piece, arena);
-      for (size_t i = 0; i < ring.size(); ++i) ring[i].data = ring_memory.get() + i * piece;
-    }
-    return b.data;
-  };
-  auto mine = [&]() -> uint8_t* {
-    if (mine_memory == nullptr) mine_memory = NewPieceMemory(piece, arena);
-    return mine_memory.get();
-  };
-  Status s;             // first problem of this hop (reported once)
-  bool good = true;     // still forwarding real data
-  bool wire = true;     // the stream from `prev` is still in step
-  bool sending = true;  // the stream to `next` still works
-  auto note = [&](const Status& st) {
-    if (!st.ok() && s.ok()) s = st;
-  };
-  auto lose_wire = [&] {
-    wire = false;
-    for (PieceBuffer& b : ring) DropRecv(&b);
-  };
-  // Piece k's buffer is free once the send of the piece before it there is
-  // done: taken before a receive is posted into it and before it is sent.
-  auto take = [&](uint64_t k) -> PieceBuffer& {
-    PieceBuffer& b = ring[k % ring.size()];
-    Status w = FinishSend(&b);
-    if (!w.ok()) {
-      note(w);
-      sending = false;
-    }
-    return b;
-  };
-  auto post = [&](uint64_t k) {
-    if (prev < 0 || !wire || k >= pieces) return;
-    PieceBuffer& b = take(k);
-    Status r = PostRecv(transport, prev, tag, piece_len(k), data_of(b), &b);
-    if (!r.ok()) {
-      note(r);
-      lose_wire();
-    }
-  };
-  for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
-  for (uint64_t k = 0; k < pieces; ++k) {
-    const uint64_t off = k * piece_bytes;
-    const uint64_t len = piece_len(k);
-    PieceBuffer& b = take(k);
-    bool ok = true;
-    if (prev >= 0 && wire) {
-      bool in_step = true;
-      Status r = FinishRecv(prev, len, b.data, &b, check, stamp, &ok, &in_step);
-      note(r);
-      if (!in_step) lose_wire();
-    } else if (prev >= 0) {
-      ok = false;
-    }
-    if (prev >= 0 && ok) *received += len;
-    good = good && ok;
-    const uint8_t* from = nullptr;  // what is forwarded: a span, else the piece
-    if (good) {
-      Status r = AddOwnRow(
-          ch.terms[p], c, prev < 0, off, len, reader, options, [&] { return data_of(b); }, mine,
-          &from);
-      if (!r.ok()) {
-        good = false;
-        note(r);
-      }
-    }
-    if (from == nullptr) from = data_of(b);
-    if (sending) {
-      Status w = PostSend(transport, next, tag, from, len, good, check, stamp, &b);
-      if (!w.ok()) {
-        sending = false;
-        note(w);
-      } else if (good) {
-        *sent += len;
-      }
-    }
-    if (prev < 0 && !sending) break;  // nothing to drain, nowhere to send
-    post(k + kPiecesAhead);           // keeps draining the predecessor whatever failed
-  }
-  for (PieceBuffer& b : ring) {
-    Status w = FinishSend(&b);
-    if (!w.ok()) note(w);
-  }
-  return s;
-}
-
-// The destination of chain c: every piece, in order, into results, or in
-// place where the sink gives a span, else through a buffer to the sink's
-// writer; kPiecesAhead receives posted. Drains the whole stream whatever
-// fails, so that the last hop's sends all complete.
-Status ReceiveResult(Transport* transport, const ReduceChain& ch, int c, int tag,
-                     uint64_t piece_bytes, const RowSink* sink, const ReduceOptions* options,
-                     std::vector<uint8_t>* out, std::atomic<uint64_t>* received) {
-  const bool check = options == nullptr || options->check_pieces;
-  const uint64_t stamp = options != nullptr ? options->stamp : 0;
-  const int last = ch.terms.back().rank;
-  const uint64_t pieces = (ch.length + piece_bytes - 1) / piece_bytes;
-  auto piece_len = [&](uint64_t k) { return std::min(piece_bytes, ch.length - k * piece_bytes); };
-  std::vector<PieceBuffer> ring(static_cast<size_t>(std::min(pieces, kPiecesAhead)));
-  // Where each posted piece is received: in place (a span or the result
-  // row) or the ring buffer's own memory (allocated on first use).
-  std::vector<uint8_t*> into(ring.size(), nullptr);
-  std::vector<bool> in_place(ring.size(), false);
-  PieceMemory memory(nullptr, Unmap{0, nullptr});  // the ring's buffers, when a piece needs one
-  if (sink == nullptr) out->resize(ch.length);
-  Status got;
-  bool wire = true;
-  auto fail = [&](const Status& r, bool in_step) {
-    if (!r.ok() && got.ok()) {
-      got =
-          r.WithContext("reduce chain " + std::to_string(c) + " from rank " + std::to_string(last));
-    }
-    if (in_step) return;
-    wire = false;
-    for (PieceBuffer& b : ring) DropRecv(&b);
-  };
-  auto post = [&](uint64_t k) {
-    if (!wire || k >= pieces) return;
-    const size_t i = k % ring.size();
-    const uint64_t len = piece_len(k);
-    uint8_t* dst = sink == nullptr         ? out->data() + k * piece_bytes
-                   : sink->span != nullptr ? sink->span(c, k * piece_bytes, len)
-                                           : nullptr;
-    in_place[i] = dst != nullptr;
-    // A span is often memory this process never touched (a new node's slot):
-    // the first access to each page (a fault, or on a VM the hypervisor's
-    // page-table entry even where the store is mapped whole) is taken here
-    // rather than inside the transport's progress (measured: rs:4+2 losing 2
-    // nodes resumed 12% later without this, before the store was mapped whole).
-    if (sink != nullptr && dst != nullptr) TouchForReceive(dst, len);
-    if (dst == nullptr) {
-      const uint64_t piece = std::min(piece_bytes, ch.length);
-      if (memory == nullptr) {
-        memory = NewPieceMemory(ring.size() * piece, options != nullptr ? options->arena : nullptr);
-        for (size_t j = 0; j < ring.size(); ++j) ring[j].data = memory.get() + j * piece;
-      }
-      dst = ring[i].data;
-    }
-    into[i] = dst;
-    Status r = PostRecv(transport, last, tag, len, dst, &ring[i]);
-    if (!r.ok()) fail(r, /*in_step=*/false);
-  };
-  for (uint64_t k = 0; k < kPiecesAhead; ++k) post(k);
-  for (uint64_t k = 0; k < pieces; ++k) {
-    const uint64_t off = k * piece_bytes;
-    const uint64_t len = piece_len(k);
-    const size_t i = k % ring.size();
-    bool ok = false;
-    if (wire) {
-      bool in_step = true;
-      Status r = FinishRecv(last, len, into[i], &ring[i], check, stamp, &ok, &in_step);
-      fail(r, in_step);
-    }
-    if (ok) {
-      received->fetch_add(len);
-      if (sink != nullptr && in_place[i] && sink->landed != nullptr) {
-        sink->landed(c, off, len, check ? ring[i].header.crc : erasure::Crc32c(into[i], len));
-      }
-      if (sink != nullptr && !in_place[i] && got.ok()) {
-        Status w = sink->write != nullptr
-                       ? sink->write(c, off, into[i], len)
-                       : Status::Internal("a reduce sink with neither span nor writer");
-        if (!w.ok()) got = w.WithContext("reduce chain " + std::to_string(c));
-      }
-    } else if (got.ok()) {
-      got = Status::Unavailable("reduce chain " + std::to_string(c) +
-                                ": a contributing rank could not serve its row");
-    }
-    post(k + kPiecesAhead);
-  }
-  return got;
-}
-
-// ---- One thread for every hop and destination of this rank ----
+// ---- Hops and destinations as tasks ----
 //
-// Where the transport's transfers can be tested without blocking
-// (Transport::TestsTransfers: MPI, in-process), one thread runs every hop
-// and every destination of this rank as a task that never blocks: each pass
-// over the tasks posts the receives a task has buffers for, and processes
-// (folds, forwards, lands) every piece whose transfers have finished. The
-// threads of RunHop / ReceiveResult each polled their own transfers: with
-// K' x M hops and M destinations a rank ran up to ~20 threads, each spinning
-// in MPI_Test and yielding to the others (12 % of an xor:3 protect's
-// samples were in sched_yield), and the pieces' folds waited for those
-// threads to be scheduled. One thread also runs Open MPI's progress engine
-// for every transfer at once, as the ring does.
-//
-// The message order is that of the threaded path, so a rank on either path
-// talks to a rank on the other.
+// Every hop and every destination of this rank is a task whose Step never
+// waits for a transfer that has not finished (PendingTransfer::Test): it
+// posts the receives it has buffers for and processes (folds, forwards,
+// lands) every piece whose transfers have finished. Where the transport's
+// transfers can be tested (Transport::TestsTransfers: MPI, in-process), one
+// thread runs all of them in one loop. Threads per hop each polling their
+// own transfers cost more: with K' x M hops and M destinations a rank ran
+// up to ~20 threads, each spinning in MPI_Test and yielding to the others
+// (12 % of an xor:3 protect's samples were in sched_yield), and the
+// pieces' folds waited for those threads to be scheduled; one thread also
+// runs Open MPI's progress engine for every transfer at once, as the ring
+// does. Elsewhere Test says true and the task blocks in Wait instead, so
+// each task runs on a thread of its own, as a chain of blocking hops.
 
 // Finishes the sends posted on `b` if they have finished: false while one is
 // still in flight (the buffer cannot be reused yet). An error is kept in *s
@@ -434,7 +237,10 @@ class LoopTask {
   uint64_t sent = 0, received = 0;
 };
 
-// RunHop as a task: term p of chain c on this rank.
+// Term p of chain c on this rank: receives the running sum from its
+// predecessor (if any), folds in coef x its row and forwards the sum, piece
+// by piece, with kPiecesAhead receives posted ahead and the forwarded piece
+// still in flight while the next one arrives (kPiecesAhead + 1 buffers).
 class HopTask final : public LoopTask {
  public:
   HopTask(Transport* transport, const ReduceChain& ch, int c, size_t p, int tag,
@@ -596,7 +402,10 @@ class HopTask final : public LoopTask {
   bool good_ = true, wire_ = true, sending_ = true, done_ = false;
 };
 
-// ReceiveResult as a task: the destination of chain c.
+// The destination of chain c: every piece, in order, into its result row,
+// or in place where the sink gives a span, else through a buffer to the
+// sink's writer; kPiecesAhead receives posted. Drains the whole stream
+// whatever fails, so that the last hop's sends all complete.
 class ResultTask final : public LoopTask {
  public:
   ResultTask(Transport* transport, const ReduceChain& ch, int c, int tag, uint64_t piece_bytes,
@@ -659,7 +468,7 @@ class ResultTask final : public LoopTask {
                      : sink_->span != nullptr ? sink_->span(c_, k * piece_bytes_, len)
                                               : nullptr;
       in_place_[i] = dst != nullptr;
-      if (sink_ != nullptr && dst != nullptr) TouchForReceive(dst, len);  // as ReceiveResult
+      if (sink_ != nullptr && dst != nullptr) TouchForReceive(dst, len);
       if (dst == nullptr) {
         const uint64_t piece = std::min(piece_bytes_, ch_.length);
         if (memory_ == nullptr) {
@@ -739,14 +548,14 @@ class ResultTask final : public LoopTask {
 constexpr auto kLoopSpinFor = std::chrono::milliseconds(2);
 constexpr auto kLoopMaxPause = std::chrono::microseconds(500);
 
-void RunLoop(Transport* transport, std::vector<std::unique_ptr<LoopTask>>& tasks) {
+void RunLoop(Transport* transport, const std::vector<LoopTask*>& tasks) {
   using Clock = std::chrono::steady_clock;
   const std::chrono::milliseconds timeout = transport->timeout();
   auto last_progress = Clock::now();
   auto pause = std::chrono::microseconds(0);
   for (uint64_t idle = 0;;) {
     bool progress = false, open = false;
-    for (auto& task : tasks) {
+    for (LoopTask* task : tasks) {
       if (task->finished()) continue;
       progress = task->Step() || progress;
       open = open || !task->finished();
@@ -764,7 +573,7 @@ void RunLoop(Transport* transport, std::vector<std::unique_ptr<LoopTask>>& tasks
       const Status why =
           Status::Timeout("no reduce-chain transfer finished within " +
                           std::to_string(timeout.count()) + " ms; a peer is hung or unreachable");
-      for (auto& task : tasks) {
+      for (LoopTask* task : tasks) {
         if (!task->finished()) task->Abandon(why);
       }
       return;
@@ -816,80 +625,48 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
   MEMENTO_CHECK_GT(piece_bytes, 0u);
   piece_bytes = std::min(piece_bytes, kMaxReducePieceBytes);
   const int me = transport->rank();
-  std::atomic<uint64_t> sent{0}, received{0};
-  std::mutex mu;
-  Status hop_status;
   auto tag_of = [&](size_t c) {
     return options != nullptr && options->tag != nullptr ? options->tag(c) : ChainTag(tag_base, c);
   };
-  if (transport->TestsTransfers()) {
-    std::vector<std::unique_ptr<LoopTask>> tasks;
-    for (size_t c = 0; c < chains.size(); ++c) {
-      const ReduceChain& chain = chains[c];
-      MEMENTO_CHECK(!chain.terms.empty());
-      MEMENTO_CHECK_GT(chain.length, 0u);
-      for (size_t p = 0; p < chain.terms.size(); ++p) {
-        if (chain.terms[p].rank != me) continue;
-        tasks.push_back(std::make_unique<HopTask>(transport, chain, static_cast<int>(c), p,
-                                                  tag_of(c), piece_bytes, reader, options));
-      }
-    }
-    const size_t hops = tasks.size();
-    results->assign(chains.size(), {});
-    for (size_t c = 0; c < chains.size(); ++c) {
-      if (chains[c].dst_rank != me) continue;
-      tasks.push_back(std::make_unique<ResultTask>(transport, chains[c], static_cast<int>(c),
-                                                   tag_of(c), piece_bytes, sink, options,
-                                                   &(*results)[c]));
-    }
-    RunLoop(transport, tasks);
-    Status first_result, first_hop;
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      bytes->sent += tasks[i]->sent;
-      bytes->received += tasks[i]->received;
-      Status s = tasks[i]->status();
-      Status& first = i < hops ? first_hop : first_result;
-      if (!s.ok() && first.ok()) first = s;
-    }
-    return first_result.ok() ? first_hop : first_result;
-  }
-  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<LoopTask>> tasks;  // the hops, then the destinations
   for (size_t c = 0; c < chains.size(); ++c) {
     const ReduceChain& chain = chains[c];
     MEMENTO_CHECK(!chain.terms.empty());
     MEMENTO_CHECK_GT(chain.length, 0u);
     for (size_t p = 0; p < chain.terms.size(); ++p) {
       if (chain.terms[p].rank != me) continue;
-      threads.emplace_back([&, c, p] {
-        Status s = RunHop(transport, chains[c], static_cast<int>(c), p, tag_of(c), piece_bytes,
-                          reader, options, &sent, &received);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (hop_status.ok()) {
-            hop_status = s.WithContext("reduce chain " + std::to_string(c) + " hop " +
-                                       std::to_string(p) + " on rank " + std::to_string(me));
-          }
-        }
-      });
+      tasks.push_back(std::make_unique<HopTask>(transport, chain, static_cast<int>(c), p, tag_of(c),
+                                                piece_bytes, reader, options));
     }
   }
-  // Results: every chain ending here at once, each on its own thread.
+  const size_t hops = tasks.size();
   results->assign(chains.size(), {});
-  std::vector<Status> result_status(chains.size());
   for (size_t c = 0; c < chains.size(); ++c) {
     if (chains[c].dst_rank != me) continue;
-    threads.emplace_back([&, c] {
-      result_status[c] = ReceiveResult(transport, chains[c], static_cast<int>(c), tag_of(c),
-                                       piece_bytes, sink, options, &(*results)[c], &received);
-    });
+    tasks.push_back(std::make_unique<ResultTask>(transport, chains[c], static_cast<int>(c),
+                                                 tag_of(c), piece_bytes, sink, options,
+                                                 &(*results)[c]));
   }
-  for (auto& t : threads) t.join();
-  bytes->sent += sent.load();
-  bytes->received += received.load();
-  for (const Status& s : result_status) {
-    if (!s.ok()) return s;
+  if (transport->TestsTransfers()) {
+    std::vector<LoopTask*> all;
+    for (auto& task : tasks) all.push_back(task.get());
+    RunLoop(transport, all);
+  } else {
+    std::vector<std::thread> threads;
+    for (auto& task : tasks) {
+      threads.emplace_back([transport, one = task.get()] { RunLoop(transport, {one}); });
+    }
+    for (auto& t : threads) t.join();
   }
-  return hop_status;
+  Status first_result, first_hop;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    bytes->sent += tasks[i]->sent;
+    bytes->received += tasks[i]->received;
+    Status s = tasks[i]->status();
+    Status& first = i < hops ? first_hop : first_result;
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first_result.ok() ? first_hop : first_result;
 }
 
 }  // namespace memento::runtime

@@ -42,17 +42,17 @@
 // have finished; nothing blocks, so no wait can close a cycle. One thread
 // per rank instead of one per hop and destination, which polled and
 // yielded to each other: on the 2-core VM the benchmarks run on, rs:4+2 on
-// 8 ranks protected 14-17 % faster with 13-18 % less CPU and restored a lost
-// node 10-18 % faster; xor:3 gained up to 10 % (experiments/runtime/
-// README.md, "One thread per rank for the chains"). It gives up
-// after the transport's timeout without a finished transfer. Elsewhere (a
-// transport whose receive happens inside Wait: Gloo), each (chain, term) of
-// this rank runs on its own thread and only waits for its predecessor's
-// pieces and for its successor taking its own; the chain is acyclic, and
-// each result is received on a thread of its own. Either way the reader and
-// the sink are called from the threads RunReduceChains runs on. Tags: chain
-// c uses `tag_base + c` (mod the recover tag span); ranks of one chain are
-// distinct.
+// 8 ranks protected 2-33 % faster (14 % or more in 7 of 8 pairs) with 4-31 %
+// less CPU, its restores within the noise; xor:3 gained up to 10 %
+// (experiments/runtime/README.md, "One thread per rank for the chains").
+// The loop gives up after the transport's timeout without a finished
+// transfer. Elsewhere (a transport whose receive happens inside Wait:
+// Gloo), the same tasks run each on a thread of its own, blocking in Wait: a
+// hop only waits for its predecessor's pieces and for its successor taking
+// its own; the chain is acyclic, and each result is received on a thread of
+// its own. Either way the reader and the sink are called from the threads
+// RunReduceChains runs on. Tags: chain c uses `tag_base + c` (mod the
+// recover tag span); ranks of one chain are distinct.
 #pragma once
 
 #include <atomic>

@@ -67,6 +67,21 @@ constexpr std::chrono::microseconds kMaxPause{500};
 // MiB completes within this phase at memory speed), then yield, and only
 // for long waits sleep (doubling up to kMaxPause) so idle waiters leave the cores
 // to training. `mu`, when not null, is held around every MPI call.
+// One MPI_Test of `req` (`mu`, when not null, held around it): *done says
+// whether it finished; a message larger than the receive is InvalidArgument.
+Status TestRequest(MPI_Request* req, int* done, MPI_Status* st, std::mutex* mu) {
+  std::unique_lock<std::mutex> lock =
+      mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+  const int rc = MPI_Test(req, done, st);
+  if (rc == MPI_SUCCESS) return Status::Ok();
+  int error_class = 0;
+  MPI_Error_class(rc, &error_class);
+  if (error_class == MPI_ERR_TRUNCATE) {
+    return Status::InvalidArgument("message exceeds the receive capacity");
+  }
+  return MpiStatus(rc, "MPI_Test");
+}
+
 Status PollRequest(MPI_Request* req, MPI_Status* st, std::chrono::milliseconds timeout,
                    std::mutex* mu) {
   const auto start = Clock::now();
@@ -74,19 +89,7 @@ Status PollRequest(MPI_Request* req, MPI_Status* st, std::chrono::milliseconds t
   auto pause = std::chrono::microseconds(0);
   for (uint64_t polls = 0;; ++polls) {
     int done = 0;
-    {
-      std::unique_lock<std::mutex> lock =
-          mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
-      int rc = MPI_Test(req, &done, st);
-      if (rc != MPI_SUCCESS) {
-        int error_class = 0;
-        MPI_Error_class(rc, &error_class);
-        if (error_class == MPI_ERR_TRUNCATE) {
-          return Status::InvalidArgument("message exceeds the receive capacity");
-        }
-        return MpiStatus(rc, "MPI_Test");
-      }
-    }
+    MEMENTO_RETURN_IF_ERROR(TestRequest(req, &done, st, mu));
     if (done) return Status::Ok();
     if (polls % 256 != 255) continue;  // back-to-back tests; the clock is read every 256
     const auto now = Clock::now();
@@ -324,20 +327,8 @@ class MpiTransport final : public Transport {
     bool Test() override {
       if (done || completed) return true;
       int flag = 0;
-      int rc;
-      {
-        auto lock = t->Lock();
-        rc = MPI_Test(&req, &flag, &st);
-      }
-      if (rc != MPI_SUCCESS) {
-        int error_class = 0;
-        MPI_Error_class(rc, &error_class);
-        test_status = error_class == MPI_ERR_TRUNCATE
-                          ? Status::InvalidArgument("message exceeds the receive capacity")
-                          : MpiStatus(rc, "MPI_Test");
-        flag = 1;
-      }
-      completed = flag != 0;
+      test_status = TestRequest(&req, &flag, &st, t->serialize_ ? &t->mu_ : nullptr);
+      completed = flag != 0 || !test_status.ok();
       return completed;
     }
     Result<size_t> Wait() override {

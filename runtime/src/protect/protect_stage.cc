@@ -20,6 +20,7 @@ namespace {
 using wire::kReplicaPart;
 using wire::kSealsPart;
 using wire::kTagProtect;
+using wire::kTagProtectPayload;
 using wire::ProtectHeader;
 
 constexpr uint64_t kMaxSealsPart = 1ull << 26;
@@ -31,6 +32,12 @@ constexpr uint64_t kMaxSealsPart = 1ull << 26;
 // 512 KiB 35-45 ms, 1 MiB 35-50 ms; rs:4+2 on 8 ranks with 128 KiB pieces
 // was slower (0.39 s against 0.26 s) and saved only half of the memory.
 constexpr uint64_t kParityPieceBytes = 256 << 10;
+// Replica parts (chunks) whose payloads move at once between an owner and a
+// holder, where the transport's transfers can be tested: the sender keeps as
+// many sends started and the holder as many receives posted, so the next
+// chunk streams while the last one is still landing, as the MPI ring's
+// messages do (all posted up front).
+constexpr size_t kPartsInFlight = 4;
 
 }  // namespace
 
@@ -98,21 +105,43 @@ void ProtectStage::Enqueue(int dest, const Part& part) {
 
 void ProtectStage::SenderLoop(int dest) {
   Outbox& box = *outboxes_[dest];  // the slot is set before this thread starts, never reset
-  std::unique_lock<std::mutex> lock(out_mu_);
-  for (;;) {
-    box.cv.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
-    if (box.parts.empty()) return;  // out_stop_ and nothing left
-    const Part part = box.parts.front();
-    box.parts.pop_front();
-    const bool drop = box.failed;
-    lock.unlock();
-    Status s = drop ? Status::Ok() : SendPart(dest, part);
-    lock.lock();
+  // Parts whose payload is on the wire, oldest first. Where transfers can be
+  // tested (MPI), up to kPartsInFlight of them move at once, as the holder
+  // keeps as many receives posted; elsewhere each send finishes in StartSend.
+  std::deque<std::pair<Part, std::unique_ptr<Transport::PendingTransfer>>> flight;
+  auto account = [&](const Status& s) {  // under out_mu_
     if (!s.ok()) {
       box.failed = true;
       if (send_status_.ok()) send_status_ = s;
     }
     if (--out_pending_ == 0) sent_cv_.notify_all();
+  };
+  std::unique_lock<std::mutex> lock(out_mu_);
+  for (;;) {
+    if (flight.empty()) box.cv.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
+    if (box.parts.empty() || flight.size() >= kPartsInFlight) {
+      if (flight.empty()) return;  // out_stop_ and nothing left
+      auto [part, payload] = std::move(flight.front());
+      flight.pop_front();
+      lock.unlock();
+      Status s = FinishPart(dest, part, payload.get());
+      payload.reset();
+      lock.lock();
+      account(s);
+      continue;
+    }
+    const Part part = box.parts.front();
+    box.parts.pop_front();
+    const bool drop = box.failed;
+    lock.unlock();
+    std::unique_ptr<Transport::PendingTransfer> payload;
+    Status s = drop ? Status::Ok() : StartPart(dest, part, &payload);
+    lock.lock();
+    if (payload != nullptr) {
+      flight.emplace_back(part, std::move(payload));
+    } else {
+      account(s);
+    }
   }
 }
 
@@ -199,7 +228,8 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
   return Status::Ok();
 }
 
-Status ProtectStage::SendPart(int dest_rank, const Part& part) {
+Status ProtectStage::StartPart(int dest_rank, const Part& part,
+                               std::unique_ptr<Transport::PendingTransfer>* payload) {
   ProtectHeader h;
   h.version = version_;
   h.attempt = attempt_;
@@ -207,15 +237,30 @@ Status ProtectStage::SendPart(int dest_rank, const Part& part) {
   h.offset = part.offset;
   h.length = part.length;
   h.crc = part.crc;
-  const char* what = part.kind == kReplicaPart ? "replica" : "entry seals";
   Status s = transport_->Send(dest_rank, kTagProtect, &h, sizeof(h));
-  if (s.ok()) s = transport_->Send(dest_rank, kTagProtect, part.data, part.length);
-  if (!s.ok()) {
-    return s.WithContext("protect of v" + std::to_string(version_) + ": " + what + " to rank " +
-                         std::to_string(dest_rank));
+  if (s.ok()) {
+    auto started = transport_->StartSend(dest_rank, kTagProtectPayload, part.data, part.length);
+    if (started.ok()) {
+      *payload = std::move(started).value();
+    } else {
+      s = started.status();
+    }
   }
+  return s.ok() ? Status::Ok() : PartError(dest_rank, part, s);
+}
+
+Status ProtectStage::FinishPart(int dest_rank, const Part& part,
+                                Transport::PendingTransfer* payload) {
+  Status s = payload->Wait().status();
+  if (!s.ok()) return PartError(dest_rank, part, s);
   bytes_sent_ += part.length;
   return Status::Ok();
+}
+
+Status ProtectStage::PartError(int dest_rank, const Part& part, const Status& s) const {
+  const char* what = part.kind == kReplicaPart ? "replica" : "entry seals";
+  return s.WithContext("protect of v" + std::to_string(version_) + ": " + what + " to rank " +
+                       std::to_string(dest_rank));
 }
 
 Status ProtectStage::OnChunk(const Chunk& chunk) {
@@ -236,67 +281,89 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
   std::vector<uint8_t>& buf = *part_buf;  // drains what an older attempt left
   uint64_t got = 0;
   bool seals = false;
+  // Payload receives posted, oldest first, with the length each must bring.
+  // A payload lands in place, so its receive is posted as soon as its header
+  // is in; the next header is then received while it moves. Where transfers
+  // cannot be tested (their receives happen inside Wait), each payload is
+  // received before the next header, as the sender's Send of a payload may
+  // block until it is.
+  const size_t ahead = transport_->TestsTransfers() ? kPartsInFlight : 1;
+  std::deque<std::pair<std::unique_ptr<Transport::PendingTransfer>, uint64_t>> landing;
+  auto land_oldest = [&]() -> Status {
+    auto [t, length] = std::move(landing.front());
+    landing.pop_front();
+    MEMENTO_ASSIGN_OR_RETURN(size_t m, t->Wait());
+    if (m != length) return Status::Corruption("protect payload length mismatch");
+    return Status::Ok();
+  };
+  auto post = [&](uint8_t* dst, uint64_t length) -> Status {
+    MEMENTO_ASSIGN_OR_RETURN(auto t, transport_->StartRecv(source_rank, kTagProtectPayload, dst,
+                                                           std::max<uint64_t>(length, 1)));
+    landing.emplace_back(std::move(t), length);
+    return landing.size() >= ahead ? land_oldest() : Status::Ok();
+  };
   // The entry seals are the last message of a version on this channel (one
   // sender thread per destination queues them after every part), so they end
   // the version: a source whose snapshot failed stops early, and that is
   // known at once instead of after a timeout.
-  while (!seals) {
-    ProtectHeader h;
-    MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
-    if (n != sizeof(h))
-      return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
-    if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
-      return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
-    }
-    // Anything else is left over from an older or failed attempt: drained.
-    const bool current = h.version == version_ && h.attempt == attempt_;
-    if (h.kind == kSealsPart) {
-      uint8_t* dst = nullptr;
-      if (current) {
-        if (seals || h.length != store_->layout().regions[seals_region].capacity) {
+  auto receive = [&]() -> Status {
+    while (!seals) {
+      ProtectHeader h;
+      MEMENTO_ASSIGN_OR_RETURN(size_t n, transport_->Recv(source_rank, kTagProtect, &h, sizeof(h)));
+      if (n != sizeof(h))
+        return Status::Corruption("protect header of " + std::to_string(n) + " bytes");
+      if (h.length > (h.kind == kSealsPart ? kMaxSealsPart : chunk_bytes_)) {
+        return Status::Corruption("protect part of " + std::to_string(h.length) + " bytes");
+      }
+      // Anything else is left over from an older or failed attempt: drained.
+      const bool current = h.version == version_ && h.attempt == attempt_;
+      if (!current) {
+        while (!landing.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
+        buf.resize(std::max<uint64_t>(h.length, 1));
+        MEMENTO_RETURN_IF_ERROR(
+            transport_->Recv(source_rank, kTagProtectPayload, buf.data(), buf.size()).status());
+        continue;
+      }
+      if (h.kind == kSealsPart) {
+        if (h.length != store_->layout().regions[seals_region].capacity) {
           return Status::Corruption("entry seals of " + std::to_string(h.length) +
                                     " bytes from rank " + std::to_string(source_rank));
         }
-        dst = store_->MutableRegion(slot_, seals_region);
+        MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, seals_region), h.length));
         seals = true;
-      } else {  // of an older, failed version: drain it
-        buf.resize(std::max<uint64_t>(h.length, 1));
-        dst = buf.data();
+        continue;
       }
-      MEMENTO_ASSIGN_OR_RETURN(size_t m, transport_->Recv(source_rank, kTagProtect, dst,
-                                                          std::max<uint64_t>(h.length, 1)));
-      if (m != h.length) return Status::Corruption("entry seals length mismatch");
-      continue;
-    }
-    if (!current || h.kind == kReplicaPart) {
+      if (h.kind != kReplicaPart) {
+        return Status::Corruption("protect part of kind " + std::to_string(h.kind) + " from rank " +
+                                  std::to_string(source_rank));
+      }
+      // Replica parts land in place.
       int region = -1;
-      if (current) {
-        // Replica parts land in place.
-        for (int node = 0; node < layout_->num_nodes(); ++node) {
-          if (layout_->rank_of(node, layout_->lane()) == source_rank) {
-            region = layout_->ReplicaRegion(node);
-          }
+      for (int node = 0; node < layout_->num_nodes(); ++node) {
+        if (layout_->rank_of(node, layout_->lane()) == source_rank) {
+          region = layout_->ReplicaRegion(node);
         }
-        if (region < 0)
-          return Status::Corruption("replica part from a rank this node does not protect");
-        if (h.offset + h.length > store_->layout().regions[region].capacity) {
-          return Status::Corruption("replica part beyond the region");
-        }
-        uint8_t* dst = store_->MutableRegion(slot_, region) + h.offset;
-        MEMENTO_ASSIGN_OR_RETURN(size_t m,
-                                 transport_->Recv(source_rank, kTagProtect, dst, h.length));
-        if (m != h.length) return Status::Corruption("replica part length mismatch");
-        part_crcs_[region].push_back({h.offset, h.length, h.crc});
-        got += h.length;
-      } else {  // a part of an older, failed version: drain it
-        buf.resize(chunk_bytes_);
-        MEMENTO_RETURN_IF_ERROR(
-            transport_->Recv(source_rank, kTagProtect, buf.data(), buf.size()).status());
       }
-      continue;
+      if (region < 0)
+        return Status::Corruption("replica part from a rank this node does not protect");
+      if (h.offset + h.length > store_->layout().regions[region].capacity) {
+        return Status::Corruption("replica part beyond the region");
+      }
+      MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, region) + h.offset, h.length));
+      part_crcs_[region].push_back({h.offset, h.length, h.crc});
+      got += h.length;
     }
-    return Status::Corruption("protect part of kind " + std::to_string(h.kind) + " from rank " +
-                              std::to_string(source_rank));
+    while (!landing.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
+    return Status::Ok();
+  };
+  if (Status s = receive(); !s.ok()) {
+    // Keeps the payloads in step with the headers for the next attempt: what
+    // was posted is received (into this failed version's slot) unless the
+    // source stopped sending, rather than cancelled with its payload left
+    // queued, where the next attempt's first receive would take it.
+    while (!landing.empty() && land_oldest().ok()) {
+    }
+    return s;
   }
   bytes_received_ += got;
   if (got != expected) {

@@ -27,10 +27,13 @@ namespace memento::runtime::wire {
 // Persist: rank r -> rank 0, "my rank file of version v is written" (a PersistRecord).
 inline constexpr int kTagPersistDone = 100;
 
-// Protect: owner -> holder, a ProtectHeader then its payload, both with this
-// tag. Only the destination's sender thread sends to it, so a header and its
-// payload never interleave with another pair on the (source, destination, tag)
-// channel, which delivers in order.
+// Protect: owner -> holder, a ProtectHeader with kTagProtect, then its
+// payload with kTagProtectPayload. Only the destination's sender thread sends
+// to it, and each channel (source, destination, tag) delivers in order, so
+// the n-th payload belongs to the n-th header: the holder posts the payload's
+// receive (in place, at the header's offset) as soon as the header is in,
+// and receives the next header while that payload is still moving.
+inline constexpr int kTagProtectPayload = 999;
 inline constexpr int kTagProtect = 1000;
 // Protect of an erasure scheme: the parity reduce chains (reduce_chain.h) of
 // a version, chain c of a batch on kTagProtectChain + c (at most

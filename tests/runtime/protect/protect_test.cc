@@ -1100,6 +1100,81 @@ TEST_P(SecondSourceTest, RetriedVersionDoesNotTakeAFailedAttemptsParts) {
   EXPECT_EQ(out[0]->source_detail, "replica from node 1") << out[0]->ToJson();
   EXPECT_TRUE(Exact(0, 3)) << "node 0's v2 is not the retry's contents";
 }
+// Forwards to a rank's transport, its non-blocking transfers included, and
+// counts the protect payload receives posted and not yet waited for: the
+// most there ever were at once.
+class InFlightTransport : public ForwardingTransport {
+ public:
+  explicit InFlightTransport(std::shared_ptr<Transport> inner)
+      : ForwardingTransport(inner), inner_(std::move(inner)) {}
+  int most() const { return most_; }
+  bool TestsTransfers() const override { return inner_->TestsTransfers(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    return inner_->StartSend(peer, tag, data, bytes);
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    MEMENTO_ASSIGN_OR_RETURN(auto t, inner_->StartRecv(peer, tag, data, capacity));
+    if (tag != wire::kTagProtectPayload) return t;
+    const int now = ++open_;
+    for (int m = most_; now > m && !most_.compare_exchange_weak(m, now);) {
+    }
+    return std::unique_ptr<PendingTransfer>(std::make_unique<Counted>(std::move(t), &open_));
+  }
+
+ private:
+  class Counted : public PendingTransfer {
+   public:
+    Counted(std::unique_ptr<PendingTransfer> t, std::atomic<int>* open)
+        : t_(std::move(t)), open_(open) {}
+    ~Counted() override {
+      if (!waited_) --*open_;
+    }
+    Result<size_t> Wait() override {
+      if (!waited_) --*open_;
+      waited_ = true;
+      return t_->Wait();
+    }
+    bool Test() override { return t_->Test(); }
+
+   private:
+    std::unique_ptr<PendingTransfer> t_;
+    std::atomic<int>* open_;
+    bool waited_ = false;
+  };
+  std::shared_ptr<Transport> inner_;
+  std::atomic<int> open_{0};
+  std::atomic<int> most_{0};
+};
+
+// A holder keeps several replica payloads in flight from one owner, each
+// landing in place at the offset its header named (the n-th payload with the
+// n-th header), and the copies still restore bit-exactly: node 0's v2 comes
+// back from node 1's or node 2's memory.
+TEST_P(SecondSourceTest, ReplicaPayloadsLandInPlaceSeveralAtOnce) {
+  const int n = GetParam().nodes;
+  std::shared_ptr<InFlightTransport> holder;
+  wrap_ = [&](int r, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+    if (r != 1) return t;
+    holder = std::make_shared<InFlightTransport>(std::move(t));
+    return holder;
+  };
+  Launch(n);
+  wrap_ = nullptr;
+  ASSERT_NE(holder, nullptr);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  EXPECT_GE(holder->most(), 2) << "replica payloads were received one at a time";
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 0 lost after pipelined replica parts");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_NE(reports[0].source_detail.find("replica from node"), std::string::npos)
+      << reports[0].ToJson();
+}
 
 // Rank 1 writes its v1 rank file after rank 0 has stopped waiting for it
 // (transport timeout 2 s, rank 1 late by 3 s): v1 gets no manifest, and its

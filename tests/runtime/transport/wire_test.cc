@@ -21,7 +21,8 @@ TEST(Wire, RecoverTagStaysInsideItsRange) {
     EXPECT_LT(RecoverTag(i), kTagRecoverBase + kRecoverTagSpan);
   }
   // The ranges of the stages are disjoint.
-  EXPECT_LT(kTagPersistDone, kTagProtect);
+  EXPECT_LT(kTagPersistDone, kTagProtectPayload);
+  EXPECT_LT(kTagProtectPayload, kTagProtect);
   EXPECT_LT(kTagProtect, kTagRecoverBase);
 }
 

@@ -140,7 +140,11 @@
 //    thread); recover_cpu_s_per_gib divides it by the GiB restored into the
 //    lost nodes, recover_cpu_util by cores x recover_s (near 1: the restore
 //    is CPU-bound on this machine). The report's phase times
-//    (inventory, plan, transfer, reprotect) are the max over ranks. The restored buffers are
+//    (inventory, plan, transfer, reprotect) are the max over ranks; lost_transfer_s is the
+//    transfer phase of the lost nodes' ranks alone (until their buffers hold the shard), and
+//    transfer_vs_ring = (S / lost_transfer_s) / (S / ring s), the bytes per second restored
+//    into a lost node against the baseline ring's per-direction bandwidth (3.; the link ring
+//    over a link). The restored buffers are
 //    checked against a checksum taken before the loss. Ratios: recover_s / remote_warm_s, recover_s
 //    / remote_cold_s and recover_vs_remote_link = recover_s / remote_link_s (the restore of the
 //    whole job through the emulated file system).
@@ -828,6 +832,7 @@ struct Report {
   double protected_s = 0;               // until Wait() after it returned: protected again
   std::string reprotect_mode;
   double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
+  double lost_transfer_s = 0;  // the transfer phase of the lost nodes' ranks (slowest)
   uint64_t restored_version = 0;
   std::string source_detail;
   std::vector<RankStats> per_rank;
@@ -1099,6 +1104,8 @@ class Bench {
     out->inventory_s = MaxOverRanks(rep.stats.inventory_s);
     out->plan_s = MaxOverRanks(rep.stats.plan_s);
     out->transfer_s = MaxOverRanks(rep.stats.transfer_s);
+    const bool lost = std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0;
+    out->lost_transfer_s = MaxOverRanks(lost ? rep.stats.transfer_s : 0.0);
     out->reprotect_s = MaxOverRanks(std::max(rep.stats.reprotect_s, protected_again - resumed));
     out->restored_version = rep.version;
     if (rank_ == 0) out->source_detail = rep.source_detail;
@@ -1192,6 +1199,9 @@ struct Derived {
   double formula_nominal = 0, formula = 0;  // the scheme's K; the formed groups' worst node
   double protect_gibps = 0, protect_min_gibps = 0, shard_gibps = 0;
   double mpi_raw_gibps = 0, mpi_gibps = 0, ratio = 0;
+  // Bytes per second restored into each lost node during its transfer phase
+  // against the baseline ring's per-direction bandwidth (mpi_gibps / 2).
+  double transfer_vs_ring = 0;
   // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks),
   // and the share of the machine's cores busy (CPU s / (cores x wall s)).
   double protect_cpu_per_gib = 0, mpi_cpu_per_gib = 0, cpu_ratio = 0;
@@ -1235,6 +1245,8 @@ Derived Derive(const Options& opt, const Report& r, double factor,
   const double ring_s = opt.link_gibps > 0 ? r.ring_link_s : raw_ring_s;
   d.mpi_gibps = 2 * d.node_s / ring_s / gib;
   d.ratio = d.protect_gibps / d.mpi_gibps;
+  if (r.lost_transfer_s > 0)
+    d.transfer_vs_ring = (d.node_s / r.lost_transfer_s / gib) / (d.mpi_gibps / 2);
   double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
   double xor_cpu = 0, xor_bytes = 0;
   for (const auto& x : r.per_rank) {
@@ -1317,6 +1329,8 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["inventory_s"] = r.inventory_s;
   j["plan_s"] = r.plan_s;
   j["transfer_s"] = r.transfer_s;
+  j["lost_transfer_s"] = r.lost_transfer_s;
+  j["transfer_vs_ring"] = d.transfer_vs_ring;
   j["reprotect_s"] = r.reprotect_s;
   j["reprotect_mode"] = r.reprotect_mode;
   j["protected_s"] = r.protected_s;
@@ -1372,7 +1386,9 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
       "%.3f\n"
       "  recover   node(s) %s: resumed after %.3f s, protected after %.3f s (inventory %.4f "
-      "plan %.4f transfer %.3f reprotect %.3f %s; prepare %.3f) vs remote read %.3f s warm / "
+      "plan %.4f transfer %.3f, lost nodes' %.3f = %.3f of the ring per direction; reprotect %.3f "
+      "%s; "
+      "prepare %.3f) vs remote read %.3f s warm / "
       "%.3f s cold -> %.3f / %.3f; %s\n"
       "  xor ring  reduce-scatter %.3f s, %.2f CPU s/GiB -> protect_vs_xor_ring %.3f, "
       "parity_vs_xor_ring %.3f (after the snapshot: %.3f s; 0: not run)\n"
@@ -1385,10 +1401,10 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       opt.link_gibps > 0 ? "link" : "MPI", d.mpi_gibps, d.mpi_raw_gibps, d.ratio,
       d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util, d.cpu_ratio,
       LostNodesText(opt.lose).c_str(), r.recover_s, r.protected_s, r.inventory_s, r.plan_s,
-      r.transfer_s, r.reprotect_s, r.reprotect_mode.c_str(), r.prepare_s, r.remote_warm_s,
-      r.remote_cold_s, r.recover_s / r.remote_warm_s, r.recover_s / r.remote_cold_s,
-      d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.xor_ring_s, d.xor_ring_cpu_per_gib,
-      r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0,
+      r.transfer_s, r.lost_transfer_s, d.transfer_vs_ring, r.reprotect_s, r.reprotect_mode.c_str(),
+      r.prepare_s, r.remote_warm_s, r.remote_cold_s, r.recover_s / r.remote_warm_s,
+      r.recover_s / r.remote_cold_s, d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.xor_ring_s,
+      d.xor_ring_cpu_per_gib, r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0,
       r.xor_ring_s > 0 && r.after_snapshot_s > 0 ? r.xor_ring_s / r.after_snapshot_s : 0.0,
       r.after_snapshot_s, r.remote_gibps, opt.remote_gibps < 0 ? "auto" : "set", r.remote_link_s,
       r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0, d.formula / mib,

@@ -91,9 +91,9 @@ fi
 shm_dir=${MEMENTO_SHM_DIR:-/dev/shm}
 if ((!json)); then
   echo "# $shm_dir: $(df -h --output=size,avail "$shm_dir" | tail -1); $(grep MemAvailable /proc/meminfo)"
-  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %6s %6s %7s %7s %7s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
+  printf '%-10s %2s %5s %5s | %8s %8s %8s %6s %6s | %7s %7s %6s %6s %7s %7s %7s %6s %7s %7s %6s %6s %7s %6s | %6s %6s %s\n' \
     scheme N S link protect_s prot_GB/s mpi_GB/s ratio cpu_r resume protctd res/L prt/L inv plan \
-    transfer reprot rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
+    transfer tx/ring reprot rem_cold r/warm r/cold fs_s r/fs rss/f shm/f lost
 fi
 status=0
 skipped=0
@@ -130,7 +130,7 @@ print(f"{r['scheme']:<10} {r['nodes']:2d} {int(r['shard_bytes']) >> 20:4d}M {lin
       f"{r['protect_s']:8.3f} {r['protect_node_gibps']:8.3f} {r['mpi_node_gibps']:8.3f} "
       f"{r['protect_vs_mpi']:6.3f} {r['cpu_ratio']:6.3f} | {r['recover_s']:7.3f} {r['protected_s']:7.3f} "
       f"{r['resume_vs_link_bound']:6.2f} {r['protected_vs_link_bound']:6.2f} {r['inventory_s']:7.4f} "
-      f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['reprotect_s']:7.3f} "
+      f"{r['plan_s']:7.4f} {r['transfer_s']:7.3f} {r['transfer_vs_ring']:6.2f} {r['reprotect_s']:7.3f} "
       f"{r['remote_cold_s']:7.3f} {r['recover_vs_remote_warm']:6.2f} "
       f"{r['recover_vs_remote_cold']:6.2f} {r['remote_link_s']:7.3f} "
       f"{r['recover_vs_remote_link']:6.3f} | {r['rss_ckpt_vs_formula_max']:6.3f} "
@@ -152,7 +152,8 @@ need = ["protect_s", "protect_node_gibps", "mpi_node_gibps", "protect_vs_mpi", "
         "mpi_raw_node_gibps", "protect_cpu_util", "mpi_cpu_util"]
 positive = ["protect_cpu_s_per_gib", "mpi_cpu_s_per_gib", "cpu_ratio", "cores", "ranks",
             "remote_gibps", "remote_link_s", "recover_vs_remote_link", "recover_cpu_s",
-            "recover_cpu_s_per_gib", "recover_cpu_util", "protect_after_snapshot_s"]
+            "recover_cpu_s_per_gib", "recover_cpu_util", "protect_after_snapshot_s",
+            "lost_transfer_s", "transfer_vs_ring"]
 if r.get("link_gibps", 0) > 0:
     positive += ["link_gibps", "mpi_ring_link_s"]
 # xor:3 on 4 ranks without a link: the XOR ring reduce-scatter baseline runs.
@@ -182,6 +183,9 @@ if not missing and r["remote_gibps"] > 0:
 # The part of protect after the snapshot is part of protect, on every rank.
 if not missing and r["protect_after_snapshot_s"] > r["protect_s"] * 1.0001:
     bad.append(f"protect_after_snapshot_s {r['protect_after_snapshot_s']:.4f} > protect_s")
+# The lost nodes' transfer is part of the slowest rank's, and of their restore.
+if not missing and r["lost_transfer_s"] > min(r["transfer_s"], r["recover_s"]) * 1.0001:
+    bad.append(f"lost_transfer_s {r['lost_transfer_s']:.4f} > transfer_s or recover_s")
 # The restores of all ranks run at once on this machine's cores: together
 # they cannot use more CPU than the cores give in the slowest one's time
 # (getrusage ticks and the ranks' few ms of skew allowed for).
@@ -220,6 +224,7 @@ if ((!json)); then
   echo "# protect_cpu_s_per_gib (CPU seconds of all ranks per GiB moved); resume = until Restore returned"
   echo "# (training resumes), protctd = until the background re-protect committed; res/L, prt/L = those"
   echo "# over the time a lost node needs to receive its shards over its link (0 without a link);"
+  echo "# tx/ring = bytes per second restored into a lost node during its transfer / the ring's per direction;"
   echo "# r/warm, r/cold = resume /"
   echo "# remote read of all shards (page-cached / after fadvise DONTNEED); fs_s = every rank reloads"
   echo "# at once through the emulated file system (--remote-gibps), r/fs = recover / fs_s; rss/f = (VmHWM - RSS"

@@ -1073,7 +1073,8 @@ class Bench {
   Status MeasureRecovery(Report* out, RankStats* me, uint64_t last, uint64_t expect_sum) {
     ck_.reset();
     MPI_Barrier(MPI_COMM_WORLD);
-    if (std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0) {
+    const bool lost = std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0;
+    if (lost) {
       MEMENTO_RETURN_IF_ERROR(NodeStore::Destroy(Id()));
       std::fill(buf_.begin(), buf_.end(), 0xEE);
     }
@@ -1104,7 +1105,6 @@ class Bench {
     out->inventory_s = MaxOverRanks(rep.stats.inventory_s);
     out->plan_s = MaxOverRanks(rep.stats.plan_s);
     out->transfer_s = MaxOverRanks(rep.stats.transfer_s);
-    const bool lost = std::count(opt_.lose.begin(), opt_.lose.end(), node()) > 0;
     out->lost_transfer_s = MaxOverRanks(lost ? rep.stats.transfer_s : 0.0);
     out->reprotect_s = MaxOverRanks(std::max(rep.stats.reprotect_s, protected_again - resumed));
     out->restored_version = rep.version;
@@ -1200,7 +1200,8 @@ struct Derived {
   double protect_gibps = 0, protect_min_gibps = 0, shard_gibps = 0;
   double mpi_raw_gibps = 0, mpi_gibps = 0, ratio = 0;
   // Bytes per second restored into each lost node during its transfer phase
-  // against the baseline ring's per-direction bandwidth (mpi_gibps / 2).
+  // against the baseline ring's per-direction bandwidth: both move S bytes
+  // per node, so it is the ring's time over the lost nodes' transfer time.
   double transfer_vs_ring = 0;
   // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks),
   // and the share of the machine's cores busy (CPU s / (cores x wall s)).
@@ -1245,8 +1246,7 @@ Derived Derive(const Options& opt, const Report& r, double factor,
   const double ring_s = opt.link_gibps > 0 ? r.ring_link_s : raw_ring_s;
   d.mpi_gibps = 2 * d.node_s / ring_s / gib;
   d.ratio = d.protect_gibps / d.mpi_gibps;
-  if (r.lost_transfer_s > 0)
-    d.transfer_vs_ring = (d.node_s / r.lost_transfer_s / gib) / (d.mpi_gibps / 2);
+  if (r.lost_transfer_s > 0) d.transfer_vs_ring = ring_s / r.lost_transfer_s;
   double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
   double xor_cpu = 0, xor_bytes = 0;
   for (const auto& x : r.per_rank) {
@@ -1386,9 +1386,8 @@ void PrintText(const Options& opt, const Report& r, const Derived& d) {
       "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
       "%.3f\n"
       "  recover   node(s) %s: resumed after %.3f s, protected after %.3f s (inventory %.4f "
-      "plan %.4f transfer %.3f, lost nodes' %.3f = %.3f of the ring per direction; reprotect %.3f "
-      "%s; "
-      "prepare %.3f) vs remote read %.3f s warm / "
+      "plan %.4f transfer %.3f, lost nodes' %.3f = %.3f of the ring per direction; "
+      "reprotect %.3f %s; prepare %.3f) vs remote read %.3f s warm / "
       "%.3f s cold -> %.3f / %.3f; %s\n"
       "  xor ring  reduce-scatter %.3f s, %.2f CPU s/GiB -> protect_vs_xor_ring %.3f, "
       "parity_vs_xor_ring %.3f (after the snapshot: %.3f s; 0: not run)\n"

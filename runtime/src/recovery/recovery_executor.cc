@@ -473,12 +473,36 @@ Status RecoveryExecutor::RunDecodes() {
     if (landed_copy_) landed_copy_->Piece(at, len);
     return Status::Ok();
   };
+  // Hops fold their rows straight from the sealed slot (and a first term
+  // sends its row from there) wherever a piece lies within one region; the
+  // reader copies only pieces that straddle two entries or pass the end.
+  // Pieces carry no crc32c of their own (two passes over every byte per hop
+  // saved): the rebuilt shard is checked end to end against its owner's
+  // seals before the restore counts, and a mismatch marks the decode's
+  // parity rows bad and plans again (another parity row, an older version,
+  // remote), where a piece failing its crc32c used to fail the attempt
+  // straight over to remote.
+  ReduceOptions options;
+  options.check_pieces = false;
+  options.span = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len) -> const uint8_t* {
+    if (!my_slot_) return nullptr;
+    const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
+    const placement::StripeRow& in = dec.inputs[term.row_id];
+    if (!in.parity) {
+      return parts_.io->SpanOfRange(*my_slot_,
+                                    static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len);
+    }
+    const int region = pl_.ParityRegion(dec.stripe, in.row);
+    if (region < 0) return nullptr;
+    Result<RegionView> view = parts_.store->ReadRegion(*my_slot_, region);
+    return view.ok() && off + len <= view->length ? view->data + off : nullptr;
+  };
   ReduceBytes bytes;
   std::vector<std::vector<uint8_t>> unused;
   Status s =
       RunReduceChains(parts_.transport, chains_,
                       static_cast<int>(TransferTags() * transfers_.size() % wire::kRecoverTagSpan),
-                      parts_.chunk_bytes, reader, &unused, &bytes, &sink);
+                      parts_.chunk_bytes, reader, &unused, &bytes, &sink, &options);
   sent_ += bytes.sent;
   received_ += bytes.received;
   return s;

@@ -198,6 +198,21 @@ Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, 
   return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);
 }
 
+const uint8_t* ShardIo::SpanOfRange(int slot, uint64_t begin, uint64_t len) const {
+  uint64_t eb = 0;
+  for (size_t i = 0; i < entry_bytes_.size(); ++i) {
+    const uint64_t ee = eb + entry_bytes_[i];
+    if (begin < ee) {
+      if (begin + len > ee) return nullptr;
+      Result<RegionView> view = store_->ReadRegion(slot, static_cast<int>(i));
+      if (!view.ok() || view->length != entry_bytes_[i]) return nullptr;
+      return view->data + (begin - eb);
+    }
+    eb = ee;
+  }
+  return nullptr;
+}
+
 Behind::Behind(std::function<Status()> fn)
     : thread_([this, fn = std::move(fn)] {
         // A thread's nice value is its own; a failure only leaves the work

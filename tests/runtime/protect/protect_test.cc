@@ -10,16 +10,16 @@
 //   unrecoverable -> v2 bit-exact with the lost shards from the remote tier.
 // Each restore re-protects, so the next combination starts fully protected.
 #include <gtest/gtest.h>
-
-#include <map>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,8 +35,8 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
-#include "transport/wire.h"
 #include "test_pattern.h"
+#include "transport/wire.h"
 
 namespace memento::runtime {
 namespace {
@@ -1176,6 +1176,83 @@ TEST_P(SecondSourceTest, ReplicaPayloadsLandInPlaceSeveralAtOnce) {
       << reports[0].ToJson();
 }
 
+// Forwards to a rank's transport, its non-blocking transfers included (so
+// the chains run on one thread, as over MPI); while armed, flips one byte of
+// the first restore message of at least `min_bytes` started to rank
+// `victim` (a copy is sent: the byte changes "on the wire"). Shared by every
+// rank: one flip in the whole job.
+class FlipRestorePieceTransport : public ForwardingTransport {
+ public:
+  FlipRestorePieceTransport(std::shared_ptr<Transport> inner, int victim, size_t min_bytes,
+                            std::atomic<bool>* armed, std::atomic<bool>* flipped)
+      : ForwardingTransport(std::move(inner)),
+        victim_(victim),
+        min_bytes_(min_bytes),
+        armed_(armed),
+        flipped_(flipped) {}
+  bool TestsTransfers() const override { return inner()->TestsTransfers(); }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    return inner()->StartRecv(peer, tag, data, capacity);
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    const bool restore =
+        tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan;
+    if (peer == victim_ && restore && bytes >= min_bytes_ && armed_->exchange(false)) {
+      const auto* p = static_cast<const uint8_t*>(data);
+      copies_.emplace_back(p, p + bytes);  // lives as long as this transport
+      copies_.back()[bytes / 2] ^= 0x20;
+      *flipped_ = true;
+      return inner()->StartSend(peer, tag, copies_.back().data(), bytes);
+    }
+    return inner()->StartSend(peer, tag, data, bytes);
+  }
+
+ private:
+  const int victim_;
+  const size_t min_bytes_;
+  std::atomic<bool>* armed_;
+  std::atomic<bool>* flipped_;
+  std::deque<std::vector<uint8_t>> copies_;
+};
+
+// Reed-Solomon with its second parity row: another way to rebuild a shard
+// from memory when the first decode's sources are suspect.
+class SecondParityTest : public MinimalReprotectTest {};
+
+// A byte of a rebuilt row changed on the way into the lost node (the chains
+// carry no per-piece crc32c at restore): the rebuilt shard fails the
+// end-to-end check against its owner's seals before anything counts, the
+// decode's parity rows are marked bad, and the second plan rebuilds node 0
+// bit-exactly from memory with the other parity row instead of giving up on
+// memory.
+TEST_P(SecondParityTest, ByteChangedInARebuiltRowIsCaughtEndToEndAndDecodedAgain) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  std::atomic<bool> armed{true}, flipped{false};
+  wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+    return std::make_shared<FlipRestorePieceTransport>(std::move(t), /*victim=*/0,
+                                                       /*min_bytes=*/1024, &armed, &flipped);
+  };
+  Launch(n);
+  wrap_ = nullptr;
+  auto reports = RestoreAll("a rebuilt row of node 0 changed on the wire");
+  ASSERT_TRUE(flipped) << "no restore piece of 1 KiB or more went to node 0";
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  std::string notes;
+  for (const auto& rep : reports) notes += rep.ToString();
+  EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
+                       "is planned again (attempt 2)"),
+            std::string::npos)
+      << notes;
+}
+
 // Rank 1 writes its v1 rank file after rank 0 has stopped waiting for it
 // (transport timeout 2 s, rank 1 late by 3 s): v1 gets no manifest, and its
 // late "done" record must not be taken for v2's, so v2 and v3 persist.
@@ -1225,6 +1302,9 @@ TEST_P(SecondSourceTest, SchemeImpossibleForNodeCountIsAClearError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
+                         ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, SecondParityTest, ::testing::Values(Param{"rs:4+2", 6, 1}),
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, MinimalReprotectTest,

@@ -501,7 +501,10 @@ class ResultTask final : public LoopTask {
     if (ok) {
       received += len;
       if (sink_ != nullptr && in_place_[i] && sink_->landed != nullptr) {
-        sink_->landed(c_, off, len, check_ ? ring_[i].header.crc : erasure::Crc32c(into_[i], len));
+        const uint32_t crc = check_              ? ring_[i].header.crc
+                             : sink_->landed_crc ? erasure::Crc32c(into_[i], len)
+                                                 : 0;
+        sink_->landed(c_, off, len, crc);
       }
       if (sink_ != nullptr && !in_place_[i] && got_.ok()) {
         Status w = sink_->write != nullptr

@@ -104,10 +104,14 @@ using RowWriter =
 //  - landed (optional): told of every piece received in place once it
 //    passed its checks, with its crc32c (already checked against the bytes
 //    in place), from the chain's thread, the pieces of a chain in order.
+//  - landed_crc = false: landed gets 0 for the crc32c of a piece that
+//    travelled unchecked (ReduceOptions::check_pieces = false) instead of
+//    one computed as it lands: for a sink that hashes the piece itself.
 struct RowSink {
   std::function<uint8_t*(int chain, uint64_t offset, uint64_t len)> span;
   RowWriter write;
   std::function<void(int chain, uint64_t offset, uint64_t len, uint32_t crc)> landed;
+  bool landed_crc = true;
 };
 
 // Piece buffers kept from one RunReduceChains call to the next, for a caller

@@ -460,9 +460,11 @@ Status RecoveryExecutor::RunDecodes() {
   sink.span = [&](int c, uint64_t off, uint64_t len) {
     return landed_.Span(shard_offset(c, off), len);  // null past the end too
   };
+  // LandedCopy hashes each piece as it copies it into the buffers.
   sink.landed = [&](int c, uint64_t off, uint64_t len, uint32_t) {
     if (landed_copy_) landed_copy_->Piece(shard_offset(c, off), len);
   };
+  sink.landed_crc = false;
   sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) -> Status {
     const uint64_t at = shard_offset(c, off);
     if (at + len > landed_.size()) {

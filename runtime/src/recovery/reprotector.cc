@@ -131,9 +131,19 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
                               " has no held region to land in on rank " +
                               std::to_string(parts_.transport->rank()));
     };
+    // Rows are folded (and a first term's sent) straight from where the
+    // shard lies: the lost node's landing, a survivor's sealed slot.
+    ReduceOptions options;
+    options.span = [&](int c, const ReduceTerm& term, uint64_t off,
+                       uint64_t len) -> const uint8_t* {
+      if (!can_read) return nullptr;
+      const uint64_t base =
+          term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
+      return fresh ? landed->Span(base + off, len) : parts_.io->SpanOfRange(slot, base + off, len);
+    };
     std::vector<std::vector<uint8_t>> unused;
     built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &unused,
-                            bytes, &sink);
+                            bytes, &sink, &options);
   }
   if (local.ok()) local = built;
 

@@ -37,6 +37,9 @@ class ShardLanding {
   // The bytes [off, off + len) as one span, when they lie within one entry
   // (always in memory); else null (Write copies across entries).
   uint8_t* Span(uint64_t off, uint64_t len);
+  const uint8_t* Span(uint64_t off, uint64_t len) const {
+    return const_cast<ShardLanding*>(this)->Span(off, len);
+  }
   void Write(uint64_t off, const uint8_t* src, uint64_t len);
   // Bytes [off, off + len) into dst, zero beyond the end of the shard.
   void Read(uint64_t off, uint64_t len, uint8_t* dst) const;

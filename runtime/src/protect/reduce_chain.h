@@ -147,7 +147,10 @@ class PieceArena {
 //    with coefficient 1 sends straight from it: no copy of the row.
 //  - check_pieces = false: pieces travel without a crc32c (hops neither
 //    compute nor check one); the destination's `landed` still gets each
-//    piece's crc32c, computed as it lands.
+//    piece's crc32c, computed as it lands (unless RowSink::landed_crc is
+//    false). Protect and the restore's decodes run this way (the decoded
+//    shard is checked end to end against its seals); the re-protect keeps
+//    the checks, as its rebuilt regions are sealed with the pieces' crcs.
 //  - arena: where the piece buffers come from (else mapped per call).
 //  - stamp: carried by every piece of this call. A piece with another stamp
 //    was left on the stream by an earlier call that broke off (a transport

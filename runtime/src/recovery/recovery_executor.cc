@@ -72,8 +72,15 @@ Result<RestoreReport> RecoveryExecutor::Run() {
       report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
     }
     // Every failure an end-to-end mismatch: the inputs of the mismatched
-    // shards are bad copies; plan again without them.
-    if (!agreed.other_failure && MarkMismatchedSources(agreed, attempt)) continue;
+    // shards are bad copies; plan again without them. A decode whose rows
+    // all pass their checks is run again once instead (changed on the way).
+    if (!agreed.other_failure) {
+      MEMENTO_ASSIGN_OR_RETURN(std::set<ParityRowId> bad_parity, VerifyServedParity(agreed));
+      bool again = false;
+      const bool marked = MarkMismatchedSources(agreed, bad_parity, attempt, &again);
+      decoded_again_ = decoded_again_ || again;
+      if (marked || again) continue;
+    }
     // A remote version that failed its checks on some rank is no candidate
     // any more; the planner picks the next one (memory or remote).
     if (DropRemoteVersionOfPlan()) continue;
@@ -587,7 +594,42 @@ Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local)
   return agreed;
 }
 
-bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attempt) {
+Result<std::set<RecoveryExecutor::ParityRowId>> RecoveryExecutor::VerifyServedParity(
+    const Agreement& agreed) {
+  std::vector<int32_t> mine;  // (node, lane, stripe, row) of each row that fails
+  for (const placement::ShardSource& s : plan_.shards) {
+    if (s.kind != placement::SourceKind::kDecode ||
+        agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) !=
+            static_cast<uint8_t>(Mismatch::kEndToEnd)) {
+      continue;
+    }
+    for (int d : s.decodes) {
+      const placement::StripeDecode& dec = plan_.decodes.at(d);
+      for (const placement::StripeRow& in : dec.inputs) {
+        if (!in.parity || in.node != pl_.node() || dec.lane != pl_.lane()) continue;
+        const int region = pl_.ParityRegion(dec.stripe, in.row);
+        const Status ok = my_slot_ && region >= 0
+                              ? parts_.store->VerifyRegion(*my_slot_, region)
+                              : Status::NotFound("parity row not in this store");
+        if (!ok.ok()) mine.insert(mine.end(), {in.node, dec.lane, dec.stripe, in.row});
+      }
+    }
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto all,
+                           parts_.transport->Allgather(mine.data(), mine.size() * sizeof(int32_t)));
+  std::set<ParityRowId> bad;
+  for (const std::vector<uint8_t>& rec : all) {
+    if (rec.size() % (4 * sizeof(int32_t)) != 0) return Status::Corruption("parity check record");
+    std::vector<int32_t> v(rec.size() / sizeof(int32_t));
+    std::memcpy(v.data(), rec.data(), rec.size());
+    for (size_t i = 0; i < v.size(); i += 4) bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  }
+  return bad;
+}
+
+bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
+                                             const std::set<ParityRowId>& bad_parity, int attempt,
+                                             bool* decode_again) {
   const uint64_t version = plan_.version;
   bool changed = false;
   // Survivors whose own copy failed its crc32c: a decode that read it as a
@@ -623,6 +665,7 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
                  : "replica from node " + std::to_string(s.from_node);
     } else if (s.kind == placement::SourceKind::kDecode) {
       int read_bad_copy = -1;
+      bool blamed = false;  // a stripe's parity rows marked bad
       // Data rows are survivors' shards, checked against their own seals;
       // only parity rows can carry what the region crc missed.
       for (int d : s.decodes) {
@@ -635,8 +678,22 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
           read_bad_copy = bad_row_node;
           continue;
         }
+        // Parity rows that fail their sealed crc32c are the bad copies. When
+        // every row passes, the bytes changed on the way (or in a hop):
+        // decoded once more, and blamed on the parity rows if it fails again.
+        bool parity_failed = false;
+        for (const placement::StripeRow& in : dec.inputs) {
+          parity_failed = parity_failed ||
+                          (in.parity && bad_parity.count({in.node, dec.lane, dec.stripe, in.row}));
+        }
+        if (!parity_failed && !decoded_again_) {
+          *decode_again = true;
+          continue;
+        }
+        blamed = true;
         for (const placement::StripeRow& in : dec.inputs) {
           if (!in.parity) continue;
+          if (parity_failed && !bad_parity.count({in.node, dec.lane, dec.stripe, in.row})) continue;
           bad.node = in.node;
           bad.lane = dec.lane;
           bad.kind = placement::ItemKind::kParity;
@@ -648,6 +705,14 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed, int attemp
       from = read_bad_copy >= 0
                  ? "decode (it read node " + std::to_string(read_bad_copy) + "'s bad copy)"
                  : "decode";
+      if (read_bad_copy < 0 && !blamed) {
+        report_.notes.push_back(
+            V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane) +
+            " rebuilt by decode fails the end-to-end check while every row it read passes its "
+            "sealed crc32c: the bytes changed on the way; it is decoded again (attempt " +
+            std::to_string(attempt + 2) + ")");
+        continue;
+      }
     }
     const std::string shard =
         V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);

@@ -54,7 +54,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -158,7 +160,20 @@ class RecoveryExecutor {
   // in the slot.
   Status CheckAndCopyLanded();
   Result<Agreement> Agree(const Status& local);            // 5
-  bool MarkMismatchedSources(const Agreement& agreed, int attempt);
+  // A parity row a decode read: (node, lane, stripe, row).
+  using ParityRowId = std::tuple<int, int, int, int>;
+  // After an attempt whose failures are all bad copies (collective): every
+  // rank checks the parity rows it served to a decode that failed the
+  // end-to-end check against their sealed crc32c (NodeStore::VerifyRegion),
+  // and the ranks share those that fail.
+  Result<std::set<ParityRowId>> VerifyServedParity(const Agreement& agreed);
+  // Marks the sources of every mismatched shard bad (true if any was valid
+  // before). A decode's parity rows are marked only when one failed its
+  // sealed crc32c (`bad_parity`) or, once a decode has been run again
+  // already, all of them. A decode whose rows all passed sets *again: the
+  // bytes changed on the way, and the same plan is run once more.
+  bool MarkMismatchedSources(const Agreement& agreed, const std::set<ParityRowId>& bad_parity,
+                             int attempt, bool* again);
   // When the failed plan read from remote: drops its version from the remote
   // candidates (true), so that the next plan tries the next one.
   bool DropRemoteVersionOfPlan();
@@ -211,6 +226,9 @@ class RecoveryExecutor {
   RestoreSource source_ = RestoreSource::kLocalMemory;
   Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
+  // A decode was run again because its rows passed their checks; the next
+  // mismatch blames its parity rows.
+  bool decoded_again_ = false;
 
   // Step 5 in the background: the survivor's slot of the version, pinned
   // until RunDeferredReprotect ends (a lost node's is landed_'s slot).

@@ -1176,20 +1176,26 @@ TEST_P(SecondSourceTest, ReplicaPayloadsLandInPlaceSeveralAtOnce) {
       << reports[0].ToJson();
 }
 
+// Which restore messages FlipRestorePieceTransport changes: the first
+// `max_flips` messages of at least `min_bytes` that one rank (the first to
+// send such a message to `victim`) sends to `victim` on one tag. A rebuilt
+// row of a few KiB is one message on its chain's tag, so each attempt of the
+// same plan flips one byte, until `max_flips` attempts have.
+struct FlipPlan {
+  int victim = 0;
+  size_t min_bytes = 1024;
+  int max_flips = 1;
+  std::atomic<int> sender{-1};
+  std::atomic<int> flips{0};
+};
+
 // Forwards to a rank's transport, its non-blocking transfers included (so
-// the chains run on one thread, as over MPI); while armed, flips one byte of
-// the first restore message of at least `min_bytes` started to rank
-// `victim` (a copy is sent: the byte changes "on the wire"). Shared by every
-// rank: one flip in the whole job.
+// the chains run on one thread, as over MPI), and flips one byte "on the
+// wire" (a copy is sent) of the restore messages `plan` names.
 class FlipRestorePieceTransport : public ForwardingTransport {
  public:
-  FlipRestorePieceTransport(std::shared_ptr<Transport> inner, int victim, size_t min_bytes,
-                            std::atomic<bool>* armed, std::atomic<bool>* flipped)
-      : ForwardingTransport(std::move(inner)),
-        victim_(victim),
-        min_bytes_(min_bytes),
-        armed_(armed),
-        flipped_(flipped) {}
+  FlipRestorePieceTransport(std::shared_ptr<Transport> inner, FlipPlan* plan)
+      : ForwardingTransport(std::move(inner)), plan_(plan) {}
   bool TestsTransfers() const override { return inner()->TestsTransfers(); }
   Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
                                                      size_t capacity) override {
@@ -1199,56 +1205,90 @@ class FlipRestorePieceTransport : public ForwardingTransport {
                                                      size_t bytes) override {
     const bool restore =
         tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan;
-    if (peer == victim_ && restore && bytes >= min_bytes_ && armed_->exchange(false)) {
-      const auto* p = static_cast<const uint8_t*>(data);
-      copies_.emplace_back(p, p + bytes);  // lives as long as this transport
-      copies_.back()[bytes / 2] ^= 0x20;
-      *flipped_ = true;
-      return inner()->StartSend(peer, tag, copies_.back().data(), bytes);
+    if (peer == plan_->victim && restore && bytes >= plan_->min_bytes) {
+      int sender = -1;
+      plan_->sender.compare_exchange_strong(sender, rank());
+      if (tag_ < 0) tag_ = tag;
+      if (plan_->sender == rank() && tag == tag_ && plan_->flips < plan_->max_flips) {
+        ++plan_->flips;
+        const auto* p = static_cast<const uint8_t*>(data);
+        copies_.emplace_back(p, p + bytes);  // lives as long as this transport
+        copies_.back()[bytes / 2] ^= 0x20;
+        return inner()->StartSend(peer, tag, copies_.back().data(), bytes);
+      }
     }
     return inner()->StartSend(peer, tag, data, bytes);
   }
 
  private:
-  const int victim_;
-  const size_t min_bytes_;
-  std::atomic<bool>* armed_;
-  std::atomic<bool>* flipped_;
+  FlipPlan* plan_;
+  int tag_ = -1;  // of this rank's first such message
   std::deque<std::vector<uint8_t>> copies_;
 };
 
-// Reed-Solomon with its second parity row: another way to rebuild a shard
-// from memory when the first decode's sources are suspect.
-class SecondParityTest : public MinimalReprotectTest {};
+// Erasure schemes, whose lost shards are decoded.
+class DecodeOnTheWireTest : public MinimalReprotectTest {
+ protected:
+  // Saves v1 and v2, loses node 0, deletes the remote tier and relaunches
+  // with every rank's transport flipping what `plan` names; restores.
+  std::vector<RestoreReport> RestoreWithFlips(FlipPlan* plan, std::string* notes) {
+    const int n = GetParam().nodes;
+    Launch(n);
+    SaveOnAll(1);
+    SaveOnAll(2);
+    LoseNode(0);
+    std::filesystem::remove_all(remote_dir_);  // memory must serve
+    wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+      return std::make_shared<FlipRestorePieceTransport>(std::move(t), plan);
+    };
+    Launch(n);
+    wrap_ = nullptr;
+    auto reports = RestoreAll("rebuilt rows of node 0 changed on the wire");
+    for (const auto& rep : reports) *notes += rep.ToString();
+    return reports;
+  }
+};
 
 // A byte of a rebuilt row changed on the way into the lost node (the chains
 // carry no per-piece crc32c at restore): the rebuilt shard fails the
-// end-to-end check against its owner's seals before anything counts, the
-// decode's parity rows are marked bad, and the second plan rebuilds node 0
-// bit-exactly from memory with the other parity row instead of giving up on
-// memory.
-TEST_P(SecondParityTest, ByteChangedInARebuiltRowIsCaughtEndToEndAndDecodedAgain) {
-  const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(1);
-  SaveOnAll(2);
-  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
-  std::filesystem::remove_all(remote_dir_);  // memory must serve
-  std::atomic<bool> armed{true}, flipped{false};
-  wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
-    return std::make_shared<FlipRestorePieceTransport>(std::move(t), /*victim=*/0,
-                                                       /*min_bytes=*/1024, &armed, &flipped);
-  };
-  Launch(n);
-  wrap_ = nullptr;
-  auto reports = RestoreAll("a rebuilt row of node 0 changed on the wire");
-  ASSERT_TRUE(flipped) << "no restore piece of 1 KiB or more went to node 0";
-  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
-  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+// end-to-end check before anything counts; the parity rows it read pass
+// their sealed crc32c, so nothing is marked bad and the same plan runs
+// again, rebuilding node 0 bit-exactly from memory (xor has no other parity
+// row: blaming it would have sent the restore to the deleted remote tier).
+TEST_P(DecodeOnTheWireTest, AByteChangedOnTheWayIsDecodedAgain) {
+  FlipPlan plan;
   std::string notes;
-  for (const auto& rep : reports) notes += rep.ToString();
+  auto reports = RestoreWithFlips(&plan, &notes);
+  ASSERT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
+  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
+  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  EXPECT_NE(notes.find("rebuilt by decode fails the end-to-end check while every row it read "
+                       "passes its sealed crc32c: the bytes changed on the way; it is decoded "
+                       "again (attempt 2)"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("marked bad"), std::string::npos) << notes;
+}
+
+// Reed-Solomon, with a second parity row to decode from.
+class SecondParityTest : public DecodeOnTheWireTest {};
+
+// The same decode fails the end-to-end check twice: the second time its
+// parity rows are blamed although they pass their crc32c (what a region crc
+// cannot see, such as parity folded from a piece changed on its way at
+// protect), and the third plan rebuilds node 0 bit-exactly from memory
+// with the other parity row.
+TEST_P(SecondParityTest, ADecodeThatFailsAgainIsBlamedOnItsParity) {
+  FlipPlan plan;
+  plan.max_flips = 2;
+  std::string notes;
+  auto reports = RestoreWithFlips(&plan, &notes);
+  ASSERT_EQ(plan.flips, 2);
+  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
+  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  EXPECT_NE(notes.find("it is decoded again (attempt 2)"), std::string::npos) << notes;
   EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
-                       "is planned again (attempt 2)"),
+                       "is planned again (attempt 3)"),
             std::string::npos)
       << notes;
 }
@@ -1303,6 +1343,9 @@ TEST_P(SecondSourceTest, SchemeImpossibleForNodeCountIsAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
                          ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, DecodeOnTheWireTest,
+                         ::testing::Values(Param{"xor:3", 4, 1}, Param{"rs:4+2", 6, 1}), ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondParityTest, ::testing::Values(Param{"rs:4+2", 6, 1}),
                          ParamName);

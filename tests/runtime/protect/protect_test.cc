@@ -1293,6 +1293,51 @@ TEST_P(SecondParityTest, ADecodeThatFailsAgainIsBlamedOnItsParity) {
       << notes;
 }
 
+// A parity row that really is damaged (a byte of node `holder`'s parity
+// regions of v2 flipped in its store, so that they fail their sealed
+// crc32c): the decode that read one fails the end-to-end check, its holder's
+// check finds it, and only that row is marked bad at once; the second plan
+// rebuilds node 0 from memory with another row, not running the same
+// decode again.
+TEST_P(SecondParityTest, ADamagedParityRowIsBlamedAtOnce) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  cks_.clear();
+  const int holder = 1;
+  {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    int flipped = 0;
+    for (int g = 0; g < store->region_count(); ++g) {
+      if (store->layout().regions[g].kind != RegionKind::kParity) continue;
+      auto view = store->ReadRegion(slot, g);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      if (view->length == 0) continue;
+      const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
+      EXPECT_FALSE(store->VerifyRegion(slot, g).ok()) << store->layout().regions[g].name;
+      ++flipped;
+    }
+    ASSERT_GT(flipped, 0) << "node " << holder << " holds no parity row";
+  }
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 1's parity rows damaged, node 0 lost");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  std::string notes;
+  for (const auto& rep : reports) notes += rep.ToString();
+  EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
+                       "is planned again (attempt 2)"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("decoded again"), std::string::npos) << notes;
+}
+
 // Rank 1 writes its v1 rank file after rank 0 has stopped waiting for it
 // (transport timeout 2 s, rank 1 late by 3 s): v1 gets no manifest, and its
 // late "done" record must not be taken for v2's, so v2 and v3 persist.

@@ -620,6 +620,7 @@ Result<std::set<RecoveryExecutor::ParityRowId>> RecoveryExecutor::VerifyServedPa
   std::set<ParityRowId> bad;
   for (const std::vector<uint8_t>& rec : all) {
     if (rec.size() % (4 * sizeof(int32_t)) != 0) return Status::Corruption("parity check record");
+    if (rec.empty()) continue;
     std::vector<int32_t> v(rec.size() / sizeof(int32_t));
     std::memcpy(v.data(), rec.data(), rec.size());
     for (size_t i = 0; i < v.size(); i += 4) bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3]);

@@ -72,13 +72,14 @@ Result<RestoreReport> RecoveryExecutor::Run() {
       report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
     }
     // Every failure an end-to-end mismatch: the inputs of the mismatched
-    // shards are bad copies; plan again without them. A decode whose rows
-    // all pass their checks is run again once instead (changed on the way).
+    // shards are bad copies; plan again without them. When the copies sent
+    // pass their holders' checks, the plan is run again once instead
+    // (changed on the way).
     if (!agreed.other_failure) {
-      MEMENTO_ASSIGN_OR_RETURN(std::set<ParityRowId> bad_parity, VerifyServedParity(agreed));
+      MEMENTO_ASSIGN_OR_RETURN(std::set<ServedCopyId> bad_served, VerifyServedCopies(agreed));
       bool again = false;
-      const bool marked = MarkMismatchedSources(agreed, bad_parity, attempt, &again);
-      decoded_again_ = decoded_again_ || again;
+      const bool marked = MarkMismatchedSources(agreed, bad_served, attempt, &again);
+      ran_again_ = ran_again_ || again;
       if (marked || again) continue;
     }
     // A remote version that failed its checks on some rank is no candidate
@@ -594,43 +595,51 @@ Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local)
   return agreed;
 }
 
-Result<std::set<RecoveryExecutor::ParityRowId>> RecoveryExecutor::VerifyServedParity(
+Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedCopies(
     const Agreement& agreed) {
-  std::vector<int32_t> mine;  // (node, lane, stripe, row) of each row that fails
+  std::vector<int32_t> mine;  // ServedCopyId of each copy here that fails
+  auto check = [&](int region, std::initializer_list<int32_t> id) {
+    const Status ok = my_slot_ && region >= 0 ? parts_.store->VerifyRegion(*my_slot_, region)
+                                              : Status::NotFound("copy not in this store");
+    if (!ok.ok()) mine.insert(mine.end(), id);
+  };
   for (const placement::ShardSource& s : plan_.shards) {
+    const uint8_t outcome = agreed.outcomes.at(pl_.rank_of(s.node, s.lane));
+    if (s.kind == placement::SourceKind::kReplica &&
+        outcome == static_cast<uint8_t>(Mismatch::kSealed) && s.from_node == pl_.node() &&
+        s.lane == pl_.lane()) {
+      check(pl_.ReplicaRegion(s.node), {kReplicaCopy, s.from_node, s.lane, s.node, -1});
+    }
     if (s.kind != placement::SourceKind::kDecode ||
-        agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) !=
-            static_cast<uint8_t>(Mismatch::kEndToEnd)) {
+        outcome != static_cast<uint8_t>(Mismatch::kEndToEnd)) {
       continue;
     }
     for (int d : s.decodes) {
       const placement::StripeDecode& dec = plan_.decodes.at(d);
       for (const placement::StripeRow& in : dec.inputs) {
         if (!in.parity || in.node != pl_.node() || dec.lane != pl_.lane()) continue;
-        const int region = pl_.ParityRegion(dec.stripe, in.row);
-        const Status ok = my_slot_ && region >= 0
-                              ? parts_.store->VerifyRegion(*my_slot_, region)
-                              : Status::NotFound("parity row not in this store");
-        if (!ok.ok()) mine.insert(mine.end(), {in.node, dec.lane, dec.stripe, in.row});
+        check(pl_.ParityRegion(dec.stripe, in.row),
+              {kParityCopy, in.node, dec.lane, dec.stripe, in.row});
       }
     }
   }
   MEMENTO_ASSIGN_OR_RETURN(auto all,
                            parts_.transport->Allgather(mine.data(), mine.size() * sizeof(int32_t)));
-  std::set<ParityRowId> bad;
+  std::set<ServedCopyId> bad;
   for (const std::vector<uint8_t>& rec : all) {
-    if (rec.size() % (4 * sizeof(int32_t)) != 0) return Status::Corruption("parity check record");
+    if (rec.size() % (5 * sizeof(int32_t)) != 0) return Status::Corruption("copy check record");
     if (rec.empty()) continue;
     std::vector<int32_t> v(rec.size() / sizeof(int32_t));
     std::memcpy(v.data(), rec.data(), rec.size());
-    for (size_t i = 0; i < v.size(); i += 4) bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3]);
+    for (size_t i = 0; i < v.size(); i += 5)
+      bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
   }
   return bad;
 }
 
 bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
-                                             const std::set<ParityRowId>& bad_parity, int attempt,
-                                             bool* decode_again) {
+                                             const std::set<ServedCopyId>& bad_served, int attempt,
+                                             bool* run_again) {
   const uint64_t version = plan_.version;
   bool changed = false;
   // Survivors whose own copy failed its crc32c: a decode that read it as a
@@ -657,6 +666,19 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
       changed = MarkBad(bad) || changed;
       from = "its own copy";
     } else if (s.kind == placement::SourceKind::kReplica) {
+      // A replica that failed its seal where it landed but passes it on its
+      // holder changed on the way: sent once more, then blamed.
+      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ &&
+          !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1})) {
+        *run_again = true;
+        report_.notes.push_back(
+            V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane) +
+            ": the replica from node " + std::to_string(s.from_node) +
+            " fails its sealed crc32c where it landed and passes it on its holder: the bytes "
+            "changed on the way; it is sent again (attempt " +
+            std::to_string(attempt + 2) + ")");
+        continue;
+      }
       bad.node = s.from_node;
       bad.kind = placement::ItemKind::kReplica;
       bad.owner = s.node;
@@ -682,19 +704,20 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
         // Parity rows that fail their sealed crc32c are the bad copies. When
         // every row passes, the bytes changed on the way (or in a hop):
         // decoded once more, and blamed on the parity rows if it fails again.
+        auto failed = [&](const placement::StripeRow& in) {
+          return bad_served.count({kParityCopy, in.node, dec.lane, dec.stripe, in.row}) > 0;
+        };
         bool parity_failed = false;
         for (const placement::StripeRow& in : dec.inputs) {
-          parity_failed = parity_failed ||
-                          (in.parity && bad_parity.count({in.node, dec.lane, dec.stripe, in.row}));
+          parity_failed = parity_failed || (in.parity && failed(in));
         }
-        if (!parity_failed && !decoded_again_) {
-          *decode_again = true;
+        if (!parity_failed && !ran_again_) {
+          *run_again = true;
           continue;
         }
         blamed = true;
         for (const placement::StripeRow& in : dec.inputs) {
-          if (!in.parity) continue;
-          if (parity_failed && !bad_parity.count({in.node, dec.lane, dec.stripe, in.row})) continue;
+          if (!in.parity || (parity_failed && !failed(in))) continue;
           bad.node = in.node;
           bad.lane = dec.lane;
           bad.kind = placement::ItemKind::kParity;

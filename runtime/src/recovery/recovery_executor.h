@@ -160,19 +160,24 @@ class RecoveryExecutor {
   // in the slot.
   Status CheckAndCopyLanded();
   Result<Agreement> Agree(const Status& local);            // 5
-  // A parity row a decode read: (node, lane, stripe, row).
-  using ParityRowId = std::tuple<int, int, int, int>;
+  // A copy a rank served to another: (kind, node, lane, a, b), with a, b the
+  // stripe and row of a parity row, the owner and -1 of a replica.
+  using ServedCopyId = std::tuple<int, int, int, int, int>;
+  static constexpr int kParityCopy = 0;
+  static constexpr int kReplicaCopy = 1;
   // After an attempt whose failures are all bad copies (collective): every
-  // rank checks the parity rows it served to a decode that failed the
-  // end-to-end check against their sealed crc32c (NodeStore::VerifyRegion),
-  // and the ranks share those that fail.
-  Result<std::set<ParityRowId>> VerifyServedParity(const Agreement& agreed);
+  // rank checks against their sealed crc32c (NodeStore::VerifyRegion) the
+  // parity rows it served to a decode that failed the end-to-end check and
+  // the replicas it sent that failed their seal where they landed, and the
+  // ranks share those that fail.
+  Result<std::set<ServedCopyId>> VerifyServedCopies(const Agreement& agreed);
   // Marks the sources of every mismatched shard bad (true if any was valid
-  // before). A decode's parity rows are marked only when one failed its
-  // sealed crc32c (`bad_parity`) or, once a decode has been run again
-  // already, all of them. A decode whose rows all passed sets *again: the
-  // bytes changed on the way, and the same plan is run once more.
-  bool MarkMismatchedSources(const Agreement& agreed, const std::set<ParityRowId>& bad_parity,
+  // before). A decode's parity rows, or a replica that failed its seal on
+  // arrival, are marked only when they fail their holder's check
+  // (`bad_served`) or when the same plan has been run again already. A
+  // mismatch whose copies all pass sets *again: the bytes changed on the
+  // way, and the same plan is run once more.
+  bool MarkMismatchedSources(const Agreement& agreed, const std::set<ServedCopyId>& bad_served,
                              int attempt, bool* again);
   // When the failed plan read from remote: drops its version from the remote
   // candidates (true), so that the next plan tries the next one.
@@ -226,9 +231,9 @@ class RecoveryExecutor {
   RestoreSource source_ = RestoreSource::kLocalMemory;
   Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
-  // A decode was run again because its rows passed their checks; the next
-  // mismatch blames its parity rows.
-  bool decoded_again_ = false;
+  // A plan was run again because the copies it read passed their holders'
+  // checks; the next mismatch blames them.
+  bool ran_again_ = false;
 
   // Step 5 in the background: the survivor's slot of the version, pinned
   // until RunDeferredReprotect ends (a lost node's is landed_'s slot).

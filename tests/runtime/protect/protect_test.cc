@@ -1203,31 +1203,38 @@ class FlipRestorePieceTransport : public ForwardingTransport {
   }
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
                                                      size_t bytes) override {
-    const bool restore =
-        tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan;
-    if (peer == plan_->victim && restore && bytes >= plan_->min_bytes) {
-      int sender = -1;
-      plan_->sender.compare_exchange_strong(sender, rank());
-      if (tag_ < 0) tag_ = tag;
-      if (plan_->sender == rank() && tag == tag_ && plan_->flips < plan_->max_flips) {
-        ++plan_->flips;
-        const auto* p = static_cast<const uint8_t*>(data);
-        copies_.emplace_back(p, p + bytes);  // lives as long as this transport
-        copies_.back()[bytes / 2] ^= 0x20;
-        return inner()->StartSend(peer, tag, copies_.back().data(), bytes);
-      }
-    }
-    return inner()->StartSend(peer, tag, data, bytes);
+    return inner()->StartSend(peer, tag, MaybeFlipped(peer, tag, data, bytes), bytes);
+  }
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    return inner()->Send(peer, tag, MaybeFlipped(peer, tag, data, bytes), bytes);
   }
 
  private:
+  // `data`, or a copy with one byte flipped when the plan names this message.
+  const void* MaybeFlipped(int peer, int tag, const void* data, size_t bytes) {
+    const bool restore =
+        tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan;
+    if (peer != plan_->victim || !restore || bytes < plan_->min_bytes) return data;
+    std::lock_guard<std::mutex> lock(mu_);  // replica streams send from threads of their own
+    int sender = -1;
+    plan_->sender.compare_exchange_strong(sender, rank());
+    if (tag_ < 0) tag_ = tag;
+    if (plan_->sender != rank() || tag != tag_ || plan_->flips >= plan_->max_flips) return data;
+    ++plan_->flips;
+    const auto* p = static_cast<const uint8_t*>(data);
+    copies_.emplace_back(p, p + bytes);  // lives as long as this transport
+    copies_.back()[bytes / 2] ^= 0x20;
+    return copies_.back().data();
+  }
+
   FlipPlan* plan_;
+  std::mutex mu_;
   int tag_ = -1;  // of this rank's first such message
   std::deque<std::vector<uint8_t>> copies_;
 };
 
-// Erasure schemes, whose lost shards are decoded.
-class DecodeOnTheWireTest : public MinimalReprotectTest {
+// Restores while bytes change on the way into the lost node.
+class OnTheWireTest : public MinimalReprotectTest {
  protected:
   // Saves v1 and v2, loses node 0, deletes the remote tier and relaunches
   // with every rank's transport flipping what `plan` names; restores.
@@ -1248,6 +1255,31 @@ class DecodeOnTheWireTest : public MinimalReprotectTest {
     return reports;
   }
 };
+
+// Erasure schemes, whose lost shards are decoded.
+class DecodeOnTheWireTest : public OnTheWireTest {};
+
+// Replica schemes, whose lost shards are copied from a holder.
+class ReplicaOnTheWireTest : public OnTheWireTest {};
+
+// A byte of node 0's replica changed on the way from its holder: the copy
+// fails its holder's seal where it lands, passes it on the holder, and is
+// sent again from the same holder, bit-exact from memory; nothing is
+// marked bad (with replica:2 that copy is node 0's only one in memory).
+TEST_P(ReplicaOnTheWireTest, AByteChangedOnTheWayIsSentAgain) {
+  FlipPlan plan;
+  std::string notes;
+  auto reports = RestoreWithFlips(&plan, &notes);
+  ASSERT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
+  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
+  EXPECT_NE(reports[0].source_detail.find("replica from node"), std::string::npos)
+      << reports[0].ToJson();
+  EXPECT_NE(notes.find("fails its sealed crc32c where it landed and passes it on its holder: the "
+                       "bytes changed on the way; it is sent again (attempt 2)"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("marked bad"), std::string::npos) << notes;
+}
 
 // A byte of a rebuilt row changed on the way into the lost node (the chains
 // carry no per-piece crc32c at restore): the rebuilt shard fails the
@@ -1387,6 +1419,9 @@ TEST_P(SecondSourceTest, SchemeImpossibleForNodeCountIsAClearError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
+                         ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, ReplicaOnTheWireTest, ::testing::Values(Param{"replica:2", 4, 1}),
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, DecodeOnTheWireTest,

@@ -631,8 +631,9 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
     if (rec.empty()) continue;
     std::vector<int32_t> v(rec.size() / sizeof(int32_t));
     std::memcpy(v.data(), rec.data(), rec.size());
-    for (size_t i = 0; i < v.size(); i += 5)
+    for (size_t i = 0; i < v.size(); i += 5) {
       bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
+    }
   }
   return bad;
 }

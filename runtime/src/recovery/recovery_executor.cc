@@ -439,12 +439,18 @@ Status RecoveryExecutor::ExchangeReplicas() {
 }
 
 Status RecoveryExecutor::RunDecodes() {
+  auto decode_of = [&](int c) -> const placement::StripeDecode& {
+    return plan_.decodes[chain_info_[c].decode];
+  };
   // Input rows: a survivor's data row is a piece of its shard, a parity row
-  // its parity region.
+  // its parity region. Hops fold them straight from the sealed slot (and a
+  // first term sends its row from there: `options.span` below); the reader
+  // copies only pieces that straddle two entries or pass the end, and says
+  // why a row cannot be read.
   auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
                     uint8_t* dst) -> Status {
     if (!my_slot_) return Status::NotFound(V(plan_.version) + " not in this store");
-    const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
+    const placement::StripeDecode& dec = decode_of(c);
     const placement::StripeRow& in = dec.inputs[term.row_id];
     if (!in.parity) {
       return parts_.io->ReadRange(*my_slot_, nullptr,
@@ -460,7 +466,7 @@ Status RecoveryExecutor::RunDecodes() {
   // Rebuilt rows are received straight where this rank's shard goes; a
   // piece that straddles two entries comes through a buffer and is copied.
   auto shard_offset = [&](int c, uint64_t off) {
-    const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
+    const placement::StripeDecode& dec = decode_of(c);
     const placement::StripeRow& rb = dec.rebuilt[chain_info_[c].rebuilt];
     return static_cast<uint64_t>(rb.row) * dec.piece_bytes + off;
   };
@@ -483,23 +489,20 @@ Status RecoveryExecutor::RunDecodes() {
     if (landed_copy_) landed_copy_->Piece(at, len);
     return Status::Ok();
   };
-  // Hops fold their rows straight from the sealed slot (and a first term
-  // sends its row from there) wherever a piece lies within one region; the
-  // reader copies only pieces that straddle two entries or pass the end.
   // Pieces carry no crc32c of their own (two passes over every byte per hop
   // saved): the rebuilt shard is checked end to end against its owner's
-  // seals before the restore counts, and a mismatch marks the decode's
-  // parity rows bad and plans again (another parity row, an older version,
-  // remote), where a piece failing its crc32c used to fail the attempt
-  // straight over to remote.
+  // seals before the restore counts. A mismatch has the parity rows it read
+  // checked by their holders and plans again (VerifyServedCopies,
+  // MarkMismatchedSources); a piece failing its crc32c used to fail the
+  // attempt straight over to remote.
   ReduceOptions options;
   options.check_pieces = false;
   options.span = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len) -> const uint8_t* {
     if (!my_slot_) return nullptr;
-    const placement::StripeDecode& dec = plan_.decodes[chain_info_[c].decode];
+    const placement::StripeDecode& dec = decode_of(c);
     const placement::StripeRow& in = dec.inputs[term.row_id];
     if (!in.parity) {
-      return parts_.io->SpanOfRange(*my_slot_,
+      return parts_.io->SpanOfRange(*my_slot_, nullptr,
                                     static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len);
     }
     const int region = pl_.ParityRegion(dec.stripe, in.row);
@@ -606,20 +609,19 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
   for (const placement::ShardSource& s : plan_.shards) {
     const uint8_t outcome = agreed.outcomes.at(pl_.rank_of(s.node, s.lane));
     if (s.kind == placement::SourceKind::kReplica &&
-        outcome == static_cast<uint8_t>(Mismatch::kSealed) && s.from_node == pl_.node() &&
-        s.lane == pl_.lane()) {
-      check(pl_.ReplicaRegion(s.node), {kReplicaCopy, s.from_node, s.lane, s.node, -1});
-    }
-    if (s.kind != placement::SourceKind::kDecode ||
-        outcome != static_cast<uint8_t>(Mismatch::kEndToEnd)) {
-      continue;
-    }
-    for (int d : s.decodes) {
-      const placement::StripeDecode& dec = plan_.decodes.at(d);
-      for (const placement::StripeRow& in : dec.inputs) {
-        if (!in.parity || in.node != pl_.node() || dec.lane != pl_.lane()) continue;
-        check(pl_.ParityRegion(dec.stripe, in.row),
-              {kParityCopy, in.node, dec.lane, dec.stripe, in.row});
+        outcome == static_cast<uint8_t>(Mismatch::kSealed)) {
+      if (s.from_node == pl_.node() && s.lane == pl_.lane()) {
+        check(pl_.ReplicaRegion(s.node), {kReplicaCopy, s.from_node, s.lane, s.node, -1});
+      }
+    } else if (s.kind == placement::SourceKind::kDecode &&
+               outcome == static_cast<uint8_t>(Mismatch::kEndToEnd)) {
+      for (int d : s.decodes) {
+        const placement::StripeDecode& dec = plan_.decodes.at(d);
+        for (const placement::StripeRow& in : dec.inputs) {
+          if (!in.parity || in.node != pl_.node() || dec.lane != pl_.lane()) continue;
+          check(pl_.ParityRegion(dec.stripe, in.row),
+                {kParityCopy, in.node, dec.lane, dec.stripe, in.row});
+        }
       }
     }
   }
@@ -640,8 +642,9 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
 
 bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
                                              const std::set<ServedCopyId>& bad_served, int attempt,
-                                             bool* run_again) {
+                                             bool* again) {
   const uint64_t version = plan_.version;
+  const std::string next = "(attempt " + std::to_string(attempt + 2) + ")";
   bool changed = false;
   // Survivors whose own copy failed its crc32c: a decode that read it as a
   // data row is blamed on it, not on the parity rows.
@@ -656,6 +659,8 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
   for (const placement::ShardSource& s : plan_.shards) {
     const uint8_t outcome = agreed.outcomes.at(pl_.rank_of(s.node, s.lane));
     if (outcome == kRestored || outcome == static_cast<uint8_t>(Mismatch::kNone)) continue;
+    const std::string shard =
+        V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
     std::string from;
     placement::InventoryItem bad;
     bad.version = version;
@@ -671,13 +676,12 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
       // holder changed on the way: sent once more, then blamed.
       if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ &&
           !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1})) {
-        *run_again = true;
+        *again = true;
         report_.notes.push_back(
-            V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane) +
-            ": the replica from node " + std::to_string(s.from_node) +
+            shard + ": the replica from node " + std::to_string(s.from_node) +
             " fails its sealed crc32c where it landed and passes it on its holder: the bytes "
-            "changed on the way; it is sent again (attempt " +
-            std::to_string(attempt + 2) + ")");
+            "changed on the way; it is sent again " +
+            next);
         continue;
       }
       bad.node = s.from_node;
@@ -713,7 +717,7 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
           parity_failed = parity_failed || (in.parity && failed(in));
         }
         if (!parity_failed && !ran_again_) {
-          *run_again = true;
+          *again = true;
           continue;
         }
         blamed = true;
@@ -732,24 +736,21 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
                  : "decode";
       if (read_bad_copy < 0 && !blamed) {
         report_.notes.push_back(
-            V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane) +
+            shard +
             " rebuilt by decode fails the end-to-end check while every row it read passes its "
-            "sealed crc32c: the bytes changed on the way; it is decoded again (attempt " +
-            std::to_string(attempt + 2) + ")");
+            "sealed crc32c: the bytes changed on the way; it is decoded again " +
+            next);
         continue;
       }
     }
-    const std::string shard =
-        V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
-    const std::string again =
-        "the restore is planned again (attempt " + std::to_string(attempt + 2) + ")";
+    const std::string replanned = "the restore is planned again " + next;
     if (outcome == static_cast<uint8_t>(Mismatch::kSealed)) {
       report_.notes.push_back(shard + ": " + from +
-                              " fails its sealed crc32c; it is marked bad and " + again);
+                              " fails its sealed crc32c; it is marked bad and " + replanned);
     } else {
       report_.notes.push_back(shard + " rebuilt by " + from +
                               " fails the end-to-end check; its sources are marked bad and " +
-                              again);
+                              replanned);
     }
   }
   return changed;

@@ -110,14 +110,19 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
   std::vector<uint32_t> chain_crc(chains.size(), 0);
   if (built.ok()) {
     const bool can_read = local.ok() && slot >= 0;
+    // A term's row within this rank's shard: all of it (a replica) or one
+    // data row; a lost node's shard lies in its landing, a survivor's in its
+    // sealed slot.
+    const ShardLanding* const from = fresh ? landed : nullptr;
+    auto shard_offset = [&](int c, const ReduceTerm& term, uint64_t off) {
+      return (term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes) + off;
+    };
     auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
                       uint8_t* dst) -> Status {
       if (!can_read) {
         return Status::Unavailable("this rank has no copy of v" + std::to_string(version));
       }
-      const uint64_t base =
-          term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
-      return parts_.io->ReadRange(slot, fresh ? landed : nullptr, base + off, len, dst);
+      return parts_.io->ReadRange(slot, from, shard_offset(c, term, off), len, dst);
     };
     RowSink sink;
     sink.span = [&](int c, uint64_t off, uint64_t) {
@@ -131,15 +136,13 @@ Status Reprotector::Minimal(const placement::RecoveryPlan& plan, const ShardLand
                               " has no held region to land in on rank " +
                               std::to_string(parts_.transport->rank()));
     };
-    // Rows are folded (and a first term's sent) straight from where the
-    // shard lies: the lost node's landing, a survivor's sealed slot.
+    // Rows are folded (and a first term's sent) straight from where they
+    // lie; the reader copies only pieces that straddle two entries.
     ReduceOptions options;
     options.span = [&](int c, const ReduceTerm& term, uint64_t off,
                        uint64_t len) -> const uint8_t* {
-      if (!can_read) return nullptr;
-      const uint64_t base =
-          term.row_id < 0 ? 0 : static_cast<uint64_t>(term.row_id) * info[c].piece_bytes;
-      return fresh ? landed->Span(base + off, len) : parts_.io->SpanOfRange(slot, base + off, len);
+      return can_read ? parts_.io->SpanOfRange(slot, from, shard_offset(c, term, off), len)
+                      : nullptr;
     };
     std::vector<std::vector<uint8_t>> unused;
     built = RunReduceChains(parts_.transport, chains, tag_base, parts_.chunk_bytes, reader, &unused,

@@ -198,7 +198,9 @@ Status ShardIo::ReadRange(int slot, const ShardLanding* landed, uint64_t begin, 
   return ReadShardRange(*store_, slot, entry_bytes_, begin, len, dst);
 }
 
-const uint8_t* ShardIo::SpanOfRange(int slot, uint64_t begin, uint64_t len) const {
+const uint8_t* ShardIo::SpanOfRange(int slot, const ShardLanding* landed, uint64_t begin,
+                                    uint64_t len) const {
+  if (landed != nullptr) return landed->Span(begin, len);
   uint64_t eb = 0;
   for (size_t i = 0; i < entry_bytes_.size(); ++i) {
     const uint64_t ee = eb + entry_bytes_[i];

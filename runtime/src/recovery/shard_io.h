@@ -121,11 +121,13 @@ class ShardIo {
   Status ReadRange(int slot, const ShardLanding* landed, uint64_t begin, uint64_t len,
                    uint8_t* dst) const;
 
-  // Where bytes [begin, begin + len) of this rank's shard lie in the sealed
-  // entries of `slot` when they lie within one entry (read in place, no
-  // copy), else null: the range straddles entries or runs past the shard, or
-  // the entry is not readable (ReadRange then reports why).
-  const uint8_t* SpanOfRange(int slot, uint64_t begin, uint64_t len) const;
+  // Where bytes [begin, begin + len) of this rank's shard lie, in `landed`
+  // when given, else in the sealed entries of `slot`, when they lie within
+  // one entry (read in place, no copy); else null: the range straddles
+  // entries or runs past the shard, or the entry is not readable (ReadRange
+  // then copies the bytes or reports why).
+  const uint8_t* SpanOfRange(int slot, const ShardLanding* landed, uint64_t begin,
+                             uint64_t len) const;
 
   // Every complete remote version, ascending, as (version, lineage) (empty
   // when there is none or no remote tier); a failure to list is appended to

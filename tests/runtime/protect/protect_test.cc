@@ -1233,16 +1233,23 @@ class FlipRestorePieceTransport : public ForwardingTransport {
   std::deque<std::vector<uint8_t>> copies_;
 };
 
-// Restores while bytes change on the way into the lost node.
+// Restores after bytes changed on the way into the lost node, or in a
+// survivor's store.
 class OnTheWireTest : public MinimalReprotectTest {
  protected:
-  // Saves v1 and v2, loses node 0, deletes the remote tier and relaunches
-  // with every rank's transport flipping what `plan` names; restores.
-  std::vector<RestoreReport> RestoreWithFlips(FlipPlan* plan, std::string* notes) {
+  // Saves v1 and v2; the job ends, node 0's memory is gone and so is the
+  // remote tier. `damage` (if set) then runs on the survivors' stores, and
+  // the job is relaunched with every rank's transport flipping what `plan`
+  // names. Requires every rank back bit-exact from memory and node 0 from a
+  // source naming `source`; returns every report's text.
+  std::string LoseNode0AndRestore(FlipPlan* plan, const std::string& source,
+                                  const std::function<void()>& damage = nullptr) {
     const int n = GetParam().nodes;
     Launch(n);
     SaveOnAll(1);
     SaveOnAll(2);
+    cks_.clear();
+    if (damage) damage();
     LoseNode(0);
     std::filesystem::remove_all(remote_dir_);  // memory must serve
     wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
@@ -1250,9 +1257,14 @@ class OnTheWireTest : public MinimalReprotectTest {
     };
     Launch(n);
     wrap_ = nullptr;
-    auto reports = RestoreAll("rebuilt rows of node 0 changed on the wire");
-    for (const auto& rep : reports) *notes += rep.ToString();
-    return reports;
+    auto reports = RestoreAll("node 0 lost, bytes changed");
+    EXPECT_EQ(reports.size(), static_cast<size_t>(n));
+    std::string notes;
+    for (const auto& rep : reports) notes += rep.ToString();
+    if (!reports.empty()) {
+      EXPECT_NE(reports[0].source_detail.find(source), std::string::npos) << reports[0].ToJson();
+    }
+    return notes;
   }
 };
 
@@ -1268,12 +1280,8 @@ class ReplicaOnTheWireTest : public OnTheWireTest {};
 // marked bad (with replica:2 that copy is node 0's only one in memory).
 TEST_P(ReplicaOnTheWireTest, AByteChangedOnTheWayIsSentAgain) {
   FlipPlan plan;
-  std::string notes;
-  auto reports = RestoreWithFlips(&plan, &notes);
-  ASSERT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
-  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
-  EXPECT_NE(reports[0].source_detail.find("replica from node"), std::string::npos)
-      << reports[0].ToJson();
+  const std::string notes = LoseNode0AndRestore(&plan, "replica from node");
+  EXPECT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
   EXPECT_NE(notes.find("fails its sealed crc32c where it landed and passes it on its holder: the "
                        "bytes changed on the way; it is sent again (attempt 2)"),
             std::string::npos)
@@ -1289,11 +1297,8 @@ TEST_P(ReplicaOnTheWireTest, AByteChangedOnTheWayIsSentAgain) {
 // row: blaming it would have sent the restore to the deleted remote tier).
 TEST_P(DecodeOnTheWireTest, AByteChangedOnTheWayIsDecodedAgain) {
   FlipPlan plan;
-  std::string notes;
-  auto reports = RestoreWithFlips(&plan, &notes);
-  ASSERT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
-  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
-  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  const std::string notes = LoseNode0AndRestore(&plan, "decode");
+  EXPECT_EQ(plan.flips, 1) << "no restore piece of 1 KiB or more went to node 0";
   EXPECT_NE(notes.find("rebuilt by decode fails the end-to-end check while every row it read "
                        "passes its sealed crc32c: the bytes changed on the way; it is decoded "
                        "again (attempt 2)"),
@@ -1313,11 +1318,8 @@ class SecondParityTest : public DecodeOnTheWireTest {};
 TEST_P(SecondParityTest, ADecodeThatFailsAgainIsBlamedOnItsParity) {
   FlipPlan plan;
   plan.max_flips = 2;
-  std::string notes;
-  auto reports = RestoreWithFlips(&plan, &notes);
-  ASSERT_EQ(plan.flips, 2);
-  ASSERT_EQ(reports.size(), static_cast<size_t>(GetParam().nodes));
-  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  const std::string notes = LoseNode0AndRestore(&plan, "decode");
+  EXPECT_EQ(plan.flips, 2);
   EXPECT_NE(notes.find("it is decoded again (attempt 2)"), std::string::npos) << notes;
   EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
                        "is planned again (attempt 3)"),
@@ -1325,25 +1327,21 @@ TEST_P(SecondParityTest, ADecodeThatFailsAgainIsBlamedOnItsParity) {
       << notes;
 }
 
-// A parity row that really is damaged (a byte of node `holder`'s parity
-// regions of v2 flipped in its store, so that they fail their sealed
-// crc32c): the decode that read one fails the end-to-end check, its holder's
-// check finds it, and only that row is marked bad at once; the second plan
-// rebuilds node 0 from memory with another row, not running the same
-// decode again.
+// A parity row that really is damaged (a byte of node 1's parity regions of
+// v2 flipped in its store, so that they fail their sealed crc32c): the
+// decode that read one fails the end-to-end check, its holder's check finds
+// it, and only that row is marked bad at once; the second plan rebuilds
+// node 0 from memory with another row, not running the same decode again.
 TEST_P(SecondParityTest, ADamagedParityRowIsBlamedAtOnce) {
-  const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(1);
-  SaveOnAll(2);
-  cks_.clear();
-  const int holder = 1;
-  {
+  FlipPlan none;
+  none.max_flips = 0;
+  int flipped = 0;
+  const std::string notes = LoseNode0AndRestore(&none, "decode", [&] {
+    const int holder = 1;
     auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     const int slot = store->Inventory().NewestCommitted();
     ASSERT_GE(slot, 0);
-    int flipped = 0;
     for (int g = 0; g < store->region_count(); ++g) {
       if (store->layout().regions[g].kind != RegionKind::kParity) continue;
       auto view = store->ReadRegion(slot, g);
@@ -1353,16 +1351,8 @@ TEST_P(SecondParityTest, ADamagedParityRowIsBlamedAtOnce) {
       EXPECT_FALSE(store->VerifyRegion(slot, g).ok()) << store->layout().regions[g].name;
       ++flipped;
     }
-    ASSERT_GT(flipped, 0) << "node " << holder << " holds no parity row";
-  }
-  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
-  std::filesystem::remove_all(remote_dir_);  // memory must serve
-  Launch(n);
-  auto reports = RestoreAll("node 1's parity rows damaged, node 0 lost");
-  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
-  EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
-  std::string notes;
-  for (const auto& rep : reports) notes += rep.ToString();
+  });
+  ASSERT_GT(flipped, 0) << "node 1 holds no parity row";
   EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
                        "is planned again (attempt 2)"),
             std::string::npos)

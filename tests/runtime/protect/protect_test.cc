@@ -987,7 +987,8 @@ TEST_P(MinimalReprotectTest, SnapshotDoesNotWaitForTheNetwork) {
 // A byte of node 0's v2 replica changed on the way to node 1: node 1 seals
 // its copy with the sender's chunk crc, not with a hash of what it received,
 // so the copy fails its sealed crc32c as node 0 receives it (before any
-// end-to-end check), is marked bad, and node 0 comes back from node 2's copy.
+// end-to-end check); node 1's own check of its copy fails too, so it is
+// marked bad at once, and node 0 comes back from node 2's copy.
 TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
   const int n = GetParam().nodes;
   std::shared_ptr<FlipOnWireTransport> wire;
@@ -1015,6 +1016,8 @@ TEST_P(SecondSourceTest, ByteChangedOnTheWireFailsTheHoldersSeal) {
             std::string::npos)
       << notes;
   EXPECT_EQ(notes.find("end-to-end"), std::string::npos) << notes;
+  // Node 1's copy fails its seal on node 1 too: blamed at once, not sent again.
+  EXPECT_EQ(notes.find("sent again"), std::string::npos) << notes;
 }
 
 // Relaunching on fewer nodes than the checkpoint was protected for is not a

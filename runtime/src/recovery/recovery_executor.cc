@@ -628,8 +628,14 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
   MEMENTO_ASSIGN_OR_RETURN(auto all,
                            parts_.transport->Allgather(mine.data(), mine.size() * sizeof(int32_t)));
   std::set<ServedCopyId> bad;
-  for (const std::vector<uint8_t>& rec : all) {
-    if (rec.size() % (5 * sizeof(int32_t)) != 0) return Status::Corruption("copy check record");
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    const std::vector<uint8_t>& rec = all[rank];
+    if (rec.size() % (5 * sizeof(int32_t)) != 0) {
+      return Status::Corruption("restore: rank " + std::to_string(rank) +
+                                "'s record of failed copy checks has " +
+                                std::to_string(rec.size()) + " bytes, not a multiple of " +
+                                std::to_string(5 * sizeof(int32_t)));
+    }
     if (rec.empty()) continue;
     std::vector<int32_t> v(rec.size() / sizeof(int32_t));
     std::memcpy(v.data(), rec.data(), rec.size());

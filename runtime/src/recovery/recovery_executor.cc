@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <optional>
@@ -25,13 +26,15 @@ double SecondsSince(Clock::time_point t0) {
 
 std::string V(uint64_t version) { return "v" + std::to_string(version); }
 
-// Pieces of one replica transfer in flight at once (one stream each), so
-// that a piece's completion latency overlaps the next pieces' transfer
-// instead of adding to every piece's time.
-constexpr int kTransferStreams = 3;
-// Tags of one transfer: its header, then one per stream.
-constexpr size_t TransferTags() { return 1 + kTransferStreams; }
-// Tag k of transfer i: k = 0 its header, 1 + j its stream j.
+// Pieces of one replica transfer in flight at once where the transport
+// tests transfers without blocking (MPI, in-process), all driven by one
+// thread a side: a piece's completion latency overlaps the next pieces'
+// transfer, and no other thread polls beside it. Elsewhere (Gloo) one at a
+// time: its receives happen inside Wait.
+constexpr size_t kTransferWindow = 4;
+// Tags of one transfer: its header, then its pieces, in order.
+constexpr size_t TransferTags() { return 2; }
+// Tag k of transfer i: k = 0 its header, 1 its pieces.
 int TransferTag(size_t i, size_t k) { return wire::RecoverTag(TransferTags() * i + k); }
 
 }  // namespace
@@ -324,20 +327,6 @@ void RecoveryExecutor::DropLanding() {
   landed_ = ShardLanding();
 }
 
-// Runs fn(0) .. fn(n - 1) at once, one thread each (fn(0) on this one); the
-// first failure in index order.
-Status RunStreams(int n, const std::function<Status(int)>& fn) {
-  std::vector<Status> status(n);
-  std::vector<std::thread> threads;
-  for (int j = 1; j < n; ++j) threads.emplace_back([&, j] { status[j] = fn(j); });
-  status[0] = fn(0);
-  for (auto& t : threads) t.join();
-  for (const Status& s : status) {
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
-}
-
 Status RecoveryExecutor::SendReplica(size_t i) {
   const Transfer& t = transfers_[i];
   const int tag = TransferTag(i, 0);
@@ -357,18 +346,26 @@ Status RecoveryExecutor::SendReplica(size_t i) {
   MEMENTO_RETURN_IF_ERROR(parts_.transport->Send(t.dst, tag, &h, sizeof(h)));
   if (!view.ok()) return view.status();
   // Pieces of one chunk (the MPI count limit is 2 GiB, a shard may be
-  // larger), kTransferStreams of them in flight: piece p goes on stream
-  // p % kTransferStreams, each stream with its own tag, in order.
+  // larger), in order, up to kTransferWindow of them started at once.
   const uint64_t piece = parts_.chunk_bytes;
-  return RunStreams(kTransferStreams, [&](int j) -> Status {
-    for (uint64_t off = j * piece; off < h.length; off += kTransferStreams * piece) {
-      const uint64_t n = std::min(piece, h.length - off);
-      MEMENTO_RETURN_IF_ERROR(
-          parts_.transport->Send(t.dst, TransferTag(i, 1 + j), view->data + off, n));
-      sent_ += n;
-    }
+  const size_t window = parts_.transport->TestsTransfers() ? kTransferWindow : 1;
+  std::deque<std::pair<std::unique_ptr<Transport::PendingTransfer>, uint64_t>> flight;
+  auto finish_oldest = [&]() -> Status {
+    auto [sending, n] = std::move(flight.front());
+    flight.pop_front();
+    MEMENTO_RETURN_IF_ERROR(sending->Wait().status());
+    sent_ += n;
     return Status::Ok();
-  });
+  };
+  for (uint64_t off = 0; off < h.length; off += piece) {
+    const uint64_t n = std::min(piece, h.length - off);
+    MEMENTO_ASSIGN_OR_RETURN(
+        auto sending, parts_.transport->StartSend(t.dst, TransferTag(i, 1), view->data + off, n));
+    flight.emplace_back(std::move(sending), n);
+    if (flight.size() >= window) MEMENTO_RETURN_IF_ERROR(finish_oldest());
+  }
+  while (!flight.empty()) MEMENTO_RETURN_IF_ERROR(finish_oldest());
+  return Status::Ok();
 }
 
 Status RecoveryExecutor::ReceiveReplica(size_t i) {
@@ -380,34 +377,53 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
   if (!n.ok()) return n.status().WithContext("restore: header from " + from);
   if (!h.ok) return Status::Unavailable("restore: " + from + " cannot serve its part");
   // Pieces land where the shard goes (straight into the slot when a piece
-  // lies within one entry), on the sender's streams; every piece is
-  // received whatever happens, so that the sender's streams complete.
+  // lies within one entry, else through a buffer of their window position),
+  // up to kTransferWindow receives posted at once, landed in order. A replica
+  // of another length is received all the same (into those buffers), so
+  // that the sender's transfer completes.
   const bool fits = h.length == landed_.size();
-  std::atomic<uint64_t> received{0};
   const uint64_t piece = parts_.chunk_bytes;
-  Status got = RunStreams(kTransferStreams, [&](int j) -> Status {
-    std::vector<uint8_t> bounce;
-    for (uint64_t off = j * piece; off < h.length; off += kTransferStreams * piece) {
-      const uint64_t want = std::min(piece, h.length - off);
-      uint8_t* dst = fits ? landed_.Span(off, want) : nullptr;
-      if (dst == nullptr) {
-        bounce.resize(want);
-        dst = bounce.data();
-      }
-      MEMENTO_ASSIGN_OR_RETURN(size_t got,
-                               parts_.transport->Recv(t.src, TransferTag(i, 1 + j), dst, want));
-      if (got != want) {
-        return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " +
-                                  from + ", expected " + std::to_string(want));
-      }
-      if (fits && dst == bounce.data()) landed_.Write(off, dst, want);
-      if (fits && landed_copy_) landed_copy_->Piece(off, want);
-      received += want;
+  const size_t window = parts_.transport->TestsTransfers() ? kTransferWindow : 1;
+  std::vector<std::vector<uint8_t>> bounce(window);
+  struct Posted {
+    std::unique_ptr<Transport::PendingTransfer> receiving;
+    uint64_t off = 0, want = 0;
+    bool bounced = false;
+    size_t buffer = 0;
+  };
+  std::deque<Posted> posted;
+  auto land_oldest = [&]() -> Status {
+    Posted p = std::move(posted.front());
+    posted.pop_front();
+    MEMENTO_ASSIGN_OR_RETURN(size_t got, p.receiving->Wait());
+    if (got != p.want) {
+      return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " + from +
+                                ", expected " + std::to_string(p.want));
     }
+    received_ += p.want;
+    if (!fits) return Status::Ok();
+    if (p.bounced) landed_.Write(p.off, bounce[p.buffer].data(), p.want);
+    if (landed_copy_) landed_copy_->Piece(p.off, p.want);
     return Status::Ok();
-  });
-  received_ += received.load();
-  MEMENTO_RETURN_IF_ERROR(got);
+  };
+  size_t index = 0;
+  for (uint64_t off = 0; off < h.length; off += piece, ++index) {
+    Posted p;
+    p.off = off;
+    p.want = std::min(piece, h.length - off);
+    p.buffer = index % window;
+    uint8_t* dst = fits ? landed_.Span(off, p.want) : nullptr;
+    if (dst == nullptr) {
+      bounce[p.buffer].resize(p.want);
+      dst = bounce[p.buffer].data();
+      p.bounced = true;
+    }
+    MEMENTO_ASSIGN_OR_RETURN(p.receiving,
+                             parts_.transport->StartRecv(t.src, TransferTag(i, 1), dst, p.want));
+    posted.push_back(std::move(p));
+    if (posted.size() >= window) MEMENTO_RETURN_IF_ERROR(land_oldest());
+  }
+  while (!posted.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
   if (!fits) {
     return Status::Corruption("restore: replica of " + std::to_string(h.length) + " bytes from " +
                               from + ", the shard has " + std::to_string(landed_.size()));

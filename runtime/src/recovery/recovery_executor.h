@@ -15,10 +15,11 @@
 //     restore reads each byte once and the transfer starts at once.
 //  3. Transfer. Replica sources become transfers (holder -> owner, the whole
 //     shard) with a PayloadHeader (length, crc32c) then the payload in chunk
-//     pieces, 3 in flight on streams of their own tags (a piece's completion
-//     latency overlaps the next ones); every outgoing transfer runs on its
-//     own threads and the incoming ones are received in list order on the
-//     calling thread, so no ordering between ranks can deadlock. Decodes
+//     pieces, up to 4 in flight and driven by one thread a side (a piece's
+//     completion latency overlaps the next ones; no other thread polls
+//     beside it); every outgoing transfer runs on a thread of its own and
+//     the incoming ones are received in list order on the calling thread,
+//     so no ordering between ranks can deadlock. Decodes
 //     run as partial-product reduce chains (partial_decode.h). A copied or
 //     decoded shard lands where it stays (ShardLanding: a lost node's rank
 //     receives straight into the fresh slot the re-protect seals) and is

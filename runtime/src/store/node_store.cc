@@ -818,24 +818,27 @@ StoreInventory NodeStore::Inventory() const {
 
 Result<RegionView> NodeStore::ReadRegion(int slot, int region) const {
   if (!segment_.valid()) return Status::FailedPrecondition("ReadRegion: no store");
-  const std::string where = "node store " + segment_.name() + " slot " + std::to_string(slot);
+  // Built only on an error: readers call this for every piece they serve.
+  auto where = [&] { return "node store " + segment_.name() + " slot " + std::to_string(slot); };
   if (slot < 0 || slot >= slot_count_ || region < 0 || region >= region_count()) {
-    return Status::InvalidArgument(where + " region " + std::to_string(region) + ": out of range");
+    return Status::InvalidArgument(where() + " region " + std::to_string(region) +
+                                   ": out of range");
   }
   SlotPtrs p = SlotAt(SlotControl(slot));
   if (LoadAcquire(&p.header->state) != f::kStateSealed) {
-    return Status::FailedPrecondition(where + ": not sealed");
+    return Status::FailedPrecondition(where() + ": not sealed");
   }
   const uint32_t committed = LoadAcquire(&p.header->committed);
   f::SlotHeader h;
   std::memcpy(&h, p.header, sizeof(h));
   std::string problem = CheckSlotHeader(h, committed, slot, region_count(), job_hash_);
-  if (!problem.empty()) return Status::Corruption(where + ": " + problem);
+  if (!problem.empty()) return Status::Corruption(where() + ": " + problem);
   f::RegionSeal seal;
   std::memcpy(&seal, &p.seals[region], sizeof(seal));
   problem = CheckSeal(seal, region, layout_.regions[region], job_hash_, h.version);
   if (!problem.empty()) {
-    return Status::Corruption(where + " region '" + layout_.regions[region].name + "': " + problem);
+    return Status::Corruption(where() + " region '" + layout_.regions[region].name +
+                              "': " + problem);
   }
   RegionView v;
   v.data = segment_.data() + slot_data_offset_ + slot_stride_ * slot + region_offsets_[region];

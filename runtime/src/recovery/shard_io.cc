@@ -20,26 +20,26 @@
 namespace memento::runtime {
 namespace {
 
-// Bytes hashed per step while copying out of a slot (stays in cache).
+// Bytes copied and hashed per step (a piece is still in the cache when it
+// is hashed).
 constexpr uint64_t kPiece = 256 << 10;
 
 // Copies n bytes from src into entry `e`'s buffer at offset `at`, piece by
-// piece, hashing them as they land (host) or as they leave src (device) into
-// *crc and, when given, *also.
+// piece, hashing them as they leave src into *crc and, when given, *also.
+// Host buffers are written with streaming stores (Crc32cStream::UpdateCopy):
+// a restored shard is far larger than the cache.
 Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, uint64_t n,
                      erasure::Crc32cStream* crc, erasure::Crc32cStream* also) {
   for (uint64_t done = 0; done < n; done += kPiece) {
     const uint64_t k = std::min(kPiece, n - done);
     uint8_t* dst = e.data + at + done;
-    const uint8_t* hashed = src + done;
     if (e.device) {
       MEMENTO_RETURN_IF_ERROR(CopyBytes(dst, src + done, k, true));
+      crc->Update(src + done, k);
     } else {
-      std::memcpy(dst, src + done, k);
-      hashed = dst;
+      crc->UpdateCopy(dst, src + done, k);
     }
-    crc->Update(hashed, k);
-    if (also != nullptr) also->Update(hashed, k);
+    if (also != nullptr) also->Update(src + done, k);
   }
   return Status::Ok();
 }

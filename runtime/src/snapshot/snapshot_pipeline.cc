@@ -1,17 +1,12 @@
 #include "snapshot/snapshot_pipeline.h"
 
 #include <algorithm>
-#include <cstring>
 
-#include "snapshot/device_copy.h"
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
+#include "snapshot/device_copy.h"
 
 namespace memento::runtime {
-namespace {
-// Piece size for copy-then-hash: small enough to still be in L2 when hashed.
-constexpr uint64_t kPiece = 256 << 10;
-}  // namespace
 
 SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
                                    std::function<Status(Stage, uint64_t)> hook)
@@ -100,12 +95,11 @@ void SnapshotPipeline::RunTask(size_t index) {
     status = CopyBytes(task.dst, task.src, task.length, true, &fence_);
     if (status.ok()) crc = erasure::Crc32c(task.dst, task.length);
   } else {
+    // The store's copy is read next by the protect (from memory: a shard is
+    // far larger than the cache), so it is written without reading its
+    // lines first, and hashed from the source while that is in the cache.
     erasure::Crc32cStream stream;
-    for (uint64_t done = 0; done < task.length; done += kPiece) {
-      const uint64_t n = std::min(kPiece, task.length - done);
-      std::memcpy(task.dst + done, task.src + done, n);
-      stream.Update(task.dst + done, n);
-    }
+    stream.UpdateCopy(task.dst, task.src, task.length);
     crc = stream.value();
   }
   if (status.ok()) {

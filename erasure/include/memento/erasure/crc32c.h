@@ -24,6 +24,18 @@ class Crc32cStream {
  public:
   Crc32cStream() = default;
   void Update(const void* data, size_t size);
+  // Copies `size` bytes from src to dst and hashes them as Update(src, size)
+  // does, reading src once: piece by piece, each piece hashed from src while
+  // it is still in the cache. On x86-64 dst is written with non-temporal
+  // stores (SSE2), which do not first read dst's lines into the cache, and a
+  // store fence ends the copy, so that a thread that synchronizes with this
+  // one afterwards sees the bytes. For copies far larger than the cache
+  // whose destination is not read again at once (a snapshot into the node
+  // store, a restore into the buffers): on the machines measured, a third
+  // faster than memcpy followed by a hash of dst. The crc is of the bytes
+  // read from src; dst holds the same unless src changes during the copy.
+  // Elsewhere: memcpy, then Update(dst).
+  void UpdateCopy(void* dst, const void* src, size_t size);
   uint32_t value() const { return ~state_; }
   void Reset() { state_ = 0xFFFFFFFFu; }
 

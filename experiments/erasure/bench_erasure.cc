@@ -1,7 +1,7 @@
 // bench_erasure: encode and decode throughput of the erasure codecs, as a
 // ratio of memcpy of the same bytes measured in the same run (DESIGN §9).
 //
-//   bench_erasure [--json] [--bytes N] [--reps R] [--threads 1,2]
+//   bench_erasure [--json] [--bytes N] [--reps R] [--threads 1,2] [--copy-crc]
 //
 // bytes = total DATA bytes of one stripe (k rows of bytes/k each, rounded
 // down to a multiple of 64 per row). Every throughput is bytes / time:
@@ -14,6 +14,16 @@
 // faults); one warm-up round, then `reps` rounds in which memcpy, encode and
 // decode run back to back; each reports its median round.
 // Without --json a table is printed; with --json one object per line.
+//
+// --copy-crc measures instead what a snapshot (and a restore into the
+// buffers) does per byte: copy `bytes` and compute their crc32c, in 256 KiB
+// pieces, each of `threads` threads on a part of its own (as ranks sharing
+// the cores copy their own shards), against memcpy of the same bytes:
+//   memcpy       memcpy alone
+//   then_crc     memcpy, then Crc32cStream::Update of the destination piece
+//   update_copy  Crc32cStream::UpdateCopy (streaming stores, the source
+//                hashed while in cache: what the runtime uses)
+// The crcs of both kinds are checked against each other.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -30,6 +40,7 @@
 #include <vector>
 
 #include "decimal_validator.h"
+#include "memento/erasure/crc32c.h"
 #include "memento/erasure/rs_codec.h"
 #include "memento/erasure/xor_codec.h"
 
@@ -45,6 +56,7 @@ struct Args {
   size_t bytes = size_t{64} << 20;
   int reps = 7;
   std::vector<int> threads = {1, 2};
+  bool copy_crc = false;
 };
 
 struct Config {
@@ -164,6 +176,97 @@ Row Measure(const Config& config, const Codec& codec, const Args& args, int thre
              gbps(Median(t_memcpy))};
 }
 
+// Copy + crc32c of `bytes` by `threads` threads, each on a part of its own.
+struct CopyRow {
+  size_t bytes;
+  int threads;
+  double memcpy_gbps, then_crc_gbps, update_copy_gbps;
+};
+
+CopyRow MeasureCopyCrc(const Args& args, int threads) {
+  constexpr size_t kPiece = size_t{256} << 10;  // as the snapshot's pieces
+  const size_t part = std::max<size_t>(64, args.bytes / threads / 64 * 64);
+  const size_t bytes = part * threads;
+  Buffer src = Allocate(bytes), dst = Allocate(bytes);
+  for (size_t i = 0; i < bytes; ++i) src.get()[i] = static_cast<uint8_t>(i * 131 + (i >> 13));
+  std::memset(dst.get(), 0, bytes);
+  std::vector<uint32_t> crc_then(threads), crc_update(threads);
+  // fn(t) on thread t (t = 0 on this one), all at once.
+  auto on_threads = [&](const std::function<void(int)>& fn) {
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) workers.emplace_back(fn, t);
+    fn(0);
+    for (auto& w : workers) w.join();
+  };
+  auto copy_only = [&](int t) { std::memcpy(dst.get() + t * part, src.get() + t * part, part); };
+  auto then_crc = [&](int t) {
+    memento::erasure::Crc32cStream crc;
+    for (size_t done = 0; done < part; done += kPiece) {
+      const size_t n = std::min(kPiece, part - done);
+      uint8_t* d = dst.get() + t * part + done;
+      std::memcpy(d, src.get() + t * part + done, n);
+      crc.Update(d, n);
+    }
+    crc_then[t] = crc.value();
+  };
+  auto update_copy = [&](int t) {
+    memento::erasure::Crc32cStream crc;
+    crc.UpdateCopy(dst.get() + t * part, src.get() + t * part, part);
+    crc_update[t] = crc.value();
+  };
+  std::vector<double> t_copy, t_then, t_update;
+  for (int rep = -1; rep < args.reps; ++rep) {  // rep -1: warm-up
+    const double tc = Seconds([&] { on_threads(copy_only); });
+    const double tt = Seconds([&] { on_threads(then_crc); });
+    const double tu = Seconds([&] { on_threads(update_copy); });
+    if (rep >= 0) {
+      t_copy.push_back(tc);
+      t_then.push_back(tt);
+      t_update.push_back(tu);
+    }
+  }
+  if (crc_then != crc_update || std::memcmp(dst.get(), src.get(), bytes) != 0) {
+    std::fprintf(stderr, "bench_erasure: UpdateCopy differs from memcpy + crc32c\n");
+    std::exit(1);
+  }
+  auto gbps = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
+  return CopyRow{bytes, threads, gbps(Median(t_copy)), gbps(Median(t_then)),
+                 gbps(Median(t_update))};
+}
+
+void PrintCopyCrc(const Args& args) {
+  if (!args.json) {
+    std::printf("copy + crc32c vs memcpy of the same bytes (median of %d reps)\n", args.reps);
+    std::printf("%12s %7s %10s %10s %12s %9s %9s %11s\n", "bytes", "threads", "memcpy", "then_crc",
+                "update_copy", "then/cpy", "upd/cpy", "upd/then");
+    std::printf("%12s %7s %10s %10s %12s %9s %9s %11s\n", "", "", "GB/s", "GB/s", "GB/s", "", "",
+                "");
+  }
+  for (int threads : args.threads) {
+    const CopyRow row = MeasureCopyCrc(args, threads);
+    const double then = row.then_crc_gbps / row.memcpy_gbps;
+    const double update = row.update_copy_gbps / row.memcpy_gbps;
+    const double gain = row.update_copy_gbps / row.then_crc_gbps;
+    if (args.json) {
+      const nlohmann::ordered_json line = {{"measure", "copy_crc32c"},
+                                           {"bytes", row.bytes},
+                                           {"threads", threads},
+                                           {"reps", args.reps},
+                                           {"memcpy_gbps", row.memcpy_gbps},
+                                           {"then_crc_gbps", row.then_crc_gbps},
+                                           {"update_copy_gbps", row.update_copy_gbps},
+                                           {"then_crc_vs_memcpy", then},
+                                           {"update_copy_vs_memcpy", update},
+                                           {"update_copy_vs_then_crc", gain}};
+      std::printf("%s\n", line.dump().c_str());
+    } else {
+      std::printf("%12zu %7d %10.2f %10.2f %12.2f %8.2fx %8.2fx %10.2fx\n", row.bytes, threads,
+                  row.memcpy_gbps, row.then_crc_gbps, row.update_copy_gbps, then, update, gain);
+    }
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 using memento::experiments::kDecimal;
@@ -191,12 +294,18 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(kDecimal)
       ->check(CLI::Range(1, 256));
+  app.add_flag("--copy-crc", args.copy_crc,
+               "measure copy + crc32c (the snapshot's per-byte work) instead of the codecs");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::fprintf(stderr, "bench_erasure: %s\n(see bench_erasure --help)\n", e.what());
     return 2;
+  }
+  if (args.copy_crc) {
+    PrintCopyCrc(args);
+    return 0;
   }
   const std::vector<Config> configs = {
       {"xor", 4, 1}, {"xor", 8, 1}, {"rs", 4, 2}, {"rs", 6, 2}, {"rs", 8, 3}};

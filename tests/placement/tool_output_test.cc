@@ -165,6 +165,25 @@ TEST(ToolOutputTest, BenchErasureJsonLinesParseBack) {
     start = end + 1;
   }
   EXPECT_EQ(lines, 5);  // xor 4+1, 8+1, rs 4+2, 6+2, 8+3
+  r = RunCommand(std::string(MEMENTO_BENCH_ERASURE_PATH) +
+                 " --copy-crc --json --bytes 4096 --reps 1 --threads 1,2");
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  lines = 0;
+  start = 0;
+  while (start < r.out.size()) {
+    const size_t end = r.out.find('\n', start);
+    const nlohmann::json j = nlohmann::json::parse(r.out.substr(start, end - start));
+    EXPECT_EQ(j.at("measure"), "copy_crc32c");
+    EXPECT_EQ(j.at("threads"), lines + 1);
+    EXPECT_GT(j.at("update_copy_gbps").get<double>(), 0);
+    EXPECT_NEAR(j.at("update_copy_vs_memcpy").get<double>(),
+                j["update_copy_gbps"].get<double>() / j["memcpy_gbps"].get<double>(), 1e-9);
+    EXPECT_NEAR(j.at("update_copy_vs_then_crc").get<double>(),
+                j["update_copy_gbps"].get<double>() / j["then_crc_gbps"].get<double>(), 1e-9);
+    ++lines;
+    start = end + 1;
+  }
+  EXPECT_EQ(lines, 2);  // one per thread count
   for (const char* bad : {"--bytes 0x1000", "--bytes ' 4096'", "--reps +1", "--threads 1,x"}) {
     r = RunCommand(std::string(MEMENTO_BENCH_ERASURE_PATH) + " " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.all;

@@ -28,6 +28,7 @@ uint32_t Advance(uint32_t state, const unsigned char* p, size_t size) {
   }
   return state;
 }
+
 // Bytes copied and hashed per step of UpdateCopy: small enough that the
 // piece just read from src is still in the core's cache when it is hashed.
 constexpr size_t kCopyPiece = size_t{256} << 10;
@@ -78,7 +79,7 @@ void Crc32cStream::UpdateCopy(void* dst, const void* src, size_t size) {
 #else
   for (size_t done = 0; done < size; done += kCopyPiece) {
     const size_t n = std::min(kCopyPiece, size - done);
-    if (n > 0) std::memcpy(d + done, s + done, n);
+    std::memcpy(d + done, s + done, n);
     state_ = Advance(state_, d + done, n);
   }
 #endif

@@ -29,8 +29,9 @@ std::string V(uint64_t version) { return "v" + std::to_string(version); }
 // Pieces of one replica transfer in flight at once where the transport
 // tests transfers without blocking (MPI, in-process), all driven by one
 // thread a side: a piece's completion latency overlaps the next pieces'
-// transfer, and no other thread polls beside it. Elsewhere (Gloo) one at a
-// time: its receives happen inside Wait.
+// transfer, and no other thread polls beside it. Elsewhere (transports
+// without a non-blocking Test: Gloo, wrappers that do not forward it) one at
+// a time: their receives happen inside Wait.
 constexpr size_t kTransferWindow = 4;
 // Tags of one transfer: its header, then its pieces, in order.
 constexpr size_t TransferTags() { return 2; }

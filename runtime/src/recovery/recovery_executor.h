@@ -155,7 +155,7 @@ class RecoveryExecutor {
   // This rank's shard into its buffers: a survivor's own copy joined (started
   // with the attempt), a landed shard checked and copied.
   Status RestoreMyShard(Behind* own_copy);
-  // The landed shard copied into the buffers, hashed as it lands, and
+  // The landed shard copied into the buffers, hashed as it is copied, and
   // checked: a replica against its holder's seal, every entry against its
   // owner's seals (a mismatch sets mismatch_); then its entries are sealed
   // in the slot.

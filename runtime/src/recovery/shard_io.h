@@ -57,8 +57,8 @@ Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64
 // Copies a shard into the registered buffers piece by piece while it is
 // still landing, so that the copy overlaps the transfer instead of following
 // it: every piece, once landed (any thread, any order), is copied from the
-// landing into the buffers and hashed as it lands (host) or as it leaves the
-// landing (device); Finish combines the pieces' crc32c (Crc32cCombine) into
+// landing into the buffers and hashed as it leaves the landing (host buffers
+// with streaming stores); Finish combines the pieces' crc32c (Crc32cCombine) into
 // each entry's and the whole shard's. Pieces must not overlap; a failed copy
 // or a shard not covered exactly makes Finish return false, and the caller
 // then copies the landed shard in one pass (ShardIo::CopyLandedToBuffers).
@@ -94,7 +94,7 @@ class ShardIo {
           const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport);
 
   // Copies the sealed entries of `slot` (which must hold `version`) into the
-  // buffers, hashing the bytes as they land; Corruption naming the entry on
+  // buffers, hashing the bytes as they leave the slot; Corruption naming the entry on
   // a size, version or crc32c mismatch, or if the slot changed meanwhile.
   Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const;
 
@@ -103,7 +103,7 @@ class ShardIo {
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const;
 
   // Copies a landed shard into the buffers in one pass, hashing the bytes as
-  // they land: *crcs gets every entry's crc32c, *whole that of the whole
+  // they leave the landing: *crcs gets every entry's crc32c, *whole that of the whole
   // shard (its entries in order). The caller checks them (CheckAgainstSeals)
   // before the restore counts: a shard that fails leaves the attempt failed
   // and the buffers to the next one, as a local copy that fails does.

@@ -5,8 +5,10 @@
 // layout (its vector is reused across versions: no allocation per Save).
 // Workers claim chunks with one atomic counter, so big and small entries
 // spread evenly; each chunk is copied in cache-sized pieces and its crc32c is
-// computed on the destination right after each piece is copied, while the
-// piece is still in cache: one pass over memory for copy + hash.
+// computed on the source right after each piece is copied, while the piece
+// is still in cache: one pass over memory for copy + hash (host buffers:
+// Crc32cStream::UpdateCopy, with streaming stores; device buffers: hashed
+// in the destination, pinned host memory, once copied).
 //
 // Thread-safety: Start and the version lifecycle are driven by one thread at
 // a time (the Checkpointer's application thread); WaitCopied may be called

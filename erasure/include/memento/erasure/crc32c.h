@@ -25,8 +25,8 @@ class Crc32cStream {
   Crc32cStream() = default;
   void Update(const void* data, size_t size);
   // Copies `size` bytes from src to dst and hashes them as Update(src, size)
-  // does, reading src once: piece by piece, each piece hashed from src while
-  // it is still in the cache. On x86-64 dst is written with non-temporal
+  // does, reading src from memory once: piece by piece, each piece hashed
+  // from src while it is still in the cache. On x86-64 dst is written with non-temporal
   // stores (SSE2), which do not first read dst's lines into the cache, and a
   // store fence ends the copy, so that a thread that synchronizes with this
   // one afterwards sees the bytes. For copies far larger than the cache

@@ -459,23 +459,30 @@ Status RecoveryExecutor::RunDecodes() {
   auto decode_of = [&](int c) -> const placement::StripeDecode& {
     return plan_.decodes[chain_info_[c].decode];
   };
+  // Byte `off` of row `row` of a stripe, within this rank's shard.
+  auto row_offset = [](const placement::StripeDecode& dec, int row, uint64_t off) {
+    return static_cast<uint64_t>(row) * dec.piece_bytes + off;
+  };
   // Input rows: a survivor's data row is a piece of its shard, a parity row
   // its parity region. Hops fold them straight from the sealed slot (and a
   // first term sends its row from there: `options.span` below); the reader
   // copies only pieces that straddle two entries or pass the end, and says
   // why a row cannot be read.
+  auto parity_region = [&](const placement::StripeDecode& dec,
+                           const placement::StripeRow& in) -> Result<RegionView> {
+    const int region = pl_.ParityRegion(dec.stripe, in.row);
+    if (region < 0) return Status::Internal("no parity region for the plan's row");
+    return parts_.store->ReadRegion(*my_slot_, region);
+  };
   auto reader = [&](int c, const ReduceTerm& term, uint64_t off, uint64_t len,
                     uint8_t* dst) -> Status {
     if (!my_slot_) return Status::NotFound(V(plan_.version) + " not in this store");
     const placement::StripeDecode& dec = decode_of(c);
     const placement::StripeRow& in = dec.inputs[term.row_id];
     if (!in.parity) {
-      return parts_.io->ReadRange(*my_slot_, nullptr,
-                                  static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len, dst);
+      return parts_.io->ReadRange(*my_slot_, nullptr, row_offset(dec, in.row, off), len, dst);
     }
-    const int region = pl_.ParityRegion(dec.stripe, in.row);
-    if (region < 0) return Status::Internal("no parity region for the plan's row");
-    MEMENTO_ASSIGN_OR_RETURN(RegionView view, parts_.store->ReadRegion(*my_slot_, region));
+    MEMENTO_ASSIGN_OR_RETURN(RegionView view, parity_region(dec, in));
     if (off + len > view.length) return Status::Corruption("parity region too short");
     std::memcpy(dst, view.data + off, len);
     return Status::Ok();
@@ -484,8 +491,7 @@ Status RecoveryExecutor::RunDecodes() {
   // piece that straddles two entries comes through a buffer and is copied.
   auto shard_offset = [&](int c, uint64_t off) {
     const placement::StripeDecode& dec = decode_of(c);
-    const placement::StripeRow& rb = dec.rebuilt[chain_info_[c].rebuilt];
-    return static_cast<uint64_t>(rb.row) * dec.piece_bytes + off;
+    return row_offset(dec, dec.rebuilt[chain_info_[c].rebuilt].row, off);
   };
   RowSink sink;
   sink.span = [&](int c, uint64_t off, uint64_t len) {
@@ -519,12 +525,9 @@ Status RecoveryExecutor::RunDecodes() {
     const placement::StripeDecode& dec = decode_of(c);
     const placement::StripeRow& in = dec.inputs[term.row_id];
     if (!in.parity) {
-      return parts_.io->SpanOfRange(*my_slot_, nullptr,
-                                    static_cast<uint64_t>(in.row) * dec.piece_bytes + off, len);
+      return parts_.io->SpanOfRange(*my_slot_, nullptr, row_offset(dec, in.row, off), len);
     }
-    const int region = pl_.ParityRegion(dec.stripe, in.row);
-    if (region < 0) return nullptr;
-    Result<RegionView> view = parts_.store->ReadRegion(*my_slot_, region);
+    Result<RegionView> view = parity_region(dec, in);  // else the reader says why
     return view.ok() && off + len <= view->length ? view->data + off : nullptr;
   };
   ReduceBytes bytes;
@@ -644,19 +647,20 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
   }
   MEMENTO_ASSIGN_OR_RETURN(auto all,
                            parts_.transport->Allgather(mine.data(), mine.size() * sizeof(int32_t)));
+  constexpr size_t kFields = std::tuple_size_v<ServedCopyId>;
+  constexpr size_t kRecordBytes = kFields * sizeof(int32_t);
   std::set<ServedCopyId> bad;
   for (size_t rank = 0; rank < all.size(); ++rank) {
     const std::vector<uint8_t>& rec = all[rank];
-    if (rec.size() % (5 * sizeof(int32_t)) != 0) {
-      return Status::Corruption("restore: rank " + std::to_string(rank) +
-                                "'s record of failed copy checks has " +
-                                std::to_string(rec.size()) + " bytes, not a multiple of " +
-                                std::to_string(5 * sizeof(int32_t)));
+    if (rec.size() % kRecordBytes != 0) {
+      return Status::Corruption(
+          "restore: rank " + std::to_string(rank) + "'s record of failed copy checks has " +
+          std::to_string(rec.size()) + " bytes, not a multiple of " + std::to_string(kRecordBytes));
     }
     if (rec.empty()) continue;
     std::vector<int32_t> v(rec.size() / sizeof(int32_t));
     std::memcpy(v.data(), rec.data(), rec.size());
-    for (size_t i = 0; i < v.size(); i += 5) {
+    for (size_t i = 0; i < v.size(); i += kFields) {
       bad.emplace(v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
     }
   }

@@ -13,6 +13,7 @@
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento::torch_adapter {
 namespace {
@@ -21,7 +22,7 @@ using runtime::Config;
 
 std::string UniqueJob(const std::string& what) {
   static std::atomic<int> n{0};
-  return "tt-" + what + "-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+  return "tt-" + what + "-" + runtime::testing::ProcessTag() + "-" + std::to_string(n++);
 }
 
 struct JobGuard {

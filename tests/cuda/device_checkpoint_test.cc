@@ -18,6 +18,7 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento::runtime {
 namespace {
@@ -44,7 +45,7 @@ class DeviceCheckpointTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device on this machine";
     }
     job_ = "cuda-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-           "-" + std::to_string(getpid());
+           "-" + testing::ProcessTag();
     for (char& c : job_) {
       if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
     }

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 CLI = os.environ["MEMENTO_TEST_CLI"]
 DEMO = os.environ["MEMENTO_TEST_DEMO"]
@@ -106,7 +107,8 @@ def check_recovered(recs, failures, memory=True):
 
 def main():
     scenario = sys.argv[1]
-    job = "lt-%s-%d" % (scenario, os.getpid())
+    # pid plus a nonce: pids are reused within a long test run.
+    job = "lt-%s-%d-%s" % (scenario, os.getpid(), uuid.uuid4().hex[:6])
     remote = tempfile.mkdtemp(prefix="memento-lt-")
     try:
         run(scenario, job, remote)

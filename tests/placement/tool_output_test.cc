@@ -13,6 +13,7 @@
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento {
 namespace {
@@ -45,7 +46,7 @@ ToolRun RunCommand(const std::string& cmd) {
 #ifdef MEMENTO_CLI_PATH
 std::string UniqueJob() {
   static int counter = 0;
-  return "ttool-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  return "ttool-" + runtime::testing::ProcessTag() + "-" + std::to_string(counter++);
 }
 
 // Unlinks the job's segments however the test ends.

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
@@ -48,7 +49,7 @@ def main():
     p.add_argument("--loss-rtol", type=float, default=1e-4)
     args = p.parse_args()
 
-    job = "er-%d" % os.getpid()
+    job = "er-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
     lost = sorted(int(n) for n in args.lost.split(","))
     survivors = [n for n in range(args.np) if n not in lost]
     env = job_env(args.scheme, 1, args.python_path)

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
@@ -82,7 +83,8 @@ def main():
     p.add_argument("--scheme", default="replica:2")
     args = p.parse_args()
 
-    job = "fr-%s-%s-%d" % (args.launcher, args.program, os.getpid())
+    # pid plus a nonce: pids are reused within a long test run.
+    job = "fr-%s-%s-%d-%s" % (args.launcher, args.program, os.getpid(), uuid.uuid4().hex[:6])
     lost_node = 1
     lost_ranks = [r for r in range(args.np) if r // args.ranks_per_node == lost_node]
     env = job_env(args.scheme, args.ranks_per_node, args.python_path)

@@ -17,6 +17,7 @@
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 #include "test_pattern.h"
 
 namespace memento::runtime::testing {
@@ -51,7 +52,7 @@ class CheckpointerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     job_ = std::string("ckt-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-           "-" + std::to_string(getpid());
+           "-" + ProcessTag();
     for (char& c : job_) {
       if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
     }

@@ -13,6 +13,7 @@
 #include "memento/runtime/config.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento::runtime {
 namespace {
@@ -43,7 +44,7 @@ TEST(UserErrorTextTest, BadSlotsValueNamesTheVariableOnly) {
 TEST(UserErrorTextTest, SchemeTooBigForTheJobSaysSoInWords) {
   const int n = 2;
   Config config;
-  config.job = "uet-scheme-" + std::to_string(getpid());
+  config.job = "uet-scheme-" + testing::ProcessTag();
   config.ranks_per_node = 1;
   config.scheme = "replica:3";
   config.timeout_s = 20;

@@ -15,6 +15,7 @@
 #include "memento/runtime/mpi_transport.h"
 #include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento::runtime::testing {
 namespace {
@@ -49,8 +50,9 @@ std::string Sanitize(std::string s) {
   for (char& c : s) {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '-';
   }
-  // Job ids are at most 48 characters: "sp-" + 32 + "-" + a pid (up to 7 digits).
-  if (s.size() > 32) s = s.substr(s.size() - 32);
+  // Job ids are at most 48 characters: "sp-" + 25 + "-" + ProcessTag() (a pid of up
+  // to 7 digits, "-", 6 hex digits).
+  if (s.size() > 25) s = s.substr(s.size() - 25);
   return s;
 }
 
@@ -165,7 +167,7 @@ const std::string& SpawnJob() {
   TestState& st = State();
   if (st.job.empty()) {
     const char* env = std::getenv(kJobEnv);
-    st.job = env ? env : "sp-" + Sanitize(st.test) + "-" + std::to_string(getpid());
+    st.job = env ? env : "sp-" + Sanitize(st.test) + "-" + ProcessTag();
   }
   return st.job;
 }

@@ -35,6 +35,7 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 #include "test_pattern.h"
 #include "transport/wire.h"
 
@@ -67,7 +68,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
 class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
-    job_ = "prt-" + ParamName({GetParam(), 0}) + "-" + std::to_string(getpid());
+    job_ = "prt-" + ParamName({GetParam(), 0}) + "-" + testing::ProcessTag();
     for (char& c : job_) {
       if (c == '_') c = '-';
     }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memento/runtime/store_admin.h"
+#include "test_job.h"
 
 namespace memento::runtime::testing {
 
@@ -14,7 +15,7 @@ namespace memento::runtime::testing {
 // never share segments.
 inline std::string UniqueJob(const std::string& tag) {
   static std::atomic<int> counter{0};
-  return "t" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  return "t" + tag + "-" + ProcessTag() + "-" + std::to_string(counter++);
 }
 
 // Unlinks every segment of a job when it goes out of scope.

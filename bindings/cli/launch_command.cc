@@ -52,7 +52,7 @@ void AddLaunchCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--scheme", o.scheme,
                   "protection: none, replica:M[:group|:ring], xor:K, rs:K+M (default none)");
-  sub->add_option("--job", o.job, "MEMENTO_JOB (default launch-<pid>)");
+  sub->add_option("--job", o.job, "MEMENTO_JOB (default launch-<pid>-<6 random hex digits>)");
   sub->add_option("--remote", o.remote_dir, "remote tier directory (MEMENTO_REMOTE)");
   sub->add_option("--persist-every", o.persist_every,
                   "persist every P-th checkpoint to --remote (MEMENTO_PERSIST_EVERY)")

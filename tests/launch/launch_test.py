@@ -22,6 +22,7 @@ Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,10 +226,12 @@ def run(scenario, job, remote):
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:
             f.write("#!/bin/sh\necho 'bad things on rank' $OMPI_COMM_WORLD_RANK >&2\n"
-                    "echo 'sigkill grace' \"$OMPI_MCA_odls_base_sigkill_timeout\" >&2\nexit 7\n")
+                    "echo 'sigkill grace' \"$OMPI_MCA_odls_base_sigkill_timeout\" >&2\n"
+                    "echo \"job id $MEMENTO_JOB\" >&2\nexit 7\n")
         os.chmod(script, 0o755)
         records = tempfile.mktemp(prefix="memento-launch-records-")
-        cmd = [CLI, "launch", "-n", "2", "--job", job, "--max-restarts", "2", "--backoff", "0.1",
+        # No --job: the launcher picks a job id of its own.
+        cmd = [CLI, "launch", "-n", "2", "--max-restarts", "2", "--backoff", "0.1",
                "--records", records, "--quiet", "--", script]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=120)
@@ -245,6 +248,13 @@ def run(scenario, job, remote):
         # Open MPI kills the other ranks of a failed job without its 1 s grace.
         if "sigkill grace 0" not in p.stdout:
             fail("the job did not run with OMPI_MCA_odls_base_sigkill_timeout=0")
+        # The default job id is the launcher's pid plus a random suffix (a pid
+        # alone is reused, and a killed launch's segments outlive it).
+        default_job = of(recs, "job")[0]["job"]
+        if not re.fullmatch(r"launch-\d+-[0-9a-f]{6}", default_job):
+            fail("default job id %r is not launch-<pid>-<6 hex digits>" % default_job)
+        if "job id " + default_job not in p.stdout:
+            fail("the ranks did not run under the recorded job id %s" % default_job)
         print("PASS: gave up after 3 launches, exit status and output shown")
     else:
         fail("unknown scenario " + scenario)

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -901,7 +902,13 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
 Result<int> RunLaunch(const LaunchOptions& options) {
   if (Status s = ValidateLaunchOptions(options); !s.ok()) return s;
   LaunchOptions o = options;
-  if (o.job.empty()) o.job = "launch-" + std::to_string(getpid());
+  if (o.job.empty()) {
+    // The pid alone is reused over a machine's uptime; a store left by an
+    // earlier launch that was killed must never be taken for this job's.
+    char nonce[8];
+    std::snprintf(nonce, sizeof(nonce), "%06x", static_cast<unsigned>(std::random_device{}() & 0xffffffu));
+    o.job = "launch-" + std::to_string(getpid()) + "-" + nonce;
+  }
   if (o.self_exe.empty()) {
     std::error_code ec;
     o.self_exe = fs::read_symlink("/proc/self/exe", ec).string();

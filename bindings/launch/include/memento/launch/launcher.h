@@ -35,7 +35,7 @@ struct LaunchOptions {
   int np = 0;              // ranks (mpirun -np)
   int ranks_per_node = 1;  // ranks per virtual node
   std::string scheme = "none";
-  std::string job;         // MEMENTO_JOB; empty = "launch-<pid>"
+  std::string job;         // MEMENTO_JOB; empty = "launch-<pid>-<random hex>"
   std::string remote_dir;  // MEMENTO_REMOTE; empty = none
   int persist_every = -1;  // MEMENTO_PERSIST_EVERY; -1 = the runtime's default
   std::string inject;      // --inject SPEC (inject_spec.h)

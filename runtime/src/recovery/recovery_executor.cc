@@ -378,14 +378,17 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
   if (!n.ok()) return n.status().WithContext("restore: header from " + from);
   if (!h.ok) return Status::Unavailable("restore: " + from + " cannot serve its part");
   // Pieces land where the shard goes (straight into the slot when a piece
-  // lies within one entry, else through a buffer of their window position),
-  // up to kTransferWindow receives posted at once, landed in order. A replica
-  // of another length is received all the same (into those buffers), so
-  // that the sender's transfer completes.
+  // lies within one entry, else through a bounce buffer), up to
+  // kTransferWindow receives posted at once, landed in order. Once the oldest
+  // has landed, the next receive is posted before the landed piece is copied
+  // into the buffers, so the window stays full during the copy (window + 1
+  // bounce buffers: the one being copied out is never a posted receive's). A
+  // replica of another length is received all the same (into those buffers),
+  // so that the sender's transfer completes.
   const bool fits = h.length == landed_.size();
   const uint64_t piece = parts_.chunk_bytes;
   const size_t window = parts_.transport->TestsTransfers() ? kTransferWindow : 1;
-  std::vector<std::vector<uint8_t>> bounce(window);
+  std::vector<std::vector<uint8_t>> bounce(window + 1);
   struct Posted {
     std::unique_ptr<Transport::PendingTransfer> receiving;
     uint64_t off = 0, want = 0;
@@ -393,27 +396,15 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
     size_t buffer = 0;
   };
   std::deque<Posted> posted;
-  auto land_oldest = [&]() -> Status {
-    Posted p = std::move(posted.front());
-    posted.pop_front();
-    MEMENTO_ASSIGN_OR_RETURN(size_t got, p.receiving->Wait());
-    if (got != p.want) {
-      return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " + from +
-                                ", expected " + std::to_string(p.want));
-    }
-    received_ += p.want;
-    if (!fits) return Status::Ok();
-    if (p.bounced) landed_.Write(p.off, bounce[p.buffer].data(), p.want);
-    if (landed_copy_) landed_copy_->Piece(p.off, p.want);
-    return Status::Ok();
-  };
+  uint64_t next_off = 0;
   size_t index = 0;
-  for (uint64_t off = 0; off < h.length; off += piece, ++index) {
+  auto post_next = [&]() -> Status {
+    if (next_off >= h.length) return Status::Ok();
     Posted p;
-    p.off = off;
-    p.want = std::min(piece, h.length - off);
-    p.buffer = index % window;
-    uint8_t* dst = fits ? landed_.Span(off, p.want) : nullptr;
+    p.off = next_off;
+    p.want = std::min(piece, h.length - next_off);
+    p.buffer = index % bounce.size();
+    uint8_t* dst = fits ? landed_.Span(p.off, p.want) : nullptr;
     if (dst == nullptr) {
       bounce[p.buffer].resize(p.want);
       dst = bounce[p.buffer].data();
@@ -422,9 +413,25 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
     MEMENTO_ASSIGN_OR_RETURN(p.receiving,
                              parts_.transport->StartRecv(t.src, TransferTag(i, 1), dst, p.want));
     posted.push_back(std::move(p));
-    if (posted.size() >= window) MEMENTO_RETURN_IF_ERROR(land_oldest());
+    next_off += piece;
+    ++index;
+    return Status::Ok();
+  };
+  while (posted.size() < window && next_off < h.length) MEMENTO_RETURN_IF_ERROR(post_next());
+  while (!posted.empty()) {
+    Posted p = std::move(posted.front());
+    posted.pop_front();
+    MEMENTO_ASSIGN_OR_RETURN(size_t got, p.receiving->Wait());
+    if (got != p.want) {
+      return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " + from +
+                                ", expected " + std::to_string(p.want));
+    }
+    received_ += p.want;
+    MEMENTO_RETURN_IF_ERROR(post_next());
+    if (!fits) continue;
+    if (p.bounced) landed_.Write(p.off, bounce[p.buffer].data(), p.want);
+    if (landed_copy_) landed_copy_->Piece(p.off, p.want);
   }
-  while (!posted.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
   if (!fits) {
     return Status::Corruption("restore: replica of " + std::to_string(h.length) + " bytes from " +
                               from + ", the shard has " + std::to_string(landed_.size()));

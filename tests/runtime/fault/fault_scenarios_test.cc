@@ -28,7 +28,12 @@ using testing::Pattern;
 using testing::RankContext;
 using testing::Spawn;
 
-const std::vector<size_t> kEntryBytes = {30011, 4096 * 3, 77};
+// With 4 KiB chunks: pieces within one entry, and after the third entry a run
+// of entries smaller than a chunk, so that several pieces in a row straddle
+// entries (a restore lands those through bounce buffers while the next
+// pieces are being received).
+const std::vector<size_t> kEntryBytes = {30011, 4096 * 3, 77,   1500, 1500, 1500, 1500,
+                                         1500,  1500,     1500, 1500, 1500, 1500, 1500};
 
 struct Job {
   int ranks = 4;

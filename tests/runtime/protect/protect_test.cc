@@ -860,6 +860,24 @@ TEST_P(MinimalReprotectTest, ChunksLargerThanAParityPart) {
   }
 }
 
+// Entries much smaller than a chunk: every piece of a transfer or a decode
+// row straddles several entries, so none lands in place and each goes through
+// a bounce buffer while the next pieces are already being received.
+TEST_P(MinimalReprotectTest, EveryPieceStraddlesEntries) {
+  const Param p = GetParam();
+  chunk_bytes_ = 16 << 10;
+  entry_bytes_.clear();
+  for (size_t e = 0; e < 40; ++e) entry_bytes_.push_back(3000 + 97 * e);
+  Launch(p.nodes);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(p.nodes);
+  auto reports = RestoreAll("16 KiB chunks, 40 small entries");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(p.nodes));
+}
+
 // Forwards to a rank's transport; while armed, flips one byte of the first
 // payload of at least `min_bytes` sent to `victim` (the sender's buffer is
 // left alone: the byte changes "on the wire").

@@ -860,9 +860,47 @@ TEST_P(MinimalReprotectTest, ChunksLargerThanAParityPart) {
   }
 }
 
+// Completes every receive as soon as it is started, with the receives of the
+// same peer and tag started before it (in order, as matching requires): the
+// earliest a transport may fill a posted buffer. The in-process transport
+// fills a receive only when it is tested or waited for, which would hide a
+// buffer reused while a receive into it is still posted; under MPI, whether
+// that shows depends on timing. Sends are forwarded. Only for a pattern with
+// one receiver per sender and sends that never wait for it (a replica's
+// transfer): a thread that drives several decode chains posts receives it
+// must not block on.
+class EagerReceiveTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    return inner()->StartSend(peer, tag, data, bytes);
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    MEMENTO_ASSIGN_OR_RETURN(auto receiving, inner()->StartRecv(peer, tag, data, capacity));
+    auto done = std::make_unique<Done>(receiving->Wait());
+    received_.fetch_add(1);
+    return std::unique_ptr<PendingTransfer>(std::move(done));
+  }
+  bool TestsTransfers() const override { return inner()->TestsTransfers(); }
+  int received() const { return received_.load(); }
+
+ private:
+  struct Done : PendingTransfer {
+    explicit Done(Result<size_t> r) : result(std::move(r)) {}
+    Result<size_t> Wait() override { return result; }
+    bool Test() override { return true; }
+    Result<size_t> result;
+  };
+  std::atomic<int> received_{0};
+};
+
 // Entries much smaller than a chunk: every piece of a transfer or a decode
 // row straddles several entries, so none lands in place and each goes through
-// a bounce buffer while the next pieces are already being received.
+// a bounce buffer, with the next pieces' receives already started (and, for
+// a replica, over EagerReceiveTransport, already filled) while it is copied
+// out.
 TEST_P(MinimalReprotectTest, EveryPieceStraddlesEntries) {
   const Param p = GetParam();
   chunk_bytes_ = 16 << 10;
@@ -873,9 +911,23 @@ TEST_P(MinimalReprotectTest, EveryPieceStraddlesEntries) {
   SaveOnAll(2);
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
+  const bool replica = std::string(p.scheme).rfind("replica", 0) == 0;
+  std::vector<std::shared_ptr<EagerReceiveTransport>> eager(p.nodes);
+  if (replica) {
+    wrap_ = [&](int r, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+      eager[r] = std::make_shared<EagerReceiveTransport>(std::move(t));
+      return eager[r];
+    };
+  }
   Launch(p.nodes);
+  wrap_ = nullptr;
   auto reports = RestoreAll("16 KiB chunks, 40 small entries");
   ASSERT_EQ(reports.size(), static_cast<size_t>(p.nodes));
+  if (replica) {  // the lost node's shard came through started receives, piece by piece
+    EXPECT_GT(eager[0]->received(), 2);
+  } else {
+    EXPECT_NE(reports[0].source_detail.find("decode"), std::string::npos) << reports[0].ToJson();
+  }
 }
 
 // Forwards to a rank's transport; while armed, flips one byte of the first

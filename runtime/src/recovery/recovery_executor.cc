@@ -708,8 +708,9 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
     } else if (s.kind == placement::SourceKind::kReplica) {
       // A replica that failed its seal where it landed but passes it on its
       // holder changed on the way: sent once more, then blamed.
-      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ &&
-          !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1})) {
+      const bool passes_on_holder =
+          !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1});
+      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ && passes_on_holder) {
         *again = true;
         report_.notes.push_back(
             shard + ": the replica from node " + std::to_string(s.from_node) +
@@ -722,6 +723,16 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
       bad.kind = placement::ItemKind::kReplica;
       bad.owner = s.node;
       changed = MarkBad(bad) || changed;
+      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && passes_on_holder) {
+        // Sent again and changed again: the holder's copy is sound, the way
+        // from it is not; the copy is not used again in this restore.
+        report_.notes.push_back(shard + ": the replica from node " + std::to_string(s.from_node) +
+                                " fails its sealed crc32c where it landed again, though it "
+                                "passes it on its holder; it is not used again and the restore "
+                                "is planned again " +
+                                next);
+        continue;
+      }
       from = outcome == static_cast<uint8_t>(Mismatch::kSealed)
                  ? "the replica on node " + std::to_string(s.from_node)
                  : "replica from node " + std::to_string(s.from_node);

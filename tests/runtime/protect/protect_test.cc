@@ -1259,6 +1259,9 @@ struct FlipPlan {
   int victim = 0;
   size_t min_bytes = 1024;
   int max_flips = 1;
+  // At most one flip per transfer: a message under min_bytes (a replica
+  // transfer's header, sent again by each attempt) re-arms the flip.
+  bool one_per_transfer = false;
   std::atomic<int> sender{-1};
   std::atomic<int> flips{0};
 };
@@ -1288,12 +1291,18 @@ class FlipRestorePieceTransport : public ForwardingTransport {
   const void* MaybeFlipped(int peer, int tag, const void* data, size_t bytes) {
     const bool restore =
         tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan;
-    if (peer != plan_->victim || !restore || bytes < plan_->min_bytes) return data;
+    if (peer != plan_->victim || !restore) return data;
     std::lock_guard<std::mutex> lock(mu_);  // replica streams send from threads of their own
+    if (bytes < plan_->min_bytes) {
+      armed_ = true;
+      return data;
+    }
     int sender = -1;
     plan_->sender.compare_exchange_strong(sender, rank());
     if (tag_ < 0) tag_ = tag;
     if (plan_->sender != rank() || tag != tag_ || plan_->flips >= plan_->max_flips) return data;
+    if (plan_->one_per_transfer && !armed_) return data;
+    armed_ = false;
     ++plan_->flips;
     const auto* p = static_cast<const uint8_t*>(data);
     copies_.emplace_back(p, p + bytes);  // lives as long as this transport
@@ -1303,7 +1312,8 @@ class FlipRestorePieceTransport : public ForwardingTransport {
 
   FlipPlan* plan_;
   std::mutex mu_;
-  int tag_ = -1;  // of this rank's first such message
+  int tag_ = -1;      // of this rank's first such message
+  bool armed_ = true;  // see FlipPlan::one_per_transfer
   std::deque<std::vector<uint8_t>> copies_;
 };
 
@@ -1379,6 +1389,28 @@ TEST_P(DecodeOnTheWireTest, AByteChangedOnTheWayIsDecodedAgain) {
             std::string::npos)
       << notes;
   EXPECT_EQ(notes.find("marked bad"), std::string::npos) << notes;
+}
+
+// Three copies: node 0's replica on a second holder.
+class SecondReplicaTest : public OnTheWireTest {};
+
+// The replica from one holder changes on the way twice: sent again the first
+// time; the second time that holder's copy, which still passes its seal
+// there, is not used again, and the third plan brings node 0 back
+// bit-exactly from the other holder. The note says the copy passes on its
+// holder rather than blaming the holder's bytes.
+TEST_P(SecondReplicaTest, AReplicaThatChangesOnTheWayAgainIsTakenFromTheOtherHolder) {
+  FlipPlan plan;
+  plan.max_flips = 2;
+  plan.one_per_transfer = true;
+  const std::string notes = LoseNode0AndRestore(&plan, "replica from node");
+  EXPECT_EQ(plan.flips, 2);
+  EXPECT_NE(notes.find("it is sent again (attempt 2)"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("fails its sealed crc32c where it landed again, though it passes it on its "
+                       "holder; it is not used again and the restore is planned again (attempt 3)"),
+            std::string::npos)
+      << notes;
+  EXPECT_EQ(notes.find("the replica on node"), std::string::npos) << notes;
 }
 
 // Reed-Solomon, with a second parity row to decode from.
@@ -1486,6 +1518,9 @@ INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"rep
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ReplicaOnTheWireTest, ::testing::Values(Param{"replica:2", 4, 1}),
+                         ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, SecondReplicaTest, ::testing::Values(Param{"replica:3", 4, 1}),
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, DecodeOnTheWireTest,

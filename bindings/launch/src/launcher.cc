@@ -906,7 +906,8 @@ Result<int> RunLaunch(const LaunchOptions& options) {
     // The pid alone is reused over a machine's uptime; a store left by an
     // earlier launch that was killed must never be taken for this job's.
     char nonce[8];
-    std::snprintf(nonce, sizeof(nonce), "%06x", static_cast<unsigned>(std::random_device{}() & 0xffffffu));
+    std::snprintf(nonce, sizeof(nonce), "%06x",
+                  static_cast<unsigned>(std::random_device{}() & 0xffffffu));
     o.job = "launch-" + std::to_string(getpid()) + "-" + nonce;
   }
   if (o.self_exe.empty()) {

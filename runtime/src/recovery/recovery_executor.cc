@@ -710,8 +710,10 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
       // holder changed on the way: sent once more, then blamed.
       const bool passes_on_holder =
           !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1});
+      const auto resent_key = std::make_tuple(version, s.from_node, s.lane, s.node);
       if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ && passes_on_holder) {
         *again = true;
+        resent_replicas_.insert(resent_key);
         report_.notes.push_back(
             shard + ": the replica from node " + std::to_string(s.from_node) +
             " fails its sealed crc32c where it landed and passes it on its holder: the bytes "
@@ -724,12 +726,14 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
       bad.owner = s.node;
       changed = MarkBad(bad) || changed;
       if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && passes_on_holder) {
-        // Sent again and changed again: the holder's copy is sound, the way
-        // from it is not; the copy is not used again in this restore.
+        // Changed on the way once more (this plan already ran again): the
+        // holder's copy is sound, the way from it is not; the copy is not
+        // used again in this restore.
         report_.notes.push_back(shard + ": the replica from node " + std::to_string(s.from_node) +
-                                " fails its sealed crc32c where it landed again, though it "
-                                "passes it on its holder; it is not used again and the restore "
-                                "is planned again " +
+                                " fails its sealed crc32c where it landed" +
+                                (resent_replicas_.count(resent_key) ? " again" : "") +
+                                ", though it passes it on its holder; it is not used again and "
+                                "the restore is planned again " +
                                 next);
         continue;
       }

@@ -235,6 +235,8 @@ class RecoveryExecutor {
   // A plan was run again because the copies it read passed their holders'
   // checks; the next mismatch blames them.
   bool ran_again_ = false;
+  // Replicas sent again for that reason: (version, holder node, lane, owner).
+  std::set<std::tuple<uint64_t, int, int, int>> resent_replicas_;
 
   // Step 5 in the background: the survivor's slot of the version, pinned
   // until RunDeferredReprotect ends (a lost node's is landed_'s slot).

@@ -677,132 +677,148 @@ Result<std::set<RecoveryExecutor::ServedCopyId>> RecoveryExecutor::VerifyServedC
 bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
                                              const std::set<ServedCopyId>& bad_served, int attempt,
                                              bool* again) {
-  const uint64_t version = plan_.version;
-  const std::string next = "(attempt " + std::to_string(attempt + 2) + ")";
-  bool changed = false;
+  Mismatches m{bad_served, {}, "(attempt " + std::to_string(attempt + 2) + ")"};
   // Survivors whose own copy failed its crc32c: a decode that read it as a
   // data row is blamed on it, not on the parity rows.
-  std::set<std::pair<int, int>> bad_local;
   for (const placement::ShardSource& s : plan_.shards) {
     if (s.kind == placement::SourceKind::kLocal &&
         agreed.outcomes.at(pl_.rank_of(s.node, s.lane)) ==
             static_cast<uint8_t>(Mismatch::kSealed)) {
-      bad_local.emplace(s.node, s.lane);
+      m.bad_local.emplace(s.node, s.lane);
     }
   }
   for (const placement::ShardSource& s : plan_.shards) {
     const uint8_t outcome = agreed.outcomes.at(pl_.rank_of(s.node, s.lane));
     if (outcome == kRestored || outcome == static_cast<uint8_t>(Mismatch::kNone)) continue;
     const std::string shard =
-        V(version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
-    std::string from;
-    placement::InventoryItem bad;
-    bad.version = version;
-    bad.lane = s.lane;
+        V(plan_.version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
+    std::optional<std::string> from;
     if (s.kind == placement::SourceKind::kLocal) {
+      placement::InventoryItem bad;
+      bad.version = plan_.version;
+      bad.lane = s.lane;
       bad.node = s.node;
       bad.kind = placement::ItemKind::kShard;
       bad.owner = s.node;
-      changed = MarkBad(bad) || changed;
+      m.changed = MarkBad(bad) || m.changed;
       from = "its own copy";
     } else if (s.kind == placement::SourceKind::kReplica) {
-      // A replica that failed its seal where it landed but passes it on its
-      // holder changed on the way: sent once more, then blamed.
-      const bool passes_on_holder =
-          !bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1});
-      const auto resent_key = std::make_tuple(version, s.from_node, s.lane, s.node);
-      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && !ran_again_ && passes_on_holder) {
-        *again = true;
-        resent_replicas_.insert(resent_key);
-        report_.notes.push_back(
-            shard + ": the replica from node " + std::to_string(s.from_node) +
-            " fails its sealed crc32c where it landed and passes it on its holder: the bytes "
-            "changed on the way; it is sent again " +
-            next);
-        continue;
-      }
-      bad.node = s.from_node;
-      bad.kind = placement::ItemKind::kReplica;
-      bad.owner = s.node;
-      changed = MarkBad(bad) || changed;
-      if (outcome == static_cast<uint8_t>(Mismatch::kSealed) && passes_on_holder) {
-        // Changed on the way once more (this plan already ran again): the
-        // holder's copy is sound, the way from it is not; the copy is not
-        // used again in this restore.
-        report_.notes.push_back(shard + ": the replica from node " + std::to_string(s.from_node) +
-                                " fails its sealed crc32c where it landed" +
-                                (resent_replicas_.count(resent_key) ? " again" : "") +
-                                ", though it passes it on its holder; it is not used again and "
-                                "the restore is planned again " +
-                                next);
-        continue;
-      }
-      from = outcome == static_cast<uint8_t>(Mismatch::kSealed)
-                 ? "the replica on node " + std::to_string(s.from_node)
-                 : "replica from node " + std::to_string(s.from_node);
+      from = BlameReplica(s, outcome, shard, &m);
     } else if (s.kind == placement::SourceKind::kDecode) {
-      int read_bad_copy = -1;
-      bool blamed = false;  // a stripe's parity rows marked bad
-      // Data rows are survivors' shards, checked against their own seals;
-      // only parity rows can carry what the region crc missed.
-      for (int d : s.decodes) {
-        const placement::StripeDecode& dec = plan_.decodes.at(d);
-        int bad_row_node = -1;
-        for (const placement::StripeRow& in : dec.inputs) {
-          if (!in.parity && bad_local.count({in.node, dec.lane}) > 0) bad_row_node = in.node;
-        }
-        if (bad_row_node >= 0) {  // marked bad as that survivor's own copy
-          read_bad_copy = bad_row_node;
-          continue;
-        }
-        // Parity rows that fail their sealed crc32c are the bad copies. When
-        // every row passes, the bytes changed on the way (or in a hop):
-        // decoded once more, and blamed on the parity rows if it fails again.
-        auto failed = [&](const placement::StripeRow& in) {
-          return bad_served.count({kParityCopy, in.node, dec.lane, dec.stripe, in.row}) > 0;
-        };
-        bool parity_failed = false;
-        for (const placement::StripeRow& in : dec.inputs) {
-          parity_failed = parity_failed || (in.parity && failed(in));
-        }
-        if (!parity_failed && !ran_again_) {
-          *again = true;
-          continue;
-        }
-        blamed = true;
-        for (const placement::StripeRow& in : dec.inputs) {
-          if (!in.parity || (parity_failed && !failed(in))) continue;
-          bad.node = in.node;
-          bad.lane = dec.lane;
-          bad.kind = placement::ItemKind::kParity;
-          bad.stripe = dec.stripe;
-          bad.row = in.row;
-          changed = MarkBad(bad) || changed;
-        }
-      }
-      from = read_bad_copy >= 0
-                 ? "decode (it read node " + std::to_string(read_bad_copy) + "'s bad copy)"
-                 : "decode";
-      if (read_bad_copy < 0 && !blamed) {
-        report_.notes.push_back(
-            shard +
-            " rebuilt by decode fails the end-to-end check while every row it read passes its "
-            "sealed crc32c: the bytes changed on the way; it is decoded again " +
-            next);
-        continue;
-      }
+      from = BlameDecode(s, shard, &m);
     }
-    const std::string replanned = "the restore is planned again " + next;
+    if (!from) continue;
+    const std::string replanned = "the restore is planned again " + m.next;
     if (outcome == static_cast<uint8_t>(Mismatch::kSealed)) {
-      report_.notes.push_back(shard + ": " + from +
+      report_.notes.push_back(shard + ": " + *from +
                               " fails its sealed crc32c; it is marked bad and " + replanned);
     } else {
-      report_.notes.push_back(shard + " rebuilt by " + from +
+      report_.notes.push_back(shard + " rebuilt by " + *from +
                               " fails the end-to-end check; its sources are marked bad and " +
                               replanned);
     }
   }
-  return changed;
+  *again = m.again;
+  return m.changed;
+}
+
+std::optional<std::string> RecoveryExecutor::BlameReplica(const placement::ShardSource& s,
+                                                          uint8_t outcome,
+                                                          const std::string& shard,
+                                                          Mismatches* m) {
+  const bool sealed = outcome == static_cast<uint8_t>(Mismatch::kSealed);
+  const std::string holder = std::to_string(s.from_node);
+  // A replica that failed its seal where it landed but passes it on its
+  // holder changed on the way: sent once more, then blamed.
+  const bool passes_on_holder =
+      !m->bad_served.count({kReplicaCopy, s.from_node, s.lane, s.node, -1});
+  const auto resent_key = std::make_tuple(plan_.version, s.from_node, s.lane, s.node);
+  if (sealed && !ran_again_ && passes_on_holder) {
+    m->again = true;
+    resent_replicas_.insert(resent_key);
+    report_.notes.push_back(shard + ": the replica from node " + holder +
+                            " fails its sealed crc32c where it landed and passes it on its "
+                            "holder: the bytes changed on the way; it is sent again " +
+                            m->next);
+    return std::nullopt;
+  }
+  placement::InventoryItem bad;
+  bad.version = plan_.version;
+  bad.lane = s.lane;
+  bad.node = s.from_node;
+  bad.kind = placement::ItemKind::kReplica;
+  bad.owner = s.node;
+  m->changed = MarkBad(bad) || m->changed;
+  if (sealed && passes_on_holder) {
+    // Changed on the way once more (this plan already ran again): the
+    // holder's copy is sound, the way from it is not; the copy is not used
+    // again in this restore.
+    report_.notes.push_back(shard + ": the replica from node " + holder +
+                            " fails its sealed crc32c where it landed" +
+                            (resent_replicas_.count(resent_key) ? " again" : "") +
+                            ", though it passes it on its holder; it is not used again and the "
+                            "restore is planned again " +
+                            m->next);
+    return std::nullopt;
+  }
+  return sealed ? "the replica on node " + holder : "replica from node " + holder;
+}
+
+std::optional<std::string> RecoveryExecutor::BlameDecode(const placement::ShardSource& s,
+                                                         const std::string& shard,
+                                                         Mismatches* m) {
+  int read_bad_copy = -1;
+  bool blamed = false;  // a stripe's parity rows marked bad
+  // Data rows are survivors' shards, checked against their own seals; only
+  // parity rows can carry what the region crc missed.
+  for (int d : s.decodes) {
+    const placement::StripeDecode& dec = plan_.decodes.at(d);
+    int bad_row_node = -1;
+    for (const placement::StripeRow& in : dec.inputs) {
+      if (!in.parity && m->bad_local.count({in.node, dec.lane}) > 0) bad_row_node = in.node;
+    }
+    if (bad_row_node >= 0) {  // marked bad as that survivor's own copy
+      read_bad_copy = bad_row_node;
+      continue;
+    }
+    // Parity rows that fail their sealed crc32c are the bad copies. When
+    // every row passes, the bytes changed on the way (or in a hop): decoded
+    // once more, and blamed on the parity rows if it fails again.
+    auto failed = [&](const placement::StripeRow& in) {
+      return m->bad_served.count({kParityCopy, in.node, dec.lane, dec.stripe, in.row}) > 0;
+    };
+    bool parity_failed = false;
+    for (const placement::StripeRow& in : dec.inputs) {
+      parity_failed = parity_failed || (in.parity && failed(in));
+    }
+    if (!parity_failed && !ran_again_) {
+      m->again = true;
+      continue;
+    }
+    blamed = true;
+    for (const placement::StripeRow& in : dec.inputs) {
+      if (!in.parity || (parity_failed && !failed(in))) continue;
+      placement::InventoryItem bad;
+      bad.version = plan_.version;
+      bad.node = in.node;
+      bad.lane = dec.lane;
+      bad.kind = placement::ItemKind::kParity;
+      bad.stripe = dec.stripe;
+      bad.row = in.row;
+      m->changed = MarkBad(bad) || m->changed;
+    }
+  }
+  if (read_bad_copy < 0 && !blamed) {
+    report_.notes.push_back(
+        shard +
+        " rebuilt by decode fails the end-to-end check while every row it read passes its "
+        "sealed crc32c: the bytes changed on the way; it is decoded again " +
+        m->next);
+    return std::nullopt;
+  }
+  return read_bad_copy >= 0
+             ? "decode (it read node " + std::to_string(read_bad_copy) + "'s bad copy)"
+             : std::string("decode");
 }
 
 bool RecoveryExecutor::DropRemoteVersionOfPlan() {

@@ -180,6 +180,22 @@ class RecoveryExecutor {
   // way, and the same plan is run once more.
   bool MarkMismatchedSources(const Agreement& agreed, const std::set<ServedCopyId>& bad_served,
                              int attempt, bool* again);
+  // One failed attempt's verdicts, shared by the steps of MarkMismatchedSources.
+  struct Mismatches {
+    const std::set<ServedCopyId>& bad_served;  // copies that fail on their holder
+    std::set<std::pair<int, int>> bad_local;   // (node, lane): own copies that fail
+    std::string next;                          // "(attempt N)" of the next plan
+    bool changed = false;                      // an item was marked bad
+    bool again = false;                        // the same plan runs once more
+  };
+  // The blame for one mismatched replica or decode source: marks its bad
+  // copies and returns what to name in the note, or nothing when its note is
+  // given already (the source is sent or decoded again, or a replica passes
+  // on its holder).
+  std::optional<std::string> BlameReplica(const placement::ShardSource& s, uint8_t outcome,
+                                          const std::string& shard, Mismatches* m);
+  std::optional<std::string> BlameDecode(const placement::ShardSource& s,
+                                         const std::string& shard, Mismatches* m);
   // When the failed plan read from remote: drops its version from the remote
   // candidates (true), so that the next plan tries the next one.
   bool DropRemoteVersionOfPlan();

@@ -26,6 +26,16 @@ double SecondsSince(Clock::time_point t0) {
 
 std::string V(uint64_t version) { return "v" + std::to_string(version); }
 
+// An inventory item of `version` to mark bad: `kind` held by `node`, `lane`.
+placement::InventoryItem ItemOf(uint64_t version, placement::ItemKind kind, int node, int lane) {
+  placement::InventoryItem item;
+  item.version = version;
+  item.kind = kind;
+  item.node = node;
+  item.lane = lane;
+  return item;
+}
+
 // Pieces of one replica transfer in flight at once where the transport
 // tests transfers without blocking (MPI, in-process), all driven by one
 // thread a side: a piece's completion latency overlaps the next pieces'
@@ -694,11 +704,8 @@ bool RecoveryExecutor::MarkMismatchedSources(const Agreement& agreed,
         V(plan_.version) + ": node " + std::to_string(s.node) + " lane " + std::to_string(s.lane);
     std::optional<std::string> from;
     if (s.kind == placement::SourceKind::kLocal) {
-      placement::InventoryItem bad;
-      bad.version = plan_.version;
-      bad.lane = s.lane;
-      bad.node = s.node;
-      bad.kind = placement::ItemKind::kShard;
+      placement::InventoryItem bad =
+          ItemOf(plan_.version, placement::ItemKind::kShard, s.node, s.lane);
       bad.owner = s.node;
       m.changed = MarkBad(bad) || m.changed;
       from = "its own copy";
@@ -742,11 +749,8 @@ std::optional<std::string> RecoveryExecutor::BlameReplica(const placement::Shard
                             m->next);
     return std::nullopt;
   }
-  placement::InventoryItem bad;
-  bad.version = plan_.version;
-  bad.lane = s.lane;
-  bad.node = s.from_node;
-  bad.kind = placement::ItemKind::kReplica;
+  placement::InventoryItem bad =
+      ItemOf(plan_.version, placement::ItemKind::kReplica, s.from_node, s.lane);
   bad.owner = s.node;
   m->changed = MarkBad(bad) || m->changed;
   if (sealed && passes_on_holder) {
@@ -798,11 +802,8 @@ std::optional<std::string> RecoveryExecutor::BlameDecode(const placement::ShardS
     blamed = true;
     for (const placement::StripeRow& in : dec.inputs) {
       if (!in.parity || (parity_failed && !failed(in))) continue;
-      placement::InventoryItem bad;
-      bad.version = plan_.version;
-      bad.node = in.node;
-      bad.lane = dec.lane;
-      bad.kind = placement::ItemKind::kParity;
+      placement::InventoryItem bad =
+          ItemOf(plan_.version, placement::ItemKind::kParity, in.node, dec.lane);
       bad.stripe = dec.stripe;
       bad.row = in.row;
       m->changed = MarkBad(bad) || m->changed;

@@ -347,6 +347,17 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
   if (a.persist_every < 0) {
     Fail("--persist-every-saves", std::to_string(a.persist_every), "must be >= 1");
   }
+  // A search without a failure rate has nothing to weigh: every plan ties at
+  // 100 % goodput and "none" ranks first, an answer that only misleads. A
+  // given plan (--save-every-steps) is still evaluated: what it costs.
+  const FailureProcess& f = job.failures;
+  if (a.save_every == 0 && f.node_mtbf_s == kNever && f.process_mtbf_s == kNever &&
+      f.rack_mtbf_s == kNever && f.multi_events_per_day == 0) {
+    Fail("--node-mtbf-h", "(missing)",
+         "give at least one failure rate (--node-mtbf-h, --process-mtbf-h, --rack-mtbf-h or "
+         "--multi-per-day), or a plan to evaluate (--save-every-steps): without failures no "
+         "plan is better than another");
+  }
   job.half = job.failures;
   for (double* m : {&job.half.node_mtbf_s, &job.half.process_mtbf_s, &job.half.rack_mtbf_s}) {
     if (*m != kNever) *m /= 2;

@@ -85,6 +85,11 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   EXPECT_NE(r.output.find("--memory-budget 0.8"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(">= 1"), std::string::npos) << r.output;
 
+  r = RunCli("advise --nodes 16 --shard 1G --step-s 1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--node-mtbf-h (missing)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failure rate"), std::string::npos) << r.output;
+
   r = RunCli("advise --shard 1G --step-s 1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--nodes"), std::string::npos) << r.output;

@@ -136,11 +136,19 @@ def table(groups, metrics_of, order, title):
             for label, _, op, target in metrics_of(r):
                 seen.add(label)
                 if target is not None:
-                    targets.setdefault(label, "%s %g" % (op, target))
+                    targets.setdefault(label, (op, set()))[1].add(target)
     labels = [l for l in order if l in seen]
+    # A target that differs by row gets a column of its own before its metric.
+    by_row = [l for l in labels if l in targets and len(targets[l][1]) > 1]
     lines = ["### " + title, ""]
     head = ["scheme", "N", "lost", "S", "launches"]
-    head += ["%s (%s)" % (l, targets[l]) if l in targets else l for l in labels]
+    for l in labels:
+        if l in by_row:
+            head += ["target", "%s (%s target)" % (l, targets[l][0])]
+        elif l in targets:
+            head.append("%s (%s %g)" % (l, targets[l][0], min(targets[l][1])))
+        else:
+            head.append(l)
     head.append("bit-exact")
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -154,6 +162,8 @@ def table(groups, metrics_of, order, title):
         row = [scheme, str(nodes), ",".join(map(str, lost)), "%d MiB" % (int(size) >> 20),
                str(len(recs))]
         for label in labels:
+            if label in by_row:
+                row.append("%g" % per[label][1] if label in per else "")
             row.append(cell(per[label][2], per[label][0], per[label][1]) if label in per else "")
         exact = sum(r.get("restore_bit_exact") is True for r in recs)
         row.append("%d/%d" % (exact, len(recs)))

@@ -73,12 +73,15 @@ class ClusterTargetsTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("### Over a 0.1 GiB/s link", p.stdout)
         self.assertNotIn("transfer / ring", p.stdout)
+        # The resume target differs by row: a column of its own.
+        self.assertIn("| target | resume / bound (<= target) | re-protect / bound (<= 1.2) |",
+                      p.stdout)
         cells = row(p.stdout, "rs:4+2")
         self.assertEqual(cells[2], "1,2")
-        self.assertEqual(cells[5:7], ["1.40 ✓", "0.40 ✓"])
-        self.assertEqual(cells[7], "0.05")  # resume / fs has a target at N = 8 losing one only
+        self.assertEqual(cells[5:8], ["1.5", "1.40 ✓", "0.40 ✓"])
+        self.assertEqual(cells[8], "0.05")  # resume / fs has a target at N = 8 losing one only
         cells = row(p.stdout, "xor:3")
-        self.assertEqual(cells[5:7], ["1.40 ✗", "0.20 ✓"])
+        self.assertEqual(cells[5:8], ["1.3", "1.40 ✗", "0.20 ✓"])
 
     def test_xor_column_only_where_the_xor_ring_ran(self):
         p = run(record("xor:3", nodes=4, protect_vs_xor_ring=1.2), record())

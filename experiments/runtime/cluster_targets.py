@@ -76,7 +76,8 @@ def link_metrics(r):
     lost = r["lost_nodes"]
     bound = r["link_bound_s"] * len(lost)
     out = [("resume / bound", r["recover_s"] / bound, LE, resume_target(r["scheme"], lost)),
-           ("re-protect / bound", (r["protected_s"] - r["recover_s"]) / bound, LE, 1.2)]
+           ("re-protect / bound", (r["protected_s"] - r["recover_s"]) / bound, LE, 1.2),
+           ("protect / ring", r["protect_vs_mpi"], GE, None)]  # no target over a link
     return out + fs_metric(r)
 
 
@@ -124,7 +125,7 @@ def cell(values, op, target):
     return text
 
 
-LINK_LABELS = ["resume / bound", "re-protect / bound", "resume / fs"]
+LINK_LABELS = ["resume / bound", "re-protect / bound", "resume / fs", "protect / ring"]
 CPU_LABELS = ["transfer / ring", "protect / ring", "protect CPU / ring CPU",
               "xor protect / XOR ring", "resume / fs"]
 

@@ -80,6 +80,7 @@ class ClusterTargetsTest(unittest.TestCase):
         self.assertEqual(cells[2], "1,2")
         self.assertEqual(cells[5:8], ["1.5", "1.40 ✓", "0.40 ✓"])
         self.assertEqual(cells[8], "0.05")  # resume / fs has a target at N = 8 losing one only
+        self.assertEqual(cells[9], "1.00")  # protect / ring, shown without a target
         cells = row(p.stdout, "xor:3")
         self.assertEqual(cells[5:8], ["1.3", "1.40 ✗", "0.20 ✓"])
 

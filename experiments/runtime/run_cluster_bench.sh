@@ -92,8 +92,8 @@ else
     done
     configs+=("8 rs:4+2 $s $link 1,2")  # M = 2 nodes of one group lost
   done
-  set=("${configs[@]}")
-  for ((l = 1; l < launches; ++l)); do configs+=("${set[@]}"); done
+  one_set=("${configs[@]}")
+  for ((l = 1; l < launches; ++l)); do configs+=("${one_set[@]}"); done
 fi
 
 # Where the node stores are (MEMENTO_SHM_DIR, as the runtime reads it).

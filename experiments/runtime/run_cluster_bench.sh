@@ -125,7 +125,7 @@ for c in "${configs[@]}"; do
     status=1
     continue
   fi
-  echo "$line" >>"$out.all"
+  ((smoke)) && echo "$line" >>"$out.all"
   if ((json)); then
     echo "$line"
   else

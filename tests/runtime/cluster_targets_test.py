@@ -17,9 +17,12 @@ def record(scheme="replica:2", nodes=8, lost=(1,), link=0.0, **fields):
          "shard_bytes": float(64 << 20), "link_gibps": link, "lost_nodes": list(lost),
          "transfer_vs_ring": 1.0, "protect_vs_mpi": 1.0, "cpu_ratio": 1.0,
          "protect_vs_xor_ring": 0.0, "remote_gibps": 0.3, "remote_gibps_auto": True,
-         "recover_vs_remote_link": 0.05, "recover_s": 0.7, "protected_s": 0.8,
-         "link_bound_s": 0.625 if link > 0 else 0.0, "restore_bit_exact": True}
+         "recover_vs_remote_link": 0.05, "restore_bit_exact": True}
     r.update(fields)
+    # As bench_cluster reports them: over one shard's time on one link.
+    bound = 0.625 if link > 0 else 0.0
+    r["resume_vs_link_bound"] = r.get("recover_s", 0.7) / bound if bound else 0.0
+    r["protected_vs_link_bound"] = r.get("protected_s", 0.8) / bound if bound else 0.0
     return r
 
 
@@ -107,6 +110,11 @@ class ClusterTargetsTest(unittest.TestCase):
         p = run(old)
         self.assertEqual(p.returncode, 2)
         self.assertIn("lacks the field 'transfer_vs_ring'", p.stderr)
+        p = subprocess.run([sys.executable, SCRIPT, "/nonexistent/results.jsonl"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("/nonexistent/results.jsonl: cannot read it (No such file or directory)",
+                      p.stderr)
         p = run()
         self.assertEqual(p.returncode, 2)
         self.assertIn("no bench_cluster records", p.stderr)

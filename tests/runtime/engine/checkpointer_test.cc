@@ -317,7 +317,7 @@ TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
 // of being ignored; the same directory, however spelt, is accepted.
 TEST(CheckpointerCreateTest, ShmDirOtherThanTheEnvironmentsIsRefused) {
   ASSERT_EQ(unsetenv("MEMENTO_SHM_DIR"), 0);
-  const std::string other = "/dev/shm/memento-tck-" + std::to_string(getpid());
+  const std::string other = "/dev/shm/memento-tck-" + testing::ProcessTag();
   ASSERT_EQ(mkdir(other.c_str(), 0700), 0);
   auto group = InProcessGroup::Create(1);
   Config c;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "memento/runtime/node_identity.h"
+#include "test_job.h"
 
 namespace memento::runtime {
 namespace {
@@ -190,7 +191,7 @@ TEST(Config, FromEnvReadsTheEnvironment) {
 // MEMENTO_SHM_DIR must be a directory on a tmpfs: a job fails at start, naming
 // the variable, rather than keeping its stores on a disk.
 TEST(Config, ShmDirMustBeATmpfsDirectory) {
-  const std::string dir = "/dev/shm/memento-tconfig-" + std::to_string(getpid());
+  const std::string dir = "/dev/shm/memento-tconfig-" + testing::ProcessTag();
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(setenv("MEMENTO_SHM_DIR", dir.c_str(), 1), 0);
   auto c = Config::FromEnv();

@@ -118,7 +118,7 @@ TEST(StoreLayout, ValidateNamesTheBadRegion) {
 }
 
 TEST(ShmSegment, CreateOpenListUnlink) {
-  const std::string name = "/memento.tshm-" + std::to_string(getpid()) + ".x";
+  const std::string name = "/memento.tshm-" + testing::ProcessTag() + ".x";
   auto seg = ShmSegment::Create(name, 5000);
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();
   EXPECT_EQ(seg->size(), 5000u);
@@ -127,7 +127,7 @@ TEST(ShmSegment, CreateOpenListUnlink) {
   ASSERT_TRUE(ro.ok());
   EXPECT_EQ(ro->data()[4999], 9);
   EXPECT_FALSE(ro->writable());
-  auto list = ShmSegment::List("memento.tshm-" + std::to_string(getpid()));
+  auto list = ShmSegment::List("memento.tshm-" + testing::ProcessTag());
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(*list, std::vector<std::string>{name});
   EXPECT_EQ(ShmSegment::Create("no-slash", 10).status().code(), StatusCode::kInvalidArgument);
@@ -142,7 +142,7 @@ TEST(ShmSegment, CreateOpenListUnlink) {
 // MEMENTO_SHM_DIR moves every segment operation to another tmpfs directory;
 // anything but an existing tmpfs directory is refused, naming the variable.
 TEST(ShmSegment, DirectoryFromMementoShmDir) {
-  const std::string dir = "/dev/shm/memento-tdir-" + std::to_string(getpid());
+  const std::string dir = "/dev/shm/memento-tdir-" + testing::ProcessTag();
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
   struct EnvGuard {
     ~EnvGuard() { unsetenv("MEMENTO_SHM_DIR"); }
@@ -150,7 +150,7 @@ TEST(ShmSegment, DirectoryFromMementoShmDir) {
   ASSERT_EQ(setenv("MEMENTO_SHM_DIR", (dir + "/").c_str(), 1), 0);  // trailing '/' dropped
   EXPECT_EQ(ShmSegment::Directory(), dir);
   EXPECT_TRUE(ShmSegment::CheckDirectory().ok());
-  const std::string name = "/memento.tdir-" + std::to_string(getpid()) + ".x";
+  const std::string name = "/memento.tdir-" + testing::ProcessTag() + ".x";
   {
     auto seg = ShmSegment::Create(name, 4096);
     ASSERT_TRUE(seg.ok()) << seg.status().ToString();
@@ -262,7 +262,7 @@ TEST(ShmSegment, HugePagesFromTheMountThatHoldsTheDirectory) {
 
 TEST(ShmSegment, ReadWriteMappingsHaveEveryPageMapped) {
   ASSERT_TRUE(KernelPopulates()) << "this kernel lacks MADV_POPULATE_WRITE (Linux >= 5.14)";
-  const std::string name = "/memento.tshm-" + std::to_string(getpid()) + ".pop";
+  const std::string name = "/memento.tshm-" + testing::ProcessTag() + ".pop";
   const uint64_t bytes = 8 << 20;
   auto seg = ShmSegment::Create(name, bytes);
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();

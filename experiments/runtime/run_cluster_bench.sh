@@ -63,7 +63,8 @@ done
 [[ $launches =~ ^[1-9][0-9]*$ ]] || { echo "run_cluster_bench: --launches $launches: must be an integer >= 1"; exit 2; }
 [[ -x $bench ]] || { echo "run_cluster_bench: $bench not built (scripts/setup)"; exit 2; }
 read -r -a mpirun <<<"${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
-# Open MPI in this container: shared-memory BTL only, no CMA single copy.
+# Open MPI: shared-memory BTL only. CMA single copy works in this container
+# but made the baseline ring slower (experiments/runtime/README.md): off.
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader}
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1

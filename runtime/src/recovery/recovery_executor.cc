@@ -394,8 +394,14 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
   // into the buffers, so the window stays full during the copy (window + 1
   // bounce buffers: the one being copied out is never a posted receive's). A
   // replica of another length is received all the same (into those buffers),
-  // so that the sender's transfer completes.
+  // and so is the rest of a replica after a piece that was taken but did not
+  // fit: every send completes (under MPI a large piece's send finishes only
+  // once it is received; a receive given up on would leave the holder waiting
+  // for the timeout) and nothing of this attempt is left queued for the next
+  // one, which uses the same tags.
   const bool fits = h.length == landed_.size();
+  bool keep = fits;  // false once a piece has failed: the rest is drained
+  Status failed = Status::Ok();
   const uint64_t piece = parts_.chunk_bytes;
   const size_t window = parts_.transport->TestsTransfers() ? kTransferWindow : 1;
   std::vector<std::vector<uint8_t>> bounce(window + 1);
@@ -414,7 +420,7 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
     p.off = next_off;
     p.want = std::min(piece, h.length - next_off);
     p.buffer = index % bounce.size();
-    uint8_t* dst = fits ? landed_.Span(p.off, p.want) : nullptr;
+    uint8_t* dst = keep ? landed_.Span(p.off, p.want) : nullptr;
     if (dst == nullptr) {
       bounce[p.buffer].resize(p.want);
       dst = bounce[p.buffer].data();
@@ -431,17 +437,29 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
   while (!posted.empty()) {
     Posted p = std::move(posted.front());
     posted.pop_front();
-    MEMENTO_ASSIGN_OR_RETURN(size_t got, p.receiving->Wait());
-    if (got != p.want) {
-      return Status::Corruption("restore: piece of " + std::to_string(got) + " bytes from " + from +
-                                ", expected " + std::to_string(p.want));
+    Result<size_t> got = p.receiving->Wait();
+    // An oversized piece is taken (and refused); any other error means the
+    // transport or the holder is gone, and nothing more will arrive.
+    if (!got.ok() && got.status().code() != StatusCode::kInvalidArgument) {
+      return got.status().WithContext("restore: piece from " + from);
     }
-    received_ += p.want;
+    if (!got.ok() || *got != p.want) {
+      if (failed.ok()) {
+        failed = !got.ok() ? got.status().WithContext("restore: piece from " + from)
+                           : Status::Corruption("restore: piece of " + std::to_string(*got) +
+                                                " bytes from " + from + ", expected " +
+                                                std::to_string(p.want));
+      }
+      keep = false;
+    } else {
+      received_ += p.want;
+    }
     MEMENTO_RETURN_IF_ERROR(post_next());
-    if (!fits) continue;
+    if (!keep) continue;
     if (p.bounced) landed_.Write(p.off, bounce[p.buffer].data(), p.want);
     if (landed_copy_) landed_copy_->Piece(p.off, p.want);
   }
+  if (!failed.ok()) return failed;
   if (!fits) {
     return Status::Corruption("restore: replica of " + std::to_string(h.length) + " bytes from " +
                               from + ", the shard has " + std::to_string(landed_.size()));

@@ -1402,6 +1402,107 @@ TEST_P(DecodeOnTheWireTest, AByteChangedOnTheWayIsDecodedAgain) {
   EXPECT_EQ(notes.find("marked bad"), std::string::npos) << notes;
 }
 
+// Shared by every rank's ShortPieceTransport.
+struct ShortPiecePlan {
+  int victim = 0;
+  size_t min_bytes = 1024;
+  std::mutex mu;
+  int tag = -1;                    // of the piece cut short
+  std::map<int, int> sent, taken;  // restore pieces to / into the victim, per tag
+};
+
+// Forwards to a rank's transport, its non-blocking transfers included. The
+// first restore piece of at least `min_bytes` sent to the victim goes out a
+// byte short; the restore pieces sent to the victim and those its receives
+// took (waited for, whatever they got) are counted per tag. A receive
+// dropped without a wait takes nothing: under MPI, the holder's send of that
+// piece would then never finish.
+class ShortPieceTransport : public ForwardingTransport {
+ public:
+  ShortPieceTransport(std::shared_ptr<Transport> inner, ShortPiecePlan* plan)
+      : ForwardingTransport(std::move(inner)), plan_(plan) {}
+  bool TestsTransfers() const override { return inner()->TestsTransfers(); }
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    size_t n = bytes;
+    if (peer == plan_->victim && Counted(tag, bytes)) {
+      std::lock_guard<std::mutex> lock(plan_->mu);
+      if (plan_->tag < 0) {
+        plan_->tag = tag;
+        n = bytes - 1;
+      }
+      ++plan_->sent[tag];
+    }
+    return inner()->StartSend(peer, tag, data, n);
+  }
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    MEMENTO_ASSIGN_OR_RETURN(auto receiving, inner()->StartRecv(peer, tag, data, capacity));
+    if (rank() != plan_->victim || !Counted(tag, capacity)) return receiving;
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<Taken>(std::move(receiving), plan_, tag));
+  }
+
+ private:
+  bool Counted(int tag, size_t bytes) const {
+    return tag >= wire::kTagRecoverBase && tag < wire::kTagRecoverBase + wire::kRecoverTagSpan &&
+           bytes >= plan_->min_bytes;
+  }
+  struct Taken : PendingTransfer {
+    Taken(std::unique_ptr<PendingTransfer> inner, ShortPiecePlan* plan, int tag)
+        : inner(std::move(inner)), plan(plan), tag(tag) {}
+    Result<size_t> Wait() override {
+      Result<size_t> r = inner->Wait();
+      std::lock_guard<std::mutex> lock(plan->mu);
+      ++plan->taken[tag];
+      return r;
+    }
+    bool Test() override { return inner->Test(); }
+    std::unique_ptr<PendingTransfer> inner;
+    ShortPiecePlan* plan;
+    int tag;
+  };
+  ShortPiecePlan* plan_;
+};
+
+// A piece of node 0's replica arrives a byte short. Node 0 says so, takes
+// the rest of the replica all the same (every piece its holder sent is
+// received: under MPI the holder's sends would otherwise wait for the
+// timeout, and in any transport the next attempt, on the same tags, would
+// match them), and the restore falls back to the remote tier, bit-exact.
+TEST_P(ReplicaOnTheWireTest, AShortPieceIsReportedAndTheRestOfTheReplicaIsTaken) {
+  const int n = GetParam().nodes;
+  Launch(n);
+  SaveOnAll(1);
+  SaveOnAll(2);
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  ShortPiecePlan plan;
+  wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+    return std::make_shared<ShortPieceTransport>(std::move(t), &plan);
+  };
+  Launch(n);
+  wrap_ = nullptr;
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  Run([&](int r) {
+    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
+    out[r] = cks_[r]->Restore();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
+    EXPECT_EQ(out[r]->version, 2u);
+    EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " not bit-exact";
+  }
+  EXPECT_EQ(out[0]->entries[0].source, RestoreSource::kRemote) << out[0]->ToJson();
+  const std::string notes = out[0]->ToString();
+  ASSERT_GE(plan.tag, 0) << "no restore piece of 1 KiB or more went to node 0";
+  const std::string want = "piece of " + std::to_string(chunk_bytes_ - 1) + " bytes from rank";
+  EXPECT_NE(notes.find(want), std::string::npos) << notes;
+  const uint64_t pieces = (ShardBytes(0) + chunk_bytes_ - 1) / chunk_bytes_;
+  EXPECT_GE(plan.sent[plan.tag], static_cast<int>(pieces) - 1);
+  EXPECT_EQ(plan.taken[plan.tag], plan.sent[plan.tag])
+      << "node 0 left pieces of its replica unreceived";
+}
+
 // Three copies: node 0's replica on a second holder.
 class SecondReplicaTest : public OnTheWireTest {};
 

@@ -418,7 +418,7 @@ Result<bool> ElasticRestorer::VerifyReads(const placement::RecoveryPlan& plan,
       placement::InventoryItem item;
       if (in.parity) {
         item.kind = placement::ItemKind::kParity;
-        item.owner = s ? static_cast<int>(s->layout->groups().group_of(in.node)) : -1;
+        item.owner = -1;  // as the inventory's parity items: a parity row has no owner
         item.stripe = dec.stripe;
         item.row = in.row;
         check(in.node, dec.lane, s ? s->layout->ParityRegion(dec.stripe, in.row) : -1, item);

@@ -37,6 +37,7 @@
 // version is in flight.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -171,7 +172,7 @@ class ElasticRestorer {
     size_t catalog = 0;  // the target's index in new_catalogs
   };
   std::vector<PieceRef> pieces_;
-  uint64_t sent_ = 0;
+  std::atomic<uint64_t> sent_{0};  // added to by every sending thread
   uint64_t received_ = 0;
 };
 

@@ -428,3 +428,28 @@ def test_install_tree_is_importable(tmp_path):
                          check=True, env=env, capture_output=True, text=True, cwd=str(tmp_path),
                          timeout=120)
     assert out.stdout.startswith(str(prefix))
+
+
+def test_buffers_the_forward_pass_changes_right_after_save_are_saved_as_they_were(job):
+    """BatchNorm's running statistics change in the next step's forward pass, before
+    wait_snapshot(): the checkpoint holds them as they were when save() returned."""
+    torch.manual_seed(0)
+    # The weights come first in the state dict: the snapshot copies 16 MiB before it
+    # would reach the running statistics.
+    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048))
+    ck = memento.Checkpointer(job=job)
+    ck.register(model)
+    assert ck.restore() is None
+    model(torch.randn(4, 2048))
+    ck.save(1)
+    expect = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model[1](torch.randn(4, 2048) * 10 + 5)  # the next forward: running stats change
+    ck.wait()
+    changed = model[1].running_mean.clone()
+    assert not same_bits(changed, expect["1.running_mean"])
+    report = ck.restore()
+    assert report == 1
+    for k, v in model.state_dict().items():
+        assert same_bits(v, expect[k]), k
+    assert ck.reregistrations() == 0
+    ck.close()

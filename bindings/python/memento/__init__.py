@@ -303,19 +303,23 @@ class Checkpointer:
         return {e[0]: (e[3], e[4]) for e in self._entries() if e[3] is not None}
 
     def _entries(self):
-        """[(name, tensor, replicated, global_shape, offsets)] as registered now, in order.
+        """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.
 
-        global_shape and offsets are None for a tensor that is not a slice of a global one.
+        In registration order. global_shape and offsets are None for a tensor that is not a
+        slice of a global one. copy_at_save: a module buffer, which the forward pass may change
+        before the next wait_snapshot() (BatchNorm's running statistics): save() copies it
+        before it returns instead of snapshotting it in place behind training.
         """
         out = []
         by_param = {}  # id(parameter) -> shard spec, for its optimizer state
         used = set()
 
-        def add(name, t, replicated, spec=None):
+        def add(name, t, replicated, spec=None, copy_at_save=False):
             if spec is None and name in self._shards:
                 spec = self._shards[name]
                 used.add(name)
-            out.append((name, t.detach(), replicated) + (spec if spec else (None, None)))
+            out.append((name, t.detach(), replicated) + (spec if spec else (None, None)) +
+                       (copy_at_save,))
 
         for kind, prefix, obj, _, _ in self._sources:
             if kind == "module":
@@ -329,7 +333,8 @@ class Checkpointer:
                 params = {n for n, _ in obj.named_parameters()}
                 for key, t in obj.state_dict(keep_vars=True).items():
                     if isinstance(t, torch.Tensor):
-                        add(prefix + key, t, replicated and key in params)
+                        add(prefix + key, t, replicated and key in params,
+                            copy_at_save=key not in params)
             else:
                 for i, p in enumerate(_optimizer_params(obj)):
                     for key, value in obj.state.get(p, {}).items():
@@ -471,18 +476,29 @@ class Checkpointer:
         return _Handle()
 
     def close(self):
-        """Waits for the checkpoint in flight and releases the node store mapping."""
-        if self._impl is not None:
-            try:
-                self._impl.close()
-            finally:
-                _flush_logs()
+        """Waits for the checkpoint in flight and releases the node store mapping.
+
+        Raises if that checkpoint failed (after releasing everything). Afterwards save() and
+        restore() raise FailedPreconditionError; close() again does nothing.
+        """
+        try:
+            self._impl.close()
+        finally:
+            _flush_logs()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return False
+        # An exception is on its way out: the failure of the last checkpoint is logged
+        # rather than raised in its place.
+        try:
+            self.close()
+        except MementoError as e:
+            logger.error("close: the checkpoint in flight failed: %s", e)
         return False
 
     # ---- introspection ---------------------------------------------------------------------

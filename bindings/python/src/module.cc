@@ -119,14 +119,16 @@ class PyCheckpointer {
     config_ = config.ToString();
   }
 
-  // (name, tensor, replicated, global_shape or None, offsets or None).
+  // (name, tensor, replicated, global_shape or None, offsets or None,
+  // copy_at_save).
   using TensorTuple = std::tuple<std::string, at::Tensor, bool, std::optional<std::vector<int64_t>>,
-                                 std::optional<std::vector<int64_t>>>;
+                                 std::optional<std::vector<int64_t>>, bool>;
   void SetTensors(const std::vector<TensorTuple>& list) {
     std::vector<NamedTensor> v;
     v.reserve(list.size());
-    for (const auto& [name, t, replicated, global_shape, offsets] : list) {
+    for (const auto& [name, t, replicated, global_shape, offsets, copy_at_save] : list) {
       NamedTensor nt{name, t, replicated, std::nullopt, at::Tensor()};
+      nt.copy_at_save = copy_at_save;
       if (global_shape) {
         nt.shard = ShardSpec{*global_shape,
                              offsets ? *offsets : std::vector<int64_t>(global_shape->size(), 0)};
@@ -136,27 +138,29 @@ class PyCheckpointer {
     *tensors_ = std::move(v);
   }
 
-  void SetUserState(const py::bytes& b) { ck_->SetUserState("python", std::string(b)); }
-  py::object UserState() const {
-    auto s = ck_->UserState("python");
+  void SetUserState(const py::bytes& b) { ck().SetUserState("python", std::string(b)); }
+  py::object UserState() {
+    auto s = ck().UserState("python");
     if (!s) return py::none();
     return py::bytes(*s);
   }
 
   void Save(uint64_t step) {
+    TorchCheckpointer& c = ck();
     Status s;
     {
       py::gil_scoped_release release;
-      s = ck_->Save(step);
+      s = c.Save(step);
     }
     Check(s);
   }
 
   py::object Restore() {
+    TorchCheckpointer& c = ck();
     Result<std::optional<RestoreResult>> r = Status::Internal("not run");
     {
       py::gil_scoped_release release;
-      r = ck_->Restore();
+      r = c.Restore();
     }
     std::optional<RestoreResult> v = Check(std::move(r));
     if (!v) return py::none();
@@ -172,11 +176,17 @@ class PyCheckpointer {
   void WaitPersist() {
     Released([&] { return ck_->WaitPersist(); });
   }
+  // Waits for the checkpoint in flight, releases everything, then raises if
+  // that checkpoint failed. A second Close does nothing.
   void Close() {
-    py::gil_scoped_release release;
-    if (ck_) (void)ck_->Wait();
-    ck_.reset();
-    transport_.reset();
+    Status s;
+    {
+      py::gil_scoped_release release;
+      if (ck_) s = ck_->Wait();
+      ck_.reset();
+      transport_.reset();
+    }
+    Check(s);
   }
 
   TorchCheckpointer& ck() {

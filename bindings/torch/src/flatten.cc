@@ -63,8 +63,12 @@ std::vector<NamedTensor> ModuleTensors(const torch::nn::Module& module, const st
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     Add(out, prefix + item.key(), item.value(), replicated);
   }
+  // The forward pass may change buffers (running statistics) before the
+  // next WaitSnapshot: they are copied at Save.
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    if (!item.value().defined()) continue;
     Add(out, prefix + item.key(), item.value(), /*replicated=*/false);
+    out.back().copy_at_save = true;
   }
   return out;
 }

@@ -108,8 +108,10 @@ struct Tracked {
   std::vector<int64_t> sizes, strides;
   at::Device device = at::kCPU;
   std::optional<ShardSpec> shard;
-  bool in_place = true;  // dense in its storage (contiguous when sharded): registered where it lives
-  at::Tensor staging;    // contiguous copy otherwise
+  // Dense in its storage (contiguous when sharded) and not copied at Save:
+  // registered where it lives.
+  bool in_place = true;
+  at::Tensor staging;  // a contiguous copy otherwise
 
   // Start of the bytes the engine reads and writes.
   void* source() const { return in_place ? data : staging.data_ptr(); }
@@ -349,7 +351,7 @@ class TorchCheckpointer::Impl {
            t.dtype == x.scalar_type() && t.sizes == x.sizes().vec() &&
            t.strides == x.strides().vec() && t.device == x.device() &&
            t.nbytes == static_cast<int64_t>(x.numel() * x.element_size()) &&
-           SameShard(t.shard, n.shard);
+           SameShard(t.shard, n.shard) && t.entry.copy_at_save == n.copy_at_save;
   }
 
   // Same names, layouts and data pointers as registered.
@@ -422,7 +424,8 @@ class TorchCheckpointer::Impl {
       t.device = x.device();
       t.shard = nt.shard;
       // A slice of a global tensor is kept row-major, whatever its strides.
-      t.in_place = t.shard ? x.is_contiguous() : x.is_non_overlapping_and_dense();
+      t.in_place =
+          !nt.copy_at_save && (t.shard ? x.is_contiguous() : x.is_non_overlapping_and_dense());
       if (!t.in_place) {
         t.staging = at::empty(x.sizes(), x.options().requires_grad(false));
       }

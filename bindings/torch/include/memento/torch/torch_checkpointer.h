@@ -142,6 +142,11 @@ struct NamedTensor {
   bool replicated = false;
   std::optional<ShardSpec> shard;  // a slice of a global tensor (exclusive with replicated)
   at::Tensor state_of;             // optimizer state: the parameter it belongs to
+  // Copied inside Save instead of snapshotted where it lives behind training:
+  // for tensors that change before the next WaitSnapshot, as a module's
+  // buffers do in the forward pass (BatchNorm's running statistics). Costs a
+  // copy of the tensor per saved step, on the calling thread.
+  bool copy_at_save = false;
 };
 
 struct Options {

@@ -434,22 +434,63 @@ def test_buffers_the_forward_pass_changes_right_after_save_are_saved_as_they_wer
     """BatchNorm's running statistics change in the next step's forward pass, before
     wait_snapshot(): the checkpoint holds them as they were when save() returned."""
     torch.manual_seed(0)
-    # The weights come first in the state dict: the snapshot copies 16 MiB before it
-    # would reach the running statistics.
-    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048))
+    # Four 16 MiB weights come first in the state dict: a snapshot in the background
+    # would copy them before it reached the running statistics.
+    layers = [torch.nn.Linear(2048, 2048) for _ in range(4)]
+    model = torch.nn.Sequential(*layers, torch.nn.BatchNorm1d(2048))
     ck = memento.Checkpointer(job=job)
     ck.register(model)
     assert ck.restore() is None
     model(torch.randn(4, 2048))
-    ck.save(1)
     expect = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model[1](torch.randn(4, 2048) * 10 + 5)  # the next forward: running stats change
+    ck.save(1)
+    model[4](torch.randn(4, 2048) * 10 + 5)  # the next forward: running stats change
     ck.wait()
-    changed = model[1].running_mean.clone()
-    assert not same_bits(changed, expect["1.running_mean"])
+    changed = model[4].running_mean.clone()
+    assert not same_bits(changed, expect["4.running_mean"])
     report = ck.restore()
     assert report == 1
     for k, v in model.state_dict().items():
         assert same_bits(v, expect[k]), k
     assert ck.reregistrations() == 0
     ck.close()
+
+
+def test_after_close_save_and_restore_raise_and_close_again_does_nothing(job):
+    model = torch.nn.Linear(3, 2)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model)
+        ck.save(1)
+    with pytest.raises(memento.FailedPreconditionError, match="closed"):
+        ck.restore()
+    with pytest.raises(memento.FailedPreconditionError, match="closed"):
+        ck.save(2)
+    ck.close()
+
+
+class _CloseFails:
+    """The real checkpointer whose close() then reports a failed last checkpoint."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    def __getattr__(self, name):
+        return getattr(self._impl, name)
+
+    def close(self):
+        self._impl.close()
+        raise memento.TimeoutError("the last checkpoint did not commit")
+
+
+def test_a_failed_last_checkpoint_is_raised_by_close_and_logged_under_an_exception(job, caplog):
+    with pytest.raises(memento.TimeoutError):
+        with memento.Checkpointer(job=job) as ck:
+            ck.register(torch.nn.Linear(3, 2))
+            ck._impl = _CloseFails(ck._impl)
+    caplog.set_level(logging.ERROR, logger="memento")
+    with pytest.raises(ValueError, match="the training loop's"):
+        with memento.Checkpointer(job=job + "b") as ck:
+            ck.register(torch.nn.Linear(3, 2))
+            ck._impl = _CloseFails(ck._impl)
+            raise ValueError("the training loop's own error")
+    assert "the last checkpoint did not commit" in caplog.text

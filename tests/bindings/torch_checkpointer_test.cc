@@ -154,6 +154,43 @@ TEST(TorchAdapter, ModelAndAdamRestoreBitExactInPlace) {
   EXPECT_TRUE(BitEqual(torch::rand({4}), draw));  // CPU generator restored
 }
 
+// A module's buffers are copied inside Save: the next forward pass changes
+// BatchNorm's running statistics before any WaitSnapshot, while the snapshot
+// may still be copying the 64 MiB of weights that come before them.
+TEST(TorchAdapter, BuffersChangedRightAfterSaveAreSavedAsTheyWere) {
+  JobGuard guard{UniqueJob("bn")};
+  torch::manual_seed(2);
+  torch::nn::BatchNorm1d bn(2048);
+  torch::nn::Sequential net(torch::nn::Linear(2048, 2048), torch::nn::Linear(2048, 2048),
+                            torch::nn::Linear(2048, 2048), torch::nn::Linear(2048, 2048), bn);
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->RegisterModule(*net).ok());
+  auto none = ck->Restore();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  net->forward(torch::randn({4, 2048}));
+  const auto all = ModuleTensors(*net, "model.", false);
+  int buffers = 0;
+  for (const auto& t : all) {
+    const bool buffer = t.name.find("running_") != std::string::npos ||
+                        t.name.find("num_batches_tracked") != std::string::npos;
+    EXPECT_EQ(t.copy_at_save, buffer) << t.name;
+    buffers += buffer;
+  }
+  EXPECT_EQ(buffers, 3);
+  const auto expect = Snapshot(all);
+  ASSERT_TRUE(ck->Save(1).ok());
+  bn->forward(torch::randn({4, 2048}) * 10 + 5);  // the next step's forward
+  ASSERT_TRUE(ck->Wait().ok());
+  ASSERT_FALSE(BitEqual(bn->running_mean, expect[expect.size() - 3]));
+  auto restored = ck->Restore();
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_TRUE(restored->has_value());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(BitEqual(all[i].tensor, expect[i])) << all[i].name;
+  }
+  EXPECT_EQ(ck->reregistrations(), 0);
+}
+
 TEST(TorchAdapter, DtypesAndNonContiguousTensors) {
   JobGuard guard{UniqueJob("dtypes")};
   auto ck = Make(guard.job);

@@ -116,6 +116,79 @@ TEST(TorchAdapter, PrimedAdamMatchesLazyAdam) {
   }
 }
 
+// Priming SGD's momentum must not change what SGD computes (plain and
+// Nesterov, with weight decay); with dampening nothing is primed.
+TEST(TorchAdapter, PrimedSgdMatchesLazySgd) {
+  for (bool nesterov : {false, true}) {
+    torch::manual_seed(3);
+    Net a;
+    Net b;
+    {
+      torch::NoGradGuard g;
+      for (size_t i = 0; i < a.parameters().size(); ++i) b.parameters()[i].copy_(a.parameters()[i]);
+    }
+    const auto options =
+        torch::optim::SGDOptions(1e-2).momentum(0.9).nesterov(nesterov).weight_decay(1e-3);
+    torch::optim::SGD oa(a.parameters(), options);
+    torch::optim::SGD ob(b.parameters(), options);
+    EXPECT_EQ(PrimeOptimizerState(ob), 4);
+    torch::manual_seed(9);
+    TrainSteps(a, oa, 3);
+    torch::manual_seed(9);
+    TrainSteps(b, ob, 3);
+    for (size_t i = 0; i < a.parameters().size(); ++i) {
+      EXPECT_TRUE(BitEqual(a.parameters()[i], b.parameters()[i])) << i << " nesterov " << nesterov;
+    }
+  }
+  Net c;
+  torch::optim::SGD damped(c.parameters(),
+                           torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  EXPECT_EQ(PrimeOptimizerState(damped), 0);
+}
+
+// A relaunch registers a fresh SGD, which has no momentum yet: the
+// checkpoint's momentum buffers are restored into it.
+TEST(TorchAdapter, SgdMomentumIsRestoredIntoAFreshOptimizer) {
+  JobGuard guard{UniqueJob("sgd")};
+  torch::manual_seed(4);
+  Net net;
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9);
+  std::vector<at::Tensor> params, moments;
+  {
+    torch::optim::SGD sgd(net.parameters(), options);
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->RegisterModule(net).ok());
+    ASSERT_TRUE(ck->RegisterOptimizer(sgd).ok());
+    ASSERT_TRUE(ck->Restore().ok());
+    TrainSteps(net, sgd, 2);
+    ASSERT_TRUE(ck->Save(2).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+    EXPECT_EQ(ck->reregistrations(), 0);
+    params = Snapshot(ModuleTensors(net, "model.", false));
+    moments = Snapshot(OptimizerTensors(sgd, "optimizer.", false));
+    ASSERT_EQ(moments.size(), 4u);
+  }
+  {
+    torch::NoGradGuard g;
+    for (auto& p : net.parameters()) p.zero_();
+  }
+  torch::optim::SGD sgd(net.parameters(), options);
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->RegisterModule(net).ok());
+  ASSERT_TRUE(ck->RegisterOptimizer(sgd).ok());
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->step, 2u);
+  const auto now = ModuleTensors(net, "model.", false);
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(BitEqual(now[i].tensor, params[i])) << i;
+  const auto state = OptimizerTensors(sgd, "optimizer.", false);
+  ASSERT_EQ(state.size(), moments.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    EXPECT_TRUE(BitEqual(state[i].tensor, moments[i])) << state[i].name;
+  }
+}
+
 TEST(TorchAdapter, ModelAndAdamRestoreBitExactInPlace) {
   JobGuard guard{UniqueJob("adam")};
   torch::manual_seed(1);
@@ -258,7 +331,9 @@ TEST(TorchAdapter, LazyOptimizerStateReRegistersOnce) {
   JobGuard guard{UniqueJob("lazy")};
   torch::manual_seed(2);
   Net net;
-  torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  // Momentum buffers of an SGD with dampening are not created at registration.
+  torch::optim::SGD sgd(net.parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
   auto ck = Make(guard.job);
   ASSERT_TRUE(ck->RegisterModule(net).ok());
   ASSERT_TRUE(ck->RegisterOptimizer(sgd).ok());

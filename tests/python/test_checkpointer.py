@@ -282,7 +282,8 @@ def test_sharded_tensors_carry_their_place_and_bad_specs_are_refused(job):
 def test_lazily_created_state_reregisters_once(job):
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    # Momentum buffers of an SGD with dampening are not created at register().
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.5)
     with memento.Checkpointer(job=job) as ck:
         ck.register(model, opt)
         assert ck.restore() is None  # lays out the store without momentum buffers
@@ -494,3 +495,56 @@ def test_a_failed_last_checkpoint_is_raised_by_close_and_logged_under_an_excepti
             ck._impl = _CloseFails(ck._impl)
             raise ValueError("the training loop's own error")
     assert "the last checkpoint did not commit" in caplog.text
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_primed_sgd_momentum_computes_what_lazy_momentum_does(nesterov):
+    torch.manual_seed(3)
+    a = torch.nn.Linear(6, 3)
+    b = torch.nn.Linear(6, 3)
+    b.load_state_dict(a.state_dict())
+    kw = dict(lr=0.05, momentum=0.9, nesterov=nesterov, weight_decay=1e-3)
+    oa = torch.optim.SGD(a.parameters(), **kw)
+    ob = torch.optim.SGD(b.parameters(), **kw)
+    assert memento._prime_optimizer(ob) == 2
+    for _ in range(3):
+        x = torch.randn(4, 6)
+        for m, o in ((a, oa), (b, ob)):
+            m(x).pow(2).mean().backward()
+            o.step()
+            o.zero_grad()
+    for k in a.state_dict():
+        assert same_bits(a.state_dict()[k], b.state_dict()[k]), k
+    damped = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9,
+                             dampening=0.5)
+    assert memento._prime_optimizer(damped) == 0
+
+
+def test_sgd_momentum_is_restored_into_a_fresh_optimizer(job):
+    """A relaunch registers an SGD without momentum yet: restore() fills it."""
+    torch.manual_seed(4)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        assert ck.restore() is None
+        for step in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            ck.wait_snapshot()
+            opt.step()
+            opt.zero_grad()
+            ck.save(step + 1)
+        ck.wait()
+        assert ck.reregistrations() == 0
+    expect = all_state(model, opt)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        assert ck.restore() == 2
+        got = all_state(model, opt)
+    assert expect.keys() == got.keys()
+    for k in expect:
+        assert same_bits(expect[k], got[k]), k

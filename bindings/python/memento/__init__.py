@@ -25,11 +25,13 @@ Entry names (stable; they name the node store's regions):
     a second model/optimizer   "model1." / "optimizer1." ...
     register("name", tensor)   "name"
 Non-tensor optimizer state and the param groups' hyper-parameters (lr, ...)
-travel in the extra state. Adam and AdamW state is created at register()
-exactly as their first step creates it (zeros, step 0), so the set of tensors
-is the same before and after the first step and a relaunch restores into it;
-other optimizers' lazily created state (SGD momentum) makes the next save
-re-register once (the node store is laid out anew, older versions dropped).
+travel in the extra state. Adam and AdamW state, and SGD's momentum buffers
+(momentum > 0, dampening 0: the defaults), are created at register() so that
+their first step computes what it would have (zeros, step 0), so the set of
+tensors is the same before and after the first step and a relaunch restores
+into it; other optimizers' lazily created state (SGD with dampening, RMSprop)
+makes the next save re-register once (the node store is laid out anew, older
+versions dropped), and a relaunch before their first step cannot restore it.
 
 Extra state (restored by restore()): the step, the torch CPU generator (and
 CUDA generators when present), Python `random`, numpy's global generator, the
@@ -150,9 +152,32 @@ class RestoreReport:
         return "RestoreReport(%s)" % self.summary
 
 
-def _prime_adam(optimizer):
-    """Creates absent Adam/AdamW state as their first step would (torch 1.13)."""
+def _prime_sgd(optimizer):
+    """Creates absent SGD momentum buffers as zeros where that changes nothing.
+
+    Its first step takes the gradient as the buffer (torch 1.13); a zero buffer gives
+    0 * momentum + (1 - dampening) * gradient, the same value when dampening is 0 (up
+    to the sign of a zero).
+    """
+    created = 0
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            if group.get("momentum", 0) == 0 or group.get("dampening", 0) != 0:
+                continue
+            for p in group["params"]:
+                state = optimizer.state[p]
+                if "momentum_buffer" in state:
+                    continue
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                created += 1
+    return created
+
+
+def _prime_optimizer(optimizer):
+    """Creates absent Adam/AdamW state, and SGD momentum, as their first step would."""
     kind = type(optimizer)
+    if kind is torch.optim.SGD:
+        return _prime_sgd(optimizer)
     if kind not in (torch.optim.Adam, torch.optim.AdamW):
         return 0
     d = optimizer.defaults
@@ -291,7 +316,7 @@ class Checkpointer:
                                        "not both" % prefix)
         self._prefixes.add(prefix)
         if kind == "optimizer":
-            _prime_adam(obj)
+            _prime_optimizer(obj)
         self._sources.append((kind, prefix, obj, bool(replicated), spec))
 
     def tensors(self):

@@ -106,7 +106,34 @@ std::vector<NamedTensor> OptimizerTensors(torch::optim::Optimizer& optimizer,
   return out;
 }
 
+namespace {
+
+// SGD::step takes a parameter's first gradient as its momentum buffer
+// (libtorch 1.13 sgd.cpp); a zero buffer gives 0 * momentum + (1 - dampening)
+// * gradient, the same value when dampening is 0 (up to the sign of a zero).
+int PrimeSgdMomentum(torch::optim::SGD& sgd) {
+  torch::NoGradGuard no_grad;
+  int created = 0;
+  auto& state = sgd.state();
+  for (auto& group : sgd.param_groups()) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    if (options.momentum() == 0 || options.dampening() != 0) continue;
+    for (auto& p : group.params()) {
+      const std::string key = StateKey(p);
+      if (state.find(key) != state.end()) continue;
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
+      state[key] = std::move(s);
+      ++created;
+    }
+  }
+  return created;
+}
+
+}  // namespace
+
 int PrimeOptimizerState(torch::optim::Optimizer& optimizer) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer)) return PrimeSgdMomentum(*sgd);
   const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
   if (!adam && !adamw) return 0;

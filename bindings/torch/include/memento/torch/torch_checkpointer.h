@@ -256,8 +256,10 @@ std::vector<NamedTensor> ModuleTensors(const torch::nn::Module& module, const st
                                        bool replicated);
 std::vector<NamedTensor> OptimizerTensors(torch::optim::Optimizer& optimizer,
                                           const std::string& prefix, bool replicated);
-// Creates absent Adam / AdamW state as their first step would; returns the
-// number of parameters whose state was created.
+// Creates absent Adam / AdamW state as their first step would, and SGD's
+// momentum buffers (momentum > 0, dampening 0) as zeros, which its first step
+// turns into what it would have made; returns the number of parameters whose
+// state was created.
 int PrimeOptimizerState(torch::optim::Optimizer& optimizer);
 
 // "float32", "float16", "bfloat16", "int64", "bool", ...

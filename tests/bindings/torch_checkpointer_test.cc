@@ -297,6 +297,17 @@ TEST(TorchAdapter, DtypesAndNonContiguousTensors) {
   EXPECT_FALSE(ts[5].is_contiguous());
 }
 
+TEST(TorchAdapter, MetaTensorsAreRefusedByName) {
+  JobGuard guard{UniqueJob("meta")};
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(
+      ck->Register("deferred", torch::empty({3, 4}, at::TensorOptions().device(at::kMeta))).ok());
+  Status s = ck->Save(1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor 'deferred' is on the meta device"), std::string::npos)
+      << s.ToString();
+}
+
 TEST(TorchAdapter, ExpandedViewsAreRefusedByName) {
   JobGuard guard{UniqueJob("expand")};
   auto ck = Make(guard.job);

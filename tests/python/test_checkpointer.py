@@ -548,3 +548,10 @@ def test_sgd_momentum_is_restored_into_a_fresh_optimizer(job):
     assert expect.keys() == got.keys()
     for k in expect:
         assert same_bits(expect[k], got[k]), k
+
+
+def test_a_meta_tensor_is_refused_by_name(job):
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("deferred", torch.empty(3, 4, device="meta"))
+        with pytest.raises(memento.InvalidArgumentError, match="'deferred' is on the meta device"):
+            ck.save(1)

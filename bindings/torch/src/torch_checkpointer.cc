@@ -284,6 +284,13 @@ class TorchCheckpointer::Impl {
         if (!nt.tensor.defined()) {
           return Status::InvalidArgument("tensor '" + nt.name + "' is undefined");
         }
+        const at::Device device = nt.tensor.device();
+        if (!device.is_cpu() && !device.is_cuda()) {
+          return Status::InvalidArgument(
+              "tensor '" + nt.name + "' is on the " + c10::DeviceTypeName(device.type(), true) +
+              " device: only CPU and CUDA tensors are checkpointed (a meta tensor has no data: "
+              "materialize it before registering)");
+        }
         if (nt.tensor.is_sparse() || nt.tensor.is_quantized()) {
           return Status::InvalidArgument("tensor '" + nt.name +
                                          "' is sparse or quantized: only strided tensors are "

@@ -555,3 +555,39 @@ def test_a_meta_tensor_is_refused_by_name(job):
         ck.register("deferred", torch.empty(3, 4, device="meta"))
         with pytest.raises(memento.InvalidArgumentError, match="'deferred' is on the meta device"):
             ck.save(1)
+
+
+class _WithExtraState(torch.nn.Module):
+    """Keeps metadata besides tensors, as FP8 modules do (get_extra_state)."""
+
+    def __init__(self, as_tensor):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.as_tensor = as_tensor
+        self.meta = {"scale": 1.0, "history": [1.0]}
+
+    def get_extra_state(self):
+        if self.as_tensor:
+            return torch.tensor([self.meta["scale"]] + self.meta["history"], dtype=torch.float64)
+        return {"scale": self.meta["scale"], "history": list(self.meta["history"])}
+
+    def set_extra_state(self, state):
+        if self.as_tensor:
+            values = state.tolist()
+            self.meta = {"scale": values[0], "history": values[1:]}
+        else:
+            self.meta = {"scale": state["scale"], "history": list(state["history"])}
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_module_extra_state_is_restored_through_set_extra_state(job, as_tensor):
+    model = torch.nn.Sequential(_WithExtraState(as_tensor), torch.nn.ReLU())
+    model[0].meta = {"scale": 0.5, "history": [2.0, 3.0]}
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model)
+        ck.save(1)
+        ck.wait()
+        assert not any(n.endswith("_extra_state") for n in ck.entry_names())
+        model[0].meta = {"scale": 9.0, "history": []}
+        assert ck.restore() == 1
+    assert model[0].meta == {"scale": 0.5, "history": [2.0, 3.0]}

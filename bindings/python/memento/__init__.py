@@ -34,9 +34,11 @@ makes the next save re-register once (the node store is laid out anew, older
 versions dropped), and a relaunch before their first step cannot restore it.
 
 Extra state (restored by restore()): the step, the torch CPU generator (and
-CUDA generators when present), Python `random`, numpy's global generator, the
-`extra` objects (a value with state_dict()/load_state_dict() is saved through
-them; other values are pickled and put back into the same dict).
+CUDA generators when present), Python `random`, numpy's global generator, what
+modules keep besides tensors (get_extra_state(), handed back through
+load_state_dict), the `extra` objects (a value with
+state_dict()/load_state_dict() is saved through them; other values are pickled
+and put back into the same dict).
 
 replicated=True (data parallel): parameters and optimizer state are the same
 on every rank; each rank stores 1/N of their bytes and restore() gathers the
@@ -213,6 +215,11 @@ def _shard_spec(where, global_shape, offsets, dim):
     return global_shape, offsets
 
 
+def _is_extra_state(key):
+    """Whether a state_dict key holds a module's get_extra_state() (any type)."""
+    return key.rsplit(".", 1)[-1] == "_extra_state"
+
+
 def _optimizer_params(optimizer):
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -357,7 +364,7 @@ class Checkpointer:
             elif kind == "module":
                 params = {n for n, _ in obj.named_parameters()}
                 for key, t in obj.state_dict(keep_vars=True).items():
-                    if isinstance(t, torch.Tensor):
+                    if isinstance(t, torch.Tensor) and not _is_extra_state(key):
                         add(prefix + key, t, replicated and key in params,
                             copy_at_save=key not in params)
             else:
@@ -395,6 +402,16 @@ class Checkpointer:
             groups = [{k: v for k, v in g.items() if k != "params"} for g in obj.param_groups]
             optim[prefix] = {"scalars": scalars, "groups": groups}
         state["optimizers"] = optim
+        # What modules keep besides tensors (get_extra_state(): e.g. FP8 scaling
+        # metadata), which load_state_dict hands back to set_extra_state().
+        modules = {}
+        for kind, prefix, obj, _, _ in self._sources:
+            if kind == "module":
+                values = {k: v for k, v in obj.state_dict().items()
+                          if _is_extra_state(k) or not isinstance(v, torch.Tensor)}
+                if values:
+                    modules[prefix] = values
+        state["modules"] = modules
         extras = []
         for d in self._extras:
             extras.append({k: (("state_dict", v.state_dict()) if hasattr(v, "state_dict")
@@ -417,6 +434,10 @@ class Checkpointer:
                 obj.state[params[i]][key] = value
             for group, values in zip(obj.param_groups, saved["groups"]):
                 group.update(values)
+        for kind, prefix, obj, _, _ in self._sources:
+            values = state.get("modules", {}).get(prefix)
+            if kind == "module" and values:
+                obj.load_state_dict(values, strict=False)  # the tensors are in place already
         for d, saved in zip(self._extras, state["extra"]):
             for k, (how, value) in saved.items():
                 if how == "state_dict" and k in d and hasattr(d[k], "load_state_dict"):

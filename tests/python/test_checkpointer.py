@@ -591,3 +591,25 @@ def test_module_extra_state_is_restored_through_set_extra_state(job, as_tensor):
         model[0].meta = {"scale": 9.0, "history": []}
         assert ck.restore() == 1
     assert model[0].meta == {"scale": 0.5, "history": [2.0, 3.0]}
+
+
+def test_optimizer_state_takes_a_spec_named_for_it_or_its_parameters(job):
+    # A parameter registered as a named slice passes its place to its moments;
+    # a spec in shards= for a moment overrides the inherited one.
+    w = torch.nn.Parameter(torch.randn(2, 3))
+    v = torch.nn.Parameter(torch.randn(2, 3))
+    opt = torch.optim.Adam([w, v])
+    with memento.Checkpointer(job=job, elastic=True) as ck:
+        ck.register("w", w, global_shape=(4, 3), offsets=(2, 0))
+        ck.register("v", v, global_shape=(2, 6), offsets=(0, 3))
+        ck.register(opt, shards={"optimizer.state.1.exp_avg_sq": ((4, 3), (0, 0))})
+        assert ck.placements() == {"w": ((4, 3), (2, 0)),
+                                   "v": ((2, 6), (0, 3)),
+                                   "optimizer.state.0.exp_avg": ((4, 3), (2, 0)),
+                                   "optimizer.state.0.exp_avg_sq": ((4, 3), (2, 0)),
+                                   "optimizer.state.1.exp_avg": ((2, 6), (0, 3)),
+                                   "optimizer.state.1.exp_avg_sq": ((4, 3), (0, 0))}
+        ck.register("x", torch.zeros(2), global_shape=(4,), offsets=(0,),
+                    shards={"x": ((2,), (0,))})
+        with pytest.raises(memento.InvalidArgumentError, match="'x' is given a shard spec twice"):
+            ck.placements()

@@ -346,18 +346,28 @@ class Checkpointer:
         by_param = {}  # id(parameter) -> shard spec, for its optimizer state
         used = set()
 
-        def add(name, t, replicated, spec=None, copy_at_save=False):
-            if spec is None and name in self._shards:
+        def add(name, t, replicated, spec=None, copy_at_save=False, inherited=None):
+            # A spec in shards= names the entry: it overrides what optimizer state
+            # inherits from its parameter.
+            if name in self._shards:
+                if spec is not None:
+                    raise InvalidArgumentError("register: %r is given a shard spec twice (by "
+                                               "global_shape= and by shards=)" % name)
                 spec = self._shards[name]
                 used.add(name)
+            elif spec is None:
+                spec = inherited
             out.append((name, t.detach(), replicated) + (spec if spec else (None, None)) +
                        (copy_at_save,))
 
-        for kind, prefix, obj, _, _ in self._sources:
+        for kind, prefix, obj, _, spec in self._sources:
             if kind == "module":
                 for key, t in obj.state_dict(keep_vars=True).items():
                     if prefix + key in self._shards:
                         by_param[id(t)] = self._shards[prefix + key]
+            elif kind == "tensor":
+                if spec is not None or prefix in self._shards:
+                    by_param[id(obj)] = spec if spec is not None else self._shards[prefix]
         for kind, prefix, obj, replicated, spec in self._sources:
             if kind == "tensor":
                 add(prefix, obj, replicated, spec)
@@ -375,7 +385,8 @@ class Checkpointer:
                             # Adam's step counter is not, whatever its shape.
                             inherited = (by_param.get(id(p)) if value.shape == p.shape
                                          and key != "step" and not replicated else None)
-                            add("%sstate.%d.%s" % (prefix, i, key), value, replicated, inherited)
+                            add("%sstate.%d.%s" % (prefix, i, key), value, replicated,
+                                inherited=inherited)
         unknown = sorted(set(self._shards) - used)
         if unknown:
             raise InvalidArgumentError("register(shards=...): no registered tensor is named %s"

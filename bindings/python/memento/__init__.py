@@ -31,7 +31,8 @@ their first step computes what it would have (zeros, step 0), so the set of
 tensors is the same before and after the first step and a relaunch restores
 into it; other optimizers' lazily created state (SGD with dampening, RMSprop)
 makes the next save re-register once (the node store is laid out anew, older
-versions dropped), and a relaunch before their first step cannot restore it.
+versions dropped), and a relaunched job, whose fresh optimizer has no such
+state yet, cannot restore it (FailedPreconditionError naming the tensors).
 
 Extra state (restored by restore()): the step, the torch CPU generator (and
 CUDA generators when present), Python `random`, numpy's global generator, what

@@ -98,9 +98,14 @@ Result<std::unique_ptr<ElasticRestorer::OldStore>> ElasticRestorer::OpenOld(
   MEMENTO_ASSIGN_OR_RETURN(NodeStore store, NodeStore::AttachAside(name));
   auto catalog = wire::DecodeJobCatalog(store.catalog());
   const auto& regions = store.layout().regions;
-  if (!catalog.ok() || regions.empty() || regions[0].kind != RegionKind::kShard) {
+  if (!catalog.ok()) {
     return Status::FailedPrecondition(name + ": no job catalog (written by an older memento?): " +
                                       catalog.status().ToString());
+  }
+  if (regions.empty() || regions[0].kind != RegionKind::kShard) {
+    return Status::FailedPrecondition(name +
+                                      ": its first region is not a shard entry, so the "
+                                      "node and lane it belonged to are unknown");
   }
   auto old = std::make_unique<OldStore>();
   old->node = static_cast<int>(regions[0].owner_node);

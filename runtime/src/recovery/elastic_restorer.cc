@@ -225,7 +225,9 @@ Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInvento
   for (const auto& [v, l] : choice.remote) {
     if (l == lineage_) input_.remote_versions.insert(v);
   }
-  if (!old_pl_) MEMENTO_RETURN_IF_ERROR(RemoteOnlyTopology());
+  if (!old_pl_) {
+    MEMENTO_RETURN_IF_ERROR(Agreed(RemoteOnlyTopology(), "reading the remote version's files"));
+  }
   std::vector<bool> alive(old_nodes_, false);
   for (const wire::ElasticInventory& inv : theirs) {
     for (const wire::ElasticStoreRecord& s : inv.stores) {
@@ -278,6 +280,13 @@ Status ElasticRestorer::RemoteOnlyTopology() {
 
 // ---- 2 + 3. plan, verify -------------------------------------------------------------------
 
+Status ElasticRestorer::Agreed(const Status& local, const std::string& what) {
+  MEMENTO_ASSIGN_OR_RETURN(bool everyone, parts_.transport->AllTrue(local.ok()));
+  if (!local.ok()) return local;
+  if (!everyone) return Status::Unavailable("elastic restore: " + what + " failed on another rank");
+  return Status::Ok();
+}
+
 Status ElasticRestorer::FillRemoteCatalogs(const placement::RecoveryPlan& plan) {
   for (const placement::ShardSource& s : plan.shards) {
     OldRank& o = old_ranks_.at(static_cast<size_t>(s.node) * old_lanes_ + s.lane);
@@ -311,7 +320,7 @@ Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> ElasticRestor
       for (const auto& n : report_.notes) why += "; " + n;
       return Status::NotFound(why);
     }
-    MEMENTO_RETURN_IF_ERROR(FillRemoteCatalogs(*planned));
+    MEMENTO_RETURN_IF_ERROR(Agreed(FillRemoteCatalogs(*planned), "listing the remote files"));
     placement::ElasticInput ein;
     ein.old_nodes = old_nodes_;
     ein.old_lanes = old_lanes_;

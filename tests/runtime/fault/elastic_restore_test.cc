@@ -16,6 +16,7 @@
 
 #include "harness/spawn.h"
 #include "memento/runtime/checkpointer.h"
+#include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/shm_segment.h"
@@ -84,11 +85,13 @@ struct Rank {
 
 // Registers this rank's slices of the global tensors. `bad_rows`: a slicing
 // that does not tile (every rank takes one row too many).
+// `store`: the remote tier to use instead of the one the config names.
 Rank Open(RankContext& ctx, const Topo& t, const std::string& scheme, bool elastic, bool remote,
-          bool bad_rows = false, FaultHooks hooks = {}) {
+          bool bad_rows = false, FaultHooks hooks = {},
+          std::shared_ptr<RemoteStore> store = nullptr) {
   Rank r;
   auto ck = Checkpointer::Create(MakeConfig(t, ctx.rank(), scheme, elastic, remote),
-                                 ctx.transport(), nullptr, std::move(hooks));
+                                 ctx.transport(), std::move(store), std::move(hooks));
   EXPECT_TRUE(ck.ok()) << ck.status().ToString();
   if (!ck.ok()) return r;
   r.ck = std::move(ck).value();
@@ -378,6 +381,48 @@ TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
     // Every old slice once, and the replicated bias and step once per new rank.
     const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
     RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "xor:3", {2, true, all, false}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// The remote tier as the config names it, except that listing a version's
+// files fails on this rank (an I/O error of its own).
+class FailingListRemoteStore : public DirectoryRemoteStore {
+ public:
+  using DirectoryRemoteStore::DirectoryRemoteStore;
+  Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t, int) override {
+    return Status::IoError("test: listing the remote files failed");
+  }
+};
+
+// No store survives and one new rank cannot list the remote files: every
+// rank's Restore fails at once, that rank's with its own error and the
+// others' naming another rank, instead of the others waiting for it in the
+// next collective until the timeout. A relaunch whose ranks can read the
+// remote tier then restores.
+TEST(Elastic, ARemoteErrorOnOneRankFailsEveryRankAtOnce) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Lose({0, 1, 2, 3});
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    std::shared_ptr<RemoteStore> store;
+    if (ctx.rank() == 1) {
+      store = std::make_shared<FailingListRemoteStore>(testing::SpawnDir() + "/remote",
+                                                       testing::SpawnJob());
+    }
+    Rank r = Open(ctx, three, "xor:3", true, true, false, {}, std::move(store));
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank();
+    const std::string why = report.status().ToString();
+    EXPECT_NE(report.status().code(), StatusCode::kTimeout) << why;
+    const char* want =
+        ctx.rank() == 1 ? "test: listing the remote files failed" : "failed on another rank";
+    EXPECT_NE(why.find(want), std::string::npos) << "rank " << ctx.rank() << ": " << why;
+  });
+  Spawn(3, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
+    RestoreElastic(ctx, three, "xor:3", {2, true, all, false}, true);
   });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }

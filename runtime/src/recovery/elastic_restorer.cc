@@ -801,8 +801,26 @@ Status ElasticRestorer::CopyLocalAndRemote() {
   const int me = parts_.transport->rank();
   const placement::RankCatalog& mine = (*parts_.new_catalogs)
       .at(static_cast<size_t>(pl_.node()) * pl_.lanes() + pl_.lane());
-  // Remote entries read once each: (old node, lane, entry) -> bytes.
+  // The remote entries this rank reads: (old node, lane, entry) -> bytes,
+  // each old rank's file read once for all of its entries (a read passes
+  // over the whole file to check it).
   std::map<std::tuple<int, int, int>, std::vector<uint8_t>> remote;
+  std::map<int, std::vector<RemoteEntryTarget>> by_file;  // old world rank -> its entries
+  for (const PieceRef& r : pieces_) {
+    const placement::ElasticPiece& p = *r.piece;
+    if (r.target != me || r.server != me || p.source != placement::PieceSource::kRemote) continue;
+    const auto& src = Old(p.old_node, p.old_lane).catalog.entries.at(p.old_entry);
+    if (parts_.remote == nullptr) return Status::NotFound("no remote tier for " + src.name);
+    auto [it, added] =
+        remote.try_emplace(std::make_tuple(p.old_node, p.old_lane, p.old_entry), src.bytes);
+    if (added) {
+      by_file[p.old_node * old_lanes_ + p.old_lane].push_back(
+          RemoteEntryTarget{src.name, it->second.data(), it->second.size()});
+    }
+  }
+  for (const auto& [rank, targets] : by_file) {
+    MEMENTO_RETURN_IF_ERROR(parts_.remote->ReadRankFile(plan_.version, rank, targets));
+  }
   for (const PieceRef& r : pieces_) {
     if (r.target != me || r.server != me) continue;
     const placement::ElasticPiece& p = *r.piece;
@@ -810,17 +828,7 @@ Status ElasticRestorer::CopyLocalAndRemote() {
     const auto& dst = mine.entries.at(r.entry);
     const uint8_t* base = nullptr;
     if (p.source == placement::PieceSource::kRemote) {
-      auto key = std::make_tuple(p.old_node, p.old_lane, p.old_entry);
-      auto it = remote.find(key);
-      if (it == remote.end()) {
-        if (parts_.remote == nullptr) return Status::NotFound("no remote tier for " + src.name);
-        std::vector<uint8_t> bytes(src.bytes);
-        MEMENTO_RETURN_IF_ERROR(parts_.remote->ReadRankFile(
-            plan_.version, p.old_node * old_lanes_ + p.old_lane,
-            {RemoteEntryTarget{src.name, bytes.data(), bytes.size()}}));
-        it = remote.emplace(key, std::move(bytes)).first;
-      }
-      base = it->second.data();
+      base = remote.at(std::make_tuple(p.old_node, p.old_lane, p.old_entry)).data();
     } else {
       MEMENTO_ASSIGN_OR_RETURN(base, SourceOf(p));
     }

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -186,8 +187,8 @@ uint64_t ShardedBytes(int old_ranks, int lost) {
 // saves `version + 1` under the new topology (while the restored version may
 // still be committing), then checks the sources.
 void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, const Expect& want,
-                    bool remote) {
-  Rank r = Open(ctx, t, scheme, /*elastic=*/true, remote);
+                    bool remote, std::shared_ptr<RemoteStore> store = nullptr) {
+  Rank r = Open(ctx, t, scheme, /*elastic=*/true, remote, false, {}, std::move(store));
   if (!r.ck) return;
   auto report = r.ck->Restore();
   ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
@@ -372,15 +373,35 @@ TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// The remote tier as the config names it, counting the rank files read.
+class CountingRemoteStore : public DirectoryRemoteStore {
+ public:
+  using DirectoryRemoteStore::DirectoryRemoteStore;
+  Status ReadRankFile(uint64_t version, int rank,
+                      const std::vector<RemoteEntryTarget>& targets) override {
+    ++reads[rank];
+    return DirectoryRemoteStore::ReadRankFile(version, rank, targets);
+  }
+  std::map<int, int> reads;  // old world rank -> reads of its file
+};
+
 // No node store survives at all: the remote version the 4 old ranks wrote is
-// resharded onto 3.
+// resharded onto 3, each new rank reading each old rank file it needs once
+// (for all the entries it takes from it: a read checks the whole file).
 TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
   Lose({0, 1, 2, 3});
   Spawn(3, [&](RankContext& ctx) {
     // Every old slice once, and the replicated bias and step once per new rank.
     const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
-    RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "xor:3", {2, true, all, false}, true);
+    auto store =
+        std::make_shared<CountingRemoteStore>(testing::SpawnDir() + "/remote", testing::SpawnJob());
+    RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "xor:3", {2, true, all, false}, true, store);
+    EXPECT_FALSE(store->reads.empty());
+    for (const auto& [rank, n] : store->reads) {
+      EXPECT_EQ(n, 1) << "new rank " << ctx.rank() << " read old rank " << rank << "'s file " << n
+                      << " times";
+    }
   });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }

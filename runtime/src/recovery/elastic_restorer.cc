@@ -168,15 +168,38 @@ Status ElasticRestorer::TakeInventory() {
   const std::vector<uint8_t> blob = wire::EncodeElasticInventory(mine);
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
   std::vector<wire::ElasticInventory> theirs;
-  old_node_of_new_.assign(pl_.num_nodes(), -1);
   for (size_t r = 0; r < all.size(); ++r) {
     MEMENTO_ASSIGN_OR_RETURN(wire::ElasticInventory inv, wire::DecodeElasticInventory(all[r]));
-    for (wire::ElasticStoreRecord& s : inv.stores) {
-      MEMENTO_RETURN_IF_ERROR(AbsorbStore(static_cast<int>(r), &s));
-    }
     theirs.push_back(std::move(inv));
   }
-  return KeepNewestLineage(theirs);
+  std::vector<const wire::Inventory*> remote, items;
+  for (const wire::ElasticInventory& inv : theirs) {
+    remote.push_back(&inv.remote);
+    for (const wire::ElasticStoreRecord& s : inv.stores) items.push_back(&s.items);
+  }
+  const LineageChoice choice = ChooseNewestLineage(remote, items);
+  // Only the newest run's stores give the old topology, who serves which old
+  // rank and the catalogs: a store an older run left under this job id (of
+  // another topology, maybe) is passed over, and its node counts as lost.
+  old_node_of_new_.assign(pl_.num_nodes(), -1);
+  uint64_t passed_over = 0;
+  for (size_t r = 0; r < theirs.size(); ++r) {
+    for (wire::ElasticStoreRecord& s : theirs[r].stores) {
+      const auto& lineages = s.items.item_lineage;
+      if (!choice.newest ||
+          std::find(lineages.begin(), lineages.end(), *choice.newest) == lineages.end()) {
+        ++passed_over;
+        continue;
+      }
+      MEMENTO_RETURN_IF_ERROR(AbsorbStore(static_cast<int>(r), &s));
+    }
+  }
+  if (passed_over > 0) {
+    report_.notes.push_back(std::to_string(passed_over) +
+                            " old node store(s) hold no version of the newest run under this "
+                            "job id and are passed over");
+  }
+  return KeepNewestLineage(theirs, choice);
 }
 
 Status ElasticRestorer::AbsorbStore(int rank, wire::ElasticStoreRecord* s) {
@@ -213,13 +236,8 @@ Status ElasticRestorer::AbsorbStore(int rank, wire::ElasticStoreRecord* s) {
   return Status::Ok();
 }
 
-Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs) {
-  std::vector<const wire::Inventory*> remote, items;
-  for (const wire::ElasticInventory& inv : theirs) {
-    remote.push_back(&inv.remote);
-    for (const wire::ElasticStoreRecord& s : inv.stores) items.push_back(&s.items);
-  }
-  const LineageChoice choice = ChooseNewestLineage(remote, items);
+Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs,
+                                          const LineageChoice& choice) {
   if (!choice.newest) return Status::NotFound("nothing to restore: no old store and no remote version");
   lineage_ = *choice.newest;
   for (const auto& [v, l] : choice.remote) {
@@ -288,6 +306,22 @@ Status ElasticRestorer::Agreed(const Status& local, const std::string& what) {
 }
 
 Status ElasticRestorer::FillRemoteCatalogs(const placement::RecoveryPlan& plan) {
+  // The old ranks' files are found by their world rank in the old topology:
+  // a remote version written by another number of ranks (before an earlier
+  // elastic restore of the same run) holds other slices under those numbers.
+  const bool from_remote = std::any_of(
+      plan.shards.begin(), plan.shards.end(),
+      [](const placement::ShardSource& s) { return s.kind == placement::SourceKind::kRemote; });
+  if (from_remote && parts_.remote != nullptr) {
+    MEMENTO_ASSIGN_OR_RETURN(RemoteManifest manifest, parts_.remote->ReadManifest(plan.version));
+    if (manifest.world_size != old_nodes_ * old_lanes_) {
+      return Status::FailedPrecondition(
+          "elastic restore: remote version " + std::to_string(plan.version) + " was written by " +
+          std::to_string(manifest.world_size) + " ranks, the surviving node stores by " +
+          std::to_string(old_nodes_) + "x" + std::to_string(old_lanes_) +
+          ": their slices cannot be combined");
+    }
+  }
   for (const placement::ShardSource& s : plan.shards) {
     OldRank& o = old_ranks_.at(static_cast<size_t>(s.node) * old_lanes_ + s.lane);
     if (o.has_catalog || s.kind != placement::SourceKind::kRemote || parts_.remote == nullptr) {

@@ -56,6 +56,7 @@
 #include "memento/runtime/transport.h"
 #include "protect/entry_seals.h"
 #include "protect/protection_layout.h"
+#include "recovery/inventory.h"
 #include "recovery/reprotector.h"
 #include "snapshot/registered_entry.h"
 #include "transport/wire.h"
@@ -110,7 +111,8 @@ class ElasticRestorer {
   // the catalogs it records.
   Status AbsorbStore(int rank, wire::ElasticStoreRecord* store);
   // The newest run's items and remote versions, and the old nodes lost.
-  Status KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs);
+  Status KeepNewestLineage(const std::vector<wire::ElasticInventory>& theirs,
+                           const LineageChoice& choice);
   Status AdoptTopology(const wire::JobCatalog& catalog);
   Status RemoteOnlyTopology();
   Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> PlanVerified();  // 2 + 3

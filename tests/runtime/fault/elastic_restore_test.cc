@@ -406,6 +406,22 @@ TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// An older run under this job id left its stores (4 nodes, v1-v2); a newer
+// run on 2 other nodes persisted v3-v4 and lost its memory. The relaunch on 3
+// of the older run's nodes restores v4 from the newer run's remote files,
+// passing over the older run's stores (their topology and catalogs are not
+// the newer run's).
+TEST(Elastic, AnOlderRunsStoresArePassedOver) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Spawn(2, [&](RankContext& ctx) { Train(ctx, Topo{2, 1, {10, 11}}, "replica:2", 3, 4, true); });
+  Lose({10, 11});
+  Spawn(3, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(2, 2) + 3 * (kBias * 4 + 8);
+    RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "replica:2", {4, true, all, false}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // The remote tier as the config names it, except that listing a version's
 // files fails on this rank (an I/O error of its own).
 class FailingListRemoteStore : public DirectoryRemoteStore {

@@ -422,6 +422,32 @@ TEST(Elastic, AnOlderRunsStoresArePassedOver) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// The run goes on after an elastic restore (4 -> 3 nodes) without persisting
+// again; then 2 of the 3 nodes are lost and the job is relaunched on 2. Memory
+// cannot serve, and the newest remote version is the one the 4 old ranks
+// wrote: its files are numbered by the 4-rank topology, not by the 3-rank one
+// the surviving store records. The restore is refused, naming both, rather
+// than reading other slices under those numbers.
+TEST(Elastic, ARemoteVersionOfAnotherRankCountIsNotReadUnderTheStoresNumbers) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, true); });
+  Lose({3});
+  Spawn(3, [&](RankContext& ctx) {
+    RestoreElastic(ctx, Topo{3, 1, {0, 1, 2}}, "replica:2", {2, false}, false);
+  });
+  Lose({0, 1});
+  Spawn(2, [&](RankContext& ctx) {
+    Rank r = Open(ctx, Topo{2, 1, {2, 5}}, "replica:2", /*elastic=*/true, /*remote=*/true);
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank() << ": " << report->ToString();
+    EXPECT_NE(report.status().ToString().find("remote version 2 was written by 4 ranks, the "
+                                              "surviving node stores by 3x1"),
+              std::string::npos)
+        << "rank " << ctx.rank() << ": " << report.status().ToString();
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // The remote tier as the config names it, except that listing a version's
 // files fails on this rank (an I/O error of its own).
 class FailingListRemoteStore : public DirectoryRemoteStore {

@@ -44,6 +44,17 @@ def train_step(model, opt, ck=None):
     opt.zero_grad()
 
 
+def save_steps(model, opt, ck, steps, inputs):
+    """`steps` steps of a model taking `inputs` features, each saved through `ck`."""
+    for step in range(steps):
+        model(torch.randn(2, inputs)).sum().backward()
+        ck.wait_snapshot()
+        opt.step()
+        opt.zero_grad()
+        ck.save(step + 1)
+    ck.wait()
+
+
 def all_state(model, opt):
     out = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for i, (p, s) in enumerate(opt.state.items()):
@@ -287,13 +298,7 @@ def test_lazily_created_state_reregisters_once(job):
     with memento.Checkpointer(job=job) as ck:
         ck.register(model, opt)
         assert ck.restore() is None  # lays out the store without momentum buffers
-        for step in range(3):
-            model(torch.randn(2, 4)).sum().backward()
-            ck.wait_snapshot()
-            opt.step()
-            opt.zero_grad()
-            ck.save(step + 1)
-        ck.wait()
+        save_steps(model, opt, ck, 3, 4)
         assert ck.reregistrations() == 1
         assert "optimizer.state.0.momentum_buffer" in ck.entry_names()
         expect = opt.state[model.weight]["momentum_buffer"].clone()
@@ -528,13 +533,7 @@ def test_sgd_momentum_is_restored_into_a_fresh_optimizer(job):
     with memento.Checkpointer(job=job) as ck:
         ck.register(model, opt)
         assert ck.restore() is None
-        for step in range(2):
-            model(torch.randn(2, 4)).sum().backward()
-            ck.wait_snapshot()
-            opt.step()
-            opt.zero_grad()
-            ck.save(step + 1)
-        ck.wait()
+        save_steps(model, opt, ck, 2, 4)
         assert ck.reregistrations() == 0
     expect = all_state(model, opt)
     with torch.no_grad():

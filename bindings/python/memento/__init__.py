@@ -335,7 +335,12 @@ class Checkpointer:
         """{name: (global_shape, offsets)} of the tensors registered as slices of global ones."""
         return {e[0]: (e[3], e[4]) for e in self._entries() if e[3] is not None}
 
-    def _entries(self):
+    def _module_states(self):
+        """{prefix: state_dict(keep_vars=True)} of the registered modules, taken once per save."""
+        return {prefix: obj.state_dict(keep_vars=True)
+                for kind, prefix, obj, _, _ in self._sources if kind == "module"}
+
+    def _entries(self, states=None):
         """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.
 
         In registration order. global_shape and offsets are None for a tensor that is not a
@@ -343,6 +348,8 @@ class Checkpointer:
         before the next wait_snapshot() (BatchNorm's running statistics): save() copies it
         before it returns instead of snapshotting it in place behind training.
         """
+        if states is None:
+            states = self._module_states()
         out = []
         by_param = {}  # id(parameter) -> shard spec, for its optimizer state
         used = set()
@@ -363,7 +370,7 @@ class Checkpointer:
 
         for kind, prefix, obj, _, spec in self._sources:
             if kind == "module":
-                for key, t in obj.state_dict(keep_vars=True).items():
+                for key, t in states[prefix].items():
                     if prefix + key in self._shards:
                         by_param[id(t)] = self._shards[prefix + key]
             elif kind == "tensor":
@@ -374,7 +381,7 @@ class Checkpointer:
                 add(prefix, obj, replicated, spec)
             elif kind == "module":
                 params = {n for n, _ in obj.named_parameters()}
-                for key, t in obj.state_dict(keep_vars=True).items():
+                for key, t in states[prefix].items():
                     if isinstance(t, torch.Tensor) and not _is_extra_state(key):
                         add(prefix + key, t, replicated and key in params,
                             copy_at_save=key not in params)
@@ -395,7 +402,7 @@ class Checkpointer:
         return out
 
     # ---- extra state -----------------------------------------------------------------------
-    def _extra_state(self):
+    def _extra_state(self, states):
         state = {"format": _EXTRA_FORMAT, "random": random.getstate()}
         try:
             import numpy
@@ -417,12 +424,11 @@ class Checkpointer:
         # What modules keep besides tensors (get_extra_state(): e.g. FP8 scaling
         # metadata), which load_state_dict hands back to set_extra_state().
         modules = {}
-        for kind, prefix, obj, _, _ in self._sources:
-            if kind == "module":
-                values = {k: v for k, v in obj.state_dict().items()
-                          if _is_extra_state(k) or not isinstance(v, torch.Tensor)}
-                if values:
-                    modules[prefix] = values
+        for prefix, module_state in states.items():
+            values = {k: v for k, v in module_state.items()
+                      if _is_extra_state(k) or not isinstance(v, torch.Tensor)}
+            if values:
+                modules[prefix] = values
         state["modules"] = modules
         extras = []
         for d in self._extras:
@@ -468,8 +474,9 @@ class Checkpointer:
             if not self._impl.would_save(int(step)):
                 self._impl.save(int(step))
                 return
-            self._impl.set_tensors(self._entries())
-            self._impl.set_user_state(pickle.dumps(self._extra_state(), protocol=4))
+            states = self._module_states()
+            self._impl.set_tensors(self._entries(states))
+            self._impl.set_user_state(pickle.dumps(self._extra_state(states), protocol=4))
             self._impl.save(int(step))
         finally:
             _flush_logs()

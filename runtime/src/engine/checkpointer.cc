@@ -351,10 +351,9 @@ Status Checkpointer::Impl::OpenStore(int lane) {
   const StalePolicy policy = elastic_ ? StalePolicy::kReplace : config_.stale_policy;
   auto store = NodeStore::OpenOrCreate(id, layout, config_.slots, policy, &attached,
                                        &set_aside_, store_catalog_);
-  Status mine = store.status();
-  MEMENTO_ASSIGN_OR_RETURN(bool all_ok, transport_->AllTrue(mine.ok()));
-  if (!mine.ok()) return mine.WithContext("Prepare: node store " + id.ToString());
-  if (!all_ok) return Status::FailedPrecondition("Prepare: another rank failed to open its store");
+  MEMENTO_RETURN_IF_ERROR(
+      AllOk(*transport_, store.status().WithContext("Prepare: node store " + id.ToString()),
+            Status::FailedPrecondition("Prepare: another rank failed to open its store")));
   store_ = std::move(store).value();
   slots_ = std::make_unique<SlotAllocator>(&store_);
   Log(LogLevel::kInfo, std::string(attached ? "attached" : "created") + " node store " +

@@ -244,7 +244,9 @@ Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInvento
     if (l == lineage_) input_.remote_versions.insert(v);
   }
   if (!old_pl_) {
-    MEMENTO_RETURN_IF_ERROR(Agreed(RemoteOnlyTopology(), "reading the remote version's files"));
+    MEMENTO_RETURN_IF_ERROR(AllOk(*parts_.transport, RemoteOnlyTopology(),
+                                  Status::Unavailable("elastic restore: reading the remote "
+                                                      "version's files failed on another rank")));
   }
   std::vector<bool> alive(old_nodes_, false);
   for (const wire::ElasticInventory& inv : theirs) {
@@ -298,13 +300,6 @@ Status ElasticRestorer::RemoteOnlyTopology() {
 
 // ---- 2 + 3. plan, verify -------------------------------------------------------------------
 
-Status ElasticRestorer::Agreed(const Status& local, const std::string& what) {
-  MEMENTO_ASSIGN_OR_RETURN(bool everyone, parts_.transport->AllTrue(local.ok()));
-  if (!local.ok()) return local;
-  if (!everyone) return Status::Unavailable("elastic restore: " + what + " failed on another rank");
-  return Status::Ok();
-}
-
 Status ElasticRestorer::FillRemoteCatalogs(const placement::RecoveryPlan& plan) {
   // The old ranks' files are found by their world rank in the old topology:
   // a remote version written by another number of ranks (before an earlier
@@ -354,7 +349,9 @@ Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> ElasticRestor
       for (const auto& n : report_.notes) why += "; " + n;
       return Status::NotFound(why);
     }
-    MEMENTO_RETURN_IF_ERROR(Agreed(FillRemoteCatalogs(*planned), "listing the remote files"));
+    MEMENTO_RETURN_IF_ERROR(AllOk(
+        *parts_.transport, FillRemoteCatalogs(*planned),
+        Status::Unavailable("elastic restore: listing the remote files failed on another rank")));
     placement::ElasticInput ein;
     ein.old_nodes = old_nodes_;
     ein.old_lanes = old_lanes_;

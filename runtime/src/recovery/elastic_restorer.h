@@ -117,11 +117,6 @@ class ElasticRestorer {
   Status RemoteOnlyTopology();
   Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> PlanVerified();  // 2 + 3
   Status FillRemoteCatalogs(const placement::RecoveryPlan& plan);
-  // `local` (the outcome of a step every rank takes, such as reading the
-  // remote tier) agreed on: this rank's error, or Unavailable naming `what`
-  // when it failed on another rank, so that no rank goes on into a
-  // collective the others have left.
-  Status Agreed(const Status& local, const std::string& what);
   Result<bool> VerifyReads(const placement::RecoveryPlan& plan,
                            const placement::ElasticPlan& eplan);
   Status GatherSeals();                                  // 4

@@ -400,8 +400,8 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
   // for the timeout) and nothing of this attempt is left queued for the next
   // one, which uses the same tags.
   const bool fits = h.length == landed_.size();
-  bool keep = fits;  // false once a piece has failed: the rest is drained
-  Status failed = Status::Ok();
+  Status failed = Status::Ok();  // the first piece that did not land; the rest is drained
+  auto keep = [&] { return fits && failed.ok(); };
   const uint64_t piece = parts_.chunk_bytes;
   const size_t window = parts_.transport->TestsTransfers() ? kTransferWindow : 1;
   std::vector<std::vector<uint8_t>> bounce(window + 1);
@@ -420,7 +420,7 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
     p.off = next_off;
     p.want = std::min(piece, h.length - next_off);
     p.buffer = index % bounce.size();
-    uint8_t* dst = keep ? landed_.Span(p.off, p.want) : nullptr;
+    uint8_t* dst = keep() ? landed_.Span(p.off, p.want) : nullptr;
     if (dst == nullptr) {
       bounce[p.buffer].resize(p.want);
       dst = bounce[p.buffer].data();
@@ -450,12 +450,11 @@ Status RecoveryExecutor::ReceiveReplica(size_t i) {
                                                 " bytes from " + from + ", expected " +
                                                 std::to_string(p.want));
       }
-      keep = false;
     } else {
       received_ += p.want;
     }
     MEMENTO_RETURN_IF_ERROR(post_next());
-    if (!keep) continue;
+    if (!keep()) continue;
     if (p.bounced) landed_.Write(p.off, bounce[p.buffer].data(), p.want);
     if (landed_copy_) landed_copy_->Piece(p.off, p.want);
   }

@@ -61,6 +61,12 @@ Result<std::unique_ptr<Transport::PendingTransfer>> Transport::StartRecv(int pee
       std::make_unique<DeferredRecv>(this, peer, tag, data, capacity));
 }
 
+Status AllOk(Transport& transport, const Status& local, const Status& elsewhere) {
+  MEMENTO_ASSIGN_OR_RETURN(bool everyone, transport.AllTrue(local.ok()));
+  if (!local.ok()) return local;
+  return everyone ? Status::Ok() : elsewhere;
+}
+
 void TouchForReceive(void* data, size_t bytes) {
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   if (bytes == 0) return;

@@ -21,6 +21,7 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/shm_segment.h"
+#include "store_damage.h"
 
 namespace memento::runtime {
 namespace {
@@ -291,19 +292,7 @@ TEST(Elastic, ADamagedParityRowIsMarkedBadAndTheOtherOneDecodes) {
         {testing::SpawnJob(),
          NodeIdentity(MakeConfig(eight, holder, "rs:4+2", false, false), holder), 0});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    const int slot = store->Inventory().NewestCommitted();
-    ASSERT_GE(slot, 0);
-    int flipped = 0;
-    for (int g = 0; g < store->region_count(); ++g) {
-      if (store->layout().regions[g].kind != RegionKind::kParity) continue;
-      auto view = store->ReadRegion(slot, g);
-      ASSERT_TRUE(view.ok()) << view.status().ToString();
-      if (view->length == 0) continue;
-      const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
-      EXPECT_FALSE(store->VerifyRegion(slot, g).ok()) << store->layout().regions[g].name;
-      ++flipped;
-    }
-    EXPECT_GT(flipped, 0) << "node 2 holds no parity row";
+    EXPECT_GT(testing::FlipNewestParityRegions(*store), 0) << "node 2 holds no parity row";
   });
   const Topo seven{7, 1, {0, 2, 3, 4, 5, 6, 7}};
   Spawn(7, [&](RankContext& ctx) { RestoreElastic(ctx, seven, "rs:4+2", {3, false}, false); });

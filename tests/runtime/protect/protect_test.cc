@@ -35,6 +35,7 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "store_damage.h"
 #include "test_job.h"
 #include "test_pattern.h"
 #include "transport/wire.h"
@@ -176,6 +177,17 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       return h;
     };
   }
+  // Restores every rank, its buffers scribbled over first (so that nothing
+  // passes by having been left in place).
+  std::vector<Result<RestoreReport>> RestoreEach() {
+    std::vector<Result<RestoreReport>> out(cks_.size(), Status::Internal("not run"));
+    Run([&](int r) {
+      for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
+      out[r] = cks_[r]->Restore();
+    });
+    return out;
+  }
+
   bool Exact(int r, uint64_t step) const {
     for (size_t e = 0; e < bufs_[r].size(); ++e) {
       for (size_t i = 0; i < bufs_[r][e].size(); ++i) {
@@ -242,11 +254,7 @@ TEST_P(ProtectRecoveryTest, EveryFailureCombination) {
     const bool expect = placement::IsRecoverable(layout, failed);
     if (expect) ++recoverable;
     if (!expect) ++unrecoverable;
-    std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-    Run([&](int r) {
-      for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
-      out[r] = cks_[r]->Restore();
-    });
+    std::vector<Result<RestoreReport>> out = RestoreEach();
     bool any_remote = false;
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(out[r].ok()) << what << " rank " << r << ": " << out[r].status().ToString();
@@ -319,11 +327,7 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
   // Restores every rank; checks bit-exactness and that nothing came from the
   // remote tier.
   std::vector<RestoreReport> RestoreAll(const std::string& what, uint64_t version = 2) {
-    std::vector<Result<RestoreReport>> out(cks_.size(), Status::Internal("not run"));
-    Run([&](int r) {
-      for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
-      out[r] = cks_[r]->Restore();
-    });
+    std::vector<Result<RestoreReport>> out = RestoreEach();
     std::vector<RestoreReport> reports;
     for (size_t r = 0; r < out.size(); ++r) {
       EXPECT_TRUE(out[r].ok()) << what << " rank " << r << ": " << out[r].status().ToString();
@@ -479,11 +483,7 @@ TEST_P(MinimalReprotectTest, EndToEndCheckCatchesCorruptionTheRegionCrcMisses) {
   ASSERT_GT(corrupted, 0);
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   Launch(n);
-  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-  Run([&](int r) {
-    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
-    out[r] = cks_[r]->Restore();
-  });
+  std::vector<Result<RestoreReport>> out = RestoreEach();
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
     EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " restored wrong bytes";
@@ -515,11 +515,7 @@ TEST_P(MinimalReprotectTest, DamagedSurvivorCopyIsMarkedBadAndRebuilt) {
     ASSERT_FALSE(store->VerifyRegion(slot, 1).ok());
   }
   Launch(n);
-  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-  Run([&](int r) {
-    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
-    out[r] = cks_[r]->Restore();
-  });
+  std::vector<Result<RestoreReport>> out = RestoreEach();
   const std::string scheme = p.scheme;
   // Where nodes 0 and 1 come from: replica:2 pairs them (node 1's only
   // replica was on node 0), xor:3 groups them, rs:4+2 covers both.
@@ -1402,24 +1398,26 @@ TEST_P(DecodeOnTheWireTest, AByteChangedOnTheWayIsDecodedAgain) {
   EXPECT_EQ(notes.find("marked bad"), std::string::npos) << notes;
 }
 
-// Shared by every rank's ShortPieceTransport.
-struct ShortPiecePlan {
+// Shared by every rank's OffSizePieceTransport.
+struct OffSizePiecePlan {
   int victim = 0;
   size_t min_bytes = 1024;
+  int delta = -1;  // bytes added to the piece that goes out of size
   std::mutex mu;
-  int tag = -1;                    // of the piece cut short
+  int tag = -1;                    // of that piece
   std::map<int, int> sent, taken;  // restore pieces to / into the victim, per tag
+  std::vector<uint8_t> longer;     // what a piece one byte too long is sent from
 };
 
 // Forwards to a rank's transport, its non-blocking transfers included. The
-// first restore piece of at least `min_bytes` sent to the victim goes out a
-// byte short; the restore pieces sent to the victim and those its receives
-// took (waited for, whatever they got) are counted per tag. A receive
-// dropped without a wait takes nothing: under MPI, the holder's send of that
-// piece would then never finish.
-class ShortPieceTransport : public ForwardingTransport {
+// first restore piece of at least `min_bytes` sent to the victim goes out
+// `delta` bytes off its size; the restore pieces sent to the victim and those
+// its receives took (waited for, whatever they got) are counted per tag. A
+// receive dropped without a wait takes nothing: under MPI, the holder's send
+// of that piece would then never finish.
+class OffSizePieceTransport : public ForwardingTransport {
  public:
-  ShortPieceTransport(std::shared_ptr<Transport> inner, ShortPiecePlan* plan)
+  OffSizePieceTransport(std::shared_ptr<Transport> inner, OffSizePiecePlan* plan)
       : ForwardingTransport(std::move(inner)), plan_(plan) {}
   bool TestsTransfers() const override { return inner()->TestsTransfers(); }
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
@@ -1429,7 +1427,13 @@ class ShortPieceTransport : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(plan_->mu);
       if (plan_->tag < 0) {
         plan_->tag = tag;
-        n = bytes - 1;
+        n = bytes + plan_->delta;
+        if (n > bytes) {
+          const auto* p = static_cast<const uint8_t*>(data);
+          plan_->longer.assign(p, p + bytes);
+          plan_->longer.resize(n, 0);
+          data = plan_->longer.data();
+        }
       }
       ++plan_->sent[tag];
     }
@@ -1449,7 +1453,7 @@ class ShortPieceTransport : public ForwardingTransport {
            bytes >= plan_->min_bytes;
   }
   struct Taken : PendingTransfer {
-    Taken(std::unique_ptr<PendingTransfer> inner, ShortPiecePlan* plan, int tag)
+    Taken(std::unique_ptr<PendingTransfer> inner, OffSizePiecePlan* plan, int tag)
         : inner(std::move(inner)), plan(plan), tag(tag) {}
     Result<size_t> Wait() override {
       Result<size_t> r = inner->Wait();
@@ -1459,48 +1463,66 @@ class ShortPieceTransport : public ForwardingTransport {
     }
     bool Test() override { return inner->Test(); }
     std::unique_ptr<PendingTransfer> inner;
-    ShortPiecePlan* plan;
+    OffSizePiecePlan* plan;
     int tag;
   };
-  ShortPiecePlan* plan_;
+  OffSizePiecePlan* plan_;
 };
 
-// A piece of node 0's replica arrives a byte short. Node 0 says so, takes
-// the rest of the replica all the same (every piece its holder sent is
-// received: under MPI the holder's sends would otherwise wait for the
-// timeout, and in any transport the next attempt, on the same tags, would
-// match them), and the restore falls back to the remote tier, bit-exact.
-TEST_P(ReplicaOnTheWireTest, AShortPieceIsReportedAndTheRestOfTheReplicaIsTaken) {
-  const int n = GetParam().nodes;
-  Launch(n);
-  SaveOnAll(1);
-  SaveOnAll(2);
-  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
-  ShortPiecePlan plan;
-  wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
-    return std::make_shared<ShortPieceTransport>(std::move(t), &plan);
-  };
-  Launch(n);
-  wrap_ = nullptr;
-  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-  Run([&](int r) {
-    for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
-    out[r] = cks_[r]->Restore();
-  });
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
-    EXPECT_EQ(out[r]->version, 2u);
-    EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " not bit-exact";
+// Replica schemes whose replica pieces into the lost node go wrong in size.
+class OffSizePieceTest : public ProtectRecoveryTest {
+ protected:
+  // Node 0 is lost after v2; its relaunch gets the first piece of its
+  // replica `delta` bytes off. Requires every rank back bit-exact, node 0
+  // from the remote tier, and every piece its holder sent received (the rest
+  // of the replica is taken: under MPI the holder's sends would otherwise
+  // wait for the timeout, and in any transport the next attempt, on the
+  // same tags, would match them). Returns node 0's report text.
+  std::string LoseNode0WithAPieceOff(int delta) {
+    const int n = GetParam().nodes;
+    Launch(n);
+    SaveOnAll(1);
+    SaveOnAll(2);
+    LoseNode(0);
+    if (HasFatalFailure()) return "";
+    OffSizePiecePlan plan;
+    plan.delta = delta;
+    wrap_ = [&](int, std::shared_ptr<Transport> t) -> std::shared_ptr<Transport> {
+      return std::make_shared<OffSizePieceTransport>(std::move(t), &plan);
+    };
+    Launch(n);
+    wrap_ = nullptr;
+    std::vector<Result<RestoreReport>> out = RestoreEach();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
+      if (!out[r].ok()) return "";
+      EXPECT_EQ(out[r]->version, 2u);
+      EXPECT_TRUE(Exact(r, 2)) << "rank " << r << " not bit-exact";
+    }
+    EXPECT_EQ(out[0]->entries[0].source, RestoreSource::kRemote) << out[0]->ToJson();
+    EXPECT_GE(plan.tag, 0) << "no restore piece of 1 KiB or more went to node 0";
+    const uint64_t pieces = (ShardBytes(0) + chunk_bytes_ - 1) / chunk_bytes_;
+    EXPECT_GE(plan.sent[plan.tag], static_cast<int>(pieces) - 1);
+    EXPECT_EQ(plan.taken[plan.tag], plan.sent[plan.tag])
+        << "node 0 left pieces of its replica unreceived";
+    return out[0]->ToString();
   }
-  EXPECT_EQ(out[0]->entries[0].source, RestoreSource::kRemote) << out[0]->ToJson();
-  const std::string notes = out[0]->ToString();
-  ASSERT_GE(plan.tag, 0) << "no restore piece of 1 KiB or more went to node 0";
-  const std::string want = "piece of " + std::to_string(chunk_bytes_ - 1) + " bytes from rank";
-  EXPECT_NE(notes.find(want), std::string::npos) << notes;
-  const uint64_t pieces = (ShardBytes(0) + chunk_bytes_ - 1) / chunk_bytes_;
-  EXPECT_GE(plan.sent[plan.tag], static_cast<int>(pieces) - 1);
-  EXPECT_EQ(plan.taken[plan.tag], plan.sent[plan.tag])
-      << "node 0 left pieces of its replica unreceived";
+};
+
+// A piece a byte short: node 0 names it and takes the rest of the replica.
+TEST_P(OffSizePieceTest, AShortPieceIsReportedAndTheRestOfTheReplicaIsTaken) {
+  const std::string notes = LoseNode0WithAPieceOff(-1);
+  EXPECT_NE(notes.find("piece of " + std::to_string(chunk_bytes_ - 1) + " bytes from rank"),
+            std::string::npos)
+      << notes;
+}
+
+// A piece a byte too long (the transport takes it and refuses it): the same.
+TEST_P(OffSizePieceTest, AnOversizedPieceIsReportedAndTheRestOfTheReplicaIsTaken) {
+  const std::string notes = LoseNode0WithAPieceOff(+1);
+  EXPECT_NE(notes.find("restore: piece from rank"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("exceeds capacity " + std::to_string(chunk_bytes_)), std::string::npos)
+      << notes;
 }
 
 // Three copies: node 0's replica on a second holder.
@@ -1558,17 +1580,7 @@ TEST_P(SecondParityTest, ADamagedParityRowIsBlamedAtOnce) {
     const int holder = 1;
     auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    const int slot = store->Inventory().NewestCommitted();
-    ASSERT_GE(slot, 0);
-    for (int g = 0; g < store->region_count(); ++g) {
-      if (store->layout().regions[g].kind != RegionKind::kParity) continue;
-      auto view = store->ReadRegion(slot, g);
-      ASSERT_TRUE(view.ok()) << view.status().ToString();
-      if (view->length == 0) continue;
-      const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x10;  // the shm mapping
-      EXPECT_FALSE(store->VerifyRegion(slot, g).ok()) << store->layout().regions[g].name;
-      ++flipped;
-    }
+    flipped = testing::FlipNewestParityRegions(*store);
   });
   ASSERT_GT(flipped, 0) << "node 1 holds no parity row";
   EXPECT_NE(notes.find("fails the end-to-end check; its sources are marked bad and the restore "
@@ -1630,6 +1642,9 @@ INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"rep
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ReplicaOnTheWireTest, ::testing::Values(Param{"replica:2", 4, 1}),
+                         ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, OffSizePieceTest, ::testing::Values(Param{"replica:2", 4, 1}),
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondReplicaTest, ::testing::Values(Param{"replica:3", 4, 1}),

@@ -58,6 +58,26 @@ TEST_P(InProcessTransportTest, CollectivesAgree) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// AllOk: a step that failed on one rank fails on every rank at once, with
+// that rank's own error there and the given one elsewhere; OK when no rank
+// failed.
+TEST_P(InProcessTransportTest, AllOkGivesEveryRankTheOutcome) {
+  const int n = GetParam();
+  auto group = InProcessGroup::Create(n);
+  std::vector<Status> none(n), one(n);
+  RunRanks(group, [&](int rank, Transport& t) {
+    const Status elsewhere = Status::Unavailable("failed on another rank");
+    none[rank] = AllOk(t, Status::Ok(), elsewhere);
+    one[rank] = AllOk(t, rank == n - 1 ? Status::IoError("mine") : Status::Ok(), elsewhere);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(none[r].ok()) << none[r].ToString();
+    EXPECT_EQ(one[r],
+              r == n - 1 ? Status::IoError("mine") : Status::Unavailable("failed on another rank"))
+        << "rank " << r;
+  }
+}
+
 // ForwardingTransport passes every call through unchanged: the same
 // collectives and a point-to-point ring over wrapped transports give the
 // same answers as over the bare ones.

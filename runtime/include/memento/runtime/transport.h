@@ -188,6 +188,12 @@ class ForwardingTransport : public Transport {
   std::shared_ptr<Transport> inner_;
 };
 
+// A step every rank takes (opening its store, reading the remote tier),
+// agreed on with one AllTrue so that no rank goes on into a collective the
+// others have left: the collective's error, else this rank's `local` error,
+// else `elsewhere` when the step failed on another rank, else OK.
+Status AllOk(Transport& transport, const Status& local, const Status& elsewhere);
+
 // Writes one byte in every page of [data, data + bytes): memory a receive is
 // about to fill, touched first on the calling thread. A page's first touch
 // is a page fault (5-13 us each under the paravirtualized VMs the

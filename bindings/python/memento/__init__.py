@@ -120,8 +120,9 @@ class RestoreReport:
 
     Attributes: step, version, entries (list of {name, bytes, crc, source}),
     lost_nodes, source_detail, bytes_sent, bytes_received, reprotect_mode,
-    protection ("protected", or "re-protecting": what the lost nodes held is
-    rebuilt in the background, see Checkpointer.protection_state()),
+    protection ("protected"; "re-protecting": what the lost nodes held is
+    rebuilt in the background, see Checkpointer.protection_state();
+    "unprotected": a blocking re-protect failed, until the next save commits),
     inventory_s, plan_s, transfer_s, reprotect_s, elastic (restored onto another
     topology), elastic_plan, notes, summary.
     """

@@ -576,6 +576,8 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
     });
   } else if (restored.ok() && restored->protection == "protected") {
     protection_state_ = Protection::kProtected;
+  } else if (restored.ok() && restored->protection == "unprotected") {
+    protection_state_ = Protection::kUnprotected;
   }
   if (!restored.ok() && config_.elastic && RemoteWrittenByOtherRankCount()) {
     // Memory of this topology could not serve and no store of another one

@@ -118,8 +118,12 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
   }
   report_.stats.reprotect_s = SecondsSince(t0);
-  report_.protection =
-      parts_.background && report_.stats.reprotect_mode != "none" ? "re-protecting" : "protected";
+  if (reprotect_failed_) {
+    report_.protection = "unprotected";
+  } else {
+    report_.protection =
+        parts_.background && report_.stats.reprotect_mode != "none" ? "re-protecting" : "protected";
+  }
   Log(LogLevel::kInfo, report_.ToString() + " [" + report_.source_detail + "; lost nodes " +
                            std::to_string(report_.lost_nodes.size()) + "; sent " +
                            std::to_string(report_.stats.bytes_sent) + " B, received " +
@@ -906,7 +910,12 @@ Status RecoveryExecutor::Reprotect() {
   report_.stats.reprotect_mode = parts_.background ? "full, background" : "full";
   report_.stats.reprotect_bytes_sent = bytes.sent;
   report_.stats.reprotect_bytes_received = bytes.received;
-  if (!s.ok()) report_.notes.push_back("not re-protected: " + s.ToString());
+  if (!s.ok()) {
+    report_.notes.push_back("not re-protected: " + s.ToString());
+    // Blocking: the lost nodes' copies are still missing (a background
+    // re-protect reports its outcome through ProtectionState()).
+    if (!parts_.background) reprotect_failed_ = true;
+  }
   return Status::Ok();
 }
 

@@ -39,10 +39,11 @@
 //  5. Re-protect (reprotector.h): nothing when every shard was local and
 //     nothing held for peers was lost; else minimal when possible, else full.
 //     Blocking (Parts::background false): the version is committed before
-//     Run returns. Background: bytes are counted first (step 6), then the
-//     minimal re-protect is left to RunDeferredReprotect (a task of the
-//     commit thread) with the slots it reads or writes pinned, or the full
-//     one is started as a version in flight like a Save's.
+//     Run returns, or the report says "unprotected" (a restore that
+//     succeeded but could not re-protect is still a restore). Background: bytes are counted first
+//     (step 6), then the minimal re-protect is left to RunDeferredReprotect (a task of the commit
+//     thread) with the slots it reads or writes pinned, or the full one is started as a version in
+//     flight like a Save's.
 //  6. Bytes received per node (restore and re-protect) are allgathered into
 //     the report.
 //
@@ -248,6 +249,7 @@ class RecoveryExecutor {
   RestoreSource source_ = RestoreSource::kLocalMemory;
   Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
+  bool reprotect_failed_ = false;  // the blocking full re-protect did not commit
   // A plan was run again because the copies it read passed their holders'
   // checks; the next mismatch blames them.
   bool ran_again_ = false;

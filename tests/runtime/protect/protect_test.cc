@@ -440,6 +440,43 @@ TEST_P(MinimalReprotectTest, FailedMinimalReprotectFallsBackToFullAndStaysProtec
   EXPECT_NE(reports[1].entries[0].source, RestoreSource::kLocalMemory) << reports[1].ToJson();
 }
 
+// A blocking re-protect that cannot commit (the minimal one refused on rank
+// 1, then the full one's seal refused there too): the restore itself stands,
+// bit-exact, but the report and ProtectionState() say the lost node's copies
+// are missing, until the next Save commits.
+TEST_P(MinimalReprotectTest, AFailedBlockingReprotectLeavesTheJobUnprotected) {
+  background_reprotect_ = false;
+  const int n = GetParam().nodes;
+  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(n));
+  auto refuse = std::make_shared<std::atomic<bool>>(true);
+  hooks_ = [refuse](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [refuse](Stage stage, uint64_t) {
+        return *refuse && (stage == Stage::kReprotect || stage == Stage::kSeal)
+                   ? Status::Unavailable("test: re-protect refused")
+                   : Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  auto reports = RestoreAll("lost {0}, every re-protect fails on rank 1");
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  for (size_t r = 0; r < reports.size(); ++r) {
+    EXPECT_EQ(reports[r].protection, "unprotected") << reports[r].ToJson();
+    EXPECT_NE(reports[r].ToString().find("not re-protected"), std::string::npos)
+        << reports[r].ToString();
+    EXPECT_EQ(cks_[r]->ProtectionState(), Protection::kUnprotected) << "rank " << r;
+  }
+  // The next Save commits everywhere and the job is protected again.
+  *refuse = false;
+  SaveOnAll(3);
+  for (size_t r = 0; r < cks_.size(); ++r) {
+    EXPECT_EQ(cks_[r]->ProtectionState(), Protection::kProtected) << "rank " << r;
+  }
+}
+
 // End-to-end check of rebuilt shards: every replica of node 0 / every parity
 // piece on the survivors is corrupted with a pattern that leaves its region's
 // crc32c unchanged (the CRC-32C polynomial itself, XORed in), so the

@@ -59,8 +59,10 @@ struct RestoreReport {
   RestoreStats stats;
   std::string plan_json;  // the planner's plan (placement::RecoveryPlan::ToJson)
   // When Restore returned: "protected" (a failure the scheme tolerates is
-  // survivable now) or "re-protecting" (what the lost nodes held is being
-  // rebuilt in the background; Checkpointer::ProtectionState() follows it).
+  // survivable now), "re-protecting" (what the lost nodes held is being
+  // rebuilt in the background; Checkpointer::ProtectionState() follows it)
+  // or "unprotected" (a blocking re-protect failed: the lost nodes' copies
+  // are still missing until the next Save commits).
   std::string protection = "protected";
 
   // Elastic restore (onto another topology): the plan's summary, and per new

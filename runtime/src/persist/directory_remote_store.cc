@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "memento/erasure/crc32c.h"
@@ -305,7 +306,9 @@ bool ParseVersionDir(const std::string& name, uint64_t* version) {
   uint64_t v = 0;
   for (size_t i = 1; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+    const uint64_t digit = static_cast<uint64_t>(name[i] - '0');
+    if (v > (UINT64_MAX - digit) / 10) return false;  // not a name this store writes
+    v = v * 10 + digit;
   }
   *version = v;
   return true;
@@ -318,11 +321,16 @@ Result<std::vector<std::string>> ListDir(const std::string& path) {
     return IoErr("opendir", path, errno);
   }
   std::vector<std::string> names;
-  while (struct dirent* e = readdir(d)) {
+  for (;;) {
+    errno = 0;
+    struct dirent* e = readdir(d);
+    if (e == nullptr) break;
     std::string n = e->d_name;
     if (n != "." && n != "..") names.push_back(n);
   }
+  const int err = errno;  // a listing cut short must not look complete
   closedir(d);
+  if (err != 0) return IoErr("readdir", path, err);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -439,10 +447,36 @@ std::string DirectoryRemoteStore::VersionDir(uint64_t version) const {
   return job_dir_ + "/" + buf;
 }
 
-std::string DirectoryRemoteStore::RankFilePath(uint64_t version, int rank) const {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "rank-%06d.mck", rank);
+std::string DirectoryRemoteStore::RankFilePath(uint64_t version, int rank, uint64_t lineage) const {
+  char buf[64];
+  if (lineage == 0) {
+    std::snprintf(buf, sizeof(buf), "rank-%06d.mck", rank);
+  } else {
+    std::snprintf(buf, sizeof(buf), "rank-%06d.%016llx.mck", rank,
+                  static_cast<unsigned long long>(lineage));
+  }
   return VersionDir(version) + "/" + buf;
+}
+
+Result<std::string> DirectoryRemoteStore::RankFileOf(uint64_t version, int rank) {
+  MEMENTO_ASSIGN_OR_RETURN(RemoteManifest manifest, ReadManifest(version));
+  return RankFileIn(manifest, rank);
+}
+
+Result<std::string> DirectoryRemoteStore::RankFileIn(const RemoteManifest& manifest,
+                                                     int rank) const {
+  const uint64_t version = manifest.version;
+  if (rank < 0 || rank >= manifest.world_size) {
+    return Status::InvalidArgument("remote version " + std::to_string(version) + " has " +
+                                   std::to_string(manifest.world_size) + " ranks, not rank " +
+                                   std::to_string(rank));
+  }
+  const std::string& file = manifest.ranks[rank].file;
+  if (file.empty() || file.find('/') != std::string::npos) {
+    return Status::Corruption("remote version " + std::to_string(version) + " rank " +
+                              std::to_string(rank) + ": bad file name '" + file + "'");
+  }
+  return VersionDir(version) + "/" + file;
 }
 
 std::string DirectoryRemoteStore::ManifestPath(uint64_t version) const {
@@ -452,7 +486,7 @@ std::string DirectoryRemoteStore::ManifestPath(uint64_t version) const {
 std::string DirectoryRemoteStore::Describe() const { return "dir:" + job_dir_; }
 
 Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
-    uint64_t version, int rank, const std::vector<RemoteEntrySource>& entries) {
+    uint64_t version, int rank, const std::vector<RemoteEntrySource>& entries, uint64_t lineage) {
   MEMENTO_RETURN_IF_ERROR(ValidateJobId(job_));
   if (rank < 0) return Status::InvalidArgument("WriteRankFile: rank " + std::to_string(rank));
   for (const auto& e : entries) {
@@ -472,7 +506,7 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
   MEMENTO_RETURN_IF_ERROR(MakeDir(root_, &created_root));
   MEMENTO_RETURN_IF_ERROR(MakeDir(job_dir_, &created_job));
   MEMENTO_RETURN_IF_ERROR(MakeDir(VersionDir(version), &created_version));
-  Result<RankFileInfo> written = WriteRankFileIn(version, rank, entries, created_job);
+  Result<RankFileInfo> written = WriteRankFileIn(version, rank, entries, lineage, created_job);
   if (!written.ok() && created_version) {
     // Never leave an empty version folder behind; rmdir fails (and keeps it)
     // when another rank's file is already in it.
@@ -482,11 +516,12 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
 }
 
 Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
-    uint64_t version, int rank, const std::vector<RemoteEntrySource>& entries, bool created_job) {
+    uint64_t version, int rank, const std::vector<RemoteEntrySource>& entries, uint64_t lineage,
+    bool created_job) {
   if (options_.fsync) MEMENTO_RETURN_IF_ERROR(FsyncDir(job_dir_));
   if (options_.fsync && created_job) MEMENTO_RETURN_IF_ERROR(FsyncDir(root_));
 
-  const std::string path = RankFilePath(version, rank);
+  const std::string path = RankFilePath(version, rank, lineage);
   AtomicFileWriter w(path, options_.fsync);
   MEMENTO_RETURN_IF_ERROR(w.Open());
   std::string header(kRankMagic, 8);
@@ -620,7 +655,8 @@ Result<RemoteManifest> DirectoryRemoteStore::ReadManifest(uint64_t version) {
     std::string crc_hex;
     unsigned long long bytes = 0;
     if (!(is >> key >> info.rank >> info.file >> bytes >> crc_hex) || key != "rank" ||
-        info.rank != r || crc_hex.size() != 8) {
+        info.rank != r || crc_hex.size() != 8 ||
+        crc_hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
       return bad("rank line " + std::to_string(r));
     }
     info.bytes = bytes;
@@ -664,7 +700,8 @@ Result<std::optional<uint64_t>> DirectoryRemoteStore::NewestComplete() {
 }
 
 Result<std::vector<RemoteEntryInfo>> DirectoryRemoteStore::ListEntries(uint64_t version, int rank) {
-  FileReader in(RankFilePath(version, rank));
+  MEMENTO_ASSIGN_OR_RETURN(std::string path, RankFileOf(version, rank));
+  FileReader in(path);
   MEMENTO_RETURN_IF_ERROR(in.Open());
   RankHeader h;
   MEMENTO_RETURN_IF_ERROR(ReadRankHeader(in, &h));
@@ -697,13 +734,9 @@ Result<std::vector<RemoteEntryInfo>> DirectoryRemoteStore::ListEntries(uint64_t 
 Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
                                           const std::vector<RemoteEntryTarget>& targets) {
   MEMENTO_ASSIGN_OR_RETURN(RemoteManifest manifest, ReadManifest(version));
-  if (rank < 0 || rank >= manifest.world_size) {
-    return Status::InvalidArgument("remote version " + std::to_string(version) + " has " +
-                                   std::to_string(manifest.world_size) + " ranks, not rank " +
-                                   std::to_string(rank));
-  }
+  MEMENTO_ASSIGN_OR_RETURN(std::string path, RankFileIn(manifest, rank));
   const RankFileInfo& expect = manifest.ranks[rank];
-  FileReader in(VersionDir(version) + "/" + expect.file);
+  FileReader in(path);
   MEMENTO_RETURN_IF_ERROR(in.Open());
   const std::string where = "remote file " + in.path();
   if (in.size() != expect.bytes) {
@@ -773,6 +806,32 @@ Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
   return Status::Ok();
 }
 
+void DirectoryRemoteStore::RemoveForeignRankFiles(uint64_t version,
+                                                  const std::vector<std::string>& files,
+                                                  Status* first_error) {
+  Result<RemoteManifest> manifest = ReadManifest(version);
+  if (!manifest.ok()) return;  // changed since ListComplete; the next Prune looks again
+  std::set<std::string> named;
+  for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
+  const std::string dir = VersionDir(version);
+  for (const auto& f : files) {
+    const bool rank_file =
+        f.rfind("rank-", 0) == 0 && f.size() > 9 && f.compare(f.size() - 4, 4, ".mck") == 0;
+    if (!rank_file || named.count(f)) continue;
+    // Another run's file of this version number: it may still be writing
+    // it (its manifest would then replace this one); it goes once idle.
+    struct stat st;
+    const std::string path = dir + "/" + f;
+    if (stat(path.c_str(), &st) != 0 || AgeSeconds(st) <= options_.stale_temp_seconds) continue;
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      if (first_error->ok()) *first_error = IoErr("unlink", path, errno);
+      continue;
+    }
+    Log(LogLevel::kDebug, "remote: removed " + path + " (not in the manifest of version " +
+                              std::to_string(version) + ")");
+  }
+}
+
 Status DirectoryRemoteStore::Prune(int keep) {
   if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
   MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());
@@ -795,19 +854,40 @@ Status DirectoryRemoteStore::Prune(int keep) {
     kept.push_back(by_age[i].second);
   }
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(job_dir_));
+  // One version that cannot be removed does not stop the others: the first
+  // error is returned at the end.
+  Status first_error;
+  auto failed = [&](Status s) {
+    if (first_error.ok()) first_error = std::move(s);
+  };
   for (const auto& n : names) {
     uint64_t v = 0;
     if (!ParseVersionDir(n, &v)) continue;
     const std::string dir = job_dir_ + "/" + n;
     const bool is_complete = std::find(complete.begin(), complete.end(), v) != complete.end();
     const bool is_kept = std::find(kept.begin(), kept.end(), v) != kept.end();
-    MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> files, ListDir(dir));
+    Result<std::vector<std::string>> listed = ListDir(dir);
+    if (!listed.ok()) {
+      failed(listed.status());
+      continue;
+    }
+    const std::vector<std::string>& files = *listed;
     bool remove = is_complete && !is_kept;
     if (!is_complete) {
-      // A version without a valid manifest may still be written by other
-      // ranks (of this run or of another run under the same job id): it goes
-      // only once nothing in it has changed for stale_temp_seconds.
+      // A version with a manifest that did not validate here (a read error,
+      // a format this build does not read, damage) may be a committed one:
+      // it is never pruned, only reported. One without a manifest may still
+      // be written by other ranks (of this run or of another run under the
+      // same job id): it goes only once nothing in it has changed for
+      // stale_temp_seconds.
       struct stat st;
+      if (lstat(ManifestPath(v).c_str(), &st) == 0 || errno != ENOENT) {
+        Log(LogLevel::kWarn, "remote: not pruning version " + std::to_string(v) +
+                                 ": it has a manifest but is not complete (see the warning "
+                                 "above); remove " +
+                                 dir + " by hand once it is not needed");
+        continue;
+      }
       double newest_age = stat(dir.c_str(), &st) == 0 ? AgeSeconds(st) : 0;
       for (const auto& f : files) {
         if (stat((dir + "/" + f).c_str(), &st) == 0) newest_age = std::min(newest_age, AgeSeconds(st));
@@ -817,22 +897,31 @@ Status DirectoryRemoteStore::Prune(int keep) {
     if (remove) {
       // The manifest first: the version stops being complete atomically.
       if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
-        MEMENTO_RETURN_IF_ERROR(FsyncDir(dir));
+        if (Status s = FsyncDir(dir); !s.ok()) {
+          failed(s);
+          continue;
+        }
       }
+      bool emptied = true;
       for (const auto& f : files) {
         if (f == kManifestName) continue;
         if (unlink((dir + "/" + f).c_str()) != 0 && errno != ENOENT) {
-          return IoErr("unlink", dir + "/" + f, errno);
+          failed(IoErr("unlink", dir + "/" + f, errno));
+          emptied = false;
         }
       }
-      if (rmdir(dir.c_str()) != 0 && errno != ENOENT) return IoErr("rmdir", dir, errno);
+      if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+        failed(IoErr("rmdir", dir, errno));
+      }
       Log(LogLevel::kDebug, "remote: pruned version " + std::to_string(v));
       continue;
     }
+    if (is_complete) RemoveForeignRankFiles(v, files, &first_error);
     for (const auto& f : files) {
       if (IsStaleTemp(dir, f, options_.stale_temp_seconds)) {
         if (unlink((dir + "/" + f).c_str()) != 0 && errno != ENOENT) {
-          return IoErr("unlink", dir + "/" + f, errno);
+          failed(IoErr("unlink", dir + "/" + f, errno));
+          continue;
         }
         Log(LogLevel::kDebug, "remote: removed stale temporary " + dir + "/" + f);
       }
@@ -840,9 +929,11 @@ Status DirectoryRemoteStore::Prune(int keep) {
   }
   if (options_.fsync) {
     struct stat st;
-    if (stat(job_dir_.c_str(), &st) == 0) MEMENTO_RETURN_IF_ERROR(FsyncDir(job_dir_));
+    if (stat(job_dir_.c_str(), &st) == 0) {
+      if (Status s = FsyncDir(job_dir_); !s.ok()) failed(s);
+    }
   }
-  return Status::Ok();
+  return first_error;
 }
 
 }  // namespace memento::runtime

@@ -73,17 +73,18 @@ void Persister::Loop() {
 }
 
 Status Persister::PersistOne(const Job& job, Status* local) {
-  RankFileInfo info;
-  *local = WriteLocal(job, &info);
-  // The run that wrote the version, for the manifest (rank 0's slot).
+  // The run that wrote the version, for the rank file's name and the
+  // manifest (rank 0's slot).
   const StoreInventory slots = store_->Inventory();
   const uint64_t lineage = slots.slots.at(job.slot).lineage;
+  RankFileInfo info;
+  *local = WriteLocal(job, lineage, &info);
   // The slot has been read: release it before the (possibly slow) exchange.
   slots_->Unpin(job.slot);
   return CollectAndPublish(job.version, lineage, info, *local);
 }
 
-Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
+Status Persister::WriteLocal(const Job& job, uint64_t lineage, RankFileInfo* info) {
   if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kPersist, job.version));
   std::vector<RemoteEntrySource> sources;
   sources.reserve(names_.size());
@@ -96,7 +97,8 @@ Status Persister::WriteLocal(const Job& job, RankFileInfo* info) {
     }
     sources.push_back({names_[i], view.data, view.length, layouts_[i]});
   }
-  MEMENTO_ASSIGN_OR_RETURN(*info, remote_->WriteRankFile(job.version, transport_->rank(), sources));
+  MEMENTO_ASSIGN_OR_RETURN(
+      *info, remote_->WriteRankFile(job.version, transport_->rank(), sources, lineage));
   if (!store_->StillSealed(job.slot, job.version)) {
     // Cannot happen while the slot is pinned; guard the remote tier anyway.
     return Status::Internal("slot " + std::to_string(job.slot) + " was rewritten during persist");
@@ -161,7 +163,12 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
   if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));
   MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks, lineage));
   Log(LogLevel::kInfo, "persisted v" + std::to_string(version) + " to " + remote_->Describe());
-  MEMENTO_RETURN_IF_ERROR(remote_->Prune(keep_));
+  // The version is persisted whatever pruning older ones does.
+  Status pruned = remote_->Prune(keep_);
+  if (!pruned.ok()) {
+    Log(LogLevel::kWarn, "persisted v" + std::to_string(version) +
+                             ", but pruning older versions failed: " + pruned.ToString());
+  }
   return Status::Ok();
 }
 

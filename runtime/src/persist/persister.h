@@ -64,7 +64,7 @@ class Persister {
   };
   void Loop();
   Status PersistOne(const Job& job, Status* local);
-  Status WriteLocal(const Job& job, RankFileInfo* info);
+  Status WriteLocal(const Job& job, uint64_t lineage, RankFileInfo* info);
   Status CollectAndPublish(uint64_t version, uint64_t lineage, RankFileInfo own,
                            const Status& own_status);
 

@@ -48,7 +48,7 @@ TEST_F(RemoteFallbackTest, CorruptNewestRemoteVersionRestoresTheOlderOne) {
   ranks_.clear();
   DirectoryRemoteStore remote(remote_dir_, c.job);
   ASSERT_EQ(*remote.ListComplete(), (std::vector<uint64_t>{4, 6}));
-  FlipByte(remote.RankFilePath(6, 1), 5000);
+  FlipByte(*remote.RankFileOf(6, 1), 5000);
   ASSERT_EQ(*remote.ListComplete(), (std::vector<uint64_t>{4, 6}));  // still looks complete
   ASSERT_TRUE(CleanJob(c.job).ok());  // every node lost
 
@@ -81,7 +81,7 @@ TEST_F(RemoteFallbackTest, CorruptRemoteVersionGivesWayToMemory) {
   ranks_.clear();
   DirectoryRemoteStore remote(remote_dir_, c.job);
   ASSERT_EQ(*remote.ListComplete(), (std::vector<uint64_t>{4, 6}));
-  FlipByte(remote.RankFilePath(6, 0), 5000);
+  FlipByte(*remote.RankFileOf(6, 0), 5000);
   // Rank 0's v6 in memory is gone too (its slot invalidated): memory cannot
   // serve v6, remote's v6 is corrupt; memory's v5 is the newest intact one.
   {

@@ -96,11 +96,13 @@ class KillingRemoteStore : public DirectoryRemoteStore {
   KillingRemoteStore(std::string root, std::string job, KillPoint kill, int rank)
       : DirectoryRemoteStore(std::move(root), std::move(job)), kill_(kill), rank_(rank) {}
 
+  using DirectoryRemoteStore::WriteRankFile;
   Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
-                                     const std::vector<RemoteEntrySource>& entries) override {
+                                     const std::vector<RemoteEntrySource>& entries,
+                                     uint64_t lineage) override {
     if (kill_.stage != "remote-write" || kill_.step != version || kill_.rank != rank_ ||
         entries.empty() || entries[0].bytes == 0) {
-      return DirectoryRemoteStore::WriteRankFile(version, rank, entries);
+      return DirectoryRemoteStore::WriteRankFile(version, rank, entries, lineage);
     }
     char path[] = "/tmp/memento-fault-trap-XXXXXX";
     const int fd = mkstemp(path);
@@ -117,7 +119,7 @@ class KillingRemoteStore : public DirectoryRemoteStore {
     std::fflush(stderr);
     std::vector<RemoteEntrySource> trapped = entries;
     trapped[0].data = trap;
-    return DirectoryRemoteStore::WriteRankFile(version, rank, trapped);
+    return DirectoryRemoteStore::WriteRankFile(version, rank, trapped, lineage);
   }
 
  private:

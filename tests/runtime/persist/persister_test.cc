@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "memento/erasure/crc32c.h"
@@ -59,7 +61,9 @@ class PersisterTest : public ::testing::Test {
         NodeStore store = SealedStore(r, version);
         SlotAllocator slots(&store);
         slots.SetCommitted(0);
-        auto remote = std::make_shared<DirectoryRemoteStore>(dir_, cleaner_.job());
+        std::shared_ptr<RemoteStore> remote =
+            make_remote_ ? make_remote_()
+                         : std::make_shared<DirectoryRemoteStore>(dir_, cleaner_.job());
         StageHook rank_hook = [&, r](Stage s, uint64_t v) -> Status {
           if (s == Stage::kPersist) (*pins_at_persist)[r] = slots.pins(0);
           return hook ? hook(r, s, v) : Status::Ok();
@@ -77,6 +81,7 @@ class PersisterTest : public ::testing::Test {
     return out;
   }
 
+  std::function<std::shared_ptr<RemoteStore>()> make_remote_;  // default: a directory store
   testing::JobCleaner cleaner_{testing::UniqueJob("persister")};
   std::string dir_;
 };
@@ -126,6 +131,25 @@ TEST_F(PersisterTest, AFailingManifestHookLeavesTheVersionInvisible) {
   auto complete = remote.ListComplete();
   ASSERT_TRUE(complete.ok());
   EXPECT_TRUE(complete->empty());
+}
+
+// Pruning older versions is housekeeping: when it fails, the version just
+// published is still persisted, and the persist says so.
+class FailingPruneStore : public DirectoryRemoteStore {
+ public:
+  using DirectoryRemoteStore::DirectoryRemoteStore;
+  Status Prune(int) override { return Status::IoError("test: prune failed"); }
+};
+
+TEST_F(PersisterTest, AFailedPruneDoesNotFailThePersist) {
+  make_remote_ = [this] { return std::make_shared<FailingPruneStore>(dir_, cleaner_.job()); };
+  std::vector<int> pins;
+  auto out = PersistOnThreads(2, 5, nullptr, &pins);
+  for (const Status& s : out) EXPECT_TRUE(s.ok()) << s.ToString();
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, std::vector<uint64_t>{5});
 }
 
 }  // namespace

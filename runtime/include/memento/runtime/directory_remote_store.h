@@ -2,8 +2,14 @@
 // file system such as NFS/Lustre in production).
 //
 // Layout under <root>/<job>/:
-//   v<version, 20 digits>/rank-<rank, 6 digits>.mck   one file per rank
+//   v<version, 20 digits>/rank-<rank, 6 digits>.<lineage, 16 hex>.mck
+//                                                      one file per rank
+//                                                      (rank-<rank>.mck when
+//                                                      no lineage is given)
 //   v<version, 20 digits>/MANIFEST                     written last
+// The lineage in the name keeps a run that reuses the job id and a version
+// number from overwriting the other run's files of that version: the old
+// version stays complete until the new manifest replaces the old one.
 //   *.tmp.<host>.<pid>.<n>                             files being written
 // Every file is written to a temporary name in the same folder, fsynced,
 // renamed over its final name, and the folder fsynced, so a crash leaves
@@ -66,12 +72,18 @@ class DirectoryRemoteStore : public RemoteStore {
   const std::string& job_dir() const { return job_dir_; }
   // <root>/<job>/v<version> and the final path of a rank file / the manifest.
   std::string VersionDir(uint64_t version) const;
-  std::string RankFilePath(uint64_t version, int rank) const;
+  std::string RankFilePath(uint64_t version, int rank, uint64_t lineage = 0) const;
+  // The path of rank `rank`'s file as the manifest of `version` names it
+  // (NotFound / Corruption as ReadManifest; InvalidArgument for a rank the
+  // version does not have).
+  Result<std::string> RankFileOf(uint64_t version, int rank);
   std::string ManifestPath(uint64_t version) const;
 
   std::string Describe() const override;
+  using RemoteStore::WriteRankFile;
   Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
-                                     const std::vector<RemoteEntrySource>& entries) override;
+                                     const std::vector<RemoteEntrySource>& entries,
+                                     uint64_t lineage) override;
   Status CheckRankFiles(uint64_t version, const std::vector<RankFileInfo>& ranks) override;
   using RemoteStore::WriteManifest;
   Status WriteManifest(uint64_t version, int world_size, const std::vector<RankFileInfo>& ranks,
@@ -86,13 +98,24 @@ class DirectoryRemoteStore : public RemoteStore {
   // then number, so a run that reuses the job id with lower step numbers
   // keeps its own), removes the other complete ones, and removes a version
   // without a manifest only when nothing in its folder changed for
-  // stale_temp_seconds (it may still be being written).
+  // stale_temp_seconds (it may still be being written). A version whose
+  // manifest is there but does not validate (a read error, another format,
+  // damage) is never removed, only warned about. Rank files a kept version's
+  // manifest does not name (another run's, of the same number) go once idle
+  // for stale_temp_seconds. Every version is visited; the first error is
+  // returned.
   Status Prune(int keep) override;
 
  private:
+  // Removes the rank files in `files` (version `version`'s folder) that its
+  // manifest does not name, once idle for stale_temp_seconds.
+  void RemoveForeignRankFiles(uint64_t version, const std::vector<std::string>& files,
+                              Status* first_error);
+  // The path of `manifest`'s file of rank `rank` (see RankFileOf).
+  Result<std::string> RankFileIn(const RemoteManifest& manifest, int rank) const;
   Result<RankFileInfo> WriteRankFileIn(uint64_t version, int rank,
                                        const std::vector<RemoteEntrySource>& entries,
-                                       bool created_job);
+                                       uint64_t lineage, bool created_job);
 
   std::string root_;
   std::string job_;

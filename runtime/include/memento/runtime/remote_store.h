@@ -76,13 +76,21 @@ class RemoteStore {
   // "dir:/path/job" etc. for logs.
   virtual std::string Describe() const = 0;
 
-  // Writes rank `rank`'s file of `version` from `entries` (in order) and
-  // makes it visible atomically (temp name, fsync, rename, directory fsync).
-  // Returns what the manifest needs. An existing file for (version, rank) is
-  // replaced atomically. IoError naming the path on failure; no partial
-  // file is ever visible under the final name.
+  // Writes rank `rank`'s file of `version` from `entries` (in order) for
+  // the run `lineage` (0: none recorded) and makes it visible atomically
+  // (temp name, fsync, rename, directory fsync). Returns what the manifest
+  // needs. An existing file of the same (version, rank, lineage) is replaced
+  // atomically; a complete version another lineage wrote under the same
+  // number is never touched: it stays complete and intact until this run's
+  // manifest replaces its manifest. IoError naming the path on failure; no
+  // partial file is ever visible under the final name.
   virtual Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
-                                             const std::vector<RemoteEntrySource>& entries) = 0;
+                                             const std::vector<RemoteEntrySource>& entries,
+                                             uint64_t lineage) = 0;
+  Result<RankFileInfo> WriteRankFile(uint64_t version, int rank,
+                                     const std::vector<RemoteEntrySource>& entries) {
+    return WriteRankFile(version, rank, entries, 0);
+  }
 
   // OK when every rank file of `ranks` exists under its final name with the
   // recorded size; else NotFound / Corruption naming the first bad one.
@@ -108,8 +116,8 @@ class RemoteStore {
   // The validated manifest of `version` (NotFound / Corruption).
   virtual Result<RemoteManifest> ReadManifest(uint64_t version) = 0;
 
-  // The entries recorded in rank `rank`'s file of `version` (headers only,
-  // validated; no payload read).
+  // The entries recorded in rank `rank`'s file of `version`, the file the
+  // version's manifest names (headers only, validated; no payload read).
   virtual Result<std::vector<RemoteEntryInfo>> ListEntries(uint64_t version, int rank) = 0;
 
   // Reads rank `rank`'s file of `version` into `targets` by entry name,

@@ -240,6 +240,17 @@ Status NameTheOtherJob(const StoreId& id, const std::string& name, Status s) {
       "or stop the other one");
 }
 
+// The fields of a slot header that name the slot (everything but the version
+// it holds and its state).
+void WriteSlotIdentity(f::SlotHeader* h, int slot, int regions, uint64_t job_hash) {
+  h->magic = f::kSlotMagic;
+  h->format = static_cast<uint16_t>(kNodeStoreFormat);
+  h->pad0 = 0;
+  h->slot_index = static_cast<uint32_t>(slot);
+  h->region_count = static_cast<uint32_t>(regions);
+  h->job_hash = job_hash;
+}
+
 }  // namespace
 
 Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout, int slots,
@@ -272,11 +283,7 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
   for (int s = 0; s < slots; ++s) {
     auto* sh =
         reinterpret_cast<f::SlotHeader*>(base + g.slot_table_offset + g.slot_control_bytes * s);
-    sh->magic = f::kSlotMagic;
-    sh->format = static_cast<uint16_t>(kNodeStoreFormat);
-    sh->slot_index = static_cast<uint32_t>(s);
-    sh->region_count = static_cast<uint32_t>(layout.regions.size());
-    sh->job_hash = job_hash;
+    WriteSlotIdentity(sh, s, static_cast<int>(layout.regions.size()), job_hash);
   }
 
   auto* h = reinterpret_cast<f::SegmentHeader*>(base);
@@ -620,6 +627,9 @@ Status NodeStore::BeginWriteSlot(int slot, uint64_t version, uint64_t lineage) {
   }
   MEMENTO_RETURN_IF_ERROR(Invalidate(slot));
   SlotPtrs p = SlotAt(SlotControl(slot));
+  // Written once at Create; rewritten with every version so that a damaged
+  // byte there costs one version, not every later one sealed over it.
+  WriteSlotIdentity(p.header, slot, region_count(), job_hash_);
   p.header->version = version;
   p.header->lineage = lineage;
   StoreRelease(&p.header->state, f::kStateWriting);

@@ -108,7 +108,9 @@ Status AcquireLock(int fd, const std::string& name, const struct stat& st,
     ++it->second.users;
     return Status::Ok();
   }
-  const int lock_fd = dup(fd);
+  // Close-on-exec like `fd`: a program this process starts must not inherit
+  // the lock (and keep it past this process's death).
+  const int lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (lock_fd < 0) return Status::IoError("dup(" + name + "): " + Errno(errno));
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

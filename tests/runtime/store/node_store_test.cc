@@ -642,6 +642,44 @@ TEST_F(NodeStoreTest, HolderKilledWithSigkillNeverBlocksARelaunch) {
   ExpectVersion(*relaunch, *slot, 9);
 }
 
+// A program the holder started (an exec'd helper that outlives it) does not
+// inherit the store's lock: once the holder is killed, the relaunch attaches
+// while the helper still runs.
+TEST_F(NodeStoreTest, AProgramTheHolderStartedDoesNotKeepTheStoreLocked) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    close(ready[0]);
+    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    if (!store.ok()) _exit(3);
+    WriteVersion(*store, 9);
+    const pid_t helper = fork();
+    if (helper == 0) {
+      close(ready[1]);
+      execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (write(ready[1], &helper, sizeof(helper)) != sizeof(helper)) _exit(4);
+    for (;;) pause();  // holds the store until killed
+  }
+  close(ready[1]);
+  pid_t helper = -1;
+  ASSERT_EQ(read(ready[0], &helper, sizeof(helper)), static_cast<ssize_t>(sizeof(helper)));
+  close(ready[0]);
+  usleep(100000);  // the helper has exec'd
+  ASSERT_EQ(kill(holder, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(holder, &wstatus, 0), holder);
+  auto relaunch = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
+  const bool helper_alive = kill(helper, 0) == 0;
+  kill(helper, SIGKILL);
+  EXPECT_TRUE(helper_alive);
+  ASSERT_TRUE(relaunch.ok()) << relaunch.status().ToString();
+  ExpectVersion(*relaunch, *relaunch->FindVersion(9), 9);
+}
+
 // A segment of this job's name that another user owns, or whose mode is not
 // 0600, is refused and left in place, whatever the stale policy.
 TEST_F(NodeStoreTest, ForeignOrLooseSegmentIsRefusedAndKept) {
@@ -775,6 +813,32 @@ TEST_F(NodeStoreCorruptionTest, EverySlotHeaderFieldIsDetected) {
     });
   }
   EXPECT_TRUE(store_.FindVersion(7).has_value());
+}
+
+// A damaged byte among the fields that name a slot (magic, format, index,
+// region count, job) costs the version in it, not every later one: the next
+// version written into that slot is sealed under a repaired header.
+TEST_F(NodeStoreCorruptionTest, TheNextVersionInASlotRepairsItsHeader) {
+  f::SegmentHeader h;
+  std::memcpy(&h, raw_.data(), sizeof(h));
+  const int other = 1 - slot_;
+  const uint64_t slot_off = h.slot_table_offset + h.slot_control_bytes * other;
+  for (uint64_t off = 0; off < offsetof(f::SlotHeader, version); ++off) {
+    raw_.data()[slot_off + off] ^= 0x5A;
+    ASSERT_TRUE(store_.BeginWriteSlot(other, 20 + off).ok());
+    for (int r = 0; r < store_.region_count(); ++r) {
+      const uint64_t cap = store_.layout().regions[r].capacity;
+      auto data = Pattern(cap, static_cast<uint32_t>((20 + off) * 100 + r));
+      if (cap > 0) std::memcpy(store_.MutableRegion(other, r), data.data(), cap);
+      ASSERT_TRUE(store_.SealRegion(other, r, cap, Crc32c(data.data(), cap)).ok());
+    }
+    ASSERT_TRUE(store_.SealSlot(other, 20 + off).ok());
+    StoreInventory inv = store_.Inventory();
+    EXPECT_TRUE(inv.slots[other].ok) << "slot header byte " << off << ": "
+                                     << inv.slots[other].problem;
+    ExpectVersion(store_, other, 20 + off);
+  }
+  ExpectVersion(store_, slot_, 7);
 }
 
 // A slot records the lineage (run) of its version, covered by the slot

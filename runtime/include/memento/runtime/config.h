@@ -36,7 +36,8 @@ enum class StalePolicy {
 
 struct Config {
   // MEMENTO_JOB. The job id: names the shared-memory segments
-  // ("/memento.<job>.<node>.<lane>") and the remote directory sub-folder, and
+  // ("/memento.<job>.<node>-<crc of node>.r<lane>") and the remote
+  // directory sub-folder, and
   // is stored in every header so that two jobs never read each other's data.
   // 1..48 characters from [A-Za-z0-9_-] (no '.' and no '/', which delimit
   // segment names). Default "memento": fine for one job per machine; set a

@@ -18,7 +18,7 @@ constexpr const char* kFooter = R"(
   NODES@STEP            lose NODES when the job reports STEP (the launcher SIGKILLs
                         every rank of the node, then unlinks its segments)
   NODES@STEP:STAGE      lose them at STAGE of checkpoint version STEP: snapshot,
-                        protect, commit, persist, or rand (one of the first four or step)
+                        protect, commit, persist, or rand (one of the first three or step)
   NODES@recovery        lose them while the job recovers from the previous event
   NODES = N, N+M+... (lost together), rand or randK (K distinct random nodes);
   STEP = S or LO-HI (drawn at random); random draws come from --seed.
@@ -74,7 +74,8 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");
   sub->add_option("--records", o.records_path, "also write the JSON records to this file");
   sub->add_option("--status-dir", o.status_dir,
-                  "status folder of the job (default: a temporary one, removed on success)");
+                  "status folder of the job (default: a temporary one, removed on success); "
+                  "what an earlier launch wrote there is replaced, nothing else is touched");
   sub->add_flag("--quiet", o.quiet, "no progress line");
   sub->add_flag("--show-output", o.show_output,
                 "job output to the terminal (default: a log per launch in the status folder)");

@@ -16,6 +16,9 @@ usage: launch_test.py SCENARIO
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown (and it ran with Open MPI's kill grace
                   set to 0)
+  failing-with-progress
+                  a job that fails on its own but trains further each launch
+                  starts a new row of failures; --status-dir keeps the user's files
 Every scenario that trains requires the final state to be bit-identical to
 the reference (the same hash of every rank's parameters and Adam moments).
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
@@ -256,6 +259,55 @@ def run(scenario, job, remote):
         if "job id " + default_job not in p.stdout:
             fail("the ranks did not run under the recorded job id %s" % default_job)
         print("PASS: gave up after 3 launches, exit status and output shown")
+    elif scenario == "failing-with-progress":
+        # A job that fails on its own but trains further at every launch is
+        # not failing "in a row": the first four launches each report a new
+        # step, so the launcher gives up only after --max-restarts 2 launches
+        # without progress (4 + 2 = 6 launches). The job changes directory
+        # first, so it reports only if the relative --status-dir reached it
+        # as an absolute path; the launcher runs with SIGCHLD ignored (a
+        # parent's setting it inherits) and must still see the job fail.
+        # The status folder keeps the user's own file; an earlier launch's
+        # log in it goes.
+        script = os.path.join(remote, "progress.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\ncd /\n"
+                    "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ] && "
+                    "[ \"$MEMENTO_LAUNCH_ATTEMPT\" -lt 4 ]; then\n"
+                    "  echo \"{\\\"event\\\": \\\"step\\\", "
+                    "\\\"step\\\": $((MEMENTO_LAUNCH_ATTEMPT + 1)), "
+                    "\\\"t\\\": $(date +%s)}\" >> \"$MEMENTO_LAUNCH_DIR/events.jsonl\"\n"
+                    "fi\nsleep 0.5\nexit 7\n")
+        os.chmod(script, 0o755)
+        status = os.path.join(remote, "status")
+        os.makedirs(status)
+        with open(os.path.join(status, "keep.txt"), "w") as f:
+            f.write("the user's\n")
+        with open(os.path.join(status, "attempt9.log"), "w") as f:
+            f.write("an earlier launch's\n")
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--max-restarts", "2", "--backoff",
+               "0.1", "--status-dir", "status", "--records", records, "--quiet", "--", script]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=180, cwd=remote,
+                           preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+        print(p.stdout)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        if p.returncode != 1:
+            fail("exit %d, expected 1" % p.returncode)
+        launches = len(of(recs, "launch"))
+        if launches != 6:
+            fail("expected 6 launches (4 with progress + --max-restarts 2), got %d" % launches)
+        if of(recs, "summary")[-1].get("outcome") == "finished":
+            fail("a failing job was reported finished")
+        if "exit status 7" not in p.stdout:
+            fail("the job's exit status is not shown")
+        if not os.path.exists(os.path.join(status, "keep.txt")):
+            fail("--status-dir removed a file the launcher did not write")
+        if os.path.exists(os.path.join(status, "attempt9.log")):
+            fail("an earlier launch's log was left in the status folder")
+        print("PASS: 6 launches, the user's file kept")
     else:
         fail("unknown scenario " + scenario)
 

@@ -156,6 +156,7 @@ class Launcher {
     double t_next_rank_check = 0;
     double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
     uint64_t last_step = 0;
+    uint64_t reached_before = 0;  // the newest step reported before this launch
     std::vector<double> step_times;
     // The restore record is written once every rank reported (or at the end).
     bool restore_recorded = false;
@@ -467,6 +468,17 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   out["t_begin"] = t_begin - t0_;
 }
 
+// A file the launcher or the job's reporter writes into the status folder.
+bool IsStatusFile(const std::string& name) {
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  auto ends = [&](const char* s) {
+    const size_t n = std::strlen(s);
+    return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
+  };
+  return name == "events.jsonl" || name == "nodes" || starts("pid.a") || starts("restore.a") ||
+         starts("fault.a") || (starts("attempt") && ends(".log"));
+}
+
 bool Launcher::OpenStatusDir() {
   if (o_.status_dir.empty()) {
     std::string templ = (fs::temp_directory_path() / "memento-launch-XXXXXX").string();
@@ -478,10 +490,14 @@ bool Launcher::OpenStatusDir() {
     dir_ = templ;
     own_dir_ = true;
   } else {
-    dir_ = o_.status_dir;
     std::error_code ec;
+    dir_ = fs::absolute(o_.status_dir, ec).string();  // the ranks may change directory
     fs::create_directories(dir_, ec);
-    for (const auto& f : fs::directory_iterator(dir_, ec)) fs::remove_all(f.path(), ec);
+    // Only what an earlier launch left there goes: the folder may hold
+    // anything else of the user's.
+    for (const auto& f : fs::directory_iterator(dir_, ec)) {
+      if (IsStatusFile(f.path().filename().string())) fs::remove(f.path(), ec);
+    }
   }
   tail_ = EventTail(dir_ + "/events.jsonl");
   return true;
@@ -521,6 +537,7 @@ bool Launcher::StartAttempt(Attempt* a) {
     return false;
   }
   a->t_launch = Now();
+  a->reached_before = reached_;
   a->pid = Spawn(a->index);
   if (a->pid < 0) {
     message_ = std::string("fork failed: ") + std::strerror(errno);
@@ -742,9 +759,11 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
 }
 
 // A failure nobody injected: relaunched with a doubling backoff, at most
-// max_restarts times in a row.
+// max_restarts times in a row. A launch that trained past every step reported
+// before it made progress: its failure is the first of a new row.
 Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_step_s) {
   ++failures_;
+  if (a.last_step > a.reached_before) unplanned_ = 0;
   ++unplanned_;
   const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(a.index) + ".log", 15);
   json failure = {{"record", "failure"},
@@ -843,6 +862,9 @@ int Launcher::Run() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A parent that ignores SIGCHLD passes that on: children would then be
+  // reaped by the kernel and waitpid could never report mpirun's status.
+  signal(SIGCHLD, SIG_DFL);
   RecordJob();
   for (int index = 0;; ++index) {
     Attempt a;
@@ -938,9 +960,11 @@ int RankExec(const std::string& dir, const std::vector<std::string>& command) {
   const int per_node =
       per_node_env != nullptr && std::atoi(per_node_env) > 0 ? std::atoi(per_node_env) : 1;
   const char* attempt = std::getenv("MEMENTO_LAUNCH_ATTEMPT");
-  std::ifstream nodes(dir + "/nodes");
   std::string line;
-  for (int k = 0; k <= rank / per_node && std::getline(nodes, line); ++k) {
+  {
+    std::ifstream nodes(dir + "/nodes");  // closed before the exec
+    for (int k = 0; k <= rank / per_node && std::getline(nodes, line); ++k) {
+    }
   }
   if (!line.empty()) setenv("MEMENTO_NODE", line.c_str(), 1);
   {

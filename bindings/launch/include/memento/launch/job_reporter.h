@@ -18,8 +18,9 @@
 //   fault.aA                the rank that kills itself for a stage injection,
 //                           just before SIGKILL: {"stage":..,"version":..,
 //                           "rank":..,"t":..}.
-// Environment set by the launcher (read once by FromEnv, then removed from
-// the process environment so that memento's Config does not warn about them):
+// Environment set by the launcher (read by FromEnv and left in place, so that
+// the job's own subprocesses see them too; memento's Config knows they are
+// the launcher's and does not warn about them):
 //   MEMENTO_LAUNCH_DIR      the status folder
 //   MEMENTO_LAUNCH_ATTEMPT  0 for the first launch, then 1, 2, ...
 //   MEMENTO_LAUNCH_FAULT    "STAGE:VERSION:RANK" (VERSION "*" = any): the rank

@@ -15,7 +15,9 @@
 //      step event; by the job's own fault hook for a stage event) and the
 //      unlink of the node's segments once mpirun has exited.
 //   4. Relaunch after a backoff; the job restores. Failures nobody injected
-//      are relaunched too, at most max_restarts times, with a doubling backoff.
+//      are relaunched too, at most max_restarts times in a row (a launch that
+//      trained past every step reported before starts a new row), with a
+//      doubling backoff.
 //   5. At the end (or on Ctrl-C / SIGTERM) the job's segments are unlinked and
 //      the timeline is printed (text) or written as JSON records.
 //

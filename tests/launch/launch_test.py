@@ -11,6 +11,7 @@ usage: launch_test.py SCENARIO
   stuck-mpirun    as protect, under an mpirun that does not exit after its ranks
                   ended: the launcher kills it, relaunches, and finishes
   interrupt       SIGINT while the job runs: exit 130, segments cleaned
+  launcher-killed the launcher SIGKILLed while the job runs: the ranks end too
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
@@ -208,6 +209,32 @@ def run(scenario, job, remote):
         if ps:
             fail("ranks still running after SIGINT: %s" % ps)
         print("PASS: interrupted, segments cleaned, no rank left")
+    elif scenario == "launcher-killed":
+        # The launcher itself SIGKILLed (no handler runs): mpirun must not
+        # outlive it, and neither may the ranks.
+        cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2", "--quiet",
+               "--", DEMO] + DEMO_ARGS[2:] + ["--steps", "100001"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while not job_segments(job):
+            if time.time() > deadline or p.poll() is not None:
+                p.kill()
+                fail("the job never created its segments")
+            time.sleep(0.2)
+        time.sleep(1)
+        p.kill()
+        p.wait()
+        deadline = time.time() + 30
+        while True:
+            ps = subprocess.run(["pgrep", "-f", "memento_demo.*100001"], stdout=subprocess.PIPE,
+                                text=True).stdout.split()
+            if not ps:
+                break
+            if time.time() > deadline:
+                subprocess.run(["pkill", "-9", "-f", "memento_demo.*100001"])
+                fail("ranks still running 30 s after the launcher was killed: %s" % ps)
+            time.sleep(0.2)
+        print("PASS: the job ended with its launcher")
     elif scenario == "bad-scheme":
         p, _ = launch(job, ["--scheme", "raid:5"], expect=2)
         if "raid:5" not in p.stdout:

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -351,11 +352,16 @@ pid_t Launcher::Spawn(int attempt) {
   args.insert(args.end(), o_.command.begin(), o_.command.end());
   const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
 
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;
   // Child: its own process group (Ctrl-C reaches the launcher only), the
   // job's environment, then mpirun.
   setpgid(0, 0);
+  // A launcher killed outright (SIGKILL, a closed terminal) cannot stop the
+  // job: mpirun gets SIGTERM from the kernel and ends the ranks itself.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(1);  // it died before the line above
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   if (!o_.show_output) {

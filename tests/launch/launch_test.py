@@ -12,6 +12,7 @@ usage: launch_test.py SCENARIO
                   ended: the launcher kills it, relaunches, and finishes
   interrupt       SIGINT while the job runs: exit 130, segments cleaned
   launcher-killed the launcher SIGKILLed while the job runs: the ranks end too
+  stale-pid-file  a pid file naming another process: the launcher does not kill it
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
@@ -209,6 +210,33 @@ def run(scenario, job, remote):
         if ps:
             fail("ranks still running after SIGINT: %s" % ps)
         print("PASS: interrupted, segments cleaned, no rank left")
+    elif scenario == "stale-pid-file":
+        # A rank's pid file can outlive the rank, and its pid then belongs to
+        # another process: here rank 0 points its pid file at an unrelated
+        # process before it ends. The launcher, which SIGKILLs what is left
+        # of every attempt, must leave that process alone.
+        bystander = subprocess.Popen(["sleep", "300"])
+        try:
+            script = os.path.join(remote, "stale.sh")
+            with open(script, "w") as f:
+                f.write("#!/bin/sh\n"
+                        "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n"
+                        "  echo %d > \"$MEMENTO_LAUNCH_DIR/pid.a0.r0\"\n"
+                        "fi\nexit 0\n" % bystander.pid)
+            os.chmod(script, 0o755)
+            cmd = [CLI, "launch", "-n", "2", "--job", job, "--quiet", "--", script]
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=120)
+            print(p.stdout)
+            if p.returncode != 0:
+                fail("exit %d, expected 0" % p.returncode)
+            time.sleep(0.2)
+            if bystander.poll() is not None:
+                fail("the launcher killed an unrelated process named by a stale pid file")
+        finally:
+            bystander.kill()
+            bystander.wait()
+        print("PASS: the unrelated process was left alone")
     elif scenario == "launcher-killed":
         # The launcher itself SIGKILLed (no handler runs): mpirun must not
         # outlive it, and neither may the ranks.

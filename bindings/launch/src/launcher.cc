@@ -174,6 +174,7 @@ class Launcher {
   std::string PidPath(int attempt, int rank) const {
     return dir_ + "/pid.a" + std::to_string(attempt) + ".r" + std::to_string(rank);
   }
+  bool IsRankOf(pid_t pid, int attempt) const;
   pid_t RankPid(int attempt, int rank) const {
     const std::string text = ReadFile(PidPath(attempt, rank));
     return text.empty() ? 0 : static_cast<pid_t>(std::atol(text.c_str()));
@@ -278,10 +279,26 @@ void Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
   }
 }
 
+// Whether `pid` is still a rank of `attempt`: a pid file outlives its
+// process, and once the rank is reaped its pid may be any other process's.
+// The launcher gave every rank its status folder and attempt number in the
+// environment, which /proc shows for as long as the process lives.
+bool Launcher::IsRankOf(pid_t pid, int attempt) const {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  const std::string dir = "MEMENTO_LAUNCH_DIR=" + dir_;
+  const std::string index = "MEMENTO_LAUNCH_ATTEMPT=" + std::to_string(attempt);
+  bool has_dir = false, has_index = false;
+  for (std::string var; std::getline(in, var, '\0');) {
+    has_dir = has_dir || var == dir;
+    has_index = has_index || var == index;
+  }
+  return has_dir && has_index;
+}
+
 void Launcher::KillAllRanks(int attempt) {
   for (int r = 0; r < o_.np; ++r) {
     const pid_t pid = RankPid(attempt, r);
-    if (pid > 0) kill(pid, SIGKILL);
+    if (pid > 0 && IsRankOf(pid, attempt)) kill(pid, SIGKILL);
   }
 }
 
@@ -299,6 +316,7 @@ bool Launcher::AnyRankAlive(Attempt* a) const {
   }
   for (const pid_t pid : a->rank_pids) {
     if (kill(pid, 0) != 0 && errno == ESRCH) continue;
+    if (!IsRankOf(pid, a->index)) continue;  // reaped, and the pid reused
     const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
     const size_t paren = stat.rfind(')');
     if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;

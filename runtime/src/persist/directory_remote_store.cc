@@ -397,6 +397,7 @@ Status DirectoryRemoteStore::CheckRoot(const std::string& root) {
                  "' is not an existing directory (the parent is never created)");
     }
     if (mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return bad("mkdir: " + Errno(errno));
+    if (Status synced = FsyncDir(parent); !synced.ok()) return bad(synced.message());
     if (stat(root.c_str(), &st) != 0) return bad("stat after mkdir: " + Errno(errno));
   }
   if (!S_ISDIR(st.st_mode)) return bad("not a directory");
@@ -506,6 +507,8 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
   MEMENTO_RETURN_IF_ERROR(MakeDir(root_, &created_root));
   MEMENTO_RETURN_IF_ERROR(MakeDir(job_dir_, &created_job));
   MEMENTO_RETURN_IF_ERROR(MakeDir(VersionDir(version), &created_version));
+  // A folder this call created is durable only once its parent is synced.
+  if (options_.fsync && created_root) MEMENTO_RETURN_IF_ERROR(FsyncDir(Parent(root_)));
   Result<RankFileInfo> written = WriteRankFileIn(version, rank, entries, lineage, created_job);
   if (!written.ok() && created_version) {
     // Never leave an empty version folder behind; rmdir fails (and keeps it)

@@ -320,7 +320,11 @@ Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
   if (fstat(fd, &st) != 0) return fail("fstat", errno);
   std::pair<uint64_t, uint64_t> key;
   if (Status locked = AcquireLock(fd, name, st, &key); !locked.ok()) {
-    close(fd);  // another process locked it between O_EXCL and here; it is theirs now
+    // Unavailable: another process locked it between O_EXCL and here; it is
+    // theirs now. Any other failure (no descriptor left): still ours, and
+    // nothing is left behind.
+    close(fd);
+    if (locked.code() != StatusCode::kUnavailable) unlink(path.c_str());
     return locked;
   }
   auto fail_locked = [&](const std::string& what, int err) -> Status {

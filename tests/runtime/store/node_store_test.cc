@@ -739,6 +739,30 @@ TEST_F(NodeStoreTest, OpenFailureIsNotStale) {
   ExpectVersion(*again, slot, 5);
 }
 
+// A creation that fails after the file exists (here: no descriptor left for
+// the lock) leaves nothing behind, so the next attempt creates it afresh
+// instead of finding a "creator died" segment.
+TEST_F(NodeStoreTest, ACreationThatCannotLockLeavesNoSegment) {
+  const std::string path = ShmSegment::Directory() + *NodeStore::SegmentName(id_);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (int fd = 3; fd < 1024; ++fd) close(fd);
+    struct rlimit one = {4, 4};  // one descriptor: the segment's; its lock's dup fails
+    if (setrlimit(RLIMIT_NOFILE, &one) != 0) _exit(3);
+    auto r = NodeStore::Create(id_, TestLayout(), 2);
+    _exit(!r.ok() && r.status().code() == StatusCode::kIoError ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "Create with one descriptor was not an IoError";
+  struct stat st;
+  EXPECT_NE(stat(path.c_str(), &st), 0) << path << " was left behind";
+  auto created = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+}
+
 TEST_F(NodeStoreTest, IncompleteSegmentIsStale) {
   // A creator that died between shm_open and finishing the header.
   auto raw = ShmSegment::Create(*NodeStore::SegmentName(id_), 8192);

@@ -25,6 +25,9 @@ using Clock = std::chrono::steady_clock;
 std::mutex g_init_mu;
 int g_live_transports = 0;      // guarded by g_init_mu
 bool g_we_initialized = false;  // guarded by g_init_mu
+// Below MPI_THREAD_MULTIPLE at most one thread of the process may be inside
+// MPI: one mutex for every transport of the process (taken after g_init_mu).
+std::mutex g_serial_mu;
 
 std::string MpiErrorString(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -161,6 +164,7 @@ class MpiTransport final : public Transport {
       // never end. End it now, visibly.
       AbortJob(rank_, "the MPI transport was broken by: " + BrokenReason());
     }
+    auto lock = Lock();
     MPI_Comm_free(&comm_);
     if (--g_live_transports == 0 && g_we_initialized) {
       MPI_Finalize();
@@ -351,6 +355,7 @@ class MpiTransport final : public Transport {
       }
       if (is_send) return bytes;
       int got = 0;
+      auto lock = t->Lock();
       MPI_Get_count(&st, MPI_BYTE, &got);
       return static_cast<size_t>(got);
     }
@@ -379,7 +384,11 @@ class MpiTransport final : public Transport {
       MPI_Cancel(req);
     }
     MPI_Status st;
-    if (!PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).ok()) {
+    // Any other outcome completed the request: a receive that matched a
+    // message larger than its buffer ends in a truncation error, and nothing
+    // is left in flight.
+    if (PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).code() ==
+        StatusCode::kTimeout) {
       Break(why + " (and the cancel did not complete)");
     }
   }
@@ -473,7 +482,7 @@ class MpiTransport final : public Transport {
   const std::chrono::milliseconds timeout_;
   const bool serialize_;
   const bool abort_on_timeout_;
-  std::mutex mu_;  // serializes every MPI call on comm_ when serialize_
+  std::mutex& mu_ = g_serial_mu;  // serializes every MPI call when serialize_
   std::atomic<bool> broken_{false};
   mutable std::mutex abandoned_mu_;
   std::string broken_reason_;                          // guarded by abandoned_mu_
@@ -515,10 +524,19 @@ Result<std::shared_ptr<Transport>> CreateMpiTransport(const MpiTransportOptions&
   MPI_Comm_rank(options.comm, &world_rank);
   // The duplication is a collective: non-blocking, so that a peer that never
   // arrives is bounded by the timeout like every other wait.
+  // Other transports' threads may be in MPI meanwhile.
+  const bool serialize = level < MPI_THREAD_MULTIPLE;
+  std::mutex* const serial = serialize ? &g_serial_mu : nullptr;
+  auto serial_lock = [&] {
+    return serialize ? std::unique_lock<std::mutex>(g_serial_mu) : std::unique_lock<std::mutex>();
+  };
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Request req;
-  MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_idup(options.comm, &dup, &req), "MPI_Comm_idup"));
-  Status dup_status = PollRequest(&req, MPI_STATUS_IGNORE, timeout, nullptr);
+  {
+    auto lock = serial_lock();
+    MEMENTO_RETURN_IF_ERROR(MpiStatus(MPI_Comm_idup(options.comm, &dup, &req), "MPI_Comm_idup"));
+  }
+  Status dup_status = PollRequest(&req, MPI_STATUS_IGNORE, timeout, serial);
   if (!dup_status.ok()) {
     const std::string why = "creating the transport (MPI_Comm_idup): " + dup_status.message();
     if (dup_status.code() == StatusCode::kTimeout && options.abort_on_timeout) {
@@ -526,14 +544,17 @@ Result<std::shared_ptr<Transport>> CreateMpiTransport(const MpiTransportOptions&
     }
     return Status(dup_status.code(), why);
   }
-  MEMENTO_RETURN_IF_ERROR(
-      MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
   int rank = 0, size = 0;
-  MPI_Comm_rank(dup, &rank);
-  MPI_Comm_size(dup, &size);
+  {
+    auto lock = serial_lock();
+    MEMENTO_RETURN_IF_ERROR(
+        MpiStatus(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
+    MPI_Comm_rank(dup, &rank);
+    MPI_Comm_size(dup, &size);
+  }
   ++g_live_transports;
-  return std::shared_ptr<Transport>(new MpiTransport(
-      dup, rank, size, timeout, level < MPI_THREAD_MULTIPLE, options.abort_on_timeout));
+  return std::shared_ptr<Transport>(
+      new MpiTransport(dup, rank, size, timeout, serialize, options.abort_on_timeout));
 }
 
 }  // namespace memento::runtime

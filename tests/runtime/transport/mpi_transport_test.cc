@@ -209,6 +209,28 @@ TEST_F(MpiTransportTest, DroppedReceiveIsCancelledAndOversizedIsInvalidArgument)
   EXPECT_EQ(t().StartSend(t().size(), 0, &v, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A receive dropped after it matched a message larger than its buffer: the
+// cancel finds it completed with a truncation error, which leaves nothing in
+// flight; the transport stays usable (and the job is not aborted).
+TEST_F(MpiTransportTest, ADroppedReceiveThatMatchedAnOversizedMessageLeavesTheTransportUsable) {
+  int slot = 0;
+  std::vector<uint8_t> big(64, 1);
+  auto small = t().StartRecv(left(), 15, &slot, sizeof(slot));
+  ASSERT_TRUE(small.ok());
+  auto sent = t().StartSend(right(), 15, big.data(), big.size());
+  ASSERT_TRUE(sent.ok());
+  EXPECT_TRUE((*sent)->Wait().ok());
+  ASSERT_TRUE(t().Barrier().ok());  // the message has arrived and matched
+  for (int i = 0; i < 100; ++i) t().Progress();
+  small->reset();  // dropped unwaited
+  EXPECT_TRUE(t().Barrier().ok());
+  const int v = 5 + t().rank();
+  ASSERT_TRUE(t().Send(right(), 16, &v, sizeof(v)).ok());
+  auto got = t().Recv(left(), 16, &slot, sizeof(slot));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(slot, 5 + left());
+}
+
 }  // namespace
 }  // namespace memento::runtime
 

@@ -9,18 +9,24 @@
 // never finalizes it.
 //
 // Threads. The engine calls the transport from background threads (the commit
-// and persist coordinator, the protect stage). Every MPI call of this
-// class is made under one internal mutex, and every operation is issued
+// and persist coordinator, the protect stage). Below MPI_THREAD_MULTIPLE
+// every MPI call of every MpiTransport of the process is made under one
+// mutex, and every operation is issued
 // non-blocking (MPI_Isend / MPI_Irecv / MPI_Iallreduce / MPI_Iallgatherv /
 // MPI_Ibarrier) and completed by polling MPI_Test, releasing the mutex between
 // polls. Hence:
-//   - MPI_THREAD_SERIALIZED is enough (MULTIPLE is requested when we init);
-//     an application that initialized MPI with FUNNELED or SINGLE gets a
-//     FailedPrecondition from Create() naming the thread level;
+//   - MPI_THREAD_SERIALIZED is enough (MULTIPLE is requested when we init)
+//     as long as the application makes no MPI call of its own while a
+//     transport lives (its calls are not under that mutex); one that does
+//     must initialize with MPI_THREAD_MULTIPLE. An application that
+//     initialized MPI with FUNNELED or SINGLE gets a FailedPrecondition from
+//     Create() naming the thread level;
 //   - a blocked Recv does not block a concurrent Send or collective;
 //   - every wait, the communicator duplication in Create() included, is
 //     bounded by `timeout` (MEMENTO_TIMEOUT_S unless set): past it a
-//     point-to-point receive is cancelled and Timeout is returned;
+//     point-to-point receive that has not matched a message is cancelled and
+//     Timeout is returned; one that matched a message still in flight cannot
+//     be taken back and is treated like a timed out send (below);
 //   - a timed out collective or send cannot be taken back (MPI still owns the
 //     request and may write into its buffers when the peer comes back). By
 //     default (abort_on_timeout) the job then ends at once: a line on stderr

@@ -579,10 +579,13 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   } else if (restored.ok() && restored->protection == "unprotected") {
     protection_state_ = Protection::kUnprotected;
   }
-  if (!restored.ok() && config_.elastic && RemoteWrittenByOtherRankCount()) {
+  if (!restored.ok() && config_.elastic) {
     // Memory of this topology could not serve and no store of another one
-    // survives: reshard the remote version the other rank count wrote.
-    return RestoreElastic();
+    // survives: reshard the remote version the other rank count wrote. Every
+    // rank failed here; they decide together, so that one whose remote read
+    // failed does not leave the others in the elastic restore's collectives.
+    Result<bool> reshard = transport_->AllTrue(RemoteWrittenByOtherRankCount());
+    if (reshard.ok() && *reshard) return RestoreElastic();
   }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not

@@ -479,6 +479,49 @@ TEST(Elastic, ARemoteErrorOnOneRankFailsEveryRankAtOnce) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+class FailingManifestRemoteStore : public DirectoryRemoteStore {
+ public:
+  using DirectoryRemoteStore::DirectoryRemoteStore;
+  Result<RemoteManifest> ReadManifest(uint64_t) override {
+    return Status::IoError("test: reading the remote manifest failed");
+  }
+};
+
+// No store survives and one new rank cannot read the remote manifests: the
+// ranks decide together whether to reshard the remote version another rank
+// count wrote, so none of them goes into the elastic restore's collectives
+// alone (to wait there for the others until the timeout); every rank fails
+// at once.
+TEST(Elastic, TheRanksAgreeWhetherToReshardTheRemoteVersion) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Lose({0, 1, 2, 3});
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    std::shared_ptr<RemoteStore> store;
+    if (ctx.rank() == 1) {
+      store = std::make_shared<FailingManifestRemoteStore>(testing::SpawnDir() + "/remote",
+                                                           testing::SpawnJob());
+    }
+    Rank r = Open(ctx, three, "xor:3", true, true, false, {}, std::move(store));
+    if (!r.ck) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto report = r.ck->Restore();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank();
+    const std::string why = report.status().ToString();
+    EXPECT_NE(report.status().code(), StatusCode::kTimeout) << why;
+    EXPECT_EQ(why.find("elastic restore"), std::string::npos)
+        << "rank " << ctx.rank() << ": " << why;
+    EXPECT_LT(took, 10.0) << "rank " << ctx.rank() << ": " << why;
+  });
+  Spawn(3, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
+    RestoreElastic(ctx, three, "xor:3", {2, true, all, false}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // New slices that do not tile the tensor: a clear error naming the entry,
 // and the old stores stay for a correct relaunch.
 TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {

@@ -500,9 +500,11 @@ Status Checkpointer::Impl::WaitSnapshot() {
 Status Checkpointer::Impl::Wait() { return committer_ ? committer_->Wait() : Status::Ok(); }
 
 Status Checkpointer::Impl::WaitPersist() {
-  MEMENTO_RETURN_IF_ERROR(Wait());
-  if (!persister_) return Status::Ok();
-  return persister_->WaitIdle();
+  // A failed version does not stop the persists of the committed ones before
+  // it: they are waited for whatever Wait() reports, which comes first.
+  Status committed = Wait();
+  Status persisted = persister_ ? persister_->WaitIdle() : Status::Ok();
+  return committed.ok() ? persisted : committed;
 }
 
 std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {

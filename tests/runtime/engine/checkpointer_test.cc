@@ -112,6 +112,37 @@ TEST_F(CheckpointerTest, CommitIsAllOrNothing) {
   for (const Status& s : SaveAll(3)) EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// WaitPersist waits for every persist scheduled so far even when a later
+// version failed: v1 commits (its persist slowed down), v2 fails to seal;
+// WaitPersist reports v2's failure, and only once v1 is complete remotely.
+TEST_F(CheckpointerTest, WaitPersistWaitsForThePersistsAfterAFailedVersion) {
+  Config c = MakeConfig();
+  c.persist_every = 1;
+  FaultHooks hooks;
+  hooks.at_stage = [](Stage stage, uint64_t version) {
+    if (stage == Stage::kPersist && version == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    if (stage == Stage::kSeal && version == 2) return Status::IoError("injected seal failure");
+    return Status::Ok();
+  };
+  const int n = 2;
+  Launch(n, c, hooks, /*with_remote=*/true);
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<Status> persisted(n);
+  Run([&](int r) {
+    ranks_[r].Fill(r, 2);
+    EXPECT_TRUE(ranks_[r].ck->Save(2).ok());
+    persisted[r] = ranks_[r].ck->WaitPersist();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(persisted[r].message().find("injected seal failure"), std::string::npos)
+        << "rank " << r << ": " << persisted[r].ToString();
+  }
+  DirectoryRemoteStore remote(remote_dir_, c.job);
+  EXPECT_EQ(*remote.ListComplete(), std::vector<uint64_t>{1});
+}
+
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   const int n = 3;
   Launch(n, MakeConfig());

@@ -443,7 +443,7 @@ Status Checkpointer::Impl::Save(uint64_t step) {
 Status Checkpointer::Impl::SaveNow(uint64_t step) {
   // At most one version in flight; its outcome is Wait()'s to report. A
   // restore's background re-protect goes on: the slots it needs are pinned.
-  (void)committer_->WaitVersion();
+  committer_->WaitVersion();
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");
   }

@@ -42,16 +42,17 @@ void Committer::SubmitTask(std::function<Status()> task) {
   cv_.notify_all();
 }
 
-Status Committer::WaitVersion() {
+void Committer::WaitVersion() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !in_flight_; });
-  return last_;
 }
 
 Status Committer::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !in_flight_ && tasks_.empty() && !task_running_; });
-  return last_;
+  Status s = std::move(unreported_);
+  unreported_ = Status::Ok();
+  return s.ok() ? broken_ : s;
 }
 
 bool Committer::idle() const {
@@ -100,7 +101,7 @@ void Committer::Loop() {
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!s.ok()) last_ = s;
+        if (!s.ok() && unreported_.ok()) unreported_ = s;
         task_running_ = false;
       }
       cv_.notify_all();
@@ -112,7 +113,7 @@ void Committer::Loop() {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      last_ = s;
+      if (!s.ok() && unreported_.ok()) unreported_ = s;
       in_flight_ = false;
     }
     cv_.notify_all();

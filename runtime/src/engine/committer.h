@@ -78,10 +78,12 @@ class Committer {
   // non-OK result means a collective of it failed: checkpointing stops as
   // after a failed commit collective (broken()).
   void SubmitTask(std::function<Status()> task);
-  // Blocks until no version is in flight; the last decided version's outcome.
-  Status WaitVersion();
+  // Blocks until no version is in flight.
+  void WaitVersion();
   // Blocks until no version is in flight and no task is queued or running;
-  // the last decided version's outcome (or a task's failure).
+  // then the first failure (a version that did not commit, a task's) not
+  // reported by an earlier Wait, else broken(), else OK. Each failure is
+  // reported once.
   Status Wait();
   // Whether no version is in flight and no task is queued or running.
   bool idle() const;
@@ -121,7 +123,7 @@ class Committer {
   std::optional<Job> job_;
   std::deque<std::function<Status()>> tasks_;
   bool task_running_ = false;
-  Status last_;    // outcome of the last decided version
+  Status unreported_;  // the first failure since the last Wait
   Status broken_;  // see broken()
   std::optional<uint64_t> latest_;
   uint64_t commits_ = 0;  // persistable commits, for persist_every

@@ -143,6 +143,35 @@ TEST_F(CheckpointerTest, WaitPersistWaitsForThePersistsAfterAFailedVersion) {
   EXPECT_EQ(*remote.ListComplete(), std::vector<uint64_t>{1});
 }
 
+// A failed version that the next Save overtook (nobody called Wait in
+// between) is still reported, by the next Wait, once: v2 fails to seal, v3
+// commits, Wait says why v2 failed, and the Wait after that is OK.
+TEST_F(CheckpointerTest, WaitReportsAFailureALaterSaveOvertookOnce) {
+  FaultHooks hooks;
+  hooks.at_stage = [](Stage stage, uint64_t version) {
+    return stage == Stage::kSeal && version == 2 ? Status::IoError("injected seal failure")
+                                                 : Status::Ok();
+  };
+  const int n = 2;
+  Launch(n, MakeConfig(), hooks);
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<Status> first(n), second(n);
+  Run([&](int r) {
+    ranks_[r].Fill(r, 2);
+    EXPECT_TRUE(ranks_[r].ck->Save(2).ok());
+    ranks_[r].Fill(r, 3);
+    EXPECT_TRUE(ranks_[r].ck->Save(3).ok());
+    first[r] = ranks_[r].ck->Wait();
+    second[r] = ranks_[r].ck->Wait();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(first[r].message().find("injected seal failure"), std::string::npos)
+        << "rank " << r << ": " << first[r].ToString();
+    EXPECT_TRUE(second[r].ok()) << "rank " << r << ": " << second[r].ToString();
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(3));
+  }
+}
+
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   const int n = 3;
   Launch(n, MakeConfig());

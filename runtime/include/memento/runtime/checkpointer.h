@@ -149,9 +149,12 @@ class Checkpointer {
   // reported here and again by Wait()).
   Status WaitSnapshot();
 
-  // Returns when the in-flight version is committed on every rank (OK) or has
-  // failed (the reason; the version is then restorable on no rank). OK when
-  // none is in flight.
+  // Returns when the in-flight version is committed on every rank or has
+  // failed (and a restore's background re-protect has ended). OK, or the
+  // first failure since the last Wait() (a version that did not commit, and
+  // is restorable on no rank; a failed re-protect), each reported once, so
+  // that a failure a later Save overtook is not lost; once checkpointing has
+  // stopped for good, why, every time.
   Status Wait();
 
   // Returns when every persist scheduled so far has finished; the last

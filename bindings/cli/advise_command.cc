@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "flags.h"
@@ -622,6 +623,9 @@ void AddAdviseCommand(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
   auto add = [&](const std::string& name, auto* value, const std::string& help) {
     CLI::Option* opt = cmd->add_option("--" + name, *value, help);
+    using T = std::remove_pointer_t<decltype(value)>;
+    if constexpr (std::is_integral_v<T>) opt->transform(DecimalInteger());  // may drop 0s
+    if constexpr (std::is_floating_point_v<T>) opt->check(DecimalNumber());
     (*given)[name] = opt;
     return opt;
   };

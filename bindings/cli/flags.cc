@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -25,6 +26,49 @@ std::string CommandName(const CLI::App& app) {
 }
 
 }  // namespace
+
+const CLI::Validator& DecimalInteger() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        const size_t sign = !s.empty() && s[0] == '-' ? 1 : 0;  // the range is the flag's to check
+        if (!IsDecimal(s.substr(sign))) return "'" + s + "': expected decimal digits only";
+        // Leading zeros are decimal here, not octal as in CLI11's conversion.
+        const size_t first = s.find_first_not_of('0', sign);
+        s = s.substr(0, sign) + (first == std::string::npos ? "0" : s.substr(first));
+        return std::string();
+      },
+      "INT");
+  return v;
+}
+
+const CLI::Validator& DecimalNumber() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        // an optional '-' (the range is the flag's to check); digits, at most one '.', at
+        // least one digit; then e/E, an optional sign, digits
+        size_t i = !s.empty() && s[0] == '-' ? 1 : 0, digits = 0, dots = 0;
+        for (; i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.');
+             ++i) {
+          if (s[i] == '.') {
+            ++dots;
+          } else {
+            ++digits;
+          }
+        }
+        bool ok = digits > 0 && dots <= 1;
+        if (ok && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+          ++i;
+          if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+          const size_t start = i;
+          while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+          ok = i > start;
+        }
+        ok = ok && i == s.size();
+        return ok ? std::string() : "'" + s + "': expected a decimal number such as 1.5 or 2e-3";
+      },
+      "NUMBER");
+  return v;
+}
 
 int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t lo, int64_t hi,
                      const std::string& expected) {

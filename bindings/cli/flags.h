@@ -31,6 +31,12 @@ int RunApp(CLI::App& app, int argc, char** argv);
 int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t lo, int64_t hi,
                      const std::string& expected);
 
+// CLI11 checks for options read by CLI11's own conversion (which takes "0x10", "010" as
+// octal, "+5", " 5", "nan", "inf"): a decimal integer (digits only), and a finite decimal
+// number (digits with at most one '.', an optional exponent such as "1e-3").
+const CLI::Validator& DecimalInteger();
+const CLI::Validator& DecimalNumber();
+
 // "F", "A-B" or "a,b,c" (and mixes: "1-4,8") with every value in [0, max], in the order
 // given; otherwise UsageError naming the flag, the value and the accepted forms.
 std::vector<int> ParseCounts(const std::string& flag, const std::string& value, int max,

@@ -113,6 +113,21 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   r = RunCli(std::string(kJob) + "--save-every-steps -2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--save-every-steps -2"), std::string::npos) << r.output;
+
+  // Numbers are decimal, as everywhere in the tool: no hex, '+' or blank for
+  // integers, no nan or hex float; and a leading zero is not octal (CLI11
+  // alone reads "016" as 14).
+  for (const char* bad : {"--nodes 0x10", "--nodes +16", "--top ' 3'", "--memory-budget nan",
+                          "--node-mtbf-h inf", "--step-s 0x1p0", "--memory-budget 1.5.1"}) {
+    r = RunCli("advise --nodes 16 --shard 1G --step-s 1 " + std::string(bad));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(r.output.find(flag), std::string::npos) << bad << ": " << r.output;
+  }
+  EXPECT_EQ(RunCli(std::string(kJob) + "--memory-budget 2e0 --top 3").exit_code, 0);
+  const auto j =
+      Json(RunCli("advise --nodes 016 --shard 1G --step-s 1 --node-mtbf-h 20000 --json"));
+  EXPECT_EQ(j["job"]["nodes"], 16) << j.dump();
 }
 
 // A given plan is evaluated, not searched: without failures, goodput = 1 - stall / (k T + stall).

@@ -510,13 +510,19 @@ class Checkpointer:
             _flush_logs()
 
     def wait(self):
-        """Returns when the checkpoint in flight is committed (raises if it failed)."""
+        """Returns when the checkpoint in flight is committed.
+
+        Raises the first checkpoint failure since the last wait() (one a later save()
+        overtook included), each failure once.
+        """
         try:
             self._impl.wait()
         finally:
             _flush_logs()
 
     def wait_persist(self):
+        """Returns when every persist scheduled so far has finished (raises as wait() does,
+        else if the last persist failed)."""
         try:
             self._impl.wait_persist()
         finally:
@@ -544,8 +550,9 @@ class Checkpointer:
     def close(self):
         """Waits for the checkpoint in flight and releases the node store mapping.
 
-        Raises if that checkpoint failed (after releasing everything). Afterwards save() and
-        restore() raise FailedPreconditionError; close() again does nothing.
+        Raises a checkpoint failure wait() has not reported yet (after releasing everything).
+        Afterwards save() and restore() raise FailedPreconditionError; close() again does
+        nothing.
         """
         try:
             self._impl.close()

@@ -6,7 +6,7 @@
 //
 //   auto ck = Checkpointer::Create(Config::FromEnv().value(), transport).value();
 //   ck->RegisterBuffer("w", w.data(), w.size() * 4, {"float32", {N}, {n}, {off}});
-//   if (auto r = ck->Restore(); r.ok()) step = r->version;      // after a relaunch
+//   if (auto r = ck->Restore(); r.ok()) step = r->version + 1;  // after a relaunch
 //   for (;; ++step) {
 //     ck->WaitSnapshot();   // before the optimizer writes the buffers
 //     optimizer_step();
@@ -157,8 +157,11 @@ class Checkpointer {
   // stopped for good, why, every time.
   Status Wait();
 
-  // Returns when every persist scheduled so far has finished; the last
-  // persist's status (a version whose persist failed is not visible remotely).
+  // Returns when every persist scheduled so far has finished on this rank:
+  // Wait()'s failure if any, else the last persist's status. On rank 0 OK
+  // means the version's manifest is written (it is visible remotely; one
+  // whose persist failed is not); on the others, that this rank's file is
+  // written and reported to rank 0.
   Status WaitPersist();
 
   // Collective. Waits for anything in flight, then copies the newest version

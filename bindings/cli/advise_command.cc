@@ -175,7 +175,9 @@ std::map<std::string, MeasuredCosts> ReadBench(const std::string& path) {
     } catch (const std::exception& e) {
       Fail("--bench", path, "line " + std::to_string(number) + " is not JSON: " + e.what());
     }
-    if (!r.is_object() || r.value("benchmark", "") != "bench_cluster") continue;
+    if (!r.is_object()) continue;
+    const auto benchmark = r.find("benchmark");
+    if (benchmark == r.end() || !benchmark->is_string() || *benchmark != "bench_cluster") continue;
     try {
       const std::string scheme = r.at("scheme").get<std::string>();
       MeasuredCosts m;

@@ -130,7 +130,9 @@ void AddInspectCommand(CLI::App& app) {
                   {"store_huge_pages", huge}};
       Json& segments = out["segments"] = Json::array();
       for (const auto& rep : *reports) segments.push_back(SegmentJson(rep));
-      std::printf("%s\n", out.dump(2).c_str());
+      // Names come from the file system: bytes that are not UTF-8 print as U+FFFD
+      // instead of ending the program.
+      std::printf("%s\n", out.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
     } else {
       std::printf("store directory %s (tmpfs huge=%s%s)\n", dir.c_str(), huge.c_str(),
                   huge == "never" ? ": 4 KiB pages; huge=within_size gives 2 MiB pages, see "

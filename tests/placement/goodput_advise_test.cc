@@ -110,6 +110,15 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--bench"), std::string::npos) << r.output;
 
+  // Lines of other benchmarks are passed over, whatever their "benchmark"
+  // field holds (here not a string): a clear error, not a crash.
+  const std::string other = ::testing::TempDir() + "advise-other-bench.jsonl";
+  std::ofstream(other) << "{\"benchmark\": null}\n{\"benchmark\": 7}\n";
+  r = RunCli(std::string(kJob) + "--bench " + other);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds no bench_cluster record"), std::string::npos) << r.output;
+  std::remove(other.c_str());
+
   r = RunCli(std::string(kJob) + "--save-every-steps -2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--save-every-steps -2"), std::string::npos) << r.output;

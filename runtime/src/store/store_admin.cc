@@ -54,13 +54,24 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
 Result<std::vector<std::string>> CleanJob(const std::string& job) {
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListJobSegments(job));
   std::vector<std::string> removed;
+  Status first;  // one that cannot go does not keep the others
+  std::string not_removed;
   for (const auto& name : names) {
     Status s = ShmSegment::Unlink(name);
     if (s.ok()) {
       removed.push_back(name);
     } else if (s.code() != StatusCode::kNotFound) {  // gone meanwhile: fine
-      return s;
+      if (first.ok()) first = s;
+      not_removed += (not_removed.empty() ? "" : "; ") + s.message();
     }
+  }
+  if (!first.ok()) {
+    std::string done;
+    for (const auto& name : removed) done += (done.empty() ? "" : ", ") + name;
+    return Status(first.code(), "removed " + std::to_string(removed.size()) + " of " +
+                                    std::to_string(names.size()) + " segments" +
+                                    (done.empty() ? "" : " (" + done + ")") +
+                                    "; not removed: " + not_removed);
   }
   return removed;
 }

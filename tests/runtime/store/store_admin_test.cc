@@ -1,10 +1,14 @@
 #include "memento/runtime/store_admin.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/shm_segment.h"
@@ -110,6 +114,26 @@ TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {
   EXPECT_FALSE(CleanJob("bad/job").ok());
 }
 
+// A name of the job that cannot be unlinked (here a folder, which unlink
+// refuses; another user's file in a sticky /dev/shm is the same) does not
+// stop the others: every segment goes, and the error names what did not.
+TEST(StoreAdmin, CleanGoesOnPastANameItCannotRemove) {
+  JobCleaner job(UniqueJob("adm"));
+  const std::string dir = ShmSegment::Directory() + "/memento." + job.job() + ".0-first";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << dir;
+  NodeStore a = MakeStore(job.job(), "h/0", 0, 1);
+  NodeStore b = MakeStore(job.job(), "h/1", 0, 1);
+  auto removed = CleanJob(job.job());
+  rmdir(dir.c_str());
+  ASSERT_FALSE(removed.ok());
+  EXPECT_EQ(removed.status().code(), StatusCode::kIoError) << removed.status().ToString();
+  EXPECT_NE(removed.status().message().find("removed 2 of 3"), std::string::npos)
+      << removed.status().ToString();
+  EXPECT_NE(removed.status().message().find("0-first"), std::string::npos)
+      << removed.status().ToString();
+  EXPECT_TRUE(ListJobSegments(job.job())->empty());
+}
+
 TEST(StoreAdmin, InspectReportsAnUnusableSegment) {
   JobCleaner job(UniqueJob("adm"));
   auto name = NodeStore::SegmentName({job.job(), "h", 0});
@@ -158,6 +182,16 @@ TEST(StoreAdminCli, InspectAndCleanOnRealSegments) {
   EXPECT_NE(out.find("crc32c"), std::string::npos) << out;
 
   EXPECT_EQ(RunCommand(cli + " inspect 2>/dev/null", &out), 2);  // --job missing
+
+  // A file of the job's prefix whose name is not UTF-8 (anyone can make one
+  // in /dev/shm): reported as unusable, in valid JSON, not a crash.
+  const std::string odd = ShmSegment::Directory() + "/memento." + job.job() + ".\xff";
+  { std::ofstream(odd) << "x"; }
+  const int rc = RunCommand(cli + " inspect --json --job " + job.job(), &out);
+  unlink(odd.c_str());
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+
   ASSERT_EQ(RunCommand(cli + " clean --job " + job.job(), &out), 0) << out;
   EXPECT_NE(out.find("2 segment(s)"), std::string::npos) << out;
   EXPECT_TRUE(ListJobSegments(job.job())->empty());

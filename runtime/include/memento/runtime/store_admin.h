@@ -39,7 +39,9 @@ Result<std::vector<std::string>> ListJobSegments(const std::string& job);
 // data). A bad segment is reported in its SegmentReport, not as an error.
 Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verify);
 
-// Unlinks every segment of `job`; returns the names removed.
+// Unlinks every segment of `job`; returns the names removed. One that cannot
+// be removed does not stop the others: the error then names every one
+// removed and every one not.
 Result<std::vector<std::string>> CleanJob(const std::string& job);
 
 // Human-readable multi-line rendering of reports (what `memento inspect` prints).

@@ -779,6 +779,7 @@ StoreInventory NodeStore::Inventory() const {
       st.writing = true;
       st.problem = "being written";
     } else if (state != f::kStateSealed) {
+      st.damaged = true;
       st.problem = "slot header: unknown state";
     } else {
       st.sealed = true;

@@ -37,7 +37,9 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
       auto& out = rep.verified[slot.slot];
       out.resize(slot.regions.size());
       for (const auto& r : slot.regions) {
-        if (slot.sealed && !r.ok) {
+        if (slot.damaged) {
+          out[r.region] = Status::Corruption(slot.problem);
+        } else if (slot.sealed && !r.ok) {
           // A sealed slot whose seal record (or header) does not validate is
           // damaged whether or not the payloads are hashed.
           out[r.region] = Status::Corruption(r.problem.empty() ? slot.problem : r.problem);

@@ -134,6 +134,29 @@ TEST(StoreAdmin, CleanGoesOnPastANameItCannotRemove) {
   EXPECT_TRUE(ListJobSegments(job.job())->empty());
 }
 
+// A slot whose state word is none of empty, writing or sealed is damaged:
+// inspect reports it, not "valid".
+TEST(StoreAdmin, InspectReportsASlotWithAnUnknownState) {
+  JobCleaner job(UniqueJob("adm"));
+  NodeStore a = MakeStore(job.job(), "h/0", 0, 1);
+  auto raw = ShmSegment::Open(a.segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  f::SegmentHeader h;
+  std::memcpy(&h, raw->data(), sizeof(h));
+  const int other = 1 - *a.FindVersion(1);
+  const uint32_t garbage = 0xDEAD;
+  std::memcpy(raw->data() + h.slot_table_offset + h.slot_control_bytes * other +
+                  offsetof(f::SlotHeader, state),
+              &garbage, sizeof(garbage));
+  auto reports = InspectJob(job.job(), false);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  const auto& verified = (*reports)[0].verified[other];
+  ASSERT_FALSE(verified.empty());
+  EXPECT_EQ(verified[0].code(), StatusCode::kCorruption) << verified[0].ToString();
+  EXPECT_NE(verified[0].message().find("unknown state"), std::string::npos);
+}
+
 TEST(StoreAdmin, InspectReportsAnUnusableSegment) {
   JobCleaner job(UniqueJob("adm"));
   auto name = NodeStore::SegmentName({job.job(), "h", 0});

@@ -94,6 +94,7 @@ struct SlotState {
   bool sealed = false;     // the sealed flag is set
   bool committed = false;  // MarkCommitted was called for this version
   bool ok = false;         // sealed and every header/record validated
+  bool damaged = false;    // the state word is none of empty, writing, sealed
   std::string problem;     // why not ok ("" when ok; "empty" for a never-used slot)
   std::vector<RegionState> regions;
 };

@@ -92,6 +92,7 @@ Checkpointer::Impl::Impl(Config config, std::shared_ptr<Transport> transport,
       schedule_(config_.interval, config_.node_mtbf_h, hooks_.interval_clock) {}
 
 Checkpointer::Impl::~Impl() {
+  committer_view_ = nullptr;
   committer_.reset();  // waits for the in-flight version
   persister_.reset();  // finishes queued persists
   pipeline_.reset();
@@ -424,6 +425,7 @@ void Checkpointer::Impl::BuildStages() {
     return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
   };
   committer_ = std::make_unique<Committer>(std::move(parts));
+  committer_view_ = committer_.get();
 }
 
 Status Checkpointer::Impl::Save(uint64_t step) {
@@ -508,7 +510,8 @@ Status Checkpointer::Impl::WaitPersist() {
 }
 
 std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
-  return committer_ ? committer_->latest() : std::nullopt;
+  const Committer* c = committer_view_.load();
+  return c != nullptr ? c->latest() : std::nullopt;
 }
 
 double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
@@ -516,7 +519,8 @@ double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
 Protection Checkpointer::Impl::ProtectionState() const {
   // A full re-protect is a version: a commit sets kProtected before the
   // committer is idle, so still kReprotecting once idle means it failed.
-  const bool idle = committer_ && committer_->idle();
+  const Committer* c = committer_view_.load();
+  const bool idle = c != nullptr && c->idle();
   const Protection p = protection_state_.load();
   return p == Protection::kReprotecting && idle ? Protection::kUnprotected : p;
 }

@@ -139,6 +139,9 @@ class Checkpointer::Impl {
 
   SaveSchedule schedule_;  // which Save calls take a checkpoint (Config::interval)
   std::unique_ptr<Committer> committer_;  // the commit thread; after the stages it ends
+  // committer_ for the thread-safe getters, which may run while Prepare
+  // creates it on the application thread.
+  std::atomic<Committer*> committer_view_{nullptr};
 
   // The newest version's protection (ProtectionState): set by the restore
   // (application thread) and by the background re-protect and every commit

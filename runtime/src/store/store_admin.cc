@@ -16,7 +16,10 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
   for (const auto& name : names) {
     SegmentReport rep;
     rep.name = name;
-    Result<NodeStore> store = NodeStore::AttachByName(name, ShmSegment::Access::kReadOnly);
+    // A store kept for an elastic restore has another name than its identity's.
+    Result<NodeStore> store = NodeStore::IsElasticAside(name)
+                                  ? NodeStore::AttachAside(name)
+                                  : NodeStore::AttachByName(name, ShmSegment::Access::kReadOnly);
     if (!store.ok()) {
       rep.status = store.status();
       // Still report the object's size when it can be opened at all.

@@ -157,6 +157,25 @@ TEST(StoreAdmin, InspectReportsASlotWithAnUnknownState) {
   EXPECT_NE(verified[0].message().find("unknown state"), std::string::npos);
 }
 
+// A store set aside for an elastic restore keeps its data intact under
+// another name: inspect reads it as the store it is, not as unusable.
+TEST(StoreAdmin, InspectReadsAStoreSetAsideForAnElasticRestore) {
+  JobCleaner job(UniqueJob("adm"));
+  { NodeStore a = MakeStore(job.job(), "h/0", 0, 4); }
+  auto aside = NodeStore::SetAsideForElastic({job.job(), "h/0", 0});
+  ASSERT_TRUE(aside.ok()) << aside.status().ToString();
+  auto reports = InspectJob(job.job(), /*verify=*/true);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 1u);
+  const SegmentReport& rep = (*reports)[0];
+  EXPECT_EQ(rep.name, *aside);
+  EXPECT_TRUE(rep.status.ok()) << rep.status.ToString();
+  EXPECT_EQ(rep.node, "h/0");
+  for (const auto& slot : rep.verified) {
+    for (const Status& s : slot) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
 TEST(StoreAdmin, InspectReportsAnUnusableSegment) {
   JobCleaner job(UniqueJob("adm"));
   auto name = NodeStore::SegmentName({job.job(), "h", 0});

@@ -400,6 +400,11 @@ void SetCosts(const AdviseArgs& a, const Job& job,
     if (!std::isnan(given)) *field = given;
   }
   if (c->remote_only) return;
+  // A time taken from the model includes the ones before it: a save commits
+  // after its stall, and is durable after its commit.
+  if (std::isnan(a.protect_s)) c->costs.protect_s = std::max(c->costs.protect_s, c->costs.stall_s);
+  if (std::isnan(a.persist_s))
+    c->costs.persist_s = std::max(c->costs.persist_s, c->costs.protect_s);
   if (c->costs.protect_s < c->costs.stall_s) {
     Fail("--protect-s", Fmt("%g", c->costs.protect_s),
          "must be >= the stall (" + Fmt("%g", c->costs.stall_s) + " s) for " + c->name);

@@ -134,6 +134,17 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << bad << ": " << r.output;
   }
   EXPECT_EQ(RunCli(std::string(kJob) + "--memory-budget 2e0 --top 3").exit_code, 0);
+  // A measured stall above the modelled protect time raises the modelled
+  // times after it instead of being refused for a flag that was not given.
+  const auto slow = Json(RunCli(std::string(kJob) + "--stall-s 2 --schemes xor:4 --json"));
+  ASSERT_EQ(slow["schemes"].size(), 1u) << slow.dump();
+  const auto& costs = slow["schemes"][0]["costs"];
+  EXPECT_EQ(costs["stall_s"].get<double>(), 2.0);
+  EXPECT_GE(costs["protect_s"].get<double>(), 2.0);
+  EXPECT_GE(costs["persist_s"].get<double>(), costs["protect_s"].get<double>());
+  r = RunCli(std::string(kJob) + "--stall-s 2 --protect-s 1");  // both given: inconsistent
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--protect-s 1"), std::string::npos) << r.output;
   const auto j =
       Json(RunCli("advise --nodes 016 --shard 1G --step-s 1 --node-mtbf-h 20000 --json"));
   EXPECT_EQ(j["job"]["nodes"], 16) << j.dump();

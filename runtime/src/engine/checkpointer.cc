@@ -434,12 +434,24 @@ Status Checkpointer::Impl::Save(uint64_t step) {
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");
   }
+  // Checked before the schedule counts the call and before anything waits
+  // (SaveNow checks again once the version in flight is decided).
+  if (Status order = CheckStepIncreases(step); !order.ok()) return order;
   // Not this step: nothing waits, nothing is copied.
   if (!schedule_.Offer(step)) return Status::Ok();
   Status s = SaveNow(step);
   blocked_seconds_ += SecondsSince(t0);
   schedule_.SaveReturned();
   return s;
+}
+
+Status Checkpointer::Impl::CheckStepIncreases(uint64_t step) const {
+  if (const std::optional<uint64_t> latest = committer_->latest(); latest && step <= *latest) {
+    return Status::InvalidArgument(
+        "Save(" + std::to_string(step) + "): steps must increase; latest committed is v" +
+        std::to_string(*latest) + " (after Restore, continue at its version + 1)");
+  }
+  return Status::Ok();
 }
 
 Status Checkpointer::Impl::SaveNow(uint64_t step) {
@@ -449,11 +461,7 @@ Status Checkpointer::Impl::SaveNow(uint64_t step) {
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");
   }
-  if (const std::optional<uint64_t> latest = committer_->latest(); latest && step <= *latest) {
-    return Status::InvalidArgument("Save(" + std::to_string(step) +
-                                   "): steps must increase; latest committed is v" +
-                                   std::to_string(*latest));
-  }
+  MEMENTO_RETURN_IF_ERROR(CheckStepIncreases(step));
   schedule_.Saved(step);  // after Wait: the interval agreed at the last commit
   return StartVersion(step, /*persistable=*/true);
 }

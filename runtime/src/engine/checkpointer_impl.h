@@ -87,6 +87,8 @@ class Checkpointer::Impl {
   Status StartVersion(uint64_t version, bool persistable);
   // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveNow(uint64_t step);
+  // InvalidArgument when `step` is not above the latest committed version.
+  Status CheckStepIncreases(uint64_t step) const;
   Status RunHook(Stage stage, uint64_t version) const;
   // RunHook as a StageHook for the parts; empty without fault hooks.
   StageHook Hook();

@@ -275,8 +275,26 @@ TEST_F(CheckpointerTest, StepsMustIncreaseAndLayoutIsFixed) {
   for (const Status& s : SaveAll(7)) ASSERT_TRUE(s.ok());
   Status again = ranks_[0].ck->Save(7);
   EXPECT_EQ(again.code(), StatusCode::kInvalidArgument) << again.ToString();
+  EXPECT_NE(again.message().find("version + 1"), std::string::npos) << again.ToString();
   uint8_t extra[4];
   EXPECT_EQ(ranks_[0].ck->RegisterBuffer("late", extra, 4).code(), StatusCode::kFailedPrecondition);
+}
+
+// With an interval, a call the schedule would skip is still refused when its
+// step is not above the latest committed version (as after a Restore that
+// resumes at the restored version instead of the one after it), and it does
+// not count as a skipped call.
+TEST_F(CheckpointerTest, AStepNotAboveTheLatestIsRefusedEvenWhenItWouldBeSkipped) {
+  Config c = MakeConfig();
+  c.interval = 2;
+  Launch(1, c);
+  for (const Status& s : SaveAll(4)) ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto before = ranks_[0].ck->Interval();
+  Status skipped_step = ranks_[0].ck->Save(3);
+  EXPECT_EQ(skipped_step.code(), StatusCode::kInvalidArgument) << skipped_step.ToString();
+  EXPECT_EQ(ranks_[0].ck->Interval().skipped, before.skipped);
+  EXPECT_TRUE(ranks_[0].ck->Save(5).ok());  // skipped by the interval
+  EXPECT_EQ(ranks_[0].ck->Interval().skipped, before.skipped + 1);
 }
 
 TEST_F(CheckpointerTest, NothingToRestoreIsNotFound) {

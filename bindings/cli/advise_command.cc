@@ -425,6 +425,38 @@ placement::OptimalPlan BestOrGivenPlan(const AdviseArgs& a, const Job& job, cons
   placement::OptimalPlan given = *best;
   if (a.save_every > 0) given.plan.save_every_steps = a.save_every;
   if (a.persist_every > 0) given.plan.persist_every_saves = a.persist_every;
+  // The persist period (p saves of k T + stall each) must cover the persist
+  // time, as in the search.
+  auto period = [&](int p) {
+    return p * (given.plan.save_every_steps * job.shape.step_s + c.costs.stall_s);
+  };
+  const bool search_persist = a.save_every > 0 && a.persist_every == 0 && !c.remote_only;
+  if (search_persist) {
+    // The save interval is given: the best persist interval for it.
+    double best_g = -1;
+    for (int p = 1; p <= a.max_persist_every; ++p) {
+      if (period(p) < c.costs.persist_s) continue;
+      placement::CheckpointPlan plan = given.plan;
+      plan.persist_every_saves = p;
+      auto e = placement::EvaluateGoodput(job.shape, job.failures, c.costs, c.serve, plan);
+      if (e.ok() && e->goodput > best_g) {
+        best_g = e->goodput;
+        given.plan = plan;
+      }
+    }
+    if (best_g < 0) {
+      throw FlagError{c.name + ": --save-every-steps " + std::to_string(a.save_every) +
+                      ": no persist interval up to --max-persist-every " +
+                      std::to_string(a.max_persist_every) + " covers the persist time (" +
+                      Fmt("%g", c.costs.persist_s) + " s)"};
+    }
+  } else if (!c.remote_only && period(given.plan.persist_every_saves) < c.costs.persist_s) {
+    throw FlagError{c.name + ": a persist every " + std::to_string(given.plan.persist_every_saves) +
+                    " saves of " + std::to_string(given.plan.save_every_steps) + " steps (" +
+                    Fmt("%g", period(given.plan.persist_every_saves)) +
+                    " s) is shorter than the persist time (" + Fmt("%g", c.costs.persist_s) +
+                    " s)"};
+  }
   auto e = placement::EvaluateGoodput(job.shape, job.failures, c.costs, c.serve, given.plan);
   if (!e.ok()) throw FlagError{c.name + ": " + e.status().message()};
   given.estimate = *e;

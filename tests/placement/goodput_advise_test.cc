@@ -161,6 +161,20 @@ TEST(GoodputAdviseTest, GivenPlanIsEvaluated) {
   EXPECT_EQ(s["persist_every_saves"], 3);
   EXPECT_NEAR(s["estimate"]["goodput"].get<double>(), 1 - 0.5 / 5.5, 1e-12);
   EXPECT_EQ(j["remote_only"]["save_every_steps"], 5);
+
+  // A save interval given alone: the persist interval is searched for it and
+  // covers the persist time (10 s here, 1.5 s per save, so at least 7 saves).
+  const std::string job =
+      "advise --nodes 16 --shard 1G --step-s 1 --stall-s 0.5 --protect-s 1 --persist-s 10 "
+      "--schemes replica:2 --memory-budget 2 --node-mtbf-h 20000 --save-every-steps 1 ";
+  const auto alone = Json(RunCli(job + "--json"));
+  ASSERT_EQ(alone["schemes"].size(), 1u) << alone.dump();
+  EXPECT_EQ(alone["schemes"][0]["save_every_steps"], 1);
+  EXPECT_GE(alone["schemes"][0]["persist_every_saves"].get<int>(), 7) << alone.dump();
+  // Both given, and the persist period shorter than the persist time: refused.
+  CliRun r = RunCli(job + "--persist-every-saves 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("shorter than the persist time"), std::string::npos) << r.output;
 }
 
 TEST(GoodputAdviseTest, ConfigFileAndFlagsOverIt) {

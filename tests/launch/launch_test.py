@@ -13,6 +13,8 @@ usage: launch_test.py SCENARIO
   interrupt       SIGINT while the job runs: exit 130, segments cleaned
   launcher-killed the launcher SIGKILLed while the job runs: the ranks end too
   stale-pid-file  a pid file naming another process: the launcher does not kill it
+  interrupt-backoff
+                  Ctrl-C during the backoff before a relaunch: 1 launch counted
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
@@ -210,6 +212,40 @@ def run(scenario, job, remote):
         if ps:
             fail("ranks still running after SIGINT: %s" % ps)
         print("PASS: interrupted, segments cleaned, no rank left")
+    elif scenario == "interrupt-backoff":
+        # Ctrl-C while the launcher waits out the backoff before a relaunch:
+        # the summary counts the launches that ran, not the one it waited for.
+        script = os.path.join(remote, "fails.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\necho 'failing on purpose' >&2\nexit 7\n")
+        os.chmod(script, 0o755)
+        status = os.path.join(remote, "status")
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--backoff", "30", "--status-dir", status,
+               "--records", records, "--quiet", "--", script]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = os.path.join(status, "attempt0.log")
+        deadline = time.time() + 60
+        while not (os.path.exists(log) and "failing on purpose" in open(log).read()):
+            if time.time() > deadline or p.poll() is not None:
+                p.kill()
+                fail("the first launch never ran")
+            time.sleep(0.1)
+        time.sleep(3)  # mpirun has ended; the launcher sleeps in its 30 s backoff
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        print(out)
+        if p.returncode != 130:
+            fail("exit %d after SIGINT, expected 130" % p.returncode)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        if not of(recs, "failure"):
+            fail("the first launch had not ended before the interrupt: %s" % recs)
+        summary = of(recs, "summary")[-1]
+        if summary["launches"] != len(of(recs, "launch")) or summary["launches"] != 1:
+            fail("summary says %d launches; %d ran" % (summary["launches"],
+                                                      len(of(recs, "launch"))))
+        print("PASS: 1 launch counted")
     elif scenario == "stale-pid-file":
         # A rank's pid file can outlive the rank, and its pid then belongs to
         # another process: here rank 0 points its pid file at an unrelated

@@ -231,6 +231,7 @@ class Launcher {
 
   // Live state for the progress line.
   int attempt_ = 0;
+  int launches_ = 0;  // mpirun started (an interrupted backoff starts none)
   uint64_t total_steps_ = 0;
   uint64_t step_ = 0;
   double loss_ = 0, step_s_ = 0, stall_s_ = 0;
@@ -567,6 +568,7 @@ bool Launcher::StartAttempt(Attempt* a) {
     message_ = std::string("fork failed: ") + std::strerror(errno);
     return false;
   }
+  ++launches_;
   const InjectEvent* pending = Pending();
   Record({{"record", "launch"},
           {"attempt", a->index},
@@ -818,10 +820,10 @@ Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_
 }
 
 json Launcher::Summary(int segments_removed) const {
-  json summary = {{"record", "summary"},      {"outcome", outcome_},
-                  {"exit_code", exit_code_},  {"final_step", final_step_},
+  json summary = {{"record", "summary"},       {"outcome", outcome_},
+                  {"exit_code", exit_code_},   {"final_step", final_step_},
                   {"state_hash", final_hash_}, {"failures", failures_},
-                  {"launches", attempt_ + 1}, {"segments_removed", segments_removed},
+                  {"launches", launches_},     {"segments_removed", segments_removed},
                   {"wall_s", Now() - t0_}};
   if (!message_.empty()) summary["message"] = message_;
   double totals[5] = {0, 0, 0, 0, 0};

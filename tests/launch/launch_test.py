@@ -77,6 +77,20 @@ def launch(job, extra, remote=None, expect=0, timeout=240):
     return p, recs
 
 
+def start_training(job, cmd, **popen):
+    """Starts `cmd` (a launch of a long job) and returns once the job has
+    created its segments and trained a second."""
+    p = subprocess.Popen(cmd, **popen)
+    deadline = time.time() + 120
+    while not job_segments(job):
+        if time.time() > deadline or p.poll() is not None:
+            p.kill()
+            fail("the job never created its segments")
+        time.sleep(0.2)
+    time.sleep(1)
+    return p
+
+
 def of(recs, kind):
     return [r for r in recs if r["record"] == kind]
 
@@ -187,14 +201,7 @@ def run(scenario, job, remote):
         cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
                "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[2:] + [
                    "--steps", "100000"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 120
-        while not job_segments(job):
-            if time.time() > deadline or p.poll() is not None:
-                p.kill()
-                fail("the job never created its segments")
-            time.sleep(0.2)
-        time.sleep(1)
+        p = start_training(job, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=60)
         print(out)
@@ -278,14 +285,7 @@ def run(scenario, job, remote):
         # outlive it, and neither may the ranks.
         cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2", "--quiet",
                "--", DEMO] + DEMO_ARGS[2:] + ["--steps", "100001"]
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while not job_segments(job):
-            if time.time() > deadline or p.poll() is not None:
-                p.kill()
-                fail("the job never created its segments")
-            time.sleep(0.2)
-        time.sleep(1)
+        p = start_training(job, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         p.kill()
         p.wait()
         deadline = time.time() + 30

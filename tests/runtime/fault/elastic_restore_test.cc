@@ -9,8 +9,10 @@
 // then go on training and survive a further loss under the new topology.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -437,6 +439,38 @@ TEST(Elastic, ARemoteVersionOfAnotherRankCountIsNotReadUnderTheStoresNumbers) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// Every old node lost and xor:3 relaunched on 3 nodes, rank 1 reading the
+// remote tier through `failing` (the others through the config's): every
+// rank's Restore must fail, and `check(rank, report)` says how; then a
+// relaunch whose ranks can all read the remote tier restores.
+template <typename FailingStore>
+void RestoreWithOneFailingRemote(
+    const std::function<void(int rank, const Result<RestoreReport>& report, double took)>& check) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Lose({0, 1, 2, 3});
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    std::shared_ptr<RemoteStore> store;
+    if (ctx.rank() == 1) {
+      store = std::make_shared<FailingStore>(testing::SpawnDir() + "/remote", testing::SpawnJob());
+    }
+    Rank r = Open(ctx, three, "xor:3", true, true, false, {}, std::move(store));
+    if (!r.ck) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto report = r.ck->Restore();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank();
+    EXPECT_NE(report.status().code(), StatusCode::kTimeout) << report.status().ToString();
+    check(ctx.rank(), report, took);
+  });
+  Spawn(3, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
+    RestoreElastic(ctx, three, "xor:3", {2, true, all, false}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // The remote tier as the config names it, except that listing a version's
 // files fails on this rank (an I/O error of its own).
 class FailingListRemoteStore : public DirectoryRemoteStore {
@@ -450,33 +484,15 @@ class FailingListRemoteStore : public DirectoryRemoteStore {
 // No store survives and one new rank cannot list the remote files: every
 // rank's Restore fails at once, that rank's with its own error and the
 // others' naming another rank, instead of the others waiting for it in the
-// next collective until the timeout. A relaunch whose ranks can read the
-// remote tier then restores.
+// next collective until the timeout.
 TEST(Elastic, ARemoteErrorOnOneRankFailsEveryRankAtOnce) {
-  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
-  Lose({0, 1, 2, 3});
-  const Topo three{3, 1, {0, 1, 2}};
-  Spawn(3, [&](RankContext& ctx) {
-    std::shared_ptr<RemoteStore> store;
-    if (ctx.rank() == 1) {
-      store = std::make_shared<FailingListRemoteStore>(testing::SpawnDir() + "/remote",
-                                                       testing::SpawnJob());
-    }
-    Rank r = Open(ctx, three, "xor:3", true, true, false, {}, std::move(store));
-    if (!r.ck) return;
-    auto report = r.ck->Restore();
-    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank();
-    const std::string why = report.status().ToString();
-    EXPECT_NE(report.status().code(), StatusCode::kTimeout) << why;
-    const char* want =
-        ctx.rank() == 1 ? "test: listing the remote files failed" : "failed on another rank";
-    EXPECT_NE(why.find(want), std::string::npos) << "rank " << ctx.rank() << ": " << why;
-  });
-  Spawn(3, [&](RankContext& ctx) {
-    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
-    RestoreElastic(ctx, three, "xor:3", {2, true, all, false}, true);
-  });
-  testing::OnDriver([] { testing::SpawnCleanup(); });
+  RestoreWithOneFailingRemote<FailingListRemoteStore>(
+      [](int rank, const Result<RestoreReport>& report, double) {
+        const std::string why = report.status().ToString();
+        const char* want =
+            rank == 1 ? "test: listing the remote files failed" : "failed on another rank";
+        EXPECT_NE(why.find(want), std::string::npos) << "rank " << rank << ": " << why;
+      });
 }
 
 class FailingManifestRemoteStore : public DirectoryRemoteStore {
@@ -493,33 +509,12 @@ class FailingManifestRemoteStore : public DirectoryRemoteStore {
 // alone (to wait there for the others until the timeout); every rank fails
 // at once.
 TEST(Elastic, TheRanksAgreeWhetherToReshardTheRemoteVersion) {
-  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
-  Lose({0, 1, 2, 3});
-  const Topo three{3, 1, {0, 1, 2}};
-  Spawn(3, [&](RankContext& ctx) {
-    std::shared_ptr<RemoteStore> store;
-    if (ctx.rank() == 1) {
-      store = std::make_shared<FailingManifestRemoteStore>(testing::SpawnDir() + "/remote",
-                                                           testing::SpawnJob());
-    }
-    Rank r = Open(ctx, three, "xor:3", true, true, false, {}, std::move(store));
-    if (!r.ck) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto report = r.ck->Restore();
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank();
-    const std::string why = report.status().ToString();
-    EXPECT_NE(report.status().code(), StatusCode::kTimeout) << why;
-    EXPECT_EQ(why.find("elastic restore"), std::string::npos)
-        << "rank " << ctx.rank() << ": " << why;
-    EXPECT_LT(took, 10.0) << "rank " << ctx.rank() << ": " << why;
-  });
-  Spawn(3, [&](RankContext& ctx) {
-    const uint64_t all = ShardedBytes(4, 4) + 3 * (kBias * 4 + 8);
-    RestoreElastic(ctx, three, "xor:3", {2, true, all, false}, true);
-  });
-  testing::OnDriver([] { testing::SpawnCleanup(); });
+  RestoreWithOneFailingRemote<FailingManifestRemoteStore>(
+      [](int rank, const Result<RestoreReport>& report, double took) {
+        const std::string why = report.status().ToString();
+        EXPECT_EQ(why.find("elastic restore"), std::string::npos) << "rank " << rank << ": " << why;
+        EXPECT_LT(took, 10.0) << "rank " << rank << ": " << why;
+      });
 }
 
 // New slices that do not tile the tensor: a clear error naming the entry,

@@ -107,9 +107,12 @@ void Committer::Loop() {
       cv_.notify_all();
       continue;
     }
-    Status s = CommitOne(job);
+    bool committed = false;
+    Status s = CommitOne(job, &committed);
     if (!s.ok()) {
-      Log(LogLevel::kWarn, "v" + std::to_string(job.version) + " not committed: " + s.ToString());
+      Log(LogLevel::kWarn, "v" + std::to_string(job.version) +
+                               (committed ? " committed, then " : " not committed: ") +
+                               s.ToString());
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -131,7 +134,7 @@ Status Committer::RunHook(Stage stage, uint64_t version) const {
   return parts_.hook(stage, version);
 }
 
-Status Committer::CommitOne(const Job& job) {
+Status Committer::CommitOne(const Job& job, bool* committed) {
   const std::string v = "v" + std::to_string(job.version);
   if (!job.not_started.ok()) {
     // Nothing was begun (no stage, no slot): vote "false" and report why.
@@ -151,6 +154,7 @@ Status Committer::CommitOne(const Job& job) {
     if (!local.ok()) return local.WithContext(v + " (this rank)");
     return Status::Unavailable(v + " not committed: another rank failed to seal it");
   }
+  *committed = true;  // on every rank, whatever happens here next
   const Status marked = MarkCommitted(job);
   if (parts_.after_commit) {
     Status after = parts_.after_commit(job.version);

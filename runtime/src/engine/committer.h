@@ -106,7 +106,9 @@ class Committer {
     Status not_started;
   };
   void Loop();
-  Status CommitOne(const Job& job);
+  // `committed`: set once every rank voted to commit (a later failure, here
+  // or in after_commit, does not undo that).
+  Status CommitOne(const Job& job, bool* committed);
   // Ends the stages and seals this rank's entries and slot: this rank's vote.
   Status SealLocal(const Job& job);
   // After a true AllTrue: the slot becomes the committed one.

@@ -416,12 +416,22 @@ void SetCosts(const AdviseArgs& a, const Job& job,
 }
 
 // The plan that maximises goodput, or the one given by --save-every-steps and
-// --persist-every-saves (an interval not given is searched for).
+// --persist-every-saves (an interval not given is the best one for the given one).
 placement::OptimalPlan BestOrGivenPlan(const AdviseArgs& a, const Job& job, const Candidate& c) {
   auto best = placement::OptimizeIntervals(job.shape, job.failures, c.costs, c.serve, c.scheme,
                                            c.remote_only, 1 << 24, a.max_persist_every);
   if (!best.ok()) throw FlagError{c.name + ": " + best.status().message()};
   if (a.save_every == 0 && a.persist_every == 0) return *best;
+  if (a.save_every == 0 && !c.remote_only) {
+    // The persist interval is given: the best save interval for it.
+    auto for_p = placement::OptimizeSaveInterval(job.shape, job.failures, c.costs, c.serve,
+                                                 c.scheme, a.persist_every, 1 << 24);
+    if (!for_p.ok()) {
+      throw FlagError{c.name + ": --persist-every-saves " + std::to_string(a.persist_every) + ": " +
+                      for_p.status().message()};
+    }
+    return *for_p;
+  }
   placement::OptimalPlan given = *best;
   if (a.save_every > 0) given.plan.save_every_steps = a.save_every;
   if (a.persist_every > 0) given.plan.persist_every_saves = a.persist_every;
@@ -514,9 +524,9 @@ void RankAndSimulate(const AdviseArgs& a, const Job& job, std::vector<Candidate>
                    [&](const Candidate& x, const Candidate& y) { return key(x) < key(y); });
   if (!a.simulate) return;
   placement::SimulationOptions opt;
-  for (size_t i = 0; i < candidates->size(); ++i) {
-    Candidate& c = (*candidates)[i];
-    if (static_cast<int>(i) >= a.top && !c.remote_only) continue;
+  int rank = 0;  // as the table ranks them: remote-only apart
+  for (Candidate& c : *candidates) {
+    if (!c.remote_only && ++rank > a.top) continue;
     auto sim = placement::SimulateGoodput(job.shape, job.failures, c.costs, c.best.plan, opt);
     if (sim.ok()) c.sim = *sim;
   }

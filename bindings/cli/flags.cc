@@ -1,8 +1,11 @@
 #include "flags.h"
 
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,11 +15,19 @@ namespace memento::cli {
 namespace {
 
 bool IsDecimal(const std::string& s) {
-  if (s.empty() || s.size() > 18) return false;
+  if (s.empty()) return false;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
   }
   return true;
+}
+
+// The value of decimal digits `s`, or nullopt past INT64_MAX.
+std::optional<int64_t> DecimalValue(const std::string& s) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 // "memento" or "memento <subcommand>" for the subcommand that was being parsed.
@@ -75,9 +86,9 @@ int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t 
   if (!IsDecimal(value)) {
     throw UsageError(flag + " '" + value + "': expected " + expected + " (decimal digits only)");
   }
-  const int64_t v = std::stoll(value);
-  if (v < lo || v > hi) throw UsageError(flag + " '" + value + "': expected " + expected);
-  return v;
+  const std::optional<int64_t> v = DecimalValue(value);
+  if (!v || *v < lo || *v > hi) throw UsageError(flag + " '" + value + "': expected " + expected);
+  return *v;
 }
 
 std::vector<int> ParseCounts(const std::string& flag, const std::string& value, int max,
@@ -90,10 +101,10 @@ std::vector<int> ParseCounts(const std::string& flag, const std::string& value, 
     const std::string first = part.substr(0, dash);
     const std::string last = dash == std::string::npos ? first : part.substr(dash + 1);
     if (!IsDecimal(first) || !IsDecimal(last)) throw UsageError(forms);
-    const int64_t a = std::stoll(first);
-    const int64_t b = std::stoll(last);
-    if (a > max || b > max || b < a) throw UsageError(forms);
-    for (int64_t v = a; v <= b; ++v) out.push_back(static_cast<int>(v));
+    const std::optional<int64_t> a = DecimalValue(first);
+    const std::optional<int64_t> b = DecimalValue(last);
+    if (!a || !b || *a > max || *b > max || *b < *a) throw UsageError(forms);
+    for (int64_t v = *a; v <= *b; ++v) out.push_back(static_cast<int>(v));
   }
   return out;
 }

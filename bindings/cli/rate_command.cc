@@ -361,13 +361,15 @@ void AddRateCommand(CLI::App& app) {
       ->type_name("T")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Monte Carlo seed")->type_name("X")->capture_default_str();
-  cmd->add_option("--racks", f->racks,
-                  "nodes in R racks (contiguous blocks): rack-aware groups, and the\n"
-                  "probability after r whole racks are lost, r in --rack-failures")
-      ->type_name("R");
+  CLI::Option* racks =
+      cmd->add_option("--racks", f->racks,
+                      "nodes in R racks (contiguous blocks): rack-aware groups, and the\n"
+                      "probability after r whole racks are lost, r in --rack-failures")
+          ->type_name("R");
   cmd->add_option("--rack-failures", f->rack_failures, "whole racks lost, forms as --failures")
       ->type_name("F")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(racks);
   cmd->add_flag("--json", f->json, "machine-readable output (one JSON object)");
   cmd->callback([f] { Run(*f); });
 }

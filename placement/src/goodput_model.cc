@@ -185,14 +185,15 @@ Result<GoodputEstimate> EvaluateGoodput(const JobShape& job, const FailureProces
   return est;
 }
 
-Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess& failures,
-                                      const CheckpointCosts& costs, const ServeProbabilities& serve,
-                                      const Scheme& scheme, bool remote_only,
-                                      int max_save_every_steps, int max_persist_every_saves) {
+namespace {
+
+// The best plan with p in [p_first, p_last] (p = 1 when remote-only).
+Result<OptimalPlan> OptimizeOver(const JobShape& job, const FailureProcess& failures,
+                                 const CheckpointCosts& costs, const ServeProbabilities& serve,
+                                 const Scheme& scheme, bool remote_only, int max_save_every_steps,
+                                 int p_first, int p_last) {
   if (max_save_every_steps < 1)
     return Invalid("max_save_every_steps", max_save_every_steps, "must be >= 1");
-  if (max_persist_every_saves < 1)
-    return Invalid("max_persist_every_saves", max_persist_every_saves, "must be >= 1");
   CheckpointPlan plan{scheme, remote_only, 1, 1};
   MEMENTO_RETURN_IF_ERROR(ValidateInputs(job, failures, costs, plan));
   const CheckpointCosts c = EffectiveCosts(costs, plan);
@@ -247,8 +248,8 @@ Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess&
     const double need = (c.persist_s / p - c.stall_s) / t;
     const int k_lo =
         remote_only ? k_min
-                    : std::max(k_min, static_cast<int>(std::min<double>(max_save_every_steps + 1.0,
-                                                                        std::ceil(need - 1e-9))));
+                    : std::max(k_min, static_cast<int>(std::clamp(std::ceil(need - 1e-9), 1.0,
+                                                                  max_save_every_steps + 1.0)));
     if (k_lo > max_save_every_steps) return {0, -1};
     return best_k(k_lo, max_save_every_steps, p);
   };
@@ -262,11 +263,14 @@ Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess&
     }
     return g;
   };
-  const int p_max = remote_only ? 1 : max_persist_every_saves;
+  const int p_min = remote_only ? 1 : p_first;
+  const int p_max = remote_only ? 1 : p_last;
   // p on a geometric grid (ratio 1.1, every integer up to 10), then a golden-section search
   // over the integers between the best grid point's neighbours.
   std::vector<int> grid;
-  for (double x = 1; x <= p_max; x = std::max(x + 1, x * 1.1)) grid.push_back(static_cast<int>(x));
+  for (double x = p_min; x <= p_max; x = std::max(x + 1, x * 1.1)) {
+    grid.push_back(static_cast<int>(x));
+  }
   if (grid.back() != p_max) grid.push_back(p_max);
   size_t best_i = 0;
   double grid_best = -2;
@@ -291,6 +295,28 @@ Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess&
   if (best_g < 0) return Status::InvalidArgument("no save interval satisfies the constraints");
   MEMENTO_ASSIGN_OR_RETURN(best.estimate, EvaluateGoodput(job, failures, costs, serve, best.plan));
   return best;
+}
+
+}  // namespace
+
+Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess& failures,
+                                      const CheckpointCosts& costs, const ServeProbabilities& serve,
+                                      const Scheme& scheme, bool remote_only,
+                                      int max_save_every_steps, int max_persist_every_saves) {
+  if (max_persist_every_saves < 1)
+    return Invalid("max_persist_every_saves", max_persist_every_saves, "must be >= 1");
+  return OptimizeOver(job, failures, costs, serve, scheme, remote_only, max_save_every_steps, 1,
+                      max_persist_every_saves);
+}
+
+Result<OptimalPlan> OptimizeSaveInterval(const JobShape& job, const FailureProcess& failures,
+                                         const CheckpointCosts& costs,
+                                         const ServeProbabilities& serve, const Scheme& scheme,
+                                         int persist_every_saves, int max_save_every_steps) {
+  if (persist_every_saves < 1)
+    return Invalid("persist_every_saves", persist_every_saves, "must be >= 1");
+  return OptimizeOver(job, failures, costs, serve, scheme, false, max_save_every_steps,
+                      persist_every_saves, persist_every_saves);
 }
 
 double YoungInterval(double checkpoint_s, double mtbf_s) {

@@ -62,6 +62,16 @@ TEST(RateCommandTest, JsonAndRacks) {
   ASSERT_EQ(s.at("rack_failures").size(), 2u);
   EXPECT_EQ(s["rack_failures"][0].at("failures"), 1);
   EXPECT_EQ(s["rack_failures"][0].at("exact"), 1.0);  // rack-aware groups survive one rack
+  // 6 racks of 10 nodes (2, 2, 1, 2, 2, 1): all six can be lost.
+  CliRun six = RunCli(
+      "rate --nodes 10 --scheme replica:2 --failures 1 --racks 6 --rack-failures 1,6 --trials 0 "
+      "--json");
+  ASSERT_EQ(six.exit_code, 0) << six.output;
+  const nlohmann::json sj = nlohmann::json::parse(six.output).at("schemes").at(0);
+  EXPECT_EQ(sj.at("rack_conflicts"), 0) << sj.dump();
+  EXPECT_EQ(sj.at("rack_failures").at(0).at("exact"), 1.0) << sj.dump();
+  EXPECT_EQ(sj.at("rack_failures").at(1).at("failures"), 6) << sj.dump();
+  EXPECT_EQ(sj.at("rack_failures").at(1).at("exact"), 0.0) << sj.dump();
   // --compare --json: every scheme, exact values only.
   CliRun c = RunCli("rate --nodes 1000000 --compare replica:2,rs:4+4 --failures 2,5 --json");
   ASSERT_EQ(c.exit_code, 0) << c.output;
@@ -104,11 +114,26 @@ TEST(RateCommandTest, NonDecimalNumbersAreRefusedByName) {
       {"--nodes 16 --scheme none --failures ' 3'", "--failures ' 3'"},
       {"--nodes 16 --scheme none --racks 4 --rack-failures +1", "--rack-failures '+1'"},
       {"--nodes 0 --scheme none", "--nodes '0'"},
+      {"--nodes 16 --scheme none --rack-failures 2", "--rack-failures requires --racks"},
   };
   for (const Case& c : cases) {
     CliRun r = RunCli(std::string("rate ") + c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+  // Any seed up to 2^63 - 1 (19 digits); past it, the range is what is wrong.
+  CliRun big = RunCli("rate --nodes 16 --scheme replica:2 --failures 2 --seed 9223372036854775807");
+  EXPECT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_NE(big.output.find("seed 9223372036854775807"), std::string::npos) << big.output;
+  const Case past[] = {
+      {"--seed 9223372036854775808", "--seed '9223372036854775808': expected a non-negative"},
+      {"--failures 99999999999999999999", "--failures '99999999999999999999': accepted forms"},
+  };
+  for (const Case& c : past) {
+    CliRun r = RunCli(std::string("rate --nodes 16 --scheme none ") + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("decimal digits only"), std::string::npos) << r.output;
   }
 }
 

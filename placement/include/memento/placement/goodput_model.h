@@ -137,6 +137,13 @@ Result<OptimalPlan> OptimizeIntervals(const JobShape& job, const FailureProcess&
                                       const Scheme& scheme, bool remote_only,
                                       int max_save_every_steps = 1 << 22,
                                       int max_persist_every_saves = 4096);
+// The save interval maximising goodput for a given persist interval (memory tiers in use,
+// the same constraints); InvalidArgument when no k in [1, max_save_every_steps] meets them.
+Result<OptimalPlan> OptimizeSaveInterval(const JobShape& job, const FailureProcess& failures,
+                                         const CheckpointCosts& costs,
+                                         const ServeProbabilities& serve, const Scheme& scheme,
+                                         int persist_every_saves,
+                                         int max_save_every_steps = 1 << 22);
 
 // Classic first-order optimum of Young (1974): sqrt(2 C M), and Daly's (2006) first-order
 // refinement sqrt(2 C M) - C, for a checkpoint cost C and a job MTBF M (seconds of compute

@@ -121,10 +121,12 @@ Result<ServeProbabilities> ComputeServeProbabilities(const Scheme& scheme, int n
     MEMENTO_ASSIGN_OR_RETURN(p.rack, OneRackLossProbability(layout, topology));
   }
   if (failures.multi_events_per_day > 0) {
-    if (failures.multi_event_nodes > kMaxTruncatedFailures) {
+    const int most = std::min(kMaxTruncatedFailures, topology.num_nodes());
+    if (failures.multi_event_nodes > most) {
       return Status::InvalidArgument(
           "multi_event_nodes = " + std::to_string(failures.multi_event_nodes) + " (at most " +
-          std::to_string(kMaxTruncatedFailures) + ")");
+          std::to_string(most) + ": " + std::to_string(kMaxTruncatedFailures) +
+          " and the job's nodes)");
     }
     MEMENTO_ASSIGN_OR_RETURN(p.multi,
                              FewFailuresRecoveryProbability(layout, failures.multi_event_nodes));

@@ -1,6 +1,7 @@
 #include "memento/placement/topology.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -48,10 +49,9 @@ Result<Topology> Topology::UniformWithRacks(int num_nodes, int ranks_per_node, i
   }
   if (num_racks < 0 || num_racks > num_nodes) {
     return Status::InvalidArgument("topology: " + std::to_string(num_racks) + " racks for " +
-                                   std::to_string(num_nodes) + " nodes (need 1..nodes)");
+                                   std::to_string(num_nodes) + " nodes (need 0..nodes, 0: none)");
   }
   std::vector<NodeInfo> nodes(num_nodes);
-  const int per_rack = num_racks > 0 ? (num_nodes + num_racks - 1) / num_racks : 0;
   // At least 5 digits, more when N needs them, so that sorted order is index order.
   const int width = std::max(5, static_cast<int>(std::to_string(num_nodes - 1).size()));
   for (int i = 0; i < num_nodes; ++i) {
@@ -59,7 +59,8 @@ Result<Topology> Topology::UniformWithRacks(int num_nodes, int ranks_per_node, i
     std::snprintf(name, sizeof(name), "node%0*d", width, i);
     nodes[i].identity = name;
     nodes[i].ranks = ranks_per_node;
-    nodes[i].rack = num_racks > 0 ? i / per_rack : kNoRack;
+    // Exactly num_racks blocks, whose sizes differ by at most one.
+    nodes[i].rack = num_racks > 0 ? static_cast<int>(int64_t{i} * num_racks / num_nodes) : kNoRack;
   }
   return FromNodes(std::move(nodes));
 }

@@ -110,7 +110,7 @@ TEST(GroupLayoutTest, RackAwareGroupsAvoidTwoNodesOfOneRack) {
       }
     }
   }
-  // Unequal racks (4+4+4+2 = 14 nodes, replica:2 with 7 groups) still fit.
+  // Unequal racks (4+3+4+3 = 14 nodes, replica:2 with 7 groups) still fit.
   auto uneven =
       GroupLayout::Build(*Topology::UniformWithRacks(14, 1, 4), *Scheme::Parse("replica:2"));
   EXPECT_EQ(uneven->rack_conflicts(), 0);

@@ -27,12 +27,22 @@ TEST(TopologyTest, RejectsBadNodes) {
 }
 
 TEST(TopologyTest, UniformWithRacksMakesContiguousRacks) {
-  auto t = Topology::UniformWithRacks(10, 2, 3);  // 4 + 4 + 2
+  auto t = Topology::UniformWithRacks(10, 2, 3);  // 4 + 3 + 3
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->rack_ids(), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(t->NodesInRack(0), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(t->NodesInRack(2), (std::vector<int>{8, 9}));
+  EXPECT_EQ(t->NodesInRack(2), (std::vector<int>{7, 8, 9}));
   EXPECT_EQ(t->ranks(5), 2);
+  // As many racks as asked for, whatever N / R is, each of N / R nodes, give or take one.
+  for (auto [n, r] : {std::pair{10, 6}, {5, 4}, {7, 5}, {16, 4}, {9, 9}, {1000, 7}}) {
+    auto u = Topology::UniformWithRacks(n, 1, r);
+    ASSERT_TRUE(u.ok()) << n << " nodes, " << r << " racks";
+    ASSERT_EQ(static_cast<int>(u->rack_ids().size()), r) << n << " nodes, " << r << " racks";
+    for (int id : u->rack_ids()) {
+      const int size = static_cast<int>(u->NodesInRack(id).size());
+      EXPECT_TRUE(size == n / r || size == (n + r - 1) / r) << n << "/" << r << " rack " << id;
+    }
+  }
   // Past 10^5 nodes the names widen, so racks stay contiguous in index order.
   auto big = Topology::UniformWithRacks(200000, 1, 2);
   ASSERT_TRUE(big.ok());

@@ -41,7 +41,7 @@ struct SimulationResult {
   std::vector<double> goodput_per_replicate;
   // Means over replicates, per day of wall time.
   double failures_per_day = 0;
-  double memory_served_fraction = 0;  // of failures that struck a running job
+  double memory_served_fraction = 0;  // of all failures, during a recovery too
   double stall_s_per_day = 0;
   double lost_s_per_day = 0;
   double recovery_s_per_day = 0;

@@ -72,7 +72,7 @@ struct RecoveryPlan {
   std::vector<int> failed_nodes;              // increasing
   std::vector<uint64_t> skipped_versions;     // newer versions that could not be rebuilt
   std::vector<ShardSource> shards;            // every (node, lane), by node then lane
-  std::vector<StripeDecode> decodes;          // by lane, group, stripe
+  std::vector<StripeDecode> decodes;          // by group, lane, first needed (see shards)
   std::vector<ReprotectItem> reprotect;       // by node, lane, kind
   std::vector<uint64_t> read_bytes_per_node;  // memory bytes each node serves to others
   uint64_t max_read_bytes = 0;                // the busiest node's share

@@ -38,8 +38,9 @@ class Topology {
   // each with `ranks_per_node` ranks and no racks.
   static Result<Topology> Uniform(int num_nodes, int ranks_per_node = 1);
 
-  // As Uniform, with node i in rack i / ceil(N / num_racks): racks are contiguous blocks of
-  // nodes, as neighbouring host names usually are. Needs 1 <= num_racks <= num_nodes.
+  // As Uniform, with node i in rack floor(i * num_racks / N): num_racks contiguous blocks of
+  // nodes (as neighbouring host names usually are) whose sizes differ by at most one.
+  // Needs 0 <= num_racks <= num_nodes (0: no racks).
   static Result<Topology> UniformWithRacks(int num_nodes, int ranks_per_node, int num_racks);
 
   int num_nodes() const { return static_cast<int>(nodes_.size()); }

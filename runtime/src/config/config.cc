@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -89,10 +90,20 @@ bool IsPlainDecimal(const std::string& value) {
   return digits > 0 && !dangling_dot && value.size() <= 32;
 }
 
+// The value of a plain decimal, whatever the process's locale (strtod would
+// stop at the '.' where LC_NUMERIC has a decimal comma); NaN if not all of it
+// parses.
+double PlainDecimalValue(const std::string& value) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || end != value.data() + value.size()) return std::nan("");
+  return v;
+}
+
 // Seconds in [0.001, 86400], a plain decimal.
 Result<double> ParseSeconds(const std::string& var, const std::string& value) {
   if (!IsPlainDecimal(value)) return Bad(var, value, kTimeoutForms);
-  const double v = std::strtod(value.c_str(), nullptr);
+  const double v = PlainDecimalValue(value);
   if (!(v >= 0.001 && v <= 86400)) return Bad(var, value, kTimeoutForms);
   return v;
 }
@@ -101,7 +112,7 @@ Result<double> ParseSeconds(const std::string& var, const std::string& value) {
 Result<double> ParsePositiveDecimal(const std::string& var, const std::string& value,
                                     const std::string& accepted) {
   if (!IsPlainDecimal(value)) return Bad(var, value, accepted);
-  const double v = std::strtod(value.c_str(), nullptr);
+  const double v = PlainDecimalValue(value);
   if (!(v > 0 && v <= 1e12)) return Bad(var, value, accepted);
   return v;
 }

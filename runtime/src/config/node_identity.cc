@@ -1,17 +1,20 @@
 #include "memento/runtime/node_identity.h"
 
-#include <unistd.h>
+#include <sys/utsname.h>
 
-#include <climits>
+#include <cstring>
 
 #include "memento/common/check.h"
 
 namespace memento::runtime {
 
 std::string HostName() {
-  char buf[HOST_NAME_MAX + 1] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
+  // uname's nodename holds any host name the kernel allows (64 bytes and its
+  // terminator); gethostname into a buffer one byte short fails on a name of
+  // exactly 64 bytes.
+  struct utsname u = {};
+  if (uname(&u) != 0 || u.nodename[0] == '\0') return "localhost";
+  return std::string(u.nodename, strnlen(u.nodename, sizeof(u.nodename)));
 }
 
 std::string NodeIdentity(const Config& config, int world_rank) {

@@ -1,10 +1,13 @@
 #include "memento/runtime/config.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -351,6 +354,25 @@ TEST(NodeIdentity, HostOrNodeAndVirtualNodes) {
   EXPECT_EQ(LocalRank(c, 5), 1);
   c.node.clear();
   EXPECT_EQ(NodeIdentity(c, 3), HostName() + "/1");
+}
+
+// A host name of the longest length Linux allows (64 bytes) is the node's
+// identity, not a fallback shared by every such host. Set in a child's own
+// UTS namespace (needs CAP_SYS_ADMIN, as root in CI).
+TEST(NodeIdentity, TheLongestHostNameIsKeptWhole) {
+  const std::string name(64, 'h');
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWUTS) != 0) _exit(errno == EPERM ? 3 : 2);
+    if (sethostname(name.data(), name.size()) != 0) _exit(2);
+    _exit(HostName() == name ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "no permission for a UTS namespace (not root)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "HostName() is not the 64-byte host name";
 }
 
 TEST(NodeIdentity, LocalRankAmongIdentities) {

@@ -171,21 +171,21 @@ TEST(GoodputAdviseTest, GivenPlanIsEvaluated) {
   ASSERT_EQ(alone["schemes"].size(), 1u) << alone.dump();
   EXPECT_EQ(alone["schemes"][0]["save_every_steps"], 1);
   EXPECT_GE(alone["schemes"][0]["persist_every_saves"].get<int>(), 7) << alone.dump();
-  // A persist interval given alone: the save interval is the best one for it,
-  // and the persist period covers the persist time (1 save of k s + 0.5 s
-  // stall >= 10 s: k >= 10).
+  // A persist interval given alone: the save interval is the best one for it
+  // (here about half the best plan's, which persists at every save: a rarer
+  // persist leaves more to redo after a loss memory cannot serve).
   const std::string by_persist =
       "advise --nodes 16 --shard 1G --step-s 1 --stall-s 0.5 --protect-s 1 --persist-s 10 "
-      "--schemes replica:2 --memory-budget 2 --node-mtbf-h 2000 --persist-every-saves 1 --json";
+      "--schemes replica:2 --memory-budget 2 --node-mtbf-h 2000 --multi-per-day 1 "
+      "--multi-nodes 2 --persist-every-saves 64 --json";
   const auto p_alone = Json(RunCli(by_persist));
   ASSERT_EQ(p_alone["schemes"].size(), 1u) << p_alone.dump();
   const auto& ps = p_alone["schemes"][0];
-  EXPECT_EQ(ps["persist_every_saves"], 1);
+  EXPECT_EQ(ps["persist_every_saves"], 64);
   const int k = ps["save_every_steps"].get<int>();
-  EXPECT_GE(k, 10) << ps.dump();
   const double g = ps["estimate"]["goodput"].get<double>();
-  for (int other : {10, k / 2, k - 1, k + 1, 2 * k}) {
-    if (other < 10 || other == k) continue;
+  for (int other : {k / 2, k - 1, k + 1, 2 * k}) {
+    if (other < 1 || other == k) continue;
     const auto fixed = Json(RunCli(by_persist + " --save-every-steps " + std::to_string(other)));
     EXPECT_GE(g, fixed["schemes"][0]["estimate"]["goodput"].get<double>() - 1e-12)
         << "k " << k << " against " << other;

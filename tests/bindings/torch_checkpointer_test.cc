@@ -647,6 +647,53 @@ TEST(TorchAdapterRanks, ShardedTensorsRestoreOntoFewerRanks) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(restored[r], "") << "rank " << r;
 }
 
+// Committed checkpoints that are lost (one of two nodes, no scheme, no
+// remote) fail the restore as Unrecoverable; only a job that never committed
+// one gets "nothing to restore" (std::nullopt), which a training loop takes
+// for a fresh start.
+TEST(TorchAdapterRanks, LostCommittedCheckpointsAreAnErrorNotAFreshStart) {
+  JobGuard guard{UniqueJob("lost")};
+  auto open = [&](int r, std::shared_ptr<runtime::Transport> t,
+                  at::Tensor w) -> Result<std::unique_ptr<TorchCheckpointer>> {
+    MEMENTO_ASSIGN_OR_RETURN(Config config,
+                             Config::FromMap({{"MEMENTO_JOB", guard.job},
+                                              {"MEMENTO_NODE", "vn/" + std::to_string(r)},
+                                              {"MEMENTO_TIMEOUT_S", "60"}}));
+    MEMENTO_ASSIGN_OR_RETURN(auto ck, TorchCheckpointer::Create(config, std::move(t)));
+    MEMENTO_RETURN_IF_ERROR(ck->Register("w", w));
+    return ck;
+  };
+  auto first = RunRanks(2, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
+    at::Tensor w = torch::full({64}, static_cast<float>(r));
+    auto ck = open(r, std::move(t), w);
+    if (!ck.ok()) return ck.status().ToString();
+    auto fresh = (*ck)->Restore();
+    if (!fresh.ok() || fresh->has_value()) return "a fresh job restored something";
+    Status s = (*ck)->Save(3);
+    if (s.ok()) s = (*ck)->Wait();
+    return s.ok() ? "" : s.ToString();
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(first[r], "") << "rank " << r;
+  auto reports = runtime::InspectJob(guard.job, /*verify=*/false);
+  ASSERT_TRUE(reports.ok());
+  int lost = 0;
+  for (const auto& rep : *reports) {
+    if (rep.status.ok() && rep.node == "vn/1") lost += runtime::ShmSegment::Unlink(rep.name).ok();
+  }
+  ASSERT_EQ(lost, 1);
+  auto second = RunRanks(2, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
+    auto ck = open(r, std::move(t), torch::zeros({64}));
+    if (!ck.ok()) return ck.status().ToString();
+    auto restored = (*ck)->Restore();
+    if (restored.ok()) return restored->has_value() ? "restored" : "nothing to restore";
+    if (restored.status().code() != StatusCode::kUnrecoverable) {
+      return "not Unrecoverable: " + restored.status().ToString();
+    }
+    return "";
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(second[r], "") << "rank " << r;
+}
+
 TEST(TorchAdapter, BadShardSpecsAreRefusedByName) {
   JobGuard guard{UniqueJob("badshard")};
   {

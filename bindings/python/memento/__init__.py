@@ -485,7 +485,9 @@ class Checkpointer:
     def restore(self):
         """Collective. Restores the newest complete checkpoint in place.
 
-        Returns a RestoreReport (usable as the int step) or None when there is none. After an
+        Returns a RestoreReport (usable as the int step), or None when the job never committed
+        a checkpoint (a fresh start). Raises UnrecoverableError when it did but no committed
+        version can be rebuilt from memory or read from the remote tier. After an
         elastic restore (report.elastic) the restored tensors are snapshotted under the new
         topology in the background, as after save(): call wait_snapshot() before modifying
         them (the training loop does, before optimizer.step()).

@@ -243,6 +243,12 @@ Status ElasticRestorer::KeepNewestLineage(const std::vector<wire::ElasticInvento
   for (const auto& [v, l] : choice.remote) {
     if (l == lineage_) input_.remote_versions.insert(v);
   }
+  committed_seen_ = !input_.remote_versions.empty();
+  for (const wire::ElasticInventory& inv : theirs) {
+    for (const wire::ElasticStoreRecord& s : inv.stores) {
+      committed_seen_ = committed_seen_ || wire::HoldsCommitted(s.items, lineage_);
+    }
+  }
   if (!old_pl_) {
     MEMENTO_RETURN_IF_ERROR(AllOk(*parts_.transport, RemoteOnlyTopology(),
                                   Status::Unavailable("elastic restore: reading the remote "
@@ -345,9 +351,7 @@ Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> ElasticRestor
     auto planned = placement::PlanRecovery(topology, old_pl_->groups(), input_);
     if (!planned.ok()) {
       if (planned.status().code() != StatusCode::kUnrecoverable) return planned.status();
-      std::string why = "nothing to restore: " + planned.status().message();
-      for (const auto& n : report_.notes) why += "; " + n;
-      return Status::NotFound(why);
+      return NothingRestorable(committed_seen_, planned.status().message(), report_.notes);
     }
     MEMENTO_RETURN_IF_ERROR(AllOk(
         *parts_.transport, FillRemoteCatalogs(*planned),
@@ -359,8 +363,11 @@ Result<std::pair<placement::RecoveryPlan, placement::ElasticPlan>> ElasticRestor
       for (int l = 0; l < old_lanes_; ++l) {
         const OldRank& o = Old(n, l);
         if (!o.has_catalog) {
-          return Status::NotFound("elastic restore: no surviving store and no remote file records "
-                                  "the entries of " + OldRankName(n, l));
+          return NothingRestorable(committed_seen_,
+                                   "elastic restore: no surviving store and no remote file "
+                                   "records the entries of " +
+                                       OldRankName(n, l),
+                                   {});
         }
         placement::RankCatalog rc = o.catalog;
         rc.node = n;

@@ -81,8 +81,9 @@ class ElasticRestorer {
   explicit ElasticRestorer(Parts parts);
 
   // Collective. OK when every rank's registered buffers hold the restored
-  // version's slices, bit-exact. NotFound "nothing to restore" when no
-  // version can be rebuilt; InvalidArgument naming the entry when the new
+  // version's slices, bit-exact. When no version can be rebuilt: NotFound
+  // "nothing to restore" if the newest run committed none, else
+  // Unrecoverable; InvalidArgument naming the entry when the new
   // registrations do not fit the checkpoint (the old stores are untouched).
   Result<RestoreReport> Run();
 
@@ -155,6 +156,8 @@ class ElasticRestorer {
   std::vector<std::unique_ptr<OldStore>> peers_;  // attached on demand (same node)
   placement::RecoveryInput input_;
   uint64_t lineage_ = 0;
+  // Some old store or the remote tier holds a committed version of lineage_.
+  bool committed_seen_ = false;
 
   // The plan and what it needs.
   placement::RecoveryPlan plan_;

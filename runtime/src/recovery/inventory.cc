@@ -37,6 +37,7 @@ wire::Inventory StoreItems(const NodeStore& store, const ProtectionLayout& layou
       item.crc_ok = ok;
       mine.items.push_back(item);
       mine.item_lineage.push_back(st.lineage);
+      mine.item_committed.push_back(st.committed);
     };
     bool shard_ok = true;
     for (int i = 0; i < entries; ++i) shard_ok = record_ok(i) && shard_ok;
@@ -75,6 +76,15 @@ LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& rem
   }
   for (const auto& [v, l] : choice.remote) see(l);
   return choice;
+}
+
+Status NothingRestorable(bool committed_seen, const std::string& why,
+                         const std::vector<std::string>& notes) {
+  std::string text = committed_seen ? "no committed version can be restored: " + why
+                                    : "nothing to restore: " + why;
+  for (const std::string& n : notes) text += "; " + n;
+  if (committed_seen) return Status::Unrecoverable(text);
+  return Status::NotFound(text);
 }
 
 void AppendHeldSeals(const NodeStore& store, int slot, const ProtectionLayout& layout, int lane,

@@ -38,6 +38,13 @@ struct LineageChoice {
 LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& remote_of_rank,
                                   const std::vector<const wire::Inventory*>& items);
 
+// The planner found no version to restore (`why`, and the restore's notes):
+// Unrecoverable when the chosen run committed one (`committed_seen`: its
+// committed versions are lost, which a job must not take for a fresh start),
+// else NotFound "nothing to restore".
+Status NothingRestorable(bool committed_seen, const std::string& why,
+                         const std::vector<std::string>& notes);
+
 // Appends to `records` a seals record (as lane `lane`) for every seals region
 // `layout` keeps in `slot` of `store` that verifies: the entry seals of the
 // owners whose bytes this store protects.

@@ -166,6 +166,10 @@ void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs)
   // time a run started); another run's are passed over, whatever their numbers.
   lineage_ = newest;
   if (choice.newest) *parts_.lineage = newest;
+  committed_seen_ = false;
+  for (const wire::Inventory& inv : theirs) {
+    committed_seen_ = committed_seen_ || (choice.newest && wire::HoldsCommitted(inv, newest));
+  }
   uint64_t passed_over = 0;
   bool other_run = false;
   input_.new_num_nodes = pl_.num_nodes();
@@ -210,9 +214,7 @@ Result<placement::RecoveryPlan> RecoveryExecutor::Plan() {
   report_.stats.plan_s += SecondsSince(tp);
   if (!planned.ok()) {
     if (planned.status().code() != StatusCode::kUnrecoverable) return planned.status();
-    std::string why = "nothing to restore: " + planned.status().message();
-    for (const auto& n : report_.notes) why += "; " + n;
-    return Status::NotFound(why);
+    return NothingRestorable(committed_seen_, planned.status().message(), report_.notes);
   }
   return planned;
 }

@@ -99,8 +99,10 @@ class RecoveryExecutor {
   ~RecoveryExecutor();
 
   // Collective. The restored version is committed (and the allocator's
-  // committed slot set) when it returns OK. NotFound "nothing to restore"
-  // when no version can be rebuilt from memory or read from the remote tier.
+  // committed slot set) when it returns OK. When no version can be rebuilt
+  // from memory or read from the remote tier: NotFound "nothing to restore"
+  // if the newest run never committed one (a fresh start), else
+  // Unrecoverable (its committed versions are lost).
   Result<RestoreReport> Run();
 
   // After a successful background Run: whether the minimal re-protect is left
@@ -247,7 +249,10 @@ class RecoveryExecutor {
   };
   std::optional<ReplicaSeal> replica_seal_;
   RestoreSource source_ = RestoreSource::kLocalMemory;
-  Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
+  Mismatch mismatch_ = Mismatch::kNone;
+  // Some rank holds a committed version of the chosen lineage (a slot marked
+  // committed, or a complete remote version).
+  bool committed_seen_ = false;  // why this attempt failed here, if a copy was bad
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
   bool reprotect_failed_ = false;  // the blocking full re-protect did not commit
   // A plan was run again because the copies it read passed their holders'

@@ -125,7 +125,8 @@ std::vector<uint8_t> EncodeInventory(const Inventory& inv) {
     const placement::InventoryItem& it = inv.items[i];
     PutItemKey(&out, it);
     Put(&out, static_cast<int64_t>(it.bytes));
-    Put(&out, static_cast<int64_t>(it.crc_ok ? 1 : 0));
+    const bool committed = i < inv.item_committed.size() && inv.item_committed[i];
+    Put(&out, static_cast<int64_t>((it.crc_ok ? 1 : 0) | (committed ? 2 : 0)));
     Put(&out, lineage(inv.item_lineage, i));
   }
   return out;
@@ -151,11 +152,26 @@ Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, i
     placement::InventoryItem it = GetItemKey(at, node, lane);
     it.bytes = static_cast<uint64_t>(Get<int64_t>(at + 8 * kKeyFields));
     it.sealed = true;
-    it.crc_ok = Get<int64_t>(at + 8 * (kKeyFields + 1)) != 0;
+    const int64_t flags = Get<int64_t>(at + 8 * (kKeyFields + 1));
+    it.crc_ok = (flags & 1) != 0;
     inv.items.push_back(it);
     inv.item_lineage.push_back(static_cast<uint64_t>(Get<int64_t>(at + 8 * (kKeyFields + 2))));
+    inv.item_committed.push_back((flags & 2) != 0);
   }
   return inv;
+}
+
+bool HoldsCommitted(const Inventory& inv, uint64_t lineage) {
+  for (size_t i = 0; i < inv.remote_complete.size(); ++i) {
+    if (i < inv.remote_lineage.size() && inv.remote_lineage[i] == lineage) return true;
+  }
+  for (size_t i = 0; i < inv.items.size(); ++i) {
+    if (i < inv.item_lineage.size() && inv.item_lineage[i] == lineage &&
+        i < inv.item_committed.size() && inv.item_committed[i]) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void AppendSealsRecord(const SealsRecord& r, std::vector<uint8_t>* out) {

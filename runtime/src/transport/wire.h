@@ -137,14 +137,19 @@ Result<RankRecord> DecodeRankRecord(const std::vector<uint8_t>& bytes);
 // version it sees (ascending) with its lineage, and every item of its sealed
 // slots with the lineage of its slot. i64 count of remote versions, per
 // remote version 2 x i64: version, lineage; then per item 8 x i64: version,
-// kind, owner, stripe, row, bytes, crc_ok, lineage. Node and lane are the
-// sender's, known to the receiver. Lineages are u64 carried in i64 words.
+// kind, owner, stripe, row, bytes, flags (bit 0: crc_ok, bit 1: the slot is
+// marked committed), lineage. Node and lane are the sender's, known to the
+// receiver. Lineages are u64 carried in i64 words.
 struct Inventory {
   std::vector<uint64_t> remote_complete;
   std::vector<uint64_t> remote_lineage;  // parallel to remote_complete (missing: 0)
   std::vector<placement::InventoryItem> items;
   std::vector<uint64_t> item_lineage;  // parallel to items (missing: 0)
+  std::vector<bool> item_committed;    // parallel to items (missing: false)
 };
+// Whether `inventory` holds a committed version of `lineage`: a complete
+// remote version, or an item of a slot marked committed.
+bool HoldsCommitted(const Inventory& inventory, uint64_t lineage);
 std::vector<uint8_t> EncodeInventory(const Inventory& inventory);
 // Items get (node, lane) and sealed = true.
 Result<Inventory> DecodeInventory(const std::vector<uint8_t>& bytes, int node, int lane);

@@ -307,6 +307,30 @@ TEST_F(CheckpointerTest, NothingToRestoreIsNotFound) {
   }
 }
 
+// A job that committed versions and lost them (no scheme, no remote, one of
+// two nodes lost) fails its restore as Unrecoverable on every rank: only a
+// run that never committed one gets NotFound, which a job takes for a fresh
+// start.
+TEST_F(CheckpointerTest, LostCommittedVersionsAreUnrecoverableNotNothing) {
+  const Config c = MakeConfig();
+  Launch(2, c);
+  for (uint64_t step = 1; step <= 2; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ranks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({job_, NodeIdentity(c, 1), 0}).ok());
+  Launch(2, c);
+  auto reports = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(reports[r].ok()) << "rank " << r << ": " << reports[r]->ToString();
+    EXPECT_EQ(reports[r].status().code(), StatusCode::kUnrecoverable)
+        << "rank " << r << ": " << reports[r].status().ToString();
+    EXPECT_NE(reports[r].status().message().find("no committed version can be restored"),
+              std::string::npos)
+        << reports[r].status().ToString();
+  }
+}
+
 TEST_F(CheckpointerTest, CorruptLocalCopyFallsBackToOlderVersion) {
   Launch(2, MakeConfig());
   for (uint64_t step : {1, 2}) {

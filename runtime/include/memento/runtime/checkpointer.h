@@ -178,8 +178,12 @@ class Checkpointer {
   // like a Save: WaitSnapshot() before writing them, as in the loop above).
   // A failure before it is done is survivable as far as the restored version
   // is still protected, else an older version or the remote tier serves.
-  // NotFound "nothing to restore" when no version can be rebuilt from memory
-  // and none is complete remotely; ElasticRestoreNeeded when the remote
+  // When no version can be rebuilt from memory and none is complete
+  // remotely: NotFound "nothing to restore" if the newest run never
+  // committed one (a fresh start: its first version did not commit before
+  // the failure, or nothing was ever saved), else Unrecoverable "no committed
+  // version can be restored" (its committed versions are lost: a job must
+  // not take that for a fresh start); ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).
   // The report says where each entry came from (restore_report.h).
   //
@@ -196,10 +200,9 @@ class Checkpointer {
   // before that commit leaves the old stores for the next relaunch. Until
   // Wait() the application must not run collectives of its own on the
   // engine's transport (the commit thread runs that version's); point-to-point
-  // messages with tags from kFirstApplicationTag are fine. InvalidArgument naming the entry when the new
-  // slices do not tile a tensor, its dtype or global shape differ, or an
-  // opaque entry is restored onto another rank count; the old stores are
-  // kept for a correct relaunch then.
+  // messages with tags from kFirstApplicationTag are fine. InvalidArgument naming the entry when
+  // the new slices do not tile a tensor, its dtype or global shape differ, or an opaque entry is
+  // restored onto another rank count; the old stores are kept for a correct relaunch then.
   //
   // Runs under one job id: every version records the lineage of the run that
   // wrote it. A run's lineage is fresh at Prepare (a run that saves without

@@ -215,7 +215,9 @@ class TorchCheckpointer {
   std::optional<std::string> UserState(const std::string& key) const;
 
   // Collective. Restores the newest complete version into the registered
-  // tensors in place; std::nullopt when there is nothing to restore.
+  // tensors in place; std::nullopt when the job never committed one (a fresh
+  // start: runtime::Checkpointer::Restore's NotFound). Unrecoverable when it
+  // did but none can be rebuilt.
   Result<std::optional<RestoreResult>> Restore();
 
   // Collective. Checkpoint `step` (see runtime::Checkpointer::Save).

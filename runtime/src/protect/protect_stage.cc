@@ -366,10 +366,15 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
     return s;
   }
   bytes_received_ += got;
-  if (got != expected) {
+  if (got < expected) {
     return Status::Unavailable("rank " + std::to_string(source_rank) + " sent " +
                                std::to_string(got) + " of " + std::to_string(expected) +
                                " bytes before its entry seals (its snapshot failed)");
+  }
+  if (got > expected) {
+    return Status::Corruption("rank " + std::to_string(source_rank) + " sent " +
+                              std::to_string(got) + " bytes, more than the " +
+                              std::to_string(expected) + " this node holds of it");
   }
   return Status::Ok();
 }
@@ -447,10 +452,11 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
   options.tag = [](size_t c) { return wire::kTagProtectChain + static_cast<int>(c); };
   options.check_pieces = false;
   options.arena = &arena_;
-  // Every rank of the group stamps this version's attempt alike; a stream
-  // left out of step by an earlier attempt's transport error then fails
-  // this version instead of folding stale pieces into its parity.
-  options.stamp = (version_ << 16) ^ attempt_;
+  // Every rank of the group stamps this version's attempt (and batch,
+  // below) alike; a stream left out of step by an earlier attempt's or
+  // batch's transport error then fails this version instead of folding
+  // stale pieces into its parity.
+  const uint64_t stamp = (version_ << 24) ^ attempt_;
   options.span = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len) -> const uint8_t* {
     return can_read ? shard->Span(static_cast<uint64_t>(term.row_id) * piece_bytes + off, len)
                     : nullptr;
@@ -482,6 +488,7 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
       copy.assign(parity_chains_.begin() + first, parity_chains_.begin() + first + n);
     }
     const std::vector<ReduceChain>& batch = copy.empty() ? parity_chains_ : copy;
+    options.stamp = stamp ^ (static_cast<uint64_t>(first / wire::kProtectChainTags) << 12);
     std::vector<std::vector<uint8_t>> unused;
     Status s = RunReduceChains(transport_, batch, 0, std::min(kParityPieceBytes, chunk_bytes_),
                                reader, &unused, &bytes, &sink, &options);

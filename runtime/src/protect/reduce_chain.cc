@@ -114,8 +114,9 @@ Status FinishRecv(int src, uint64_t want, const uint8_t* into, PieceBuffer* b, b
   }
   if (b->header.ok == 0) return Status::Ok();
   if (b->header.length != want || *m != want) {
-    return Status::Corruption("reduce piece of " + std::to_string(b->header.length) +
-                              " bytes, expected " + std::to_string(want));
+    return Status::Corruption("reduce piece of " + std::to_string(*m) + " bytes (its header says " +
+                              std::to_string(b->header.length) + "), expected " +
+                              std::to_string(want));
   }
   if (check && erasure::Crc32c(into, want) != b->header.crc) {
     return Status::Corruption("reduce piece from rank " + std::to_string(src) +
@@ -259,9 +260,9 @@ class HopTask final : public LoopTask {
         next_(p + 1 < ch.terms.size() ? ch.terms[p + 1].rank : ch.dst_rank),
         pieces_((ch.length + piece_bytes - 1) / piece_bytes),
         piece_(std::min(piece_bytes, ch.length)),
-        ring_(static_cast<size_t>(std::min(pieces_, kPiecesAhead + 1))),
         ring_memory_(nullptr, Unmap{0, nullptr}),
-        mine_memory_(nullptr, Unmap{0, nullptr}) {}
+        mine_memory_(nullptr, Unmap{0, nullptr}),
+        ring_(static_cast<size_t>(std::min(pieces_, kPiecesAhead + 1))) {}
 
   bool Step() override {
     if (done_) return false;
@@ -395,8 +396,11 @@ class HopTask final : public LoopTask {
   const uint64_t stamp_;
   const int prev_, next_;
   const uint64_t pieces_, piece_;
-  std::vector<PieceBuffer> ring_;
+  // Before ring_: members are destroyed in reverse, and a transfer still
+  // pending when a hop is given up (a timeout) finishes in its destructor,
+  // reading or writing this memory until then.
   PieceMemory ring_memory_, mine_memory_;
+  std::vector<PieceBuffer> ring_;
   uint64_t next_post_ = 0, next_proc_ = 0;
   Status s_;
   bool good_ = true, wire_ = true, sending_ = true, done_ = false;
@@ -422,10 +426,10 @@ class ResultTask final : public LoopTask {
         stamp_(options != nullptr ? options->stamp : 0),
         last_(ch.terms.back().rank),
         pieces_((ch.length + piece_bytes - 1) / piece_bytes),
+        memory_(nullptr, Unmap{0, nullptr}),
         ring_(static_cast<size_t>(std::min(pieces_, kPiecesAhead))),
         into_(ring_.size(), nullptr),
-        in_place_(ring_.size(), false),
-        memory_(nullptr, Unmap{0, nullptr}) {
+        in_place_(ring_.size(), false) {
     if (sink == nullptr) out->resize(ch.length);
   }
 
@@ -532,10 +536,10 @@ class ResultTask final : public LoopTask {
   const uint64_t stamp_;
   const int last_;
   const uint64_t pieces_;
+  PieceMemory memory_;  // before ring_, as in HopTask
   std::vector<PieceBuffer> ring_;
   std::vector<uint8_t*> into_;
   std::vector<bool> in_place_;
-  PieceMemory memory_;
   uint64_t next_post_ = 0, next_proc_ = 0;
   Status got_;
   bool wire_ = true;

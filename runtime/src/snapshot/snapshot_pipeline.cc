@@ -27,14 +27,19 @@ SnapshotPipeline::~SnapshotPipeline() {
 
 Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
                                void* producer_stream) {
-  if (std::any_of(tasks->begin(), tasks->end(), [](const CopyTask& t) { return t.device; })) {
-    Status fenced = fence_.Record(producer_stream);
-    if (!fenced.ok()) return FailToStart(version, slot, fenced);
-  }
+  // Every stage begins the version, even after one refused or before the
+  // fence fails: the commit ends every stage, each for the version it began
+  // (and a protect stage that began tells its peers the version failed).
+  Status failed = Status::Ok();
   for (ChunkStage* stage : stages_) {
     Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
-    if (!begun.ok()) return FailToStart(version, slot, begun);
+    if (!begun.ok() && failed.ok()) failed = begun;
   }
+  if (failed.ok() &&
+      std::any_of(tasks->begin(), tasks->end(), [](const CopyTask& t) { return t.device; })) {
+    failed = fence_.Record(producer_stream);
+  }
+  if (!failed.ok()) return FailToStart(version, slot, failed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     MEMENTO_CHECK(!running_);

@@ -688,6 +688,25 @@ class RefusingStage : public ChunkStage {
   const uint64_t refuse_;
 };
 
+// A chunk stage that records an End of a version it did not begin.
+class EndsWhatItBegan : public ChunkStage {
+ public:
+  Status Begin(uint64_t version, int, int) override {
+    begun_ = version;
+    return Status::Ok();
+  }
+  Status OnChunk(const Chunk&) override { return Status::Ok(); }
+  Status End(uint64_t version, const Status&) override {
+    if (version != begun_) ended_unbegun_ = true;
+    return Status::Ok();
+  }
+  bool ended_unbegun() const { return ended_unbegun_; }
+
+ private:
+  uint64_t begun_ = 0;
+  std::atomic<bool> ended_unbegun_{false};
+};
+
 // A stage of rank 1 refuses to begin v2: rank 1 copies nothing, votes
 // "false" with this version's error (not the previous version's outcome),
 // and its peers learn it at once (not from a timeout): replica holders from
@@ -698,7 +717,9 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
   const int n = GetParam().nodes;
   Launch(n);
   RefusingStage stage(2);
+  EndsWhatItBegan later;  // every stage begins the version the commit ends
   ASSERT_TRUE(cks_[1]->AddChunkStage(&stage).ok());
+  ASSERT_TRUE(cks_[1]->AddChunkStage(&later).ok());
   SaveOnAll(1);
   if (HasFatalFailure()) return;
   std::vector<Status> save(n), wait(n);
@@ -719,6 +740,7 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
   }
   EXPECT_NE(wait[1].message().find("stage refuses v2"), std::string::npos) << wait[1].ToString();
   EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
+  EXPECT_FALSE(later.ended_unbegun());
   cks_.clear();  // before `stage` goes
   Launch(n);
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));

@@ -328,6 +328,8 @@ TEST(TorchAdapter, ReallocatedStorageIsReRegisteredNeverRead) {
   t.set_(torch::full({1000}, 7.0f));  // the old storage is freed
   ASSERT_NE(t.data_ptr(), old);
   ASSERT_TRUE(ck->Save(2).ok());
+  // The new engine continues the run: v1 is still its latest until v2 commits.
+  EXPECT_EQ(ck->LatestCommitted(), std::optional<uint64_t>(1));
   ASSERT_TRUE(ck->Wait().ok());
   EXPECT_EQ(ck->reregistrations(), 1);
   EXPECT_EQ(ck->relayouts(), 0);  // same layout: the node store is re-attached
@@ -336,6 +338,82 @@ TEST(TorchAdapter, ReallocatedStorageIsReRegisteredNeverRead) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->step, 2u);
   EXPECT_TRUE(BitEqual(t, torch::full({1000}, 7.0f)));
+  // v1 and v2 are one run's: a restore passes over no "older run".
+  for (const std::string& note : (*r)->report.notes) {
+    EXPECT_EQ(note.find("older run"), std::string::npos) << note;
+  }
+}
+
+// A version that failed just before a re-registration is reported by the
+// next Wait(), once, although its engine was closed in between.
+TEST(TorchAdapter, AFailureBeforeAReRegistrationIsReportedByWait) {
+  JobGuard guard{UniqueJob("regfail")};
+  Options options;
+  options.hooks.at_stage = [](runtime::Stage stage, uint64_t version) {
+    return stage == runtime::Stage::kSeal && version == 2
+               ? Status::IoError("injected seal failure of v2")
+               : Status::Ok();
+  };
+  auto ck = Make(guard.job, options);
+  at::Tensor t = torch::arange(1000, at::kFloat);
+  ASSERT_TRUE(ck->Register("w", t).ok());
+  ASSERT_TRUE(ck->Save(1).ok());
+  ASSERT_TRUE(ck->Save(2).ok());      // fails at its seal
+  t.set_(torch::full({1000}, 7.0f));  // the next Save re-registers
+  ASSERT_TRUE(ck->Save(3).ok());
+  EXPECT_EQ(ck->reregistrations(), 1);
+  Status first = ck->Wait();
+  EXPECT_NE(first.message().find("injected seal failure of v2"), std::string::npos)
+      << first.ToString();
+  EXPECT_TRUE(ck->Wait().ok());
+  EXPECT_EQ(ck->LatestCommitted(), std::optional<uint64_t>(3));
+}
+
+// Restore never lays the node store out anew: with a changed set of tensors
+// it is refused, and the stored versions stay for a restore of the set they
+// hold.
+TEST(TorchAdapter, ARestoreAfterTheSetChangedIsRefusedAndKeepsTheVersions) {
+  JobGuard guard{UniqueJob("setchange")};
+  torch::manual_seed(3);
+  Net net;
+  torch::optim::SGD sgd(net.parameters(),
+                        torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  auto expect = Snapshot(ModuleTensors(net, "model.", false));
+  {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->RegisterModule(net).ok());
+    ASSERT_TRUE(ck->RegisterOptimizer(sgd).ok());
+    ASSERT_TRUE(ck->Save(1).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+    TrainSteps(net, sgd, 1);  // momentum buffers appear
+    auto r = ck->Restore();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("changed since the node store was laid out"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  Net fresh;
+  torch::optim::SGD fresh_sgd(fresh.parameters(),
+                              torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->RegisterModule(fresh).ok());
+  ASSERT_TRUE(ck->RegisterOptimizer(fresh_sgd).ok());
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->step, 1u);
+  auto got = ModuleTensors(fresh, "model.", false);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(BitEqual(got[i].tensor, expect[i])) << i;
+}
+
+TEST(TorchAdapter, SparseLayoutsAreRefusedByName) {
+  JobGuard guard{UniqueJob("csr")};
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->Register("csr", torch::eye(4).to_sparse_csr()).ok());
+  Status s = ck->Save(1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("tensor 'csr' is sparse"), std::string::npos) << s.ToString();
 }
 
 TEST(TorchAdapter, LazyOptimizerStateReRegistersOnce) {
@@ -387,6 +465,39 @@ TEST(TorchAdapter, LayoutMismatchNamesTheTensor) {
       << r.status().ToString();
   EXPECT_NE(r.status().message().find("registered float32 [4,3]"), std::string::npos);
   EXPECT_EQ(r.status().message().find("'bias'"), std::string::npos);
+}
+
+// A replicated tensor relaunched with another shape of as many bytes is
+// refused by name, not restored as reinterpreted bytes; so is another
+// extra_capacity, with the one that restores.
+TEST(TorchAdapter, ReplicatedShapeAndExtraCapacityMismatchesAreNamed) {
+  JobGuard guard{UniqueJob("repshape")};
+  {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->Register("w", torch::arange(12, at::kFloat).reshape({3, 4}), true).ok());
+    ASSERT_TRUE(ck->Save(1).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+  }
+  {
+    auto ck = Make(guard.job);
+    at::Tensor w = torch::zeros({4, 3});
+    ASSERT_TRUE(ck->Register("w", w, true).ok());
+    auto r = ck->Restore();
+    ASSERT_FALSE(r.ok()) << "restored into another shape";
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(r.status().message().find("tensor 'w': stored float32 shape=[3,4]"),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_TRUE(BitEqual(w, torch::zeros({4, 3})));
+  }
+  Options bigger;
+  bigger.extra_capacity = 512 << 10;
+  auto ck = Make(guard.job, bigger);
+  ASSERT_TRUE(ck->Register("w", torch::zeros({3, 4}), true).ok());
+  auto r = ck->Restore();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("relaunch with extra_capacity 262144"), std::string::npos)
+      << r.status().ToString();
 }
 
 TEST(TorchAdapter, UserStateAndExtraCapacity) {

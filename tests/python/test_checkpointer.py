@@ -5,6 +5,8 @@ import os
 import random
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -612,3 +614,39 @@ def test_optimizer_state_takes_a_spec_named_for_it_or_its_parameters(job):
                     shards={"x": ((2,), (0,))})
         with pytest.raises(memento.InvalidArgumentError, match="'x' is given a shard spec twice"):
             ck.placements()
+
+
+def test_a_restore_after_the_registered_set_changed_is_refused_and_keeps_the_versions(job):
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(torch.nn.Linear(3, 2))
+        ck.save(1)
+        ck.wait()
+        ck.register("late", torch.zeros(4))
+        with pytest.raises(memento.FailedPreconditionError, match="changed since"):
+            ck.restore()
+    with memento.Checkpointer(job=job) as again:
+        again.register(torch.nn.Linear(3, 2))
+        assert int(again.restore()) == 1
+
+
+def test_dropping_a_checkpointer_without_close_lets_other_threads_run(job, tmp_path):
+    ck = memento.Checkpointer(job=job, remote=str(tmp_path), persist_every=1)
+    ck.register("t", torch.arange(32 << 20, dtype=torch.float32))  # 128 MiB to persist
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    ck.save(1)
+    start = time.monotonic()
+    del ck  # waits for the commit and the persist
+    end = time.monotonic()
+    stop.set()
+    ticker.join()
+    during = [t for t in ticks if start < t < end]
+    assert len(during) >= 3, "%d ticks in the %.3f s the drop took" % (len(during), end - start)

@@ -176,6 +176,18 @@ class PyCheckpointer {
   void WaitPersist() {
     Released([&] { return ck_->WaitPersist(); });
   }
+  // Dropped without close(): the engine's destruction waits for the version
+  // in flight and finishes the queued persists, which may take long; other
+  // Python threads run meanwhile.
+  ~PyCheckpointer() {
+    if (!ck_ && !transport_) return;
+    py::gil_scoped_release release;
+    ck_.reset();
+    transport_.reset();
+  }
+  PyCheckpointer(const PyCheckpointer&) = delete;
+  PyCheckpointer& operator=(const PyCheckpointer&) = delete;
+
   // Waits for the checkpoint in flight, releases everything, then raises if
   // that checkpoint failed. A second Close does nothing.
   void Close() {

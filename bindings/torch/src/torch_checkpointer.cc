@@ -2,6 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/StringUtil.h>
 #include <c10/util/string_utils.h>
 #include <torch/cuda.h>
 #include <torch/optim/adagrad.h>
@@ -232,7 +233,23 @@ class TorchCheckpointer::Impl {
 
   Result<std::optional<RestoreResult>> Restore() {
     MEMENTO_ASSIGN_OR_RETURN(std::vector<NamedTensor> current, Enumerate());
+    if (engine_ && !Matches(current)) {
+      bool layout_changed = false;
+      const std::string why = Difference(current, &layout_changed);
+      if (layout_changed) {
+        // Laying the store out anew would drop the very versions asked for.
+        return Status::FailedPrecondition(
+            "restore: the registered tensors changed since the node store was laid out (" + why +
+            "); its versions hold the earlier set and a restore never lays it out anew: restore "
+            "before the set changes (e.g. before the first step creates optimizer state), or "
+            "relaunch");
+      }
+    }
     if (!engine_ || !Matches(current)) MEMENTO_RETURN_IF_ERROR(Reopen(current));
+    unreported_ = Status::Ok();  // as the engine's Restore, which waits for what is in flight
+    // Restore writes device tensors on the engine's streams: after what the
+    // producing streams have queued (initialisation, optimizer priming).
+    SyncProducingStreams();
     Result<runtime::RestoreReport> report = engine_->Restore();
     if (!report.ok()) {
       const Status& s = report.status();
@@ -261,6 +278,11 @@ class TorchCheckpointer::Impl {
     MEMENTO_RETURN_IF_ERROR(ReadExtra(&result.step));
     return std::optional<RestoreResult>(std::move(result));
   }
+
+  // The engine's Wait / WaitPersist, after a failure a re-registration's
+  // wait took from the engine it closed (reported once, first).
+  Status Wait() { return WithUnreported(engine_ ? engine_->Wait() : Status::Ok()); }
+  Status WaitPersist() { return WithUnreported(engine_ ? engine_->WaitPersist() : Status::Ok()); }
 
   runtime::Checkpointer* engine() { return engine_.get(); }
   std::vector<std::string> EntryNames() const { return entry_names_; }
@@ -291,9 +313,10 @@ class TorchCheckpointer::Impl {
               " device: only CPU and CUDA tensors are checkpointed (a meta tensor has no data: "
               "materialize it before registering)");
         }
-        if (nt.tensor.is_sparse() || nt.tensor.is_quantized()) {
-          return Status::InvalidArgument("tensor '" + nt.name +
-                                         "' is sparse or quantized: only strided tensors are "
+        if (nt.tensor.layout() != at::kStrided || nt.tensor.is_quantized()) {
+          return Status::InvalidArgument("tensor '" + nt.name + "' is sparse (" +
+                                         c10::str(nt.tensor.layout()) +
+                                         "), MKL-DNN or quantized: only strided tensors are "
                                          "supported");
         }
         if (at::has_internal_overlap(nt.tensor) == at::MemOverlap::Yes) {
@@ -400,6 +423,7 @@ class TorchCheckpointer::Impl {
   // Opens an engine over `current` (closing the previous one).
   Status Reopen(const std::vector<NamedTensor>& current) {
     runtime::Config config = config_;
+    std::optional<runtime::RunPosition> continued;
     if (engine_) {
       bool layout_changed = false;
       const std::string why = Difference(current, &layout_changed);
@@ -413,7 +437,14 @@ class TorchCheckpointer::Impl {
                        (layout_changed ? "the node store is laid out anew, older versions are "
                                          "dropped"
                                        : "same layout, the node store is re-attached"));
-      (void)engine_->Wait();
+      // The version in flight's failure is Wait()'s to report, as it would
+      // have been without the new engine.
+      Status waited = engine_->Wait();
+      if (!waited.ok() && unreported_.ok()) unreported_ = waited;
+      // Same layout: the new engine continues this run (its lineage and
+      // latest version), so that the versions already committed stay the
+      // newest run's for a restore after a crash in the next Save.
+      if (!layout_changed) continued = engine_->Position();
       engine_.reset();
     }
     if (transport_->size() < 1) return Status::InvalidArgument("transport has no ranks");
@@ -445,6 +476,7 @@ class TorchCheckpointer::Impl {
     auto engine = runtime::Checkpointer::Create(config, transport_, nullptr, options_.hooks);
     if (!engine.ok()) return engine.status();
     std::unique_ptr<runtime::Checkpointer> e = std::move(engine).value();
+    if (continued) e->ContinueRun(*continued);
     entry_names_.clear();
     static uint8_t empty_byte = 0;
     for (const PlannedEntry& p : planned_) {
@@ -499,7 +531,9 @@ class TorchCheckpointer::Impl {
         Piece piece{i, lo - offset, hi - lo};
         PlannedEntry p{t.entry.name, static_cast<uint8_t*>(t.source()) + piece.begin, piece.bytes,
                        {}};
-        p.layout.dtype = DTypeField(t.entry.tensor) + " bytes";
+        // The bytes of a tensor of this shape: a relaunch that registers
+        // another shape of as many bytes is refused, not reinterpreted.
+        p.layout.dtype = DTypeField(t.entry.tensor) + " shape=[" + Join(t.sizes) + "] bytes";
         p.layout.global_shape = {t.nbytes};
         p.layout.shape = {static_cast<int64_t>(piece.bytes)};
         p.layout.offsets = {static_cast<int64_t>(piece.begin)};
@@ -642,6 +676,14 @@ class TorchCheckpointer::Impl {
     return sent.WithContext("restore: sending this rank's replicated bytes");
   }
 
+  Status WithUnreported(Status now) {
+    Status first = std::move(unreported_);
+    unreported_ = Status::Ok();
+    if (first.ok()) return now;
+    if (now.ok()) return first;
+    return Status(first.code(), first.message() + "; then: " + now.ToString());
+  }
+
   // The engine's snapshot copies device tensors on its own streams: first
   // wait for what the producing (current) stream of each device has queued.
   void SyncProducingStreams() {
@@ -681,6 +723,13 @@ class TorchCheckpointer::Impl {
       if (it == stored.end()) {
         problems.push_back("tensor '" + p.name + "' (" + Describe(now) +
                            ") is registered but not in the stored checkpoint");
+      } else if (p.name == kExtraEntry && it->second.capacity != p.bytes) {
+        problems.push_back(
+            "the extra state ('" + p.name + "') has " + std::to_string(it->second.capacity) +
+            " bytes in the stored checkpoint and " + std::to_string(p.bytes) +
+            " now: relaunch with extra_capacity " + std::to_string(it->second.capacity) +
+            " to restore it (a new "
+            "extra_capacity takes effect for a job that starts over)");
       } else if (it->second.capacity != p.bytes || it->second.layout.dtype != p.layout.dtype ||
                  it->second.layout.shape != p.layout.shape ||
                  it->second.layout.global_shape != p.layout.global_shape ||
@@ -715,6 +764,7 @@ class TorchCheckpointer::Impl {
   std::vector<std::string> entry_names_;
   std::vector<uint8_t> extra_buf_;
   std::unique_ptr<runtime::Checkpointer> engine_;
+  Status unreported_;  // a closed engine's failure, not yet returned by Wait
   int reregistrations_ = 0;
   int relayouts_ = 0;
 };
@@ -836,12 +886,8 @@ Status TorchCheckpointer::Save(uint64_t step) { return impl_->Save(step); }
 Status TorchCheckpointer::WaitSnapshot() {
   return impl_->engine() ? impl_->engine()->WaitSnapshot() : Status::Ok();
 }
-Status TorchCheckpointer::Wait() {
-  return impl_->engine() ? impl_->engine()->Wait() : Status::Ok();
-}
-Status TorchCheckpointer::WaitPersist() {
-  return impl_->engine() ? impl_->engine()->WaitPersist() : Status::Ok();
-}
+Status TorchCheckpointer::Wait() { return impl_->Wait(); }
+Status TorchCheckpointer::WaitPersist() { return impl_->WaitPersist(); }
 std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
   return impl_->engine() ? impl_->engine()->LatestCommitted() : std::nullopt;
 }

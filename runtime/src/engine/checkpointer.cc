@@ -7,6 +7,7 @@
 
 #include "engine/checkpointer_impl.h"
 #include "memento/common/check.h"
+#include "memento/common/strings.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_identity.h"
@@ -61,6 +62,8 @@ Status Checkpointer::Wait() { return impl_->Wait(); }
 Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
 Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
 std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
+RunPosition Checkpointer::Position() const { return impl_->Position(); }
+void Checkpointer::ContinueRun(const RunPosition& position) { impl_->ContinueRun(position); }
 Protection Checkpointer::ProtectionState() const { return impl_->ProtectionState(); }
 
 const char* ProtectionName(Protection state) {
@@ -157,13 +160,60 @@ Status Checkpointer::Impl::Prepare() {
   if (entries_.empty()) {
     return Status::FailedPrecondition("no buffer registered (RegisterBuffer before Save/Restore)");
   }
+  MEMENTO_RETURN_IF_ERROR(AgreeOnSettings());
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(GatherCatalogs(lane));
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
-  MEMENTO_RETURN_IF_ERROR(StartLineage());
+  if (continued_ && continued_->lineage != 0) {
+    lineage_ = continued_->lineage;
+  } else {
+    MEMENTO_RETURN_IF_ERROR(StartLineage());
+  }
   BuildStages();
+  if (continued_ && continued_->latest) committer_->SetLatest(*continued_->latest);
   prepared_ = true;
+  return Status::Ok();
+}
+
+Status Checkpointer::Impl::AgreeOnSettings() {
+  // Settings every rank must share: the protocol (who sends what, which
+  // steps save, which collectives run where) follows from them, and a rank
+  // that differs would leave the others waiting for the timeout instead.
+  const Config& c = config_;
+  const std::vector<std::pair<const char*, std::string>> mine = {
+      {"MEMENTO_JOB", c.job},
+      {"MEMENTO_SCHEME", c.scheme},
+      {"MEMENTO_CHUNK_BYTES", std::to_string(c.chunk_bytes)},
+      {"MEMENTO_INTERVAL",
+       c.interval == Config::kAutoInterval ? "auto" : std::to_string(c.interval)},
+      {"MEMENTO_NODE_MTBF_H",
+       c.interval == Config::kAutoInterval ? std::to_string(c.node_mtbf_h) : "(unused)"},
+      {"MEMENTO_REMOTE", remote_ ? "(set)" : "(none)"},
+      {"MEMENTO_PERSIST_EVERY", std::to_string(c.persist_every)},
+      {"MEMENTO_ELASTIC", c.elastic ? "1" : "0"},
+      {"MEMENTO_BACKGROUND_REPROTECT", c.background_reprotect ? "1" : "0"},
+  };
+  std::string record;
+  for (const auto& [name, value] : mine) record += value + '\n';
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(record.data(), record.size()));
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::string theirs(all[r].begin(), all[r].end());
+    const std::string first(all[0].begin(), all[0].end());
+    if (theirs == first) continue;
+    // Every rank sees the same records, so every rank fails alike.
+    const std::vector<std::string> a = Split(first, '\n'), b = Split(theirs, '\n');
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const std::string va = i < a.size() ? a[i] : "?", vb = i < b.size() ? b[i] : "?";
+      if (va == vb) continue;
+      return Status::InvalidArgument(std::string(mine[i].first) +
+                                     " differs between ranks: rank 0 has '" + va + "', rank " +
+                                     std::to_string(r) + " has '" + vb +
+                                     "'; every rank of a job must run with the same value");
+    }
+    return Status::InvalidArgument("the ranks' settings differ (rank 0 and rank " +
+                                   std::to_string(r) + ")");
+  }
   return Status::Ok();
 }
 
@@ -174,6 +224,20 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   MEMENTO_ASSIGN_OR_RETURN(auto gathered, transport_->Allgather(node_.data(), node_.size()));
   std::vector<std::string> identities;
   for (const auto& g : gathered) identities.emplace_back(g.begin(), g.end());
+  for (size_t r = 0; r < identities.size(); ++r) {
+    // The store names carry it (NodeStore::SegmentName); refused here, on
+    // every rank alike, with the settings that made it.
+    if (identities[r].size() > 200) {
+      return Status::InvalidArgument(
+          "rank " + std::to_string(r) + "'s node identity has " +
+          std::to_string(identities[r].size()) + " bytes, more than 200: " +
+          (config_.ranks_per_node > 0
+               ? "MEMENTO_NODE (or the host name) plus the '/<virtual node>' that "
+                 "MEMENTO_RANKS_PER_NODE appends"
+               : "MEMENTO_NODE") +
+          " is too long");
+    }
+  }
   int lane = LocalRank(config_, rank);
   if (lane < 0) lane = LocalRankAmong(identities, rank);
   *lane_out = lane;

@@ -50,6 +50,8 @@ class Checkpointer::Impl {
   Status WaitPersist();
   Result<RestoreReport> Restore();
   std::optional<uint64_t> LatestCommitted() const;
+  RunPosition Position() const { return {lineage_, LatestCommitted()}; }
+  void ContinueRun(const RunPosition& position) { continued_ = position; }
   Protection ProtectionState() const;
   double BlockedSeconds() const;
   bool WouldSave(uint64_t step) const { return schedule_.WouldSave(step); }
@@ -62,6 +64,9 @@ class Checkpointer::Impl {
   // Prepare, step by step: node identities and the protection layout (two
   // allgathers); this rank's node store (one AllTrue); the chunk list, the
   // stages and the threads that run them.
+  // Collective: InvalidArgument naming the setting when the ranks' settings
+  // that shape the protocol differ (the same error on every rank).
+  Status AgreeOnSettings();
   Status LearnTopology(int* lane);
   // With Config::elastic: sets aside this node's stores written for another
   // topology than (nodes, lanes) that lane `lane` serves (ServingLane), and
@@ -129,6 +134,7 @@ class Checkpointer::Impl {
   // restored version's after a Restore (application thread; read by the
   // commit thread only through versions it is handed).
   uint64_t lineage_ = 0;
+  std::optional<RunPosition> continued_;  // ContinueRun: the run Prepare continues
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
   std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA

@@ -331,6 +331,53 @@ TEST_F(CheckpointerTest, LostCommittedVersionsAreUnrecoverableNotNothing) {
   }
 }
 
+// Ranks whose settings shape the protocol differently (here the chunk size,
+// which decides how many protect messages a holder takes) are refused at
+// once on every rank, by name, instead of leaving their peers waiting.
+TEST_F(CheckpointerTest, RanksWithDifferentProtocolSettingsAreRefusedByName) {
+  Config c = MakeConfig();
+  c.scheme = "replica:2";
+  group_ = InProcessGroup::Create(2, std::chrono::seconds(20));
+  std::vector<std::unique_ptr<Checkpointer>> cks;
+  std::vector<std::vector<uint8_t>> bufs(2, std::vector<uint8_t>(100000, 1));
+  for (int r = 0; r < 2; ++r) {
+    Config mine = c;
+    if (r == 1) mine.chunk_bytes = 8192;
+    auto ck = Checkpointer::Create(mine, group_->transport(r));
+    ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+    ASSERT_TRUE((*ck)->RegisterBuffer("e", bufs[r].data(), bufs[r].size()).ok());
+    cks.push_back(std::move(ck).value());
+  }
+  std::vector<Status> saved(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { saved[r] = cks[r]->Save(1); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(saved[r].code(), StatusCode::kInvalidArgument) << saved[r].ToString();
+    EXPECT_NE(saved[r].message().find("MEMENTO_CHUNK_BYTES differs between ranks: rank 0 has "
+                                      "'4096', rank 1 has '8192'"),
+              std::string::npos)
+        << saved[r].ToString();
+  }
+}
+
+// A node identity too long for the store names, made so by the virtual node
+// suffix after MEMENTO_NODE passed its own check, is refused by the settings
+// that made it, on every rank.
+TEST_F(CheckpointerTest, ATooLongNodeIdentityNamesItsSettings) {
+  Config c = MakeConfig();
+  c.node = std::string(199, 'n');
+  ASSERT_TRUE(c.Validate().ok());
+  Launch(2, c);
+  for (const Status& s : SaveAll(1)) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("MEMENTO_NODE (or the host name) plus the '/<virtual node>' that "
+                               "MEMENTO_RANKS_PER_NODE appends"),
+              std::string::npos)
+        << s.ToString();
+  }
+}
+
 TEST_F(CheckpointerTest, CorruptLocalCopyFallsBackToOlderVersion) {
   Launch(2, MakeConfig());
   for (uint64_t step : {1, 2}) {

@@ -50,6 +50,13 @@ enum class Protection { kProtected, kReprotecting, kUnprotected };
 // "protected", "re-protecting", "unprotected".
 const char* ProtectionName(Protection state);
 
+// Where a run stands (Checkpointer::Position): its lineage (0 before
+// Prepare) and its newest committed or restored version.
+struct RunPosition {
+  uint64_t lineage = 0;
+  std::optional<uint64_t> latest;
+};
+
 struct IntervalStats {
   bool automatic = false;   // MEMENTO_INTERVAL=auto
   bool last_saved = false;  // whether the last Save call took a checkpoint
@@ -215,6 +222,17 @@ class Checkpointer {
   // The newest version committed (or restored) by this Checkpointer; empty
   // before the first one. Thread-safe.
   std::optional<uint64_t> LatestCommitted() const;
+
+  // For a Checkpointer of this process that replaces another over the same
+  // node store (same entries and layout, e.g. re-registered buffers that
+  // moved): Position() of the old one after its Wait(), then ContinueRun on
+  // the new one before its Prepare, on every rank. The new one continues the
+  // old run instead of starting a new lineage: the versions of both count as
+  // one run's for Restore (a crash during the new one's first Save still
+  // restores the old one's committed versions), and LatestCommitted() and
+  // the step order go on from the old one's. A zero lineage is ignored.
+  RunPosition Position() const;
+  void ContinueRun(const RunPosition& position);
 
   // Whether the newest committed (or restored) version survives the failures
   // the scheme tolerates: kReprotecting while a Restore's re-protect runs in

@@ -648,5 +648,7 @@ def test_dropping_a_checkpointer_without_close_lets_other_threads_run(job, tmp_p
     end = time.monotonic()
     stop.set()
     ticker.join()
+    # About one tick per ms when the drop lets other threads run (~250 in the
+    # ~0.3 s it takes here); a handful when it holds the GIL throughout.
     during = [t for t in ticks if start < t < end]
-    assert len(during) >= 3, "%d ticks in the %.3f s the drop took" % (len(during), end - start)
+    assert len(during) >= 40, "%d ticks in the %.3f s the drop took" % (len(during), end - start)

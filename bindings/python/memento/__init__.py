@@ -33,6 +33,8 @@ into it; other optimizers' lazily created state (SGD with dampening, RMSprop)
 makes the next save re-register once (the node store is laid out anew, older
 versions dropped), and a relaunched job, whose fresh optimizer has no such
 state yet, cannot restore it (FailedPreconditionError naming the tensors).
+restore() never lays the store out anew: after the set of tensors changed it
+raises FailedPreconditionError and keeps the stored versions.
 
 Extra state (restored by restore()): the step, the torch CPU generator (and
 CUDA generators when present), Python `random`, numpy's global generator, what

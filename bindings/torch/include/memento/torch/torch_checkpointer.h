@@ -25,6 +25,8 @@
 //   Register(name, tensor)        `name` as given.
 //   replicated tensors            "<name>", holding the byte range of the tensor this rank
 //                                 keeps (below); ranks without a piece have no such entry.
+//                                 Its dtype field also gives the tensor's shape
+//                                 ("float32 shape=[3,4] bytes"), so another shape is refused.
 //   "__memento__"                 the extra state (below).
 //
 // What an entry keeps. dtype and shape are the entry's EntryLayout; strides of a
@@ -90,8 +92,13 @@
 // version in flight, closes the engine and opens a new one over the new set,
 // so that the snapshot never reads freed memory. When only data pointers
 // moved the node store layout is unchanged and is re-attached (nothing is
-// lost). When the set or a size changed, the node store is re-laid out once:
-// the previous versions, which describe another set of tensors, are dropped.
+// lost), and the new engine continues the run (runtime::Checkpointer::
+// ContinueRun): its committed versions stay the newest run's. When the set
+// or a size changed, the node store is re-laid out once: the previous
+// versions, which describe another set of tensors, are dropped. Restore
+// never re-lays it out: with a changed set it fails (FailedPrecondition)
+// and the stored versions stay. A failure of the version in flight that the
+// re-registration waited for is returned by the next Wait().
 // Re-registration is collective: every rank must see the change at the same
 // Save (true for data-parallel ranks running the same optimizer).
 // Adam and AdamW state is created at RegisterOptimizer exactly as their first

@@ -85,6 +85,10 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     if (!local.ok()) {
       report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
     }
+    // A shard rebuilt somewhere cannot be checked (its owner's entry seals
+    // are lost with every copy): this version's memory copies are passed
+    // over; the planner takes the next version in memory, or remote.
+    if (agreed.no_seals && !agreed.other_failure && DropMemoryVersionOfPlan()) continue;
     // Every failure an end-to-end mismatch: the inputs of the mismatched
     // shards are bad copies; plan again without them. When the copies sent
     // pass their holders' checks, the plan is run again once instead
@@ -612,6 +616,7 @@ Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
 Status RecoveryExecutor::CheckAndCopyLanded() {
   auto it = seals_of_.find({pl_.node(), pl_.lane()});
   if (it == seals_of_.end()) {
+    mismatch_ = Mismatch::kNoSeals;
     return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
   }
   // Into the buffers, hashed as it lands (piece by piece during the
@@ -653,6 +658,7 @@ Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local)
     if (o.size() != 1) return Status::Corruption("restore outcome record");
     agreed.everyone = agreed.everyone && o[0] == kRestored;
     agreed.other_failure = agreed.other_failure || o[0] == static_cast<uint8_t>(Mismatch::kNone);
+    agreed.no_seals = agreed.no_seals || o[0] == static_cast<uint8_t>(Mismatch::kNoSeals);
     agreed.outcomes.push_back(o[0]);
   }
   return agreed;
@@ -843,6 +849,20 @@ std::optional<std::string> RecoveryExecutor::BlameDecode(const placement::ShardS
   return read_bad_copy >= 0
              ? "decode (it read node " + std::to_string(read_bad_copy) + "'s bad copy)"
              : std::string("decode");
+}
+
+bool RecoveryExecutor::DropMemoryVersionOfPlan() {
+  const size_t before = input_.inventory.size();
+  input_.inventory.erase(std::remove_if(input_.inventory.begin(), input_.inventory.end(),
+                                        [&](const placement::InventoryItem& it) {
+                                          return it.version == plan_.version;
+                                        }),
+                         input_.inventory.end());
+  if (input_.inventory.size() == before) return false;
+  report_.notes.push_back(V(plan_.version) +
+                          " in memory: no entry seals of a shard it rebuilds survive to check it "
+                          "end to end; trying the next version");
+  return true;
 }
 
 bool RecoveryExecutor::DropRemoteVersionOfPlan() {

@@ -125,13 +125,18 @@ class RecoveryExecutor {
   // A rank's outcome of one attempt: kRestored, or why it failed. A bad copy
   // (kEndToEnd: a rebuilt shard against its owner's seals; kSealed: a copy
   // against its own region crc32c as it was read) is marked bad and the
-  // restore planned again; any other failure (kNone) is not a copy's fault.
-  enum class Mismatch : uint8_t { kNone = 2, kEndToEnd = 1, kSealed = 3 };
+  // restore planned again; kNoSeals: no copy of the shard owner's entry
+  // seals survives, so a shard rebuilt for this version cannot be checked
+  // end to end and the version's memory copies are passed over for the next
+  // candidate (an older version in memory, or remote); any other failure
+  // (kNone) is not a copy's fault.
+  enum class Mismatch : uint8_t { kNone = 2, kEndToEnd = 1, kSealed = 3, kNoSeals = 4 };
   static constexpr uint8_t kRestored = 0;
   // Every rank's outcome of one attempt (step 4).
   struct Agreement {
     bool everyone = false;       // every rank restored its shard
     bool other_failure = false;  // some failure is not a bad copy's
+    bool no_seals = false;       // some rank's outcome is kNoSeals
     std::vector<uint8_t> outcomes;  // per rank: kRestored or a Mismatch
   };
 
@@ -201,6 +206,9 @@ class RecoveryExecutor {
                                          const std::string& shard, Mismatches* m);
   // When the failed plan read from remote: drops its version from the remote
   // candidates (true), so that the next plan tries the next one.
+  // Passes over the memory copies of the plan's version (a shard it
+  // rebuilds cannot be checked); whether there were any.
+  bool DropMemoryVersionOfPlan();
   bool DropRemoteVersionOfPlan();
   // Every remaining complete remote version, newest first, until one reads
   // back with every crc right on every rank.

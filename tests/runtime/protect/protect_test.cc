@@ -625,6 +625,44 @@ class SecondSourceTest : public MinimalReprotectTest {
   }
 };
 
+// The only copy of node 0's entry seals for v2 (node 1's seals region) is
+// damaged and node 0 is lost: its replica of v2 cannot be checked end to
+// end, so v2's memory copies are passed over and v1 comes from memory (no
+// remote tier), bit-exact, instead of the restore failing over to a remote
+// tier that is not there.
+using SealsLostTest = SecondSourceTest;
+TEST_P(SealsLostTest, AVersionWhoseSealsAreLostGivesWayToAnOlderOneInMemory) {
+  const int n = GetParam().nodes;
+  SaveTwoVersions();
+  {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(1), 1), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    int done = 0;
+    for (int g = 0; g < store->region_count(); ++g) {
+      const RegionSpec& spec = store->layout().regions[g];
+      if (spec.kind != RegionKind::kSeals || spec.owner_node != 0) continue;
+      auto view = store->ReadRegion(slot, g);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      ASSERT_EQ(view->version, 2u);
+      ASSERT_GT(view->length, 0u);
+      const_cast<uint8_t*>(view->data)[0] ^= 0x5A;  // the shm mapping
+      ASSERT_FALSE(store->VerifyRegion(slot, g).ok());
+      ++done;
+    }
+    ASSERT_EQ(done, 1) << "node 1 holds no seals region of node 0";
+  }
+  ASSERT_NO_FATAL_FAILURE(LoseNode(0));
+  std::filesystem::remove_all(remote_dir_);  // memory must serve
+  Launch(n);
+  auto reports = RestoreAll("node 0's seals of v2 damaged on node 1, node 0 lost", 1);
+  ASSERT_EQ(reports.size(), static_cast<size_t>(n));
+  EXPECT_EQ(reports[0].entries[0].source, RestoreSource::kReplica) << reports[0].ToJson();
+  EXPECT_NE(reports[0].ToString().find("no entry seals"), std::string::npos)
+      << reports[0].ToString();
+}
+
 // Node 1's copy of node 0 (the planner's first pick: lowest index) fails its
 // sealed crc32c as node 0 receives it, is marked bad, and the plan is made
 // again: v2, node 0 from node 2's copy.
@@ -1698,6 +1736,9 @@ TEST_P(SecondSourceTest, SchemeImpossibleForNodeCountIsAClearError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, SecondSourceTest, ::testing::Values(Param{"replica:3", 3, 1}),
+                         ParamName);
+
+INSTANTIATE_TEST_SUITE_P(Schemes, SealsLostTest, ::testing::Values(Param{"replica:2", 4, 1}),
                          ParamName);
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ReplicaOnTheWireTest, ::testing::Values(Param{"replica:2", 4, 1}),

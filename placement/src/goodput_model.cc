@@ -217,8 +217,10 @@ Result<OptimalPlan> OptimizeOver(const JobShape& job, const FailureProcess& fail
     const double r = (std::sqrt(5.0) - 1) / 2;
     double x1 = b - r * (b - a), x2 = a + r * (b - a);
     double g1 = g(x1), g2 = g(x2);
+    // Ties move up: where goodput is flat in k (no failures and no stall)
+    // the longest interval is as good and costs the least.
     for (int i = 0; i < 80 && b - a > 1e-4; ++i) {
-      if (g1 < g2) {
+      if (g1 <= g2) {
         a = x1;
         x1 = x2;
         g1 = g2;
@@ -237,7 +239,7 @@ Result<OptimalPlan> OptimizeOver(const JobShape& job, const FailureProcess& fail
     for (int k : {lo, hi, std::max(lo, mid - 2), std::max(lo, mid - 1), std::min(hi, mid + 1),
                   std::min(hi, mid + 2)}) {
       const double v = eval(k, p);
-      if (v > best.second) best = {k, v};
+      if (v > best.second || (v == best.second && k > best.first)) best = {k, v};
     }
     return best;
   };

@@ -151,6 +151,22 @@ TEST(IntervalTunerTest, UpdateWithAgreedMeasurements) {
   EXPECT_EQ(a->changes().size(), 3u);
 }
 
+// With no failures nothing is lost by waiting: the interval goes to the
+// longest allowed, also when the stall is 0 and every interval is as good.
+TEST(IntervalTunerTest, NoFailuresGoToTheLongestInterval) {
+  FakeClock clock;
+  IntervalTunerOptions opt;
+  opt.initial_interval_steps = 1;
+  opt.failure_rate_per_s = 0;
+  opt.max_interval_steps = 1000;
+  for (double stall : {0.5, 0.0}) {
+    auto tuner = IntervalTuner::Create(opt, &clock);
+    ASSERT_TRUE(tuner.ok());
+    tuner->Update(10, 1.0, stall, stall);
+    EXPECT_EQ(tuner->interval_steps(), 1000) << "stall " << stall;
+  }
+}
+
 TEST(IntervalTunerTest, InitialIntervalAndBadOptions) {
   FakeClock clock;
   IntervalTunerOptions opt;

@@ -713,15 +713,27 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   // WaitSnapshot() before writing them.
   protection_state_ = Protection::kReprotecting;
   Status started = StartVersion(report.version, /*persistable=*/false);
-  MEMENTO_RETURN_IF_ERROR(started.WithContext("elastic restore: snapshotting v" +
-                                              std::to_string(report.version) +
-                                              " on the new topology"));
   report.stats.reprotect_mode = "full, background";
-  report.protection = "re-protecting";
   report.stats.reprotect_s = SecondsSince(t0);
-  report.notes.push_back("v" + std::to_string(report.version) +
-                         " is being protected under the new topology in the background; "
-                         "the old node stores are released once it commits (Wait())");
+  if (started.ok()) {
+    report.protection = "re-protecting";
+    report.notes.push_back("v" + std::to_string(report.version) +
+                           " is being protected under the new topology in the background; "
+                           "the old node stores are released once it commits (Wait())");
+  } else {
+    // The buffers hold the version on every rank; only its snapshot did not
+    // start here. This rank votes "false" in its commit (StartVersion), so
+    // every rank's Wait() reports it, the old stores stay for a relaunch, and
+    // the next Save protects the job under the new topology. Failing this
+    // rank's Restore alone would leave the others training without it.
+    Log(LogLevel::kWarn, "elastic restore: snapshotting v" + std::to_string(report.version) +
+                             " on the new topology: " + started.ToString());
+    report.protection = "unprotected";
+    report.notes.push_back("v" + std::to_string(report.version) +
+                           " could not be snapshotted under the new topology on this rank (" +
+                           started.ToString() +
+                           "); the old node stores are kept until a version commits");
+  }
   committer_->SetLatest(report.version);
   return report;
 }

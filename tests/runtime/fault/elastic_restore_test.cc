@@ -336,6 +336,49 @@ TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// A chunk stage that refuses to begin every version.
+class RefusingStage : public ChunkStage {
+ public:
+  Status Begin(uint64_t version, int, int) override {
+    return Status::Unavailable("test: stage refuses v" + std::to_string(version));
+  }
+  Status OnChunk(const Chunk&) override { return Status::Ok(); }
+  Status End(uint64_t, const Status&) override { return Status::Ok(); }
+};
+
+// The restored version's snapshot under the new topology cannot start on one
+// rank: every rank's Restore still returns the right bytes (that rank's says
+// "unprotected"), the version commits nowhere (every Wait() says so), the old
+// stores stay, and the next relaunch restores from them again.
+TEST(Elastic, ASnapshotThatCannotStartOnOneRankFailsNoRankAlone) {
+  Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "replica:2", 1, 2, false); });
+  Lose({4});
+  const Topo five{5, 1, {0, 1, 2, 3, 5}};
+  Spawn(5, [&](RankContext& ctx) {
+    RefusingStage refusing;
+    Rank r = Open(ctx, five, "replica:2", /*elastic=*/true, false);
+    if (!r.ck) return;
+    const bool victim = ctx.rank() == 2;
+    if (victim) ASSERT_TRUE(r.ck->AddChunkStage(&refusing).ok());
+    auto report = r.ck->Restore();
+    ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
+    EXPECT_EQ(Wrong(r, 2), 0u);
+    EXPECT_EQ(report->protection, victim ? "unprotected" : "re-protecting") << report->ToString();
+    EXPECT_FALSE(r.ck->Wait().ok()) << "rank " << ctx.rank();
+    r.ck.reset();  // before `refusing` goes
+  });
+  testing::OnDriver([] {
+    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
+    ASSERT_TRUE(names.ok());
+    int aside = 0;
+    for (const std::string& n : *names)
+      aside += n.find(NodeStore::kElasticSuffix) != std::string::npos;
+    EXPECT_EQ(aside, 5);
+  });
+  Spawn(5, [&](RankContext& ctx) { RestoreElastic(ctx, five, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 TEST(Elastic, FourToEightNodes) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, false); });
   Spawn(8, [&](RankContext& ctx) {

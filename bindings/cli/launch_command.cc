@@ -47,8 +47,9 @@ void AddLaunchCommand(CLI::App& app) {
       "launch", "run a job under mpirun, inject node failures, relaunch, print the timeline");
   sub->footer(kFooter);
   auto& o = args->options;
-  sub->add_option("-n,--np", o.np, "ranks (mpirun -np)");
+  sub->add_option("-n,--np", o.np, "ranks (mpirun -np)")->transform(DecimalInteger());
   sub->add_option("--ranks-per-node", o.ranks_per_node, "ranks per virtual node (default 1)")
+      ->transform(DecimalInteger())
       ->check(CLI::PositiveNumber);
   sub->add_option("--scheme", o.scheme,
                   "protection: none, replica:M[:group|:ring], xor:K, rs:K+M (default none)");
@@ -56,18 +57,23 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_option("--remote", o.remote_dir, "remote tier directory (MEMENTO_REMOTE)");
   sub->add_option("--persist-every", o.persist_every,
                   "persist every P-th checkpoint to --remote (MEMENTO_PERSIST_EVERY)")
+      ->transform(DecimalInteger())
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--inject", o.inject, "node failures to inject (see below)");
-  sub->add_option("--seed", o.seed, "seed of the random choices in --inject (default 1)");
+  sub->add_option("--seed", o.seed, "seed of the random choices in --inject (default 1)")
+      ->transform(DecimalInteger());
   sub->add_option("--max-restarts", o.max_restarts,
                   "relaunches after failures that were not injected (default 3)")
+      ->transform(DecimalInteger())
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--backoff", o.backoff_s,
                   "seconds before a relaunch; doubles per repeated failure (default 0.5)")
+      ->check(DecimalNumber())
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--teardown-grace", o.teardown_grace_s,
                   "seconds mpirun may live on after every rank ended before it is killed "
                   "(default 10)")
+      ->check(DecimalNumber())
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--mpirun", args->mpirun,
                   "the mpirun command line, split at spaces (default mpirun)");

@@ -118,6 +118,9 @@ def check_recovered(recs, failures, memory=True):
     last = restores[-1]
     if memory and not last["from_memory"]:
         fail("restore came from %s, expected memory only" % last["entries_by_source"])
+    # A node was lost: what it held for its peers is protected again.
+    if memory and last.get("reprotect_mode", "none") == "none":
+        fail("the restore record says nothing was re-protected after a lost node: %s" % last)
     if "lost" not in last:
         fail("restore record has no time-lost split")
     for key in ("detection_s", "relaunch_s", "restore_s", "reprotect_s", "steps_lost"):
@@ -308,6 +311,14 @@ def run(scenario, job, remote):
         p, _ = launch(job, ["--scheme", "replica:2", "--inject", "7@3"], expect=2)
         if "node 7 does not exist" not in p.stdout:
             fail("the error does not name the node")
+        # Numbers are decimal digits, as everywhere in the CLI.
+        for flag, value in (("-n", "+2"), ("--seed", "0x10"), ("--backoff", "nan")):
+            cmd = [CLI, "launch", "--job", job] + (["-n", "2"] if flag != "-n" else []) + \
+                [flag, value, "--", "true"]
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 2 or value not in p.stdout:
+                fail("%s %s: exit %d, expected 2 and an error naming it: %s"
+                     % (flag, value, p.returncode, p.stdout))
         print("PASS")
     elif scenario == "bad-command":
         cmd = [CLI, "launch", "-n", "2", "--job", job, "--", "no-such-command-xyz"]

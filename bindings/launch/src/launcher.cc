@@ -456,14 +456,21 @@ void Launcher::ReadRestores(int attempt, json* restore) {
       for (const auto& e : rep.value("entries", json::array())) {
         entries_by_source[e.value("source", std::string("?"))] += 1;
       }
-      reprotect_s = std::max(reprotect_s, rep.value("reprotect_s", 0.0));
-      const std::string mode = rep.value("reprotect_mode", std::string("none"));
+      // RestoreReport::ToJson: "reprotect" {mode, bytes_received, ...} and
+      // "seconds" {transfer, reprotect, ...}.
+      const json none = json::object();
+      const json& re =
+          rep.contains("reprotect") && rep["reprotect"].is_object() ? rep["reprotect"] : none;
+      const json& secs =
+          rep.contains("seconds") && rep["seconds"].is_object() ? rep["seconds"] : none;
+      reprotect_s = std::max(reprotect_s, secs.value("reprotect", 0.0));
+      const std::string mode = re.value("mode", std::string("none"));
       // "full" over "minimal" over "none", each possibly ", background".
       const bool full = mode.rfind("full", 0) == 0;
       if (full || (mode != "none" && reprotect_mode == "none")) reprotect_mode = mode;
-      transfer_s = std::max(transfer_s, rep.value("transfer_s", 0.0));
+      transfer_s = std::max(transfer_s, secs.value("transfer", 0.0));
       bytes_received += rep.value("bytes_received", uint64_t{0});
-      reprotect_bytes += rep.value("reprotect_bytes_received", uint64_t{0});
+      reprotect_bytes += re.value("bytes_received", uint64_t{0});
       if (r == 0) rank0 = rep;
     }
   }
@@ -483,6 +490,7 @@ void Launcher::ReadRestores(int attempt, json* restore) {
   if (rank0.is_object()) {
     out["lost_nodes"] = rank0.value("lost_nodes", json::array());
     out["source_detail"] = rank0.value("source_detail", std::string());
+    out["notes"] = rank0.value("notes", json::array());
   }
   out["reprotect_mode"] = reprotect_mode;
   out["restore_s"] = std::max(0.0, t_end - t_begin - reprotect_s);

@@ -57,6 +57,7 @@ std::string RestoreReport::ToJson() const {
                   {"plan", stats.plan_s},
                   {"transfer", stats.transfer_s},
                   {"reprotect", stats.reprotect_s}};
+  j["notes"] = notes;
   if (elastic) {
     j["elastic"] = {{"plan", elastic_plan},
                     {"received_bytes_per_node", elastic_received_per_node},

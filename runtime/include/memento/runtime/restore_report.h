@@ -78,11 +78,12 @@ struct RestoreReport {
 
   // One line: "restored v12: 3 entries (w local-memory, ...)".
   std::string ToString() const;
-  // A JSON object with every field above (the recovery report record): version,
-  // entries, lost_nodes, source_detail, bytes_sent, bytes_received,
+  // A JSON object (the recovery report record): version, entries,
+  // lost_nodes, source_detail, bytes_sent, bytes_received,
   // plan_read_bytes_per_node, bytes_received_per_node, reprotect {mode,
-  // bytes_sent, bytes_received, bytes_received_per_node}, seconds {inventory,
-  // plan, transfer, reprotect}, plan (when planned).
+  // bytes_sent, bytes_received, bytes_received_per_node}, protection,
+  // seconds {inventory, plan, transfer, reprotect}, notes, elastic {plan,
+  // byte counts per node} (elastic restores only), plan (when planned).
   std::string ToJson() const;
 };
 

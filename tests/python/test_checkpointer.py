@@ -652,3 +652,15 @@ def test_dropping_a_checkpointer_without_close_lets_other_threads_run(job, tmp_p
     # ~0.3 s it takes here); a handful when it holds the GIL throughout.
     during = [t for t in ticks if start < t < end]
     assert len(during) >= 40, "%d ticks in the %.3f s the drop took" % (len(during), end - start)
+
+
+def test_the_environment_is_checked_as_config_from_env_checks_it(job, monkeypatch):
+    # A misspelt variable is an error naming it, not silently ignored...
+    monkeypatch.setenv("MEMENTO_SHCEME", "xor:3")
+    with pytest.raises(memento.InvalidArgumentError, match="MEMENTO_SHCEME"):
+        memento.Checkpointer(job=job)
+    # ...unless MEMENTO_ALLOW_UNKNOWN=1; keywords still go over the environment.
+    monkeypatch.setenv("MEMENTO_ALLOW_UNKNOWN", "1")
+    monkeypatch.setenv("MEMENTO_SLOTS", "3")
+    with memento.Checkpointer(job=job, slots=4) as ck:
+        assert "MEMENTO_SLOTS=4" in ck.config

@@ -95,15 +95,10 @@ class PyCheckpointer {
  public:
   PyCheckpointer(const std::map<std::string, std::string>& settings, const std::string& launcher,
                  uint64_t extra_capacity) {
-    // MEMENTO_* variables of the environment, then the keyword arguments.
-    std::map<std::string, std::string> vars;
-    for (const std::string& name : runtime::Config::VariableNames()) {
-      const char* v = std::getenv(name.c_str());
-      if (v != nullptr) vars[name] = v;
-    }
-    for (const auto& [k, v] : settings) vars[k] = v;
-    runtime::Config config = Check(runtime::Config::FromMap(vars));
-    runtime::SetLogLevel(config.log_level);
+    // MEMENTO_* variables of the environment (checked as Config::FromEnv
+    // checks them: an unknown one is an error unless MEMENTO_ALLOW_UNKNOWN=1),
+    // then the keyword arguments over them.
+    runtime::Config config = Check(runtime::Config::FromEnv(settings));
     Launcher l = Check(ParseLauncher(launcher));
     if (l == Launcher::kAuto) l = DetectLauncher();
     launcher_ = LauncherName(l);

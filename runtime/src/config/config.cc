@@ -372,7 +372,7 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
   return c;
 }
 
-Result<Config> Config::FromEnv() {
+Result<Config> Config::FromEnv(const std::map<std::string, std::string>& overrides) {
   std::map<std::string, std::string> known;
   std::vector<std::string> unknown;
   const auto& names = VariableNames();
@@ -403,6 +403,7 @@ Result<Config> Config::FromEnv() {
     return Status::InvalidArgument(UnknownVariableMessage(unknown.front()) + "; set " +
                                    kAllowUnknown + "=1 to ignore unknown MEMENTO_* variables");
   }
+  for (const auto& [var, value] : overrides) known[var] = value;  // FromMap refuses unknown ones
   Result<Config> parsed = FromMap(known);
   if (!parsed.ok()) return parsed.status();
   Config c = std::move(parsed).value();

@@ -169,7 +169,10 @@ struct Config {
   // relative (remote_dir is then absolute) and checked: it must be a
   // directory where this user can create files (created if missing, its
   // parent must exist); otherwise InvalidArgument naming it and the reason.
-  static Result<Config> FromEnv();
+  // `overrides` (e.g. a Python Checkpointer's keywords, by variable name)
+  // replace the environment's values; a name that is not a variable is
+  // InvalidArgument.
+  static Result<Config> FromEnv(const std::map<std::string, std::string>& overrides = {});
 
   // As FromEnv() but from an explicit map {"MEMENTO_SLOTS": "3", ...}; keys
   // that are not Config variables are InvalidArgument. No logging, no global

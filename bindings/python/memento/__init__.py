@@ -468,7 +468,10 @@ class Checkpointer:
 
     # ---- checkpointing ---------------------------------------------------------------------
     def save(self, step):
-        """Collective. Starts checkpoint `step` (> the last one) and returns at once.
+        """Collective. Starts checkpoint `step` (> the last one) and returns once its copy began.
+
+        It waits first for the previous checkpoint if that is still being protected (one in
+        flight), so a save interval shorter than the protect time stalls training.
 
         With interval=N or interval="auto" (MEMENTO_INTERVAL) only some steps are saved;
         the others return at once without copying anything (interval_stats() counts them).

@@ -6,13 +6,15 @@
 //
 //   auto ck = Checkpointer::Create(Config::FromEnv().value(), transport).value();
 //   ck->RegisterBuffer("w", w.data(), w.size() * 4, {"float32", {N}, {n}, {off}});
-//   if (auto r = ck->Restore(); r.ok()) step = r->version + 1;  // after a relaunch
+//   auto r = ck->Restore();                   // after a relaunch
+//   if (r.ok()) step = r->version + 1;
+//   else if (r.status().code() != StatusCode::kNotFound) return r.status();  // lost
 //   for (;; ++step) {
 //     ck->WaitSnapshot();   // before the optimizer writes the buffers
 //     optimizer_step();
 //     forward_backward();
-//     if (step % k == 0) ck->Save(step);                        // returns at once
-//   }
+//     if (step % k == 0) ck->Save(step);  // returns once the copy started (and the
+//   }                                     // previous version, if still in flight, is done)
 //
 // Collective calls (Prepare, Save, Restore) must be made by every rank, in the
 // same order. Every call is made from one application thread; the engine's own
@@ -186,9 +188,11 @@ class Checkpointer {
   // A failure before it is done is survivable as far as the restored version
   // is still protected, else an older version or the remote tier serves.
   // When no version can be rebuilt from memory and none is complete
-  // remotely: NotFound "nothing to restore" if the newest run never
-  // committed one (a fresh start: its first version did not commit before
-  // the failure, or nothing was ever saved), else Unrecoverable "no committed
+  // remotely: NotFound "nothing to restore" if no surviving store or remote
+  // version records a committed one of the newest run (a fresh start: its
+  // first version did not commit before the failure, nothing was ever saved,
+  // or every node's memory is gone and nothing was persisted), else
+  // Unrecoverable "no committed
   // version can be restored" (its committed versions are lost: a job must
   // not take that for a fresh start); ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).

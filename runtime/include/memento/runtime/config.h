@@ -23,7 +23,10 @@ namespace memento::runtime {
 
 // What to do when a node store segment of this job already exists in
 // /dev/shm but cannot be attached (another format version, a different shard
-// layout or slot count, or a header that fails validation).
+// layout or slot count). A segment whose header or layout is damaged is
+// neither refused nor unlinked, whatever the policy: the checkpointer sets it
+// aside as <name>.corrupt.<pid> (its node counts as lost for the restore)
+// and removes it after a successful restore.
 enum class StalePolicy {
   // Refuse: the open fails with FailedPrecondition naming the segment and the
   // reason; `memento clean --job J` removes it. Safe: never destroys data that

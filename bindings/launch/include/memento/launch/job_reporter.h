@@ -40,7 +40,7 @@ namespace memento::launch {
 
 class JobReporter {
  public:
-  // Reads (and unsets) the MEMENTO_LAUNCH_* variables. Call before
+  // Reads (and leaves in place) the MEMENTO_LAUNCH_* variables. Call before
   // runtime::Config::FromEnv() and before starting threads.
   static JobReporter FromEnv(int rank);
 

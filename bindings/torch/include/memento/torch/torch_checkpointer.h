@@ -101,9 +101,10 @@
 // re-registration waited for is returned by the next Wait().
 // Re-registration is collective: every rank must see the change at the same
 // Save (true for data-parallel ranks running the same optimizer).
-// Adam and AdamW state is created at RegisterOptimizer exactly as their first
-// step would create it (zeros, step 0), so that their set never changes and a
-// relaunch, whose fresh optimizer has no state yet, restores into it.
+// Adam and AdamW state, and SGD's momentum buffers (momentum > 0, dampening
+// 0), are created at RegisterOptimizer so that their first step computes what
+// it would have (zeros, step 0): their set never changes and a relaunch,
+// whose fresh optimizer has no state yet, restores into it.
 //
 // CUDA. Device tensors are registered in place like host tensors; the engine
 // copies them into the node store (pinned) with cudaMemcpyAsync on its own
@@ -207,8 +208,9 @@ class TorchCheckpointer {
   // replicated when `replicated`. `module` must outlive the checkpointer.
   Status RegisterModule(torch::nn::Module& module, const std::string& prefix = "model.",
                         bool replicated = false);
-  // The state of `optimizer` (see "Entry names"); Adam / AdamW state is
-  // created now if absent. `optimizer` must outlive the checkpointer.
+  // The state of `optimizer` (see "Entry names"); Adam / AdamW state and
+  // SGD's momentum buffers (dampening 0) are created now if absent
+  // (PrimeOptimizerState). `optimizer` must outlive the checkpointer.
   Status RegisterOptimizer(torch::optim::Optimizer& optimizer,
                            const std::string& prefix = "optimizer.", bool replicated = false);
   // A source enumerated at every Save (names must be unique over all sources).

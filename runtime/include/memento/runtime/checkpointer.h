@@ -192,9 +192,9 @@ class Checkpointer {
   // version records a committed one of the newest run (a fresh start: its
   // first version did not commit before the failure, nothing was ever saved,
   // or every node's memory is gone and nothing was persisted), else
-  // Unrecoverable "no committed
-  // version can be restored" (its committed versions are lost: a job must
-  // not take that for a fresh start); ElasticRestoreNeeded when the remote
+  // Unrecoverable "no committed version can be restored" (its committed
+  // versions are lost: a job must not take that for a fresh start);
+  // ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).
   // The report says where each entry came from (restore_report.h).
   //

@@ -137,6 +137,9 @@ def main():
                  # not itemised by the runs: the save cost is inside the step time
                  "stall_s": 0.0}
         own = trials.get(rec["scheme"], pooled)  # the baseline has no trials: all schemes
+        if len(own["overhead"]) < 2 or len(own["relaunch"]) < 2:
+            sys.exit("%s: fewer than 2 successful trials of %s in %s to measure its overhead"
+                     % (rec["scheme"], rec["scheme"], a.results))
         ovh = statistics.mean(own["overhead"])
         tol = 2 * statistics.stdev(own["overhead"]) + n * 2 * statistics.stdev(own["relaunch"])
         wall_model, per_failure = model_wall(a.cli, rec, a.steps, costs, a.persist_every)

@@ -102,16 +102,27 @@ class Runner:
         cmd += ["--", a.demo, "--steps", str(a.steps), "--quiet"] + a.demo_args.split() + list(
             demo_extra)
         t0 = time.time()
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout)
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            # A hung launch is a failed trial, recorded as such, not the end
+            # of the run (the launcher was killed; its mpirun follows it).
+            out = e.stdout or ""
+            if isinstance(out, bytes):
+                out = out.decode(errors="replace")
+            p = subprocess.CompletedProcess(cmd, -9, out + "\n[killed after %d s]" % timeout)
+        finally:
+            # Also when this driver is stopped (SIGTERM, Ctrl-C): the job's
+            # segments outlive its processes.
+            subprocess.run([a.cli, "clean", "--job", job], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
         wall = time.time() - t0
         recs = []
         if os.path.exists(rec_path):
             with open(rec_path) as f:
                 recs = [json.loads(line) for line in f if line.strip()]
             os.unlink(rec_path)
-        subprocess.run([a.cli, "clean", "--job", job], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
         return p, recs, wall
 
     def reference(self, nodes):
@@ -246,7 +257,10 @@ def main():
             sys.exit("not found: %s (build first, or pass --cli / --demo)" % tool)
     os.makedirs(a.results, exist_ok=True)
     run = Runner(a)
-    log = RecordLog(os.path.join(a.results, a.name + ".jsonl"), a.resume)
+    # What a trial's outcome depends on besides its cell: resumed trials must share it.
+    settings = {"steps": a.steps, "window": a.window, "persist_every": a.persist_every,
+                "ranks_per_node": a.ranks_per_node, "seed": a.seed, "demo_args": a.demo_args}
+    log = RecordLog(os.path.join(a.results, a.name + ".jsonl"), a.resume, settings)
     schemes = a.schemes.split(",")
     failures = parse_counts(a.failures)
     rows = []
@@ -308,6 +322,7 @@ def main():
     finally:
         shutil.rmtree(run.tmp, ignore_errors=True)
         log.append({"record": "session", "elapsed_s": time.time() - t_start})
+    log.finish()
     write_report(a, rows, log.records, goodput, log.elapsed())
     if not a.no_plots:
         plot(a, rows, log.records)
@@ -316,19 +331,33 @@ def main():
 
 
 class RecordLog:
-    """NAME.jsonl, written one record at a time so that an interrupted run
-    keeps its trials; with resume, the records already there are reused."""
+    """NAME.jsonl.partial, written one record at a time so that an interrupted
+    run keeps its trials, and renamed to NAME.jsonl when the run completes (an
+    interrupted run never replaces the published results); with resume, the
+    records already there (the partial file first) are reused, if they were
+    run with the same settings."""
 
-    def __init__(self, path, resume):
-        self.path = path
+    def __init__(self, path, resume, settings):
+        self.final = path
+        self.path = path + ".partial"
         self.records = []
-        if resume and os.path.exists(path):
-            with open(path) as f:
+        source = self.path if os.path.exists(self.path) else path
+        if resume and os.path.exists(source):
+            with open(source) as f:
                 self.records = [json.loads(line) for line in f if line.strip()]
             self.records = [r for r in self.records if r["record"] != "rate"]
-        with open(path, "w") as f:
+            before = [r for r in self.records if r["record"] == "settings"]
+            if before and before[-1]["settings"] != settings:
+                sys.exit("--resume: %s was run with %s, not %s; run without --resume or with "
+                         "the same settings" % (source, before[-1]["settings"], settings))
+        self.records = [r for r in self.records if r["record"] != "settings"]
+        self.records.insert(0, {"record": "settings", "settings": settings})
+        with open(self.path, "w") as f:
             for r in self.records:
                 f.write(json.dumps(r) + "\n")
+
+    def finish(self):
+        os.replace(self.path, self.final)
 
     def find(self, kind, **key):
         for r in self.records:

@@ -190,8 +190,11 @@ def main():
     if not records:
         fail("no bench_cluster records in " + ", ".join(args.files))
     groups = {}
-    for r in records:
-        groups.setdefault(key(r), []).append(r)
+    for n, r in enumerate(records):
+        try:
+            groups.setdefault(key(r), []).append(r)
+        except KeyError as e:
+            fail("record %d lacks '%s' (from an older bench_cluster?)" % (n + 1, e.args[0]))
     bad = []
     out = []
     for link in sorted({k[0] for k in groups}):

@@ -28,16 +28,17 @@ esac
 BIN=$BUILD/experiments/runtime/bench_elastic
 [[ -x $BIN ]] || { echo "build $BIN first (cmake --build $BUILD --target bench_elastic)" >&2; exit 2; }
 JOB=elastic-$$
+SHM=${MEMENTO_SHM_DIR:-/dev/shm}  # where the node stores are (the runtime's rule)
 REMOTE=$(mktemp -d /tmp/memento-elastic-XXXXXX)
-cleanup() { rm -f /dev/shm/memento."$JOB".*; rm -rf "$REMOTE"; }
+cleanup() { rm -f "$SHM"/memento."$JOB".* /tmp/"$JOB".*; rm -rf "$REMOTE"; }
 trap cleanup EXIT
 MPI=(mpirun --allow-run-as-root --oversubscribe)
 ARGS=(--job "$JOB" --scheme "$SCHEME" --remote "$REMOTE" --bytes "$BYTES" --old-ranks 8)
 
 "${MPI[@]}" -np 8 "$BIN" --phase save "${ARGS[@]}" | tee /tmp/"$JOB".save
-rm -f /dev/shm/memento."$JOB".bench_1-* /dev/shm/memento."$JOB".bench_4-*
+rm -f "$SHM"/memento."$JOB".bench_1-* "$SHM"/memento."$JOB".bench_4-*
 "${MPI[@]}" -np 6 "$BIN" --phase memory --ids 0,2,3,5,6,7 "${ARGS[@]}" | tee /tmp/"$JOB".memory
-rm -f /dev/shm/memento."$JOB".*
+rm -f "$SHM"/memento."$JOB".*
 sync
 if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then COLD=cold; else COLD=warm; fi
 "${MPI[@]}" -np 6 "$BIN" --phase remote --ids 0,2,3,5,6,7 "${ARGS[@]}" | tee /tmp/"$JOB".remote

@@ -6,7 +6,8 @@ a trial must be served from memory exactly when the two lost nodes are in
 different groups, and from the remote tier when they form a whole group. The
 seed is chosen so that both classes occur; every trial's class is checked
 against that prediction, and the rate row against `memento rate` (exact 2/3).
-Then --resume with a sixth trial must reuse the five records and run one.
+Then --resume with other settings is refused, and --resume with a sixth trial
+must reuse the five records and run one.
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO.
 """
 import json
@@ -64,6 +65,15 @@ def main():
         fail("exact probability %s, expected 2/3" % row["exact"])
     if not os.path.exists(os.path.join(results, "check.md")):
         fail("no report written")
+    if os.path.exists(os.path.join(results, "check.jsonl.partial")):
+        fail("the finished run left its partial records file")
+    # --resume with other settings (the steps a trial runs) is refused, and
+    # leaves the records as they are.
+    at = cmd.index("--steps")
+    p = subprocess.run(cmd[:at + 1] + ["9"] + cmd[at + 2:] + ["--resume"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if p.returncode == 0 or "was run with" not in p.stdout:
+        fail("--resume with other --steps: exit %d, %s" % (p.returncode, p.stdout))
     # --resume with one trial more: the five are reused as they are, one runs.
     at = cmd.index("--trials")
     again = run_driver(cmd[:at + 1] + ["6"] + cmd[at + 2:] + ["--resume"], results,

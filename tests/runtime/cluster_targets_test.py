@@ -110,6 +110,11 @@ class ClusterTargetsTest(unittest.TestCase):
         p = run(old)
         self.assertEqual(p.returncode, 2)
         self.assertIn("lacks the field 'transfer_vs_ring'", p.stderr)
+        older = record()
+        del older["lost_nodes"]  # as bench_cluster wrote them before it lost several nodes
+        p = run(older)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("record 1 lacks 'lost_nodes'", p.stderr)
         p = subprocess.run([sys.executable, SCRIPT, "/nonexistent/results.jsonl"],
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)

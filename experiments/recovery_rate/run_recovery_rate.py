@@ -184,7 +184,12 @@ class Runner:
                     summary.get("state_hash") != ref.get(a.steps):
                 why = "the job did not finish bit-identically (%s)" % summary.get("outcome")
             else:
-                cls = "remote" if r.get("from_remote") else "memory"
+                if r.get("from_remote"):
+                    cls = "remote"
+                elif r.get("from_memory"):
+                    cls = "memory"
+                else:
+                    why = "restore read no entries"
         rec["class"] = cls
         if why:
             rec["why"] = why

@@ -664,6 +664,7 @@ Result<RingResult> RingExchange(const std::vector<uint8_t>& send, std::vector<ui
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
   const uint64_t bytes = send.size();
+  msg = std::min<uint64_t>(msg, 1ull << 30);  // an MPI count is an int
   return TimedReps(reps, 2.0 * bytes, [&] {
     std::vector<MPI_Request> reqs;
     int tag = 0;

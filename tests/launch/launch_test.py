@@ -50,7 +50,8 @@ def fail(msg):
 
 
 def job_segments(job):
-    return [n for n in os.listdir("/dev/shm") if n.startswith("memento." + job + ".")]
+    shm = os.environ.get("MEMENTO_SHM_DIR", "/dev/shm")  # where the runtime puts the stores
+    return [n for n in os.listdir(shm) if n.startswith("memento." + job + ".")]
 
 
 def launch(job, extra, remote=None, expect=0, timeout=240):

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-BUILD_PYTHON = os.environ.get("MEMENTO_PYTHON_PATH")
+BUILD_PYTHON = os.environ.get("MEMENTO_TEST_PYTHON_PATH")
 if BUILD_PYTHON and BUILD_PYTHON not in sys.path:
     sys.path.insert(0, BUILD_PYTHON)
 

@@ -431,7 +431,7 @@ def test_install_tree_is_importable(tmp_path):
     found = [p for p in prefix.rglob("memento/__init__.py")]
     assert len(found) == 1
     env = dict(os.environ, PYTHONPATH=str(found[0].parent.parent))
-    env.pop("MEMENTO_PYTHON_PATH", None)
+    env.pop("MEMENTO_TEST_PYTHON_PATH", None)
     out = subprocess.run([sys.executable, "-c", "import memento, os; print(memento.__file__)"],
                          check=True, env=env, capture_output=True, text=True, cwd=str(tmp_path),
                          timeout=120)

@@ -338,8 +338,8 @@ TEST_F(CheckpointerTest, RanksWithDifferentProtocolSettingsAreRefusedByName) {
   Config c = MakeConfig();
   c.scheme = "replica:2";
   group_ = InProcessGroup::Create(2, std::chrono::seconds(20));
+  std::vector<std::vector<uint8_t>> bufs(2, std::vector<uint8_t>(100000, 1));  // outlive cks
   std::vector<std::unique_ptr<Checkpointer>> cks;
-  std::vector<std::vector<uint8_t>> bufs(2, std::vector<uint8_t>(100000, 1));
   for (int r = 0; r < 2; ++r) {
     Config mine = c;
     if (r == 1) mine.chunk_bytes = 8192;

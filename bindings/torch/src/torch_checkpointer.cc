@@ -314,10 +314,12 @@ class TorchCheckpointer::Impl {
               "materialize it before registering)");
         }
         if (nt.tensor.layout() != at::kStrided || nt.tensor.is_quantized()) {
-          return Status::InvalidArgument("tensor '" + nt.name + "' is sparse (" +
-                                         c10::str(nt.tensor.layout()) +
-                                         "), MKL-DNN or quantized: only strided tensors are "
-                                         "supported");
+          const std::string what =
+              nt.tensor.is_quantized()
+                  ? "quantized"
+                  : "sparse or MKL-DNN (layout " + c10::str(nt.tensor.layout()) + ")";
+          return Status::InvalidArgument("tensor '" + nt.name + "' is " + what +
+                                         ": only strided tensors are supported");
         }
         if (at::has_internal_overlap(nt.tensor) == at::MemOverlap::Yes) {
           return Status::InvalidArgument(

@@ -105,11 +105,17 @@ TEST(Wire, InventoryRoundTripsWithTheSendersNodeAndLane) {
   inv.items.push_back(Item(42, placement::ItemKind::kParity, -1, 3, 1, 256, false));
   inv.items.push_back(Item(40, placement::ItemKind::kReplica, 5, -1, -1, 1000, true));
   inv.item_lineage = {9};
+  inv.item_committed = {false, true};  // the third one missing: not committed
   auto back = DecodeInventory(EncodeInventory(inv), /*node=*/2, /*lane=*/1);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->remote_complete, (std::vector<uint64_t>{37, 41}));
   EXPECT_EQ(back->remote_lineage, inv.remote_lineage);
   EXPECT_EQ(back->item_lineage, (std::vector<uint64_t>{9, 0, 0}));  // missing ones are 0
+  EXPECT_EQ(back->item_committed, (std::vector<bool>{false, true, false}));
+  // The committed mark does not disturb crc_ok (one flags word carries both).
+  EXPECT_FALSE(HoldsCommitted(*back, 9));  // item 0 (lineage 9) is not committed
+  EXPECT_TRUE(HoldsCommitted(*back, 0));   // item 1 (lineage 0) is
+  EXPECT_TRUE(HoldsCommitted(*back, 7));   // a complete remote version of lineage 7
   ASSERT_EQ(back->items.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const auto& a = inv.items[i];

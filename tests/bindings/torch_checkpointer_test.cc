@@ -10,8 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "harness/spawn.h"
 #include "memento/runtime/inprocess_transport.h"
-#include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
 #include "test_job.h"
 
@@ -706,13 +706,7 @@ TEST(TorchAdapterRanks, ShardedTensorsRestoreOntoFewerRanks) {
     return "";
   });
   for (int r = 0; r < 4; ++r) ASSERT_EQ(saved[r], "") << "rank " << r;
-  auto reports = runtime::InspectJob(guard.job, /*verify=*/false);
-  ASSERT_TRUE(reports.ok());
-  int lost = 0;
-  for (const auto& rep : *reports) {
-    if (rep.status.ok() && rep.node == "vn/2") lost += runtime::ShmSegment::Unlink(rep.name).ok();
-  }
-  ASSERT_EQ(lost, 1);
+  ASSERT_NO_FATAL_FAILURE(runtime::testing::LoseNode(guard.job, "vn/2"));
 
   const std::vector<int> ids = {0, 1, 3};
   auto restored = RunRanks(3, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
@@ -785,13 +779,7 @@ TEST(TorchAdapterRanks, LostCommittedCheckpointsAreAnErrorNotAFreshStart) {
     return s.ok() ? "" : s.ToString();
   });
   for (int r = 0; r < 2; ++r) ASSERT_EQ(first[r], "") << "rank " << r;
-  auto reports = runtime::InspectJob(guard.job, /*verify=*/false);
-  ASSERT_TRUE(reports.ok());
-  int lost = 0;
-  for (const auto& rep : *reports) {
-    if (rep.status.ok() && rep.node == "vn/1") lost += runtime::ShmSegment::Unlink(rep.name).ok();
-  }
-  ASSERT_EQ(lost, 1);
+  ASSERT_NO_FATAL_FAILURE(runtime::testing::LoseNode(guard.job, "vn/1"));
   auto second = RunRanks(2, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
     auto ck = open(r, std::move(t), torch::zeros({64}));
     if (!ck.ok()) return ck.status().ToString();

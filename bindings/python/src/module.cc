@@ -171,30 +171,15 @@ class PyCheckpointer {
   void WaitPersist() {
     Released([&] { return ck_->WaitPersist(); });
   }
-  // Dropped without close(): the engine's destruction waits for the version
-  // in flight and finishes the queued persists, which may take long; other
-  // Python threads run meanwhile.
-  ~PyCheckpointer() {
-    if (!ck_ && !transport_) return;
-    py::gil_scoped_release release;
-    ck_.reset();
-    transport_.reset();
-  }
+  // Dropped without close(): as close(), its failure logged by the engine
+  // only; other Python threads run while it waits.
+  ~PyCheckpointer() { (void)Release(); }
   PyCheckpointer(const PyCheckpointer&) = delete;
   PyCheckpointer& operator=(const PyCheckpointer&) = delete;
 
   // Waits for the checkpoint in flight, releases everything, then raises if
   // that checkpoint failed. A second Close does nothing.
-  void Close() {
-    Status s;
-    {
-      py::gil_scoped_release release;
-      if (ck_) s = ck_->Wait();
-      ck_.reset();
-      transport_.reset();
-    }
-    Check(s);
-  }
+  void Close() { Check(Release()); }
 
   TorchCheckpointer& ck() {
     if (!ck_) throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
@@ -204,6 +189,18 @@ class PyCheckpointer {
   const std::string& config() const { return config_; }
 
  private:
+  // Waits for the checkpoint in flight (and, in the engine's destruction, the
+  // queued persists, which may take long) without the GIL, then releases the
+  // engine and the transport; what Wait returned.
+  Status Release() {
+    if (!ck_ && !transport_) return Status::Ok();
+    py::gil_scoped_release release;
+    Status s = ck_ ? ck_->Wait() : Status::Ok();
+    ck_.reset();
+    transport_.reset();
+    return s;
+  }
+
   template <typename F>
   void Released(F&& f) {
     Status s;

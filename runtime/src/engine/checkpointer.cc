@@ -197,12 +197,11 @@ Status Checkpointer::Impl::AgreeOnSettings() {
   std::string record;
   for (const auto& [name, value] : mine) record += value + '\n';
   MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(record.data(), record.size()));
+  // Every rank sees the same records, so every rank fails alike.
   for (size_t r = 1; r < all.size(); ++r) {
-    const std::string theirs(all[r].begin(), all[r].end());
-    const std::string first(all[0].begin(), all[0].end());
-    if (theirs == first) continue;
-    // Every rank sees the same records, so every rank fails alike.
-    const std::vector<std::string> a = Split(first, '\n'), b = Split(theirs, '\n');
+    if (all[r] == all[0]) continue;
+    const std::vector<std::string> a = Split(std::string(all[0].begin(), all[0].end()), '\n');
+    const std::vector<std::string> b = Split(std::string(all[r].begin(), all[r].end()), '\n');
     for (size_t i = 0; i < mine.size(); ++i) {
       const std::string va = i < a.size() ? a[i] : "?", vb = i < b.size() ? b[i] : "?";
       if (va == vb) continue;

@@ -301,15 +301,32 @@ TEST(Elastic, ADamagedParityRowIsMarkedBadAndTheOtherOneDecodes) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
-// The restored version fails to commit under the new topology (a rank fails
-// to seal it, as a rank dying during the background protect would): Restore
-// already returned the right bytes; the old stores stay, and the next
-// relaunch restores from them again.
-TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
+// 6 nodes train replica:2 to v2, node 4 is lost, and the job is relaunched
+// elastically on the 5 survivors, where `attempt` (on every rank) restores
+// v2 and sees it fail to commit under the new topology. The old stores must
+// stay, and the next relaunch restores from them again.
+void OldStoresOutliveAFailedNewVersion(
+    const std::function<void(RankContext&, const Topo&)>& attempt) {
   Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "replica:2", 1, 2, false); });
   Lose({4});
   const Topo five{5, 1, {0, 1, 2, 3, 5}};
-  Spawn(5, [&](RankContext& ctx) {
+  Spawn(5, [&](RankContext& ctx) { attempt(ctx, five); });
+  testing::OnDriver([] {
+    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
+    ASSERT_TRUE(names.ok());
+    int aside = 0;
+    for (const std::string& n : *names)
+      aside += n.find(NodeStore::kElasticSuffix) != std::string::npos;
+    EXPECT_EQ(aside, 5);
+  });
+  Spawn(5, [&](RankContext& ctx) { RestoreElastic(ctx, five, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
+// A rank fails to seal the restored version (as a rank dying during the
+// background protect would): Restore already returned the right bytes.
+TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
+  OldStoresOutliveAFailedNewVersion([](RankContext& ctx, const Topo& five) {
     FaultHooks hooks;
     const bool victim = ctx.rank() == 2;
     hooks.at_stage = [victim](Stage stage, uint64_t version) {
@@ -325,15 +342,6 @@ TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
     EXPECT_EQ(Wrong(r, 2), 0u);
     EXPECT_FALSE(r.ck->Wait().ok());
   });
-  testing::OnDriver([] {
-    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
-    ASSERT_TRUE(names.ok());
-    int aside = 0;
-    for (const std::string& n : *names) aside += n.find(NodeStore::kElasticSuffix) != std::string::npos;
-    EXPECT_EQ(aside, 5);
-  });
-  Spawn(5, [&](RankContext& ctx) { RestoreElastic(ctx, five, "replica:2", {2, false}, false); });
-  testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
 // A chunk stage that refuses to begin every version.
@@ -348,13 +356,9 @@ class RefusingStage : public ChunkStage {
 
 // The restored version's snapshot under the new topology cannot start on one
 // rank: every rank's Restore still returns the right bytes (that rank's says
-// "unprotected"), the version commits nowhere (every Wait() says so), the old
-// stores stay, and the next relaunch restores from them again.
+// "unprotected") and the version commits nowhere (every Wait() says so).
 TEST(Elastic, ASnapshotThatCannotStartOnOneRankFailsNoRankAlone) {
-  Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "replica:2", 1, 2, false); });
-  Lose({4});
-  const Topo five{5, 1, {0, 1, 2, 3, 5}};
-  Spawn(5, [&](RankContext& ctx) {
+  OldStoresOutliveAFailedNewVersion([](RankContext& ctx, const Topo& five) {
     RefusingStage refusing;
     Rank r = Open(ctx, five, "replica:2", /*elastic=*/true, false);
     if (!r.ck) return;
@@ -367,16 +371,6 @@ TEST(Elastic, ASnapshotThatCannotStartOnOneRankFailsNoRankAlone) {
     EXPECT_FALSE(r.ck->Wait().ok()) << "rank " << ctx.rank();
     r.ck.reset();  // before `refusing` goes
   });
-  testing::OnDriver([] {
-    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
-    ASSERT_TRUE(names.ok());
-    int aside = 0;
-    for (const std::string& n : *names)
-      aside += n.find(NodeStore::kElasticSuffix) != std::string::npos;
-    EXPECT_EQ(aside, 5);
-  });
-  Spawn(5, [&](RankContext& ctx) { RestoreElastic(ctx, five, "replica:2", {2, false}, false); });
-  testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
 TEST(Elastic, FourToEightNodes) {

@@ -599,10 +599,11 @@ class SecondSourceTest : public MinimalReprotectTest {
     }
     cks_.clear();
   }
-  // XORs `pattern` into node `holder`'s newest replica of node 0 at
-  // `at` (modulo its length); returns whether its region crc still holds.
-  void CorruptReplicaOfNode0(int holder, const std::vector<uint8_t>& pattern, uint64_t at,
-                             bool* crc_holds) {
+  // XORs `pattern` into node `holder`'s newest region of `kind` for node 0
+  // (its replica, or its entry seals) at `at` (modulo its length); returns
+  // whether its region crc still holds.
+  void CorruptRegionOfNode0(int holder, const std::vector<uint8_t>& pattern, uint64_t at,
+                            bool* crc_holds, RegionKind kind = RegionKind::kReplica) {
     auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     const int slot = store->Inventory().NewestCommitted();
@@ -610,7 +611,7 @@ class SecondSourceTest : public MinimalReprotectTest {
     int done = 0;
     for (int g = 0; g < store->region_count(); ++g) {
       const RegionSpec& spec = store->layout().regions[g];
-      if (spec.kind != RegionKind::kReplica || spec.owner_node != 0) continue;
+      if (spec.kind != kind || spec.owner_node != 0) continue;
       auto view = store->ReadRegion(slot, g);
       ASSERT_TRUE(view.ok()) << view.status().ToString();
       EXPECT_EQ(view->version, 2u);
@@ -621,7 +622,7 @@ class SecondSourceTest : public MinimalReprotectTest {
       *crc_holds = store->VerifyRegion(slot, g).ok();
       ++done;
     }
-    ASSERT_EQ(done, 1) << "node " << holder << " holds no replica of node 0";
+    ASSERT_EQ(done, 1) << "node " << holder << " holds no such region of node 0";
   }
 };
 
@@ -634,25 +635,9 @@ using SealsLostTest = SecondSourceTest;
 TEST_P(SealsLostTest, AVersionWhoseSealsAreLostGivesWayToAnOlderOneInMemory) {
   const int n = GetParam().nodes;
   SaveTwoVersions();
-  {
-    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(1), 1), 0});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    const int slot = store->Inventory().NewestCommitted();
-    ASSERT_GE(slot, 0);
-    int done = 0;
-    for (int g = 0; g < store->region_count(); ++g) {
-      const RegionSpec& spec = store->layout().regions[g];
-      if (spec.kind != RegionKind::kSeals || spec.owner_node != 0) continue;
-      auto view = store->ReadRegion(slot, g);
-      ASSERT_TRUE(view.ok()) << view.status().ToString();
-      ASSERT_EQ(view->version, 2u);
-      ASSERT_GT(view->length, 0u);
-      const_cast<uint8_t*>(view->data)[0] ^= 0x5A;  // the shm mapping
-      ASSERT_FALSE(store->VerifyRegion(slot, g).ok());
-      ++done;
-    }
-    ASSERT_EQ(done, 1) << "node 1 holds no seals region of node 0";
-  }
+  bool crc_holds = true;
+  CorruptRegionOfNode0(1, {0x5A}, 0, &crc_holds, RegionKind::kSeals);
+  ASSERT_FALSE(crc_holds);
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
   Launch(n);
@@ -673,7 +658,7 @@ TEST_P(SecondSourceTest, CorruptChosenReplicaIsReplacedBySecondReplica) {
   const int n = GetParam().nodes;
   SaveTwoVersions();
   bool crc_holds = true;
-  CorruptReplicaOfNode0(1, {0x5A}, 100, &crc_holds);
+  CorruptRegionOfNode0(1, {0x5A}, 100, &crc_holds);
   ASSERT_FALSE(crc_holds);
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve
@@ -697,7 +682,7 @@ TEST_P(SecondSourceTest, EndToEndMismatchRetriesAnotherReplica) {
   const int n = GetParam().nodes;
   SaveTwoVersions();
   bool crc_holds = false;
-  CorruptReplicaOfNode0(1, {0xF1, 0x76, 0xEC, 0x05, 0x01}, kEntryBytes[0] - 2, &crc_holds);
+  CorruptRegionOfNode0(1, {0xF1, 0x76, 0xEC, 0x05, 0x01}, kEntryBytes[0] - 2, &crc_holds);
   ASSERT_TRUE(crc_holds) << "the pattern must keep the region crc";
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);  // memory must serve

@@ -148,53 +148,31 @@ class Runner:
         return s["memory_per_node"], {r["failures"]: r["exact"] for r in s["node_failures"]}
 
     def trial(self, scheme, nodes, f, t, ref):
+        """Trial t of a cell. A launch whose injected failure never fired
+        (the job finished first) measured nothing about the cell: it is run
+        again with the next seed, up to ATTEMPTS times, and recorded as
+        "void" if it never fires."""
         a = self.a
-        seed = int(hashlib.sha256(("%s/%d/%d/%d/%d" % (scheme, nodes, f, t, a.seed)).encode())
-                   .hexdigest()[:12], 16)
-        remote = os.path.join(self.tmp, "remote")
-        shutil.rmtree(remote, ignore_errors=True)
-        inject = "rand%d@%s:rand" % (f, a.window)
-        job = self.job_name("rr")
-        p, recs, wall = self.launch(job, nodes, scheme, inject=inject, seed=seed, remote=remote)
-        shutil.rmtree(remote, ignore_errors=True)
-        rec = {"record": "trial", "scheme": scheme, "nodes": nodes, "f": f, "trial": t,
-               "seed": seed, "inject": inject, "wall_s": wall, "launch_exit": p.returncode}
-        fails = [r for r in recs if r["record"] == "failure"]
-        summary = ([r for r in recs if r["record"] == "summary"] or [{}])[-1]
-        restores = [r for r in recs if r["record"] == "restore" and r["attempt"] > 0]
-        cls, why = "failed", ""
-        if fails:
-            rec["lost_nodes"] = fails[0]["nodes"]
-            rec["stage"] = fails[0]["stage"]
-            rec["last_step"] = fails[0]["last_step"]
-        if not fails or not fails[0].get("injected"):
-            why = "the injected failure did not happen"
-        elif not restores:
-            why = "no restore after the failure"
-        else:
-            r = restores[0]
-            rec["restore"] = {k: r.get(k) for k in ("ok", "version", "entries_by_source",
-                                                    "from_memory", "from_remote", "lost")}
-            if not r.get("ok"):
-                why = "restore: " + ("nothing to restore" if r.get("nothing_to_restore")
-                                     else "; ".join(r.get("errors", [])))
-            elif r.get("state_hash") != ref.get(r.get("version")):
-                why = "restored state of v%s differs from the reference" % r.get("version")
-            elif summary.get("outcome") != "finished" or \
-                    summary.get("state_hash") != ref.get(a.steps):
-                why = "the job did not finish bit-identically (%s)" % summary.get("outcome")
-            else:
-                if r.get("from_remote"):
-                    cls = "remote"
-                elif r.get("from_memory"):
-                    cls = "memory"
-                else:
-                    why = "restore read no entries"
-        rec["class"] = cls
-        if why:
-            rec["why"] = why
-        if cls == "failed" and p.returncode not in (0, 1):
-            rec["output_tail"] = p.stdout[-2000:]
+        for attempt in range(ATTEMPTS):
+            key = "%s/%d/%d/%d/%d" % (scheme, nodes, f, t, a.seed)
+            if attempt:
+                key += "/%d" % attempt
+            seed = int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
+            remote = os.path.join(self.tmp, "remote")
+            shutil.rmtree(remote, ignore_errors=True)
+            inject = "rand%d@%s:rand" % (f, a.window)
+            job = self.job_name("rr")
+            p, recs, wall = self.launch(job, nodes, scheme, inject=inject, seed=seed,
+                                        remote=remote)
+            shutil.rmtree(remote, ignore_errors=True)
+            rec = {"record": "trial", "scheme": scheme, "nodes": nodes, "f": f, "trial": t,
+                   "seed": seed, "attempts": attempt + 1, "inject": inject, "wall_s": wall,
+                   "launch_exit": p.returncode}
+            rec.update(classify(recs, ref, a.steps))
+            if rec["class"] == "failed" and p.returncode not in (0, 1):
+                rec["output_tail"] = p.stdout[-2000:]
+            if rec["class"] != "void":
+                break
         return rec
 
     def goodput(self, scheme, nodes, ref_compute_s):
@@ -222,6 +200,85 @@ class Runner:
                 "useful_s": useful,
                 "goodput": useful / summary["wall_s"] if ok and summary.get("wall_s") else 0.0,
                 "time_lost_s": summary.get("time_lost_s"), "steps_lost": summary.get("steps_lost")}
+
+
+ATTEMPTS = 3
+CLASSES = ("memory", "remote", "failed", "void")
+
+
+def classify(recs, ref, steps):
+    """A trial's class from its launcher records: memory, remote, failed, or
+    void (no failure happened at all: the job finished bit-identically and
+    the launcher reports the injected event as never fired). A failure
+    nobody injected, a job that did not finish, or any restore that is not
+    bit-exact is failed. Returns the fields to add to the trial record."""
+    out = {}
+    fails = [r for r in recs if r["record"] == "failure"]
+    summary = ([r for r in recs if r["record"] == "summary"] or [{}])[-1]
+    restores = [r for r in recs if r["record"] == "restore" and r["attempt"] > 0]
+    not_fired = [r for r in recs if r["record"] == "not_fired"]
+    finished = (summary.get("outcome") == "finished"
+                and summary.get("state_hash") == ref.get(steps))
+    cls, why = "failed", ""
+    if fails:
+        out["lost_nodes"] = fails[0]["nodes"]
+        out["stage"] = fails[0]["stage"]
+        out["last_step"] = fails[0]["last_step"]
+    if not fails and not_fired and finished:
+        cls = "void"
+        why = "the injected failure never fired (%s)" % not_fired[0].get("what")
+    elif not fails or not fails[0].get("injected"):
+        why = "the injected failure did not happen"
+        if fails:
+            why = "a failure nobody injected came first"
+    elif not restores:
+        why = "no restore after the failure"
+    else:
+        r = restores[0]
+        out["restore"] = {k: r.get(k) for k in ("ok", "version", "entries_by_source",
+                                                "from_memory", "from_remote", "lost")}
+        if not r.get("ok"):
+            why = "restore: " + ("nothing to restore" if r.get("nothing_to_restore")
+                                 else "; ".join(r.get("errors", [])))
+        elif r.get("state_hash") != ref.get(r.get("version")):
+            why = "restored state of v%s differs from the reference" % r.get("version")
+        elif not finished:
+            why = "the job did not finish bit-identically (%s)" % summary.get("outcome")
+        elif r.get("from_remote"):
+            cls = "remote"
+        elif r.get("from_memory"):
+            cls = "memory"
+        else:
+            why = "restore read no entries"
+    out["class"] = cls
+    if why:
+        out["why"] = why
+    return out
+
+
+def tally(log, cells, trials):
+    """The rate row of every cell over its first `trials` trials. Void trials
+    (no failure happened) are no sample of the cell: the measured rate and
+    its interval are over the others."""
+    rows = []
+    for scheme, nodes, f, mem, exact in cells:
+        counts = dict.fromkeys(CLASSES, 0)
+        for t in range(trials):
+            counts[log.find("trial", scheme=scheme, nodes=nodes, f=f, trial=t)["class"]] += 1
+        n = trials - counts["void"]
+        lo, hi = wilson(counts["memory"], n)
+        rows.append({"record": "rate", "scheme": scheme, "nodes": nodes, "f": f,
+                     "trials": trials, "samples": n, "memory_per_node": mem, "exact": exact,
+                     "measured": counts["memory"] / n if n else 0.0, "ci95": [lo, hi],
+                     "agree": n > 0 and lo - 1e-9 <= exact <= hi + 1e-9, **counts})
+    return rows
+
+
+def cell_trials(records, cells, trials):
+    """The trial records of this run's cells (a resumed log may hold others)."""
+    keys = {(scheme, nodes, f) for scheme, nodes, f, _, _ in cells}
+    return [r for r in records if r["record"] == "trial" and r["trial"] < trials
+            and (r["scheme"], r["nodes"], r["f"]) in keys]
 
 
 def goodput_steps(steps, failures):
@@ -293,22 +350,15 @@ def main():
                     log.append(rec)
                 print("%-15s N=%-2d f=%d trial %2d: %-6s %s" % (
                     scheme, nodes, f, t, rec["class"], rec.get("why", "")), flush=True)
-        for scheme, nodes, f, mem, exact in cells:
-            counts = {"memory": 0, "remote": 0, "failed": 0}
-            for t in range(a.trials):
-                counts[log.find("trial", scheme=scheme, nodes=nodes, f=f, trial=t)["class"]] += 1
-            lo, hi = wilson(counts["memory"], a.trials)
-            row = {"record": "rate", "scheme": scheme, "nodes": nodes, "f": f,
-                   "trials": a.trials, "memory_per_node": mem, "exact": exact,
-                   "measured": counts["memory"] / a.trials, "ci95": [lo, hi],
-                   "agree": lo - 1e-9 <= exact <= hi + 1e-9, **counts}
+        for row in tally(log, cells, a.trials):
             rows.append(row)
             log.append(row)
             print("%-15s N=%-2d f=%d => memory %d/%d = %.3f [%.3f, %.3f] vs exact %.4f (%s); "
-                  "remote %d, failed %d" % (scheme, nodes, f, counts["memory"], a.trials,
-                                            row["measured"], lo, hi, exact,
-                                            "agree" if row["agree"] else "DISAGREE",
-                                            counts["remote"], counts["failed"]), flush=True)
+                  "remote %d, failed %d, void %d" % (
+                      row["scheme"], row["nodes"], row["f"], row["memory"], row["samples"],
+                      row["measured"], row["ci95"][0], row["ci95"][1], row["exact"],
+                      "agree" if row["agree"] else "DISAGREE", row["remote"], row["failed"],
+                      row["void"]), flush=True)
         if a.goodput:
             nodes = a.goodput_nodes
             compute_s = None
@@ -328,9 +378,10 @@ def main():
         shutil.rmtree(run.tmp, ignore_errors=True)
         log.append({"record": "session", "elapsed_s": time.time() - t_start})
     log.finish()
-    write_report(a, rows, log.records, goodput, log.elapsed())
+    trials = cell_trials(log.records, cells, a.trials)
+    write_report(a, rows, trials, goodput, log.elapsed())
     if not a.no_plots:
-        plot(a, rows, log.records)
+        plot(a, rows, trials)
     bad = [r for r in rows if not r["agree"]]
     print("wrote %s/%s.md (%d rows, %d outside the CI)" % (a.results, a.name, len(rows), len(bad)))
 
@@ -398,9 +449,9 @@ def median_step(run, nodes):
     return statistics.median(times) if times else 0.0
 
 
-def write_report(a, rows, records, goodput, elapsed):
+def write_report(a, rows, trials, goodput, elapsed):
+    """RESULTS/NAME.md from the rate rows and this run's trial records."""
     path = os.path.join(a.results, a.name + ".md")
-    trials = [r for r in records if r["record"] == "trial" and r["trial"] < a.trials]
     with open(path, "w") as f:
         f.write("# Recovery rate under injected node failures\n\n")
         f.write("Produced by `experiments/recovery_rate/run_recovery_rate.py %s`; its %d trials' "
@@ -410,16 +461,20 @@ def write_report(a, rows, records, goodput, elapsed):
         f.write("Each trial runs the demo (%d steps, `%s`) under `memento launch`, loses f "
                 "random nodes at once at a random step in %s and a random stage, relaunches "
                 "and classifies the trial (memory / remote / failed; bit-exact against the "
-                "failure-free run). Remote tier: persist every %d steps. "
-                "Measured memory rate with its 95 %% Wilson interval beside `memento rate`'s "
-                "exact probability.\n\n" % (a.steps, a.demo_args, a.window, a.persist_every))
-        f.write("| scheme | N | f | memory/node | trials | memory | remote | failed | "
-                "measured | 95 % CI | exact | agree |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                "failure-free run; void: the failure never fired, %d launches in a row). "
+                "Remote tier: persist every %d steps. "
+                "Measured memory rate (over the trials that are not void) with its 95 %% Wilson "
+                "interval beside `memento rate`'s exact probability.\n\n"
+                % (a.steps, a.demo_args, a.window, ATTEMPTS, a.persist_every))
+        f.write("| scheme | N | f | memory/node | trials | memory | remote | failed | void | "
+                "measured | 95 % CI | exact | agree |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
-            f.write("| %s | %d | %d | %.2f x | %d | %d | %d | %d | %.3f | [%.3f, %.3f] | %.4f | %s |\n"
+            f.write("| %s | %d | %d | %.2f x | %d | %d | %d | %d | %d | %.3f | [%.3f, %.3f] | "
+                    "%.4f | %s |\n"
                     % (r["scheme"], r["nodes"], r["f"], r["memory_per_node"], r["trials"],
-                       r["memory"], r["remote"], r["failed"], r["measured"], r["ci95"][0],
-                       r["ci95"][1], r["exact"], "yes" if r["agree"] else "**no**"))
+                       r["memory"], r["remote"], r["failed"], r["void"], r["measured"],
+                       r["ci95"][0], r["ci95"][1], r["exact"], "yes" if r["agree"] else "**no**"))
         by = {}
         for t in trials:
             lost = (t.get("restore") or {}).get("lost")
@@ -443,9 +498,9 @@ def write_report(a, rows, records, goodput, elapsed):
                         else "memento " + g["scheme"])
                 f.write("| %s | %s | %.1f | %.3f |\n" % (name, "yes" if g["ok"] else "no",
                                                          g["wall_s"], g["goodput"]))
-        failed = [t for t in trials if t["class"] == "failed"]
+        failed = [t for t in trials if t["class"] in ("failed", "void")]
         if failed:
-            f.write("\n## Failed trials\n\n")
+            f.write("\n## Failed and void trials\n\n")
             for t in failed:
                 f.write("- %s N=%d f=%d trial %d (nodes %s, %s): %s\n" % (
                     t["scheme"], t["nodes"], t["f"], t["trial"], t.get("lost_nodes"),
@@ -455,7 +510,12 @@ def write_report(a, rows, records, goodput, elapsed):
                     % (a.name, a.name))
 
 
-def plot(a, rows, records):
+def plot(a, rows, trials):
+    """RESULTS/NAME.png (rate vs f) and NAME_time_lost.png, when there is a
+    row to draw."""
+    if not rows:
+        print("no rate rows: no plots")
+        return
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -485,8 +545,7 @@ def plot(a, rows, records):
     fig.savefig(os.path.join(a.results, a.name + ".png"), dpi=110)
     plt.close(fig)
 
-    trials = [t for t in records if t["record"] == "trial" and t["trial"] < a.trials
-              and t["class"] != "failed"
+    trials = [t for t in trials if t["class"] in ("memory", "remote")
               and (t.get("restore") or {}).get("lost")]
     keys = sorted({(t["scheme"], t["class"]) for t in trials})
     if not keys:

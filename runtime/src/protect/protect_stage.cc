@@ -306,6 +306,25 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
   // sender thread per destination queues them after every part), so they end
   // the version: a source whose snapshot failed stops early, and that is
   // known at once instead of after a timeout.
+  //
+  // A part of this version that cannot be taken (a region this node does not
+  // hold of the source, beyond its region, of an unknown kind, seals of the
+  // wrong size) fails the version, but the rest of it is still received, up
+  // to its seals, into a scratch buffer: the source's sends then finish at
+  // once instead of waiting for the timeout (under MPI a large payload's send
+  // waits for its receive), and the channel stays in step for the next
+  // version. Only a header or payload that does not fit stops the reading.
+  Status refused;
+  auto drain = [&](uint64_t length) -> Status {
+    while (!landing.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
+    buf.resize(std::max<uint64_t>(length, 1));
+    return transport_->Recv(source_rank, kTagProtectPayload, buf.data(), buf.size()).status();
+  };
+  auto refuse = [&](const ProtectHeader& h, Status why) -> Status {
+    if (refused.ok()) refused = std::move(why);
+    seals = h.kind == kSealsPart;
+    return drain(h.length);
+  };
   auto receive = [&]() -> Status {
     while (!seals) {
       ProtectHeader h;
@@ -318,24 +337,29 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
       // Anything else is left over from an older or failed attempt: drained.
       const bool current = h.version == version_ && h.attempt == attempt_;
       if (!current) {
-        while (!landing.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
-        buf.resize(std::max<uint64_t>(h.length, 1));
-        MEMENTO_RETURN_IF_ERROR(
-            transport_->Recv(source_rank, kTagProtectPayload, buf.data(), buf.size()).status());
+        MEMENTO_RETURN_IF_ERROR(drain(h.length));
+        continue;
+      }
+      if (!refused.ok()) {
+        MEMENTO_RETURN_IF_ERROR(refuse(h, refused));
         continue;
       }
       if (h.kind == kSealsPart) {
         if (h.length != store_->layout().regions[seals_region].capacity) {
-          return Status::Corruption("entry seals of " + std::to_string(h.length) +
-                                    " bytes from rank " + std::to_string(source_rank));
+          MEMENTO_RETURN_IF_ERROR(
+              refuse(h, Status::Corruption("entry seals of " + std::to_string(h.length) +
+                                           " bytes from rank " + std::to_string(source_rank))));
+          continue;
         }
         MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, seals_region), h.length));
         seals = true;
         continue;
       }
       if (h.kind != kReplicaPart) {
-        return Status::Corruption("protect part of kind " + std::to_string(h.kind) + " from rank " +
-                                  std::to_string(source_rank));
+        MEMENTO_RETURN_IF_ERROR(
+            refuse(h, Status::Corruption("protect part of kind " + std::to_string(h.kind) +
+                                         " from rank " + std::to_string(source_rank))));
+        continue;
       }
       // Replica parts land in place.
       int region = -1;
@@ -344,17 +368,27 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
           region = layout_->ReplicaRegion(node);
         }
       }
-      if (region < 0)
-        return Status::Corruption("replica part from a rank this node does not protect");
-      if (h.offset + h.length > store_->layout().regions[region].capacity) {
-        return Status::Corruption("replica part beyond the region");
+      if (region < 0) {
+        MEMENTO_RETURN_IF_ERROR(
+            refuse(h, Status::Corruption("replica part from rank " + std::to_string(source_rank) +
+                                         ", whose replica this node does not hold")));
+        continue;
+      }
+      if (h.offset > store_->layout().regions[region].capacity ||
+          h.length > store_->layout().regions[region].capacity - h.offset) {
+        MEMENTO_RETURN_IF_ERROR(refuse(
+            h, Status::Corruption(
+                   "replica part [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
+                   ") from rank " + std::to_string(source_rank) + " beyond its region of " +
+                   std::to_string(store_->layout().regions[region].capacity) + " bytes")));
+        continue;
       }
       MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, region) + h.offset, h.length));
       part_crcs_[region].push_back({h.offset, h.length, h.crc});
       got += h.length;
     }
     while (!landing.empty()) MEMENTO_RETURN_IF_ERROR(land_oldest());
-    return Status::Ok();
+    return refused;
   };
   if (Status s = receive(); !s.ok()) {
     // Keeps the payloads in step with the headers for the next attempt: what

@@ -7,12 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "store/store_test_util.h"
+#include "transport/wire.h"
 
 namespace memento::runtime {
 namespace {
@@ -27,11 +31,14 @@ struct RankResult {
   NodeStore store;
 };
 
+using WrapTransport = std::function<std::shared_ptr<Transport>(int, std::shared_ptr<Transport>)>;
+
 // Snapshots one entry of `bytes[r]` bytes on every rank (one node per rank)
-// through an EntryCrcStage and a ProtectStage, as the engine does.
+// through an EntryCrcStage and a ProtectStage, as the engine does. `wrap`
+// may put a transport of its own around a rank's.
 std::vector<RankResult> ProtectOnThreads(const std::string& scheme,
-                                         const std::vector<uint64_t>& bytes,
-                                         const std::string& job) {
+                                         const std::vector<uint64_t>& bytes, const std::string& job,
+                                         const WrapTransport& wrap = {}) {
   const int n = static_cast<int>(bytes.size());
   auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
   std::vector<RankRecord> records(n);
@@ -72,8 +79,9 @@ std::vector<RankResult> ProtectOnThreads(const std::string& scheme,
       }
       EntryCrcStage crcs;
       crcs.Reset(1, chunk_entry, chunk_length);
-      ProtectStage protect(&*res.layout, &res.store, group->transport(r).get(), kChunk, &crcs,
-                           {bytes[r]});
+      std::shared_ptr<Transport> transport = group->transport(r);
+      if (wrap) transport = wrap(r, transport);
+      ProtectStage protect(&*res.layout, &res.store, transport.get(), kChunk, &crcs, {bytes[r]});
       const uint64_t version = 3;
       const int slot = 0;
       Status s = res.store.BeginWriteSlot(slot, version);
@@ -155,6 +163,68 @@ TEST(ProtectStage, ParityIsTheXorOfTheStripesDataRows) {
     }
   }
   EXPECT_GT(parity_regions, 0);
+}
+
+// Rank 0's second replica header goes out with `offset` in place of its own;
+// the protect payloads rank 0 sends and those rank 1 receives are counted
+// (rank 0 wraps its transport with an offset, rank 1 without).
+class BadOffsetTransport : public ForwardingTransport {
+ public:
+  struct Counts {
+    std::atomic<int> sent{0}, received{0};
+  };
+  BadOffsetTransport(std::shared_ptr<Transport> inner, uint64_t offset, Counts* counts)
+      : ForwardingTransport(std::move(inner)), offset_(offset), counts_(counts) {}
+  Status Send(int peer, int tag, const void* data, size_t bytes) override {
+    wire::ProtectHeader h;
+    if (tag == wire::kTagProtect && bytes == sizeof(h)) {
+      std::memcpy(&h, data, sizeof(h));
+      if (h.kind == wire::kReplicaPart && ++replica_headers_ == 2) {
+        h.offset = offset_;
+        return ForwardingTransport::Send(peer, tag, &h, sizeof(h));
+      }
+    }
+    if (tag == wire::kTagProtectPayload && rank() == 0) ++counts_->sent;
+    return ForwardingTransport::Send(peer, tag, data, bytes);
+  }
+  Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
+    Result<size_t> r = ForwardingTransport::Recv(peer, tag, data, capacity);
+    if (tag == wire::kTagProtectPayload && r.ok() && rank() == 1) ++counts_->received;
+    return r;
+  }
+
+ private:
+  const uint64_t offset_;
+  Counts* const counts_;
+  int replica_headers_ = 0;
+};
+
+// A replica part whose offset lies beyond the holder's region of its owner
+// (past it, and so far that offset + length wraps around 2^64) is refused by
+// name and fails the version on the holder, which still receives every
+// payload the owner sent, up to its entry seals: under MPI the owner's sends
+// would otherwise wait for the timeout, and the next version's receives
+// would meet them.
+TEST(ProtectStage, APartBeyondItsRegionIsRefusedAndTheRestOfTheVersionIsReceived) {
+  const std::vector<uint64_t> bytes = {4500, 2100};
+  for (uint64_t offset : {uint64_t{4000}, std::numeric_limits<uint64_t>::max() - 10}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    testing::JobCleaner cleaner(testing::UniqueJob("protect-bad-offset"));
+    BadOffsetTransport::Counts counts;
+    auto out = ProtectOnThreads(
+        "replica:2", bytes, cleaner.job(), [&](int r, std::shared_ptr<Transport> t) {
+          return std::make_shared<BadOffsetTransport>(std::move(t), r == 0 ? offset : 0, &counts);
+        });
+    EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
+    ASSERT_FALSE(out[1].status.ok());
+    EXPECT_EQ(out[1].status.code(), StatusCode::kCorruption) << out[1].status.ToString();
+    EXPECT_NE(out[1].status.message().find("from rank 0 beyond its region of 4500 bytes"),
+              std::string::npos)
+        << out[1].status.ToString();
+    // Five replica payloads and the seals, every one received.
+    EXPECT_EQ(counts.sent.load(), 6);
+    EXPECT_EQ(counts.received.load(), counts.sent.load());
+  }
 }
 
 }  // namespace

@@ -492,7 +492,9 @@ class Checkpointer:
 
         Returns a RestoreReport (usable as the int step), or None when the job never committed
         a checkpoint (a fresh start). Raises UnrecoverableError when it did but no committed
-        version can be rebuilt from memory or read from the remote tier. After an
+        version can be rebuilt from memory or read from the remote tier. A restore that
+        raises may have written part of a version into the tensors (it restores in place):
+        do not train on from them; exit and relaunch, or restore() again. After an
         elastic restore (report.elastic) the restored tensors are snapshotted under the new
         topology in the background, as after save(): call wait_snapshot() before modifying
         them (the training loop does, before optimizer.step()).

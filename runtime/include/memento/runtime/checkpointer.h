@@ -196,7 +196,11 @@ class Checkpointer {
   // versions are lost: a job must not take that for a fresh start);
   // ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).
-  // The report says where each entry came from (restore_report.h).
+  // The report says where each entry came from (restore_report.h). Restore
+  // writes in place: after any failure but NotFound the registered buffers
+  // may hold part of a version and part of what they held before, so the
+  // job must not train on from them (exit and relaunch, as `memento launch`
+  // does, or Restore again).
   //
   // Elastic (Config::elastic, on another topology than the surviving stores
   // or the remote version were written for): every rank gets the slices it

@@ -59,6 +59,7 @@ Status StoreLayout::Validate() const {
                                    " regions (at most 1000000)");
   }
   std::unordered_set<std::string> seen;
+  uint64_t total = 0;
   for (size_t i = 0; i < regions.size(); ++i) {
     const RegionSpec& r = regions[i];
     const std::string where = "store layout: region " + std::to_string(i) + " '" + r.name + "'";
@@ -74,6 +75,14 @@ Status StoreLayout::Validate() const {
       return Status::InvalidArgument(where + ": capacity " + std::to_string(r.capacity) +
                                      " exceeds 256 TiB");
     }
+    // The slot is the regions side by side and a store holds at most 64
+    // slots: bounding their sum keeps every offset of the store's geometry
+    // far from overflowing (a crafted segment could otherwise make its
+    // computed size wrap around to the file's).
+    if (r.capacity > (1ull << 48) - total) {
+      return Status::InvalidArgument(where + ": the regions' capacities exceed 256 TiB in all");
+    }
+    total += r.capacity;
     if (!seen.insert(r.name).second) {
       return Status::InvalidArgument(where + ": duplicate name");
     }

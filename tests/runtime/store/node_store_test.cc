@@ -117,6 +117,20 @@ TEST(StoreLayout, ValidateNamesTheBadRegion) {
             StatusCode::kInvalidArgument);
 }
 
+// Each region may hold 256 TiB, and so may all of them together.
+TEST(StoreLayout, TheRegionsTogetherHoldAtMost256TiB) {
+  StoreLayout l;
+  l.regions.push_back({RegionKind::kShard, "a", 1ull << 47, 0, 0, 0, {}});
+  l.regions.push_back({RegionKind::kShard, "b", 1ull << 47, 0, 0, 0, {}});
+  EXPECT_TRUE(l.Validate().ok());
+  l.regions.push_back({RegionKind::kShard, "c", 1, 0, 0, 0, {}});
+  Status s = l.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("region 2 'c': the regions' capacities exceed 256 TiB in all"),
+            std::string::npos)
+      << s.ToString();
+}
+
 TEST(ShmSegment, CreateOpenListUnlink) {
   const std::string name = "/memento.tshm-" + testing::ProcessTag() + ".x";
   auto seg = ShmSegment::Create(name, 5000);
@@ -933,6 +947,46 @@ TEST_F(NodeStoreCorruptionTest, PayloadByteIsDetected) {
     });
   }
   EXPECT_TRUE(store_.VerifyRegion(slot_, 0).ok());
+}
+
+// A segment whose records, geometry and crcs are all consistent, but whose
+// region capacities make the computed store size wrap around 2^64 to the
+// file's size (1024 regions of 256 TiB in 64 slots: a slot of 2^58 bytes,
+// 64 of them 2^64): refused as corrupt, never attached with regions that lie
+// outside the mapping.
+TEST_F(NodeStoreTest, ACraftedLayoutWhoseSizeWrapsIsRefused) {
+  StoreLayout layout;
+  for (int i = 0; i < 1024; ++i) {
+    layout.regions.push_back({RegionKind::kShard, "r" + std::to_string(i), 0, 0, 0, 0, {}});
+  }
+  auto store = NodeStore::Create(id_, layout, 64);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto raw = ShmSegment::Open(store->segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok());
+  uint8_t* base = raw->data();
+  auto* hdr = reinterpret_cast<f::SegmentHeader*>(base);
+  const uint64_t capacity = 1ull << 48;
+  uint64_t pos = hdr->layout_offset;
+  for (uint32_t i = 0; i < hdr->region_count; ++i) {
+    f::RegionRecordFixed fx;
+    std::memcpy(&fx, base + pos, sizeof(fx));
+    fx.capacity = capacity;
+    fx.offset_in_slot = i * capacity;
+    std::memcpy(base + pos, &fx, sizeof(fx));
+    const uint64_t body = sizeof(fx) + fx.name_len + fx.dtype_len + 24ull * fx.ndim;
+    const uint32_t crc = Crc32c(base + pos, body);
+    std::memcpy(base + pos + body, &crc, 4);
+    pos += fx.record_bytes;
+  }
+  hdr->layout_crc = Crc32c(base + hdr->layout_offset, hdr->layout_bytes);
+  hdr->slot_stride = capacity * hdr->region_count;  // 2^58; times 64 slots wraps to 0
+  ASSERT_EQ(hdr->slot_data_offset + hdr->slot_stride * hdr->slot_count, hdr->total_bytes);
+  hdr->header_crc = Crc32c(hdr, f::kHeaderCrcBytes);
+  auto a = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+  ASSERT_FALSE(a.ok()) << "attached a store whose regions lie past its mapping";
+  EXPECT_EQ(a.status().code(), StatusCode::kCorruption) << a.status().ToString();
+  EXPECT_NE(a.status().message().find("exceed 256 TiB in all"), std::string::npos)
+      << a.status().ToString();
 }
 
 TEST_F(NodeStoreCorruptionTest, OtherFormatVersionIsRejected) {

@@ -140,6 +140,11 @@ void ReleaseLock(const std::pair<uint64_t, uint64_t>& key) {
 // A segment is ours only if the effective user owns it and nobody else may
 // read or write it; anything else was planted or loosened by someone else.
 Status CheckOwnership(const std::string& name, const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) {
+    return Status::Unavailable("shm segment " + name +
+                               " is not a regular file; refusing to use it (it was left "
+                               "untouched)");
+  }
   if (st.st_uid != geteuid()) {
     return Status::Unavailable("shm segment " + name + " is owned by uid " +
                                std::to_string(st.st_uid) + ", not by this process's uid " +
@@ -350,8 +355,11 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
   MEMENTO_RETURN_IF_ERROR(CheckDirectory());
   const std::string path = Directory() + name;
-  int fd = open(path.c_str(),
-                (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO of this name (anyone may make one in /dev/shm) would
+  // block a read-only open until some writer came; it is refused below
+  // instead. A regular file's mapping ignores the flag.
+  int fd = open(path.c_str(), (access == Access::kReadWrite ? O_RDWR : O_RDONLY) | O_NOFOLLOW |
+                                  O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound("shm segment " + name + " does not exist");

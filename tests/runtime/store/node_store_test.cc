@@ -1,5 +1,6 @@
 #include "memento/runtime/node_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -7,16 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <atomic>
+#include <csignal>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <future>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "memento/common/check.h"
@@ -726,6 +727,37 @@ TEST_F(NodeStoreTest, ForeignOrLooseSegmentIsRefusedAndKept) {
   auto back = NodeStore::Attach(id_);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->FindVersion(3).has_value());
+}
+
+// A FIFO of this job's store name (anyone may make one in /dev/shm) is
+// refused at once and left in place: a read-only open would otherwise wait
+// for a writer forever (inspect, an elastic Prepare).
+TEST_F(NodeStoreTest, AFifoOfTheStoresNameIsRefusedWithoutBlocking) {
+  const std::string path = ShmSegment::Directory() + *NodeStore::SegmentName(id_);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  auto attach = std::async(std::launch::async,
+                           [&] { return NodeStore::Attach(id_, ShmSegment::Access::kReadOnly); });
+  if (attach.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "Attach blocked on the FIFO";
+    const int writer = open(path.c_str(), O_WRONLY | O_NONBLOCK);  // lets the open return
+    attach.wait();
+    if (writer >= 0) close(writer);
+  }
+  Result<NodeStore> a = attach.get();
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(a.status().message().find("is not a regular file"), std::string::npos)
+      << a.status().ToString();
+  for (StalePolicy policy : {StalePolicy::kError, StalePolicy::kReplace}) {
+    auto r = NodeStore::OpenOrCreate(id_, TestLayout(), 2, policy);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("is not a regular file"), std::string::npos)
+        << r.status().ToString();
+  }
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0) << "the FIFO was removed";
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(unlink(path.c_str()), 0);
 }
 
 // A segment this process cannot open (no file descriptor left) says nothing

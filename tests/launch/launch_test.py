@@ -21,8 +21,9 @@ usage: launch_test.py SCENARIO
                   and output tail shown (and it ran with Open MPI's kill grace
                   set to 0)
   failing-with-progress
-                  a job that fails on its own but trains further each launch
-                  starts a new row of failures; --status-dir keeps the user's files
+                  a job that fails on its own but trains past every step reported
+                  before starts a new row of failures, one that only passes the
+                  previous launch's step does not; --status-dir keeps the user's files
 Every scenario that trains requires the final state to be bit-identical to
 the reference (the same hash of every rank's parameters and Adam moments).
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
@@ -365,8 +366,11 @@ def run(scenario, job, remote):
     elif scenario == "failing-with-progress":
         # A job that fails on its own but trains further at every launch is
         # not failing "in a row": the first four launches each report a new
-        # step, so the launcher gives up only after --max-restarts 2 launches
-        # without progress (4 + 2 = 6 launches). The job changes directory
+        # step (1-4), so the launcher gives up only after --max-restarts 2
+        # launches without progress (4 + 2 = 6 launches). Those two report
+        # steps 2 and 3: further than the launch before them, not than every
+        # launch (a job restored to an older step that crashes again is no
+        # progress). The job changes directory
         # first, so it reports only if the relative --status-dir reached it
         # as an absolute path; the launcher runs with SIGCHLD ignored (a
         # parent's setting it inherits) and must still see the job fail.
@@ -375,10 +379,11 @@ def run(scenario, job, remote):
         script = os.path.join(remote, "progress.sh")
         with open(script, "w") as f:
             f.write("#!/bin/sh\ncd /\n"
-                    "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ] && "
-                    "[ \"$MEMENTO_LAUNCH_ATTEMPT\" -lt 4 ]; then\n"
+                    "a=$MEMENTO_LAUNCH_ATTEMPT\n"
+                    "if [ $a -lt 4 ]; then s=$((a + 1)); else s=$((2 + a % 2)); fi\n"
+                    "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n"
                     "  echo \"{\\\"event\\\": \\\"step\\\", "
-                    "\\\"step\\\": $((MEMENTO_LAUNCH_ATTEMPT + 1)), "
+                    "\\\"step\\\": $s, "
                     "\\\"t\\\": $(date +%s)}\" >> \"$MEMENTO_LAUNCH_DIR/events.jsonl\"\n"
                     "fi\nsleep 0.5\nexit 7\n")
         os.chmod(script, 0o755)

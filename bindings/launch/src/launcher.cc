@@ -157,7 +157,7 @@ class Launcher {
     double t_next_rank_check = 0;
     double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
     uint64_t last_step = 0;
-    uint64_t reached_before = 0;  // the newest step reported before this launch
+    uint64_t reached_before = 0;  // the furthest step reported before this launch
     std::vector<double> step_times;
     // The restore record is written once every rank reported (or at the end).
     bool restore_recorded = false;
@@ -222,7 +222,8 @@ class Launcher {
   // Failures not yet recovered from (a failure during a recovery adds to the
   // previous one); the next successful restore closes them.
   std::vector<json> open_failures_;
-  uint64_t reached_ = 0;  // the newest step the job reported, over all attempts
+  uint64_t reached_ = 0;   // the step the job reported last (of the newest attempt that did)
+  uint64_t furthest_ = 0;  // the furthest step the job reported, over all attempts
   std::string outcome_ = "failed";
   int exit_code_ = 1;
   std::string message_;
@@ -570,7 +571,7 @@ bool Launcher::StartAttempt(Attempt* a) {
     return false;
   }
   a->t_launch = Now();
-  a->reached_before = reached_;
+  a->reached_before = furthest_;
   a->pid = Spawn(a->index);
   if (a->pid < 0) {
     message_ = std::string("fork failed: ") + std::strerror(errno);
@@ -617,6 +618,7 @@ void Launcher::PollEvents(Attempt* a) {
     } else if (kind == "step") {
       step_ = a->last_step = ev.value("step", uint64_t{0});
       reached_ = a->last_step;
+      furthest_ = std::max(furthest_, reached_);
       loss_ = ev.value("loss", 0.0);
       step_s_ = ev.value("step_s", 0.0);
       stall_s_ = ev.value("stall_s", 0.0);

@@ -2,12 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +76,26 @@ struct HeldLock {
 std::mutex g_locks_mu;
 std::map<std::pair<uint64_t, uint64_t>, HeldLock> g_locks;  // (st_dev, st_ino) -> lock
 
+// A child forked without exec (a data loader's worker) gets copies of the
+// lock descriptors, and with them the locks: it would keep a store locked
+// after this process died, and the relaunch would be refused as "in use"
+// until the child ended. Close-on-exec does not cover fork, so the child
+// closes its copies as it starts (close is async-signal-safe); its entries
+// stay, marked closed, and are dropped as the parent's (other pid) are.
+void CloseLocksInChild() {
+  for (auto& [key, held] : g_locks) {
+    if (held.fd >= 0) close(held.fd);
+    held.fd = -1;
+  }
+  g_locks_mu.unlock();
+}
+void RegisterForkHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { g_locks_mu.lock(); }, [] { g_locks_mu.unlock(); }, CloseLocksInChild);
+  });
+}
+
 // The pid holding a flock on (dev, ino), from /proc/locks; 0 if not found.
 long LockHolderPid(dev_t dev, ino_t ino) {
   std::ifstream locks("/proc/locks");
@@ -97,10 +118,12 @@ long LockHolderPid(dev_t dev, ino_t ino) {
 Status AcquireLock(int fd, const std::string& name, const struct stat& st,
                    std::pair<uint64_t, uint64_t>* key) {
   *key = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  RegisterForkHandlers();
   std::lock_guard<std::mutex> lock(g_locks_mu);
   auto it = g_locks.find(*key);
   if (it != g_locks.end() && it->second.pid != getpid()) {
-    close(it->second.fd);  // the parent's lock stays: its descriptor is still open there
+    // The parent's entry, its descriptor closed at the fork (the parent's lock
+    // stays: its descriptor is still open there).
     g_locks.erase(it);
     it = g_locks.end();
   }
@@ -108,9 +131,15 @@ Status AcquireLock(int fd, const std::string& name, const struct stat& st,
     ++it->second.users;
     return Status::Ok();
   }
+  // The lock is taken on an open file description of its own (the file
+  // opened again through /proc), not on `fd`'s: an flock lasts while any
+  // reference to its description does, and the segment's mappings hold one
+  // to `fd`'s, which a forked child inherits with the mapping. Without /proc,
+  // a duplicate of `fd` (a forked child then keeps the lock while it runs).
   // Close-on-exec like `fd`: a program this process starts must not inherit
   // the lock (and keep it past this process's death).
-  const int lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  int lock_fd = open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd < 0) lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (lock_fd < 0) return Status::IoError("dup(" + name + "): " + Errno(errno));
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

@@ -657,42 +657,55 @@ TEST_F(NodeStoreTest, HolderKilledWithSigkillNeverBlocksARelaunch) {
   ExpectVersion(*relaunch, *slot, 9);
 }
 
-// A program the holder started (an exec'd helper that outlives it) does not
-// inherit the store's lock: once the holder is killed, the relaunch attaches
-// while the helper still runs.
-TEST_F(NodeStoreTest, AProgramTheHolderStartedDoesNotKeepTheStoreLocked) {
+// A holder process that creates the store and starts a child (exec'ing
+// `sleep`, or a plain fork that stays, like a data loader's worker), then is
+// killed with SIGKILL while the child still runs: the relaunch must attach
+// the store with its version, the child alive.
+void RelaunchWhileTheKilledHoldersChildRuns(const StoreId& id, bool exec) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
   const pid_t holder = fork();
   ASSERT_GE(holder, 0);
   if (holder == 0) {
     close(ready[0]);
-    auto store = NodeStore::Create(id_, TestLayout(), 2);
+    auto store = NodeStore::Create(id, TestLayout(), 2);
     if (!store.ok()) _exit(3);
     WriteVersion(*store, 9);
-    const pid_t helper = fork();
-    if (helper == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
       close(ready[1]);
-      execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
-      _exit(127);
+      if (exec) execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+      for (;;) pause();
     }
-    if (write(ready[1], &helper, sizeof(helper)) != sizeof(helper)) _exit(4);
+    if (write(ready[1], &child, sizeof(child)) != sizeof(child)) _exit(4);
     for (;;) pause();  // holds the store until killed
   }
   close(ready[1]);
-  pid_t helper = -1;
-  ASSERT_EQ(read(ready[0], &helper, sizeof(helper)), static_cast<ssize_t>(sizeof(helper)));
+  pid_t child = -1;
+  ASSERT_EQ(read(ready[0], &child, sizeof(child)), static_cast<ssize_t>(sizeof(child)));
   close(ready[0]);
-  usleep(100000);  // the helper has exec'd
+  usleep(100000);  // the child has exec'd
   ASSERT_EQ(kill(holder, SIGKILL), 0);
   int wstatus = 0;
   ASSERT_EQ(waitpid(holder, &wstatus, 0), holder);
-  auto relaunch = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
-  const bool helper_alive = kill(helper, 0) == 0;
-  kill(helper, SIGKILL);
-  EXPECT_TRUE(helper_alive);
+  auto relaunch = NodeStore::OpenOrCreate(id, TestLayout(), 2, StalePolicy::kError);
+  const bool child_alive = kill(child, 0) == 0;
+  kill(child, SIGKILL);
+  EXPECT_TRUE(child_alive);
   ASSERT_TRUE(relaunch.ok()) << relaunch.status().ToString();
   ExpectVersion(*relaunch, *relaunch->FindVersion(9), 9);
+}
+
+// A program the holder started (an exec'd helper that outlives it) does not
+// inherit the store's lock.
+TEST_F(NodeStoreTest, AProgramTheHolderStartedDoesNotKeepTheStoreLocked) {
+  RelaunchWhileTheKilledHoldersChildRuns(id_, /*exec=*/true);
+}
+
+// Nor does a process the holder forked without exec (PyTorch's data loader
+// workers under the fork start method outlive a killed trainer by seconds).
+TEST_F(NodeStoreTest, AProcessTheHolderForkedDoesNotKeepTheStoreLocked) {
+  RelaunchWhileTheKilledHoldersChildRuns(id_, /*exec=*/false);
 }
 
 // A segment of this job's name that another user owns, or whose mode is not

@@ -537,7 +537,14 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
   Put<uint32_t>(&header, Crc32c(header.data(), header.size()));
   MEMENTO_RETURN_IF_ERROR(w.Write(header.data(), header.size()));
   for (const auto& e : entries) {
-    const std::string rec = EncodeEntryRecord(e, Crc32c(e.data, e.bytes));
+    const uint32_t crc = Crc32c(e.data, e.bytes);
+    if (e.crc && *e.crc != crc) {
+      return Status::Corruption("WriteRankFile: entry '" + e.name + "' of v" +
+                                std::to_string(version) +
+                                " fails its sealed crc32c (its bytes changed since they were "
+                                "sealed); not persisted");
+    }
+    const std::string rec = EncodeEntryRecord(e, crc);
     MEMENTO_RETURN_IF_ERROR(w.Write(rec.data(), rec.size()));
     if (e.bytes > 0) MEMENTO_RETURN_IF_ERROR(w.Write(e.data, e.bytes));
   }

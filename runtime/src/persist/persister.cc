@@ -95,7 +95,10 @@ Status Persister::WriteLocal(const Job& job, uint64_t lineage, RankFileInfo* inf
                                         std::to_string(view.version) + ", not v" +
                                         std::to_string(job.version));
     }
-    sources.push_back({names_[i], view.data, view.length, layouts_[i]});
+    // The seal goes along: the rank file's crcs are computed from the slot's
+    // bytes, so bytes damaged since the commit are refused rather than
+    // persisted under crcs of their own.
+    sources.push_back({names_[i], view.data, view.length, layouts_[i], view.crc});
   }
   MEMENTO_ASSIGN_OR_RETURN(
       *info, remote_->WriteRankFile(job.version, transport_->rank(), sources, lineage));

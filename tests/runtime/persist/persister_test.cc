@@ -59,6 +59,9 @@ class PersisterTest : public ::testing::Test {
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         NodeStore store = SealedStore(r, version);
+        if (r == damaged_rank_) {  // a byte changes in memory after the seal
+          const_cast<uint8_t*>(store.ReadRegion(0, 0)->data)[100] ^= 0x10;
+        }
         SlotAllocator slots(&store);
         slots.SetCommitted(0);
         std::shared_ptr<RemoteStore> remote =
@@ -82,6 +85,7 @@ class PersisterTest : public ::testing::Test {
   }
 
   std::function<std::shared_ptr<RemoteStore>()> make_remote_;  // default: a directory store
+  int damaged_rank_ = -1;  // whose slot has a byte changed after it was sealed
   testing::JobCleaner cleaner_{testing::UniqueJob("persister")};
   std::string dir_;
 };
@@ -115,6 +119,28 @@ TEST_F(PersisterTest, ARankThatFailsToWriteMeansNoManifest) {
   auto complete = remote.ListComplete();
   ASSERT_TRUE(complete.ok());
   EXPECT_TRUE(complete->empty());
+}
+
+// A byte of rank 1's slot changed after it was sealed (memory damaged
+// between commit and persist): rank 1 refuses to persist it, naming the
+// entry, writes no rank file, and rank 0 writes no manifest.
+TEST_F(PersisterTest, ASlotDamagedSinceItsSealIsNotPersisted) {
+  damaged_rank_ = 1;
+  std::vector<int> pins;
+  auto out = PersistOnThreads(3, 5, nullptr, &pins);
+  EXPECT_EQ(out[1].code(), StatusCode::kCorruption) << out[1].ToString();
+  EXPECT_NE(out[1].message().find("entry 'w' of v5 fails its sealed crc32c"), std::string::npos)
+      << out[1].ToString();
+  EXPECT_FALSE(out[0].ok());
+  EXPECT_NE(out[0].message().find("rank 1"), std::string::npos) << out[0].ToString();
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_TRUE(complete->empty());
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
+    EXPECT_EQ(f.path().filename().string().find("rank-000001"), std::string::npos)
+        << "rank 1 left " << f.path();
+  }
 }
 
 TEST_F(PersisterTest, AFailingManifestHookLeavesTheVersionInvisible) {

@@ -31,6 +31,11 @@ struct RemoteEntrySource {
   const void* data = nullptr;
   uint64_t bytes = 0;
   EntryLayout layout;
+  // When set, the crc32c the bytes must have (the seal of the slot region
+  // they are read from): bytes that changed since they were sealed fail the
+  // write with Corruption naming the entry, instead of being persisted under
+  // a crc of their own that every later check would pass.
+  std::optional<uint32_t> crc;
 };
 
 // Where ReadRankFile puts the entry called `name`: `data` holds `capacity`

@@ -525,6 +525,7 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
   if (options_.fsync && created_job) MEMENTO_RETURN_IF_ERROR(FsyncDir(root_));
 
   const std::string path = RankFilePath(version, rank, lineage);
+  MEMENTO_RETURN_IF_ERROR(WithdrawManifestNaming(version, path));
   AtomicFileWriter w(path, options_.fsync);
   MEMENTO_RETURN_IF_ERROR(w.Open());
   std::string header(kRankMagic, 8);
@@ -560,6 +561,34 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
   info.crc = w.crc();
   Log(LogLevel::kDebug, "remote: wrote " + path + " (" + std::to_string(info.bytes) + " bytes)");
   return info;
+}
+
+// A run persists a version number it persisted before when a restore passed
+// over that version (a read error, say) and the job trained to it again. The
+// rank files then have the same names, and a complete manifest naming them
+// would stay visible while they are replaced one by one: a crash in between
+// leaves a "complete" version whose files fail its crcs. The manifest is
+// removed first, so the version is at every moment the old complete one,
+// invisible, or the new complete one. A manifest of another run names other
+// files and stays.
+Status DirectoryRemoteStore::WithdrawManifestNaming(uint64_t version, const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return Status::Ok();  // the usual case: a new file
+  Result<RemoteManifest> manifest = ReadManifest(version);
+  if (!manifest.ok()) return Status::Ok();  // nothing complete to withdraw
+  const std::string file = path.substr(path.find_last_of('/') + 1);
+  bool names = false;
+  for (const RankFileInfo& r : manifest->ranks) names = names || r.file == file;
+  if (!names) return Status::Ok();
+  const std::string manifest_path = ManifestPath(version);
+  if (unlink(manifest_path.c_str()) != 0 && errno != ENOENT) {
+    return IoErr("unlink", manifest_path, errno);
+  }
+  Log(LogLevel::kInfo, "remote: v" + std::to_string(version) +
+                           " is persisted again; its earlier manifest is withdrawn until the "
+                           "new one");
+  if (options_.fsync) MEMENTO_RETURN_IF_ERROR(FsyncDir(VersionDir(version)));
+  return Status::Ok();
 }
 
 Status DirectoryRemoteStore::CheckRankFiles(uint64_t version,

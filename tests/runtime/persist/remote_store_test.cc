@@ -435,6 +435,34 @@ TEST_F(DirectoryRemoteStoreTest, ARunReusingAVersionNumberNeverOverwritesTheOthe
   for (int r = 0; r < world; ++r) EXPECT_EQ(read(r), Bytes(5000, 200 + r)) << "rank " << r;
 }
 
+// The same run persists v5 again (its restore passed over v5 and it trained
+// to it again): from the first rank file replaced until the new manifest, v5
+// is not visible, never "complete" with files that fail its crcs; then it is
+// the new one.
+TEST_F(DirectoryRemoteStoreTest, PersistingAVersionAgainWithdrawsItsManifestUntilTheNewOne) {
+  DirectoryRemoteStore store(root_, "job1");
+  constexpr uint64_t kLineage = 0xCCCC;
+  auto write = [&](int r, uint32_t seed) {
+    std::vector<uint8_t> w = Bytes(5000, seed + r);
+    auto info = store.WriteRankFile(5, r, {{"w", w.data(), w.size(), {}}}, kLineage);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return *info;
+  };
+  ASSERT_TRUE(store.WriteManifest(5, 2, {write(0, 100), write(1, 100)}, kLineage).ok());
+  ASSERT_EQ(*store.ListComplete(), std::vector<uint64_t>{5});
+  const RankFileInfo again0 = write(0, 300);
+  EXPECT_TRUE(store.ListComplete()->empty()) << "v5 listed complete with a replaced rank file";
+  const RankFileInfo again1 = write(1, 300);
+  ASSERT_TRUE(store.WriteManifest(5, 2, {again0, again1}, kLineage).ok());
+  ASSERT_EQ(*store.ListComplete(), std::vector<uint64_t>{5});
+  for (int r = 0; r < 2; ++r) {
+    std::vector<uint8_t> got(5000);
+    Status s = store.ReadRankFile(5, r, {{"w", got.data(), got.size()}});
+    ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s.ToString();
+    EXPECT_EQ(got, Bytes(5000, 300 + r)) << "rank " << r;
+  }
+}
+
 // A version whose manifest is there but does not validate (here: a format
 // this build does not read, as a newer memento writes; the same path a read
 // error takes) may be a committed version: Prune never removes it, however

@@ -116,6 +116,9 @@ class DirectoryRemoteStore : public RemoteStore {
   Result<RankFileInfo> WriteRankFileIn(uint64_t version, int rank,
                                        const std::vector<RemoteEntrySource>& entries,
                                        uint64_t lineage, bool created_job);
+  // Removes version `version`'s manifest when it names the rank file at
+  // `path`, which is about to be replaced (the version is persisted again).
+  Status WithdrawManifestNaming(uint64_t version, const std::string& path);
 
   std::string root_;
   std::string job_;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -880,7 +881,8 @@ Status DirectoryRemoteStore::Prune(int keep) {
   std::vector<std::pair<int64_t, uint64_t>> by_age;  // (manifest mtime ns, version)
   for (uint64_t v : complete) {
     struct stat st;
-    int64_t mtime = 0;
+    // A manifest that cannot be stat'ed now counts as the newest (kept).
+    int64_t mtime = std::numeric_limits<int64_t>::max();
     if (stat(ManifestPath(v).c_str(), &st) == 0) {
       mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     }
@@ -934,6 +936,15 @@ Status DirectoryRemoteStore::Prune(int keep) {
       remove = newest_age > options_.stale_temp_seconds;
     }
     if (remove) {
+      // A complete version takes its manifest's files with it; any other
+      // file (another run's rank file or temporary of this version number,
+      // maybe being written now) only once idle, as below.
+      std::set<std::string> named;
+      if (is_complete) {
+        Result<RemoteManifest> manifest = ReadManifest(v);
+        if (!manifest.ok()) continue;  // changed since ListComplete; the next Prune looks again
+        for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
+      }
       // The manifest first: the version stops being complete atomically.
       if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
         if (Status s = FsyncDir(dir); !s.ok()) {
@@ -944,12 +955,19 @@ Status DirectoryRemoteStore::Prune(int keep) {
       bool emptied = true;
       for (const auto& f : files) {
         if (f == kManifestName) continue;
-        if (unlink((dir + "/" + f).c_str()) != 0 && errno != ENOENT) {
-          failed(IoErr("unlink", dir + "/" + f, errno));
+        struct stat st;
+        const std::string path = dir + "/" + f;
+        if (is_complete && !named.count(f) && stat(path.c_str(), &st) == 0 &&
+            AgeSeconds(st) <= options_.stale_temp_seconds) {
+          emptied = false;
+          continue;
+        }
+        if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+          failed(IoErr("unlink", path, errno));
           emptied = false;
         }
       }
-      if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
         failed(IoErr("rmdir", dir, errno));
       }
       Log(LogLevel::kDebug, "remote: pruned version " + std::to_string(v));

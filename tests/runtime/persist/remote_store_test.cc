@@ -435,6 +435,35 @@ TEST_F(DirectoryRemoteStoreTest, ARunReusingAVersionNumberNeverOverwritesTheOthe
   for (int r = 0; r < world; ++r) EXPECT_EQ(read(r), Bytes(5000, 200 + r)) << "rank " << r;
 }
 
+// Pruning run A's complete v5 takes A's files of v5 and its manifest, not
+// run B's rank file of v5 nor a temporary it is writing there now (B reuses
+// the job id and persists v5 at that moment); they go once idle.
+TEST_F(DirectoryRemoteStoreTest, PruningAVersionLeavesAnotherRunsFilesBeingWritten) {
+  DirectoryRemoteStore store(root_, "job1");
+  constexpr uint64_t kA = 0xAAAA, kB = 0xBBBB;
+  auto write = [&](uint64_t version, uint64_t lineage, int r) {
+    std::vector<uint8_t> w = Bytes(5000, static_cast<uint32_t>(version + r));
+    auto info = store.WriteRankFile(version, r, {{"w", w.data(), w.size(), {}}}, lineage);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return *info;
+  };
+  ASSERT_TRUE(store.WriteManifest(5, 2, {write(5, kA, 0), write(5, kA, 1)}, kA).ok());
+  ASSERT_TRUE(store.WriteManifest(6, 2, {write(6, kA, 0), write(6, kA, 1)}, kA).ok());
+  write(5, kB, 0);  // run B, writing v5 now
+  const std::string temp = store.VersionDir(5) + "/rank-000001.000000000000bbbb.mck.tmp.12345";
+  std::ofstream(temp) << "being written";
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{6});
+  EXPECT_FALSE(fs::exists(store.RankFilePath(5, 0, kA)));
+  EXPECT_FALSE(fs::exists(store.RankFilePath(5, 1, kA)));
+  EXPECT_TRUE(fs::exists(store.RankFilePath(5, 0, kB))) << "pruned run B's rank file";
+  EXPECT_TRUE(fs::exists(temp)) << "pruned run B's temporary";
+  DirectoryRemoteStore::Options quick;
+  quick.stale_temp_seconds = -1;  // everything counts as idle
+  ASSERT_TRUE(DirectoryRemoteStore(root_, "job1", quick).Prune(1).ok());
+  EXPECT_FALSE(fs::exists(store.VersionDir(5)));
+}
+
 // The same run persists v5 again (its restore passed over v5 and it trained
 // to it again): from the first rank file replaced until the new manifest, v5
 // is not visible, never "complete" with files that fail its crcs; then it is
@@ -488,14 +517,16 @@ TEST_F(DirectoryRemoteStoreTest, PruneNeverRemovesAVersionWithAManifestItCannotR
   EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{3});
 }
 
-// One version folder that cannot be emptied (here a folder inside it, which
-// unlink refuses) does not stop Prune: the versions after it are pruned, and
-// the error names what could not be removed.
+// One version folder that cannot be emptied (here a folder inside it, idle,
+// which unlink refuses) does not stop Prune: the versions after it are
+// pruned, and the error names what could not be removed.
 TEST_F(DirectoryRemoteStoreTest, PruneGoesOnPastAVersionItCannotRemove) {
   DirectoryRemoteStore store(root_, "job1");
   for (uint64_t v : {1, 2, 3}) Persist(store, v, 1);
   fs::create_directories(store.VersionDir(1) + "/not-ours");
-  Status s = store.Prune(1);
+  DirectoryRemoteStore::Options quick;
+  quick.stale_temp_seconds = -1;  // everything counts as idle
+  Status s = DirectoryRemoteStore(root_, "job1", quick).Prune(1);
   EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
   EXPECT_NE(s.message().find("not-ours"), std::string::npos) << s.ToString();
   EXPECT_FALSE(fs::exists(store.VersionDir(2)));

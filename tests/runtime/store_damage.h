@@ -5,10 +5,36 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "memento/runtime/node_store.h"
+#include "memento/runtime/shm_segment.h"
 
 namespace memento::runtime::testing {
+
+// Flips one byte of a shm segment (driver only): at 100 it is in the header's
+// node string, at 1024 + 40 in the layout area (format::kHeaderBytes = 1024).
+inline void FlipSegmentByte(const std::string& segment, long offset) {
+  std::fstream f(std::string(ShmSegment::Directory()) + segment,
+                 std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << segment;
+  char c = 0;
+  f.seekg(offset);
+  f.read(&c, 1);
+  c ^= 0x01;
+  f.seekp(offset);
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good()) << segment;
+}
+
+// The set-aside copies of `segment` (see NodeStore::OpenOrCreate).
+inline std::vector<std::string> SetAsideOf(const std::string& segment) {
+  auto names = ShmSegment::List(segment + NodeStore::kSetAsideSuffix);
+  EXPECT_TRUE(names.ok()) << names.status().ToString();
+  return names.ok() ? *names : std::vector<std::string>();
+}
 
 // Flips one byte in the middle of every non-empty parity region of the
 // newest committed slot of `store` (through its shared-memory mapping), so

@@ -601,7 +601,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
   schedule_.Reset();  // every rank schedules alike from the restored version on
-  if (elastic_) return RestoreElastic();
+  if (elastic_) return DroppingSetAside(RestoreElastic());
   // The restore's parts outlive Restore when its re-protect runs in the
   // background: the commit thread's task holds them.
   struct RestoreRun {
@@ -662,11 +662,15 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
     // rank failed here; they decide together, so that one whose remote read
     // failed does not leave the others in the elastic restore's collectives.
     Result<bool> reshard = transport_->AllTrue(RemoteWrittenByOtherRankCount());
-    if (reshard.ok() && *reshard) return RestoreElastic();
+    if (reshard.ok() && *reshard) return DroppingSetAside(RestoreElastic());
   }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
-  if (!set_aside_.empty()) {
+  return DroppingSetAside(std::move(report));
+}
+
+Result<RestoreReport> Checkpointer::Impl::DroppingSetAside(Result<RestoreReport> restored) {
+  if (restored.ok() && !set_aside_.empty()) {
     // Restored without it: the damaged store it replaced can go now.
     Status gone = ShmSegment::Unlink(set_aside_);
     Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
@@ -674,7 +678,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
             gone.ToString());
     set_aside_.clear();
   }
-  return report;
+  return restored;
 }
 
 Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {

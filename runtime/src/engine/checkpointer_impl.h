@@ -78,6 +78,9 @@ class Checkpointer::Impl {
   // The elastic restore (recovery/elastic_restorer.h), then the snapshot of
   // the restored version under the new topology, protected and committed in
   // the background; the set-aside stores are released when it commits.
+  // `restored`, after unlinking the damaged store Prepare set aside when it
+  // succeeded (the restore did without it).
+  Result<RestoreReport> DroppingSetAside(Result<RestoreReport> restored);
   Result<RestoreReport> RestoreElastic();
   // Commit thread: unlinks the set-aside stores after an elastic restore once
   // a version commits (the restored one, or a later one if it failed: Restore

@@ -280,6 +280,26 @@ TEST(Elastic, EightToSevenAfterLosingOne) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// 8 -> 7 with node 2's store header damaged as well: its store is set aside
+// (node 2 counts as lost, its group's parity serves it) and removed once the
+// elastic restore worked, as after a plain one.
+TEST(Elastic, ADamagedStoreSetAsideGoesOnceTheElasticRestoreWorked) {
+  Spawn(8, [&](RankContext& ctx) { Train(ctx, Topo{8, 1, {}}, "xor:3", 1, 2, false); });
+  Lose({5});
+  std::string segment;
+  testing::OnDriver([&] {
+    const Config c = MakeConfig(Topo{8, 1, {}}, 2, "xor:3", false, false);
+    auto name = NodeStore::SegmentName({c.job, NodeIdentity(c, 2), 0});
+    ASSERT_TRUE(name.ok()) << name.status().ToString();
+    segment = *name;
+    testing::FlipSegmentByte(segment, 100);
+  });
+  const Topo seven{7, 1, {0, 1, 2, 3, 4, 6, 7}};
+  Spawn(7, [&](RankContext& ctx) { RestoreElastic(ctx, seven, "xor:3", {2, false}, false); });
+  testing::OnDriver([&] { EXPECT_TRUE(testing::SetAsideOf(segment).empty()); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // 8 -> 7 under rs:4+2 with every parity region of node 2's v3 damaged (they
 // fail their sealed crc32c): the decode that read one of them is found out
 // by its holder's check, that row is marked bad and the plan is made again

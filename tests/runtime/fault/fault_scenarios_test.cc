@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 #include <atomic>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +19,7 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/shm_segment.h"
+#include "store_damage.h"
 #include "test_pattern.h"
 
 namespace memento::runtime {
@@ -153,28 +154,6 @@ std::string SegmentOf(const Job& job, int node) {
   return name.ok() ? *name : std::string();
 }
 
-// The set-aside copies of `segment` (see NodeStore::OpenOrCreate).
-std::vector<std::string> SetAsideOf(const std::string& segment) {
-  auto names = ShmSegment::List(segment + NodeStore::kSetAsideSuffix);
-  EXPECT_TRUE(names.ok()) << names.status().ToString();
-  return names.ok() ? *names : std::vector<std::string>();
-}
-
-// Flips one byte of a shm segment (driver only): at 100 it is in the header's
-// node string, at 1024 + 40 in the layout area (format::kHeaderBytes = 1024).
-void FlipSegmentByte(const std::string& segment, long offset) {
-  std::fstream f(std::string(ShmSegment::Directory()) + segment,
-                 std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << segment;
-  char c = 0;
-  f.seekg(offset);
-  f.read(&c, 1);
-  c ^= 0x01;
-  f.seekp(offset);
-  f.write(&c, 1);
-  ASSERT_TRUE(f.good()) << segment;
-}
-
 StoreId NodeStoreId(const Job& job, int node) {
   const Config c = MakeConfig(job);
   return {c.job, NodeIdentity(c, node * job.ranks_per_node), 0};
@@ -250,10 +229,10 @@ class CorruptStoreScenario : public FaultScenario,
 TEST_P(CorruptStoreScenario, ReplicaServesTheNodeWithTheDamagedStore) {
   const Job job{4, 1, "replica:2"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
-  testing::OnDriver([&] { FlipSegmentByte(SegmentOf(job, 2), GetParam()); });
+  testing::OnDriver([&] { testing::FlipSegmentByte(SegmentOf(job, 2), GetParam()); });
   Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
   testing::OnDriver([&] {
-    EXPECT_TRUE(SetAsideOf(SegmentOf(job, 2)).empty());
+    EXPECT_TRUE(testing::SetAsideOf(SegmentOf(job, 2)).empty());
     auto store = NodeStore::Attach(NodeStoreId(job, 2), ShmSegment::Access::kReadOnly);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_TRUE(store->FindVersion(3).has_value()) << "v3 re-protected into the fresh store";
@@ -268,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(HeaderAndLayout, CorruptStoreScenario, ::testing::Value
 TEST_F(FaultScenario, DamagedStoreIsKeptWhenTheRestoreFails) {
   const Job job{2, 1, "none"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
-  testing::OnDriver([&] { FlipSegmentByte(SegmentOf(job, 1), 100); });
+  testing::OnDriver([&] { testing::FlipSegmentByte(SegmentOf(job, 1), 100); });
   Spawn(job.ranks, [&](RankContext& ctx) {
     RankState st = Open(ctx, job);
     if (!st.ck) return;
@@ -276,9 +255,9 @@ TEST_F(FaultScenario, DamagedStoreIsKeptWhenTheRestoreFails) {
     EXPECT_FALSE(report.ok()) << report->ToString();
   });
   testing::OnDriver([&] {
-    const std::vector<std::string> aside = SetAsideOf(SegmentOf(job, 1));
+    const std::vector<std::string> aside = testing::SetAsideOf(SegmentOf(job, 1));
     ASSERT_EQ(aside.size(), 1u);
-    FlipSegmentByte(aside[0], 100);  // flipped back: the original store, intact
+    testing::FlipSegmentByte(aside[0], 100);  // flipped back: the original store, intact
     auto store = NodeStore::AttachByName(aside[0], ShmSegment::Access::kReadOnly);
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition)
         << "the original header, now under another name: " << store.status().ToString();

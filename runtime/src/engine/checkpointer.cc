@@ -245,7 +245,12 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
     for (const auto& id : identities) ++per_node[id];
     const int nodes = static_cast<int>(per_node.size());
     const int lanes = per_node.begin()->second;
-    MEMENTO_RETURN_IF_ERROR(SetAsideOtherTopology(nodes, lanes, lane));
+    // Agreed on before the collective below: a rank whose stores could not be
+    // listed or renamed must not leave the others waiting in it.
+    MEMENTO_RETURN_IF_ERROR(
+        AllOk(*transport_, SetAsideOtherTopology(nodes, lanes, lane),
+              Status::Unavailable("another rank could not set aside its node stores of "
+                                  "another topology")));
     MEMENTO_ASSIGN_OR_RETURN(int64_t any,
                              transport_->AllReduceMax(elastic_aside_.empty() ? 0 : 1));
     elastic_ = any != 0;

@@ -192,6 +192,18 @@ class FileReader {
     pos_ += n;
     return Status::Ok();
   }
+  // Moves past n bytes without reading them (crc() then no longer covers
+  // the file); Corruption if the file ends first.
+  Status Skip(uint64_t n) {
+    if (n > size_ - pos_) {
+      return Status::Corruption("remote file " + path_ + ": truncated at byte " +
+                                std::to_string(pos_) + " (skips " + std::to_string(n) +
+                                " more, size " + std::to_string(size_) + ")");
+    }
+    if (lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) return IoErr("lseek", path_, errno);
+    pos_ += n;
+    return Status::Ok();
+  }
   const std::string& path() const { return path_; }
   uint64_t pos() const { return pos_; }
   uint64_t size() const { return size_; }
@@ -750,22 +762,16 @@ Result<std::vector<RemoteEntryInfo>> DirectoryRemoteStore::ListEntries(uint64_t 
                               std::to_string(h.version) + " rank " + std::to_string(h.rank));
   }
   std::vector<RemoteEntryInfo> out;
-  std::vector<uint8_t> scratch;
   for (uint32_t i = 0; i < h.entries; ++i) {
     RemoteEntryInfo info;
     MEMENTO_RETURN_IF_ERROR(ReadEntryRecord(in, static_cast<int>(i), &info));
-    // Skip the payload (read through: the files are sequential anyway).
-    uint64_t left = info.bytes;
-    if (left > in.size() - in.pos()) {
+    // The payload is skipped, not read: a restore reads the file once more
+    // anyway (ReadRankFile, which checks every byte).
+    if (info.bytes > in.size() - in.pos()) {
       return Status::Corruption("remote file " + in.path() + " entry '" + info.name +
                                 "': payload runs past the end");
     }
-    scratch.resize(std::min(left, kIoChunk));
-    while (left > 0) {
-      const uint64_t piece = std::min(left, kIoChunk);
-      MEMENTO_RETURN_IF_ERROR(in.Read(scratch.data(), piece));
-      left -= piece;
-    }
+    MEMENTO_RETURN_IF_ERROR(in.Skip(info.bytes));
     out.push_back(std::move(info));
   }
   return out;

@@ -31,6 +31,7 @@ class GlooTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
 
   Status Barrier() override {
     return Collective("barrier", [&] { return pg_->barrier(); });

@@ -1,12 +1,65 @@
 #include "persist/persister.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "memento/common/check.h"
 #include "memento/runtime/log.h"
 #include "transport/wire.h"
 
 namespace memento::runtime {
+namespace {
+
+// Sends rank 0 a "still writing" record of `version` every `every` while it
+// lives (none when `every` is zero): a rank file that takes longer to write
+// than the transport's timeout then does not time out rank 0's wait for its
+// final record (under gloo a timed-out receive leaves the transport unusable,
+// and every later commit would fail). A failed send ends the beats; rank 0's
+// wait then ends as it did before.
+class Heartbeat {
+ public:
+  Heartbeat(Transport* transport, uint64_t version, std::chrono::milliseconds every)
+      : transport_(transport), version_(version), every_(every) {
+    if (every_.count() > 0) thread_ = std::thread([this] { Run(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    wire::PersistRecord beat;
+    beat.version = version_;
+    beat.writing = true;
+    const std::vector<uint8_t> record = wire::EncodePersistRecord(beat);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, every_, [this] { return stop_; })) {
+      lock.unlock();
+      const Status sent = transport_->Send(0, wire::kTagPersistDone, record.data(), record.size());
+      lock.lock();
+      if (!sent.ok()) return;
+    }
+  }
+
+  Transport* const transport_;
+  const uint64_t version_;
+  const std::chrono::milliseconds every_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
 
 Persister::Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transport> transport,
                      const NodeStore* store, SlotAllocator* slots, std::vector<std::string> names,
@@ -78,7 +131,12 @@ Status Persister::PersistOne(const Job& job, Status* local) {
   const StoreInventory slots = store_->Inventory();
   const uint64_t lineage = slots.slots.at(job.slot).lineage;
   RankFileInfo info;
-  *local = WriteLocal(job, lineage, &info);
+  {
+    const bool beats = transport_->rank() != 0 && transport_->size() > 1;
+    Heartbeat beat(transport_.get(), job.version,
+                   beats ? transport_->timeout() / 4 : std::chrono::milliseconds(0));
+    *local = WriteLocal(job, lineage, &info);
+  }
   // The slot has been read: release it before the (possibly slow) exchange.
   slots_->Unpin(job.slot);
   return CollectAndPublish(job.version, lineage, info, *local);
@@ -115,7 +173,7 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
   const int size = transport_->size();
   own.rank = rank;
   if (rank != 0) {
-    auto record = wire::EncodePersistRecord({version, own_status.ok(), own});
+    auto record = wire::EncodePersistRecord({version, own_status.ok(), false, own});
     MEMENTO_RETURN_IF_ERROR(transport_->Send(0, wire::kTagPersistDone, record.data(), record.size()));
     return own_status;
   }
@@ -143,6 +201,7 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
       }
       const uint64_t their_version = record->version;
       const bool ok = record->ok;
+      if (record->writing && their_version == version) continue;  // still writing: wait on
       ranks[r] = record->file;
       if (their_version < version) {
         Log(LogLevel::kWarn, "persist v" + std::to_string(version) + ": dropping rank " +

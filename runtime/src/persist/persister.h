@@ -12,8 +12,11 @@
 //               then prunes to `keep` complete versions.
 // A rank that fails sends ok = false; a rank that dies makes rank 0's Recv
 // fail (Unavailable / Timeout): either way no manifest, so the version is
-// never visible. Versions are persisted in commit order, the same on every
-// rank, so the records pair up.
+// never visible. While a rank writes its file it sends "still writing"
+// records every quarter of the transport's timeout, which rank 0 skips: a
+// slow write (a large shard, a loaded file system) is waited for, however
+// long it takes, and only a rank that stops answering times out. Versions are persisted in commit
+// order, the same on every rank, so the records pair up.
 //
 // Slot pinning: from Enqueue until its rank file is written, a version's slot
 // is pinned in the SlotAllocator, which never hands a pinned slot to a writer.

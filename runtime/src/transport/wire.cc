@@ -56,7 +56,7 @@ std::vector<uint8_t> EncodePersistRecord(const PersistRecord& r) {
   std::vector<uint8_t> out;
   out.reserve(25 + r.file.file.size());
   Put(&out, r.version);
-  Put(&out, static_cast<uint8_t>(r.ok ? 1 : 0));
+  Put(&out, static_cast<uint8_t>(r.writing ? 2 : r.ok ? 1 : 0));
   Put(&out, r.file.bytes);
   Put(&out, r.file.crc);
   Put(&out, static_cast<uint32_t>(r.file.file.size()));
@@ -68,7 +68,9 @@ Result<PersistRecord> DecodePersistRecord(const uint8_t* p, size_t n) {
   if (n < 25) return Status::Corruption("persist record of " + std::to_string(n) + " bytes");
   PersistRecord r;
   r.version = Get<uint64_t>(p);
-  r.ok = p[8] != 0;
+  if (p[8] > 2) return Status::Corruption("persist record: state " + std::to_string(p[8]));
+  r.ok = p[8] == 1;
+  r.writing = p[8] == 2;
   r.file.bytes = Get<uint64_t>(p + 9);
   r.file.crc = Get<uint32_t>(p + 17);
   const uint32_t name_len = Get<uint32_t>(p + 21);

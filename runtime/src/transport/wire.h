@@ -106,12 +106,15 @@ static_assert(sizeof(PieceHeader) == 24, "wire format");
 
 // ---- records -------------------------------------------------------------------------------
 
-// Persist "done" record of one rank: u64 version, u8 ok, u64 file bytes,
-// u32 crc, u32 name length, name.
+// Persist record of one rank: u64 version, u8 state (0 failed, 1 written,
+// 2 still writing), u64 file bytes, u32 crc, u32 name length, name. "Still
+// writing" records come while a rank's file takes long, so that rank 0's
+// wait for the final record never outlasts the transport's timeout.
 struct PersistRecord {
   uint64_t version = 0;
   bool ok = false;
-  RankFileInfo file;  // rank is not sent (the receiver knows the source)
+  bool writing = false;  // a heartbeat: the final record of `version` is to come
+  RankFileInfo file;     // rank is not sent (the receiver knows the source)
 };
 inline constexpr size_t kMaxPersistRecord = 4096;
 std::vector<uint8_t> EncodePersistRecord(const PersistRecord& record);

@@ -52,7 +52,7 @@ class PersisterTest : public ::testing::Test {
   using RankHook = std::function<Status(int rank, Stage, uint64_t)>;
   std::vector<Status> PersistOnThreads(int n, uint64_t version, const RankHook& hook,
                                        std::vector<int>* pins_at_persist) {
-    auto group = InProcessGroup::Create(n, std::chrono::seconds(20));
+    auto group = InProcessGroup::Create(n, timeout_);
     std::vector<Status> out(n);
     pins_at_persist->assign(n, -1);
     std::vector<std::thread> threads;
@@ -86,6 +86,7 @@ class PersisterTest : public ::testing::Test {
 
   std::function<std::shared_ptr<RemoteStore>()> make_remote_;  // default: a directory store
   int damaged_rank_ = -1;  // whose slot has a byte changed after it was sealed
+  std::chrono::milliseconds timeout_{20000};  // the transport's
   testing::JobCleaner cleaner_{testing::UniqueJob("persister")};
   std::string dir_;
 };
@@ -141,6 +142,28 @@ TEST_F(PersisterTest, ASlotDamagedSinceItsSealIsNotPersisted) {
     EXPECT_EQ(f.path().filename().string().find("rank-000001"), std::string::npos)
         << "rank 1 left " << f.path();
   }
+}
+
+// Rank 2's file takes 4 times the transport's timeout to write: rank 0 waits
+// for it (the rank sends "still writing" records meanwhile) and the version
+// is persisted, instead of rank 0's wait timing out.
+TEST_F(PersisterTest, ARankFileSlowerThanTheTimeoutIsWaitedFor) {
+  timeout_ = std::chrono::milliseconds(300);
+  std::vector<int> pins;
+  auto out = PersistOnThreads(
+      3, 8,
+      [](int rank, Stage s, uint64_t) {
+        if (rank == 2 && s == Stage::kPersist) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+        }
+        return Status::Ok();
+      },
+      &pins);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].ToString();
+  DirectoryRemoteStore remote(dir_, cleaner_.job());
+  auto complete = remote.ListComplete();
+  ASSERT_TRUE(complete.ok());
+  EXPECT_EQ(*complete, std::vector<uint64_t>{8});
 }
 
 TEST_F(PersisterTest, AFailingManifestHookLeavesTheVersionInvisible) {

@@ -49,7 +49,19 @@ TEST(Wire, PersistRecordRoundTrips) {
   back = DecodePersistRecord(bytes.data(), bytes.size());
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->ok);
+  EXPECT_FALSE(back->writing);
   EXPECT_TRUE(back->file.file.empty());
+
+  // A "still writing" heartbeat; a state byte past 2 is refused.
+  r.writing = true;
+  bytes = EncodePersistRecord(r);
+  back = DecodePersistRecord(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->writing);
+  EXPECT_FALSE(back->ok);
+  bytes[8] = 3;
+  EXPECT_EQ(DecodePersistRecord(bytes.data(), bytes.size()).status().code(),
+            StatusCode::kCorruption);
 }
 
 TEST(Wire, PersistRecordOfWrongLengthIsCorruption) {

@@ -344,8 +344,13 @@ class MpiTransport final : public Transport {
           // A send that never matched cannot be taken back safely: MPI may
           // still read the caller's buffer.
           t->Break(Where() + ": " + s.message());
-        } else {
-          t->CancelRecv(&req, Where() + ": " + s.message());
+        } else if (t->CancelRecv(&req, Where() + ": " + s.message(), &st)) {
+          // The message matched between the last test and the cancel: it is
+          // in the caller's buffer, received, not lost to a "timed out".
+          int got = 0;
+          auto lock = t->Lock();
+          MPI_Get_count(&st, MPI_BYTE, &got);
+          return static_cast<size_t>(got);
         }
         return s.WithContext(Where());
       }
@@ -378,7 +383,10 @@ class MpiTransport final : public Transport {
   // that matched a message still in flight cannot be: if the cancel does not
   // complete within a grace period, MPI may still write into the caller's
   // buffer, and the transport is broken.
-  void CancelRecv(MPI_Request* req, const std::string& why) {
+  // Returns true when the receive completed instead of being cancelled (the
+  // message arrived as the cancel was made): its status is then in
+  // `received`, when given.
+  bool CancelRecv(MPI_Request* req, const std::string& why, MPI_Status* received = nullptr) {
     {
       auto lock = Lock();
       MPI_Cancel(req);
@@ -387,10 +395,20 @@ class MpiTransport final : public Transport {
     // Any other outcome completed the request: a receive that matched a
     // message larger than its buffer ends in a truncation error, and nothing
     // is left in flight.
-    if (PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr).code() ==
-        StatusCode::kTimeout) {
+    const Status s = PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr);
+    if (s.code() == StatusCode::kTimeout) {
       Break(why + " (and the cancel did not complete)");
+      return false;
     }
+    if (!s.ok()) return false;
+    int cancelled = 1;
+    {
+      auto lock = Lock();
+      MPI_Test_cancelled(&st, &cancelled);
+    }
+    if (cancelled) return false;
+    if (received != nullptr) *received = st;
+    return true;
   }
 
   Status CheckUsable() const {

@@ -25,8 +25,9 @@
 //   - every wait, the communicator duplication in Create() included, is
 //     bounded by `timeout` (MEMENTO_TIMEOUT_S unless set): past it a
 //     point-to-point receive that has not matched a message is cancelled and
-//     Timeout is returned; one that matched a message still in flight cannot
-//     be taken back and is treated like a timed out send (below);
+//     Timeout is returned (one whose message arrives as it is cancelled
+//     returns it, received); one that matched a message still in flight
+//     cannot be taken back and is treated like a timed out send (below);
 //   - a timed out collective or send cannot be taken back (MPI still owns the
 //     request and may write into its buffers when the peer comes back). By
 //     default (abort_on_timeout) the job then ends at once: a line on stderr

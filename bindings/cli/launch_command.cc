@@ -81,7 +81,8 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_option("--records", o.records_path, "also write the JSON records to this file");
   sub->add_option("--status-dir", o.status_dir,
                   "status folder of the job (default: a temporary one, removed on success); "
-                  "what an earlier launch wrote there is replaced, nothing else is touched");
+                  "files of the names a launch writes there (nodes, events.jsonl, pid.a*, "
+                  "restore.a*, fault.a*, attempt*.log) are replaced, nothing else is touched");
   sub->add_flag("--quiet", o.quiet, "no progress line");
   sub->add_flag("--show-output", o.show_output,
                 "job output to the terminal (default: a log per launch in the status folder)");

@@ -276,7 +276,7 @@ void Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
   for (int node : nodes) {
     for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
       const pid_t pid = RankPid(attempt, node * o_.ranks_per_node + lane);
-      if (pid > 0) kill(pid, SIGKILL);
+      if (pid > 0 && IsRankOf(pid, attempt)) kill(pid, SIGKILL);
     }
   }
 }

@@ -2,6 +2,8 @@
 // job's goodput under a memory budget per node (placement/goodput_model.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "flags.h"
+#include "memento/launch/json_text.h"
 #include "memento/placement/checkpoint_cost_model.h"
 #include "memento/placement/goodput_model.h"
 #include "memento/placement/goodput_simulation.h"
@@ -58,7 +61,9 @@ std::string Fmt(const char* format, double v) {
   return buf;
 }
 
-// "4G", "512M", "1.5T", "1048576": bytes.
+// "4G", "512M", "1.5T", "1048576": whole bytes (K, M, G, T are binary
+// units). Decimal digits with at most one '.', as every number of the tool:
+// no sign, blank, hex or exponent.
 std::optional<double> ParseBytes(const std::string& text) {
   if (text.empty()) return std::nullopt;
   double mult = 1;
@@ -69,15 +74,23 @@ std::optional<double> ParseBytes(const std::string& text) {
     mult = std::pow(1024.0, static_cast<double>(pos + 1));
     num = text.substr(0, text.size() - 1);
   }
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(num, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
+  size_t digits = 0, dots = 0;
+  for (char c : num) {
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else if (c == '.') {
+      ++dots;
+    } else {
+      return std::nullopt;
+    }
   }
-  if (used != num.size() || !std::isfinite(v) || v <= 0) return std::nullopt;
-  return v * mult;
+  if (digits == 0 || dots > 1) return std::nullopt;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+  if (ec != std::errc() || end != num.data() + num.size()) return std::nullopt;
+  const double bytes = std::floor(v * mult);
+  if (!std::isfinite(bytes) || bytes < 1) return std::nullopt;
+  return bytes;
 }
 
 struct AdviseArgs {
@@ -337,7 +350,11 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
   }
   if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1");
   const auto shard = ParseBytes(a.shard);
-  if (!shard) Fail("--shard", a.shard, "must be a size > 0 in bytes, K, M, G or T");
+  if (!shard) {
+    Fail("--shard", a.shard,
+         "must be a size of at least one byte: decimal digits (one '.' at most), then "
+         "optionally K, M, G or T");
+  }
   RequirePositive("--step-s", a.step_s);
   if (!(std::isfinite(a.memory_budget) && a.memory_budget >= 1)) {
     Fail("--memory-budget", Fmt("%g", a.memory_budget),
@@ -349,6 +366,11 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
   if (a.save_every < 0) Fail("--save-every-steps", std::to_string(a.save_every), "must be >= 1");
   if (a.persist_every < 0) {
     Fail("--persist-every-saves", std::to_string(a.persist_every), "must be >= 1");
+  }
+  // Every interval up to it is evaluated per scheme.
+  if (a.max_persist_every < 1 || a.max_persist_every > (1 << 20)) {
+    Fail("--max-persist-every", std::to_string(a.max_persist_every),
+         "must be in 1..1048576 (saves)");
   }
   // A search without a failure rate has nothing to weigh: every plan ties at
   // 100 % goodput and "none" ranks first, an answer that only misleads. A
@@ -555,7 +577,7 @@ void PrintJson(const AdviseArgs& a, const Job& job, const std::vector<Candidate>
     }
   }
   out["excluded"] = excluded;
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s\n", launch::JsonText(out).c_str());
 }
 
 void PrintTable(const AdviseArgs& a, const Job& job, const std::vector<Candidate>& candidates) {

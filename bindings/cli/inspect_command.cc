@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "job_flag.h"
+#include "memento/launch/json_text.h"
 #include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
 
@@ -132,7 +133,7 @@ void AddInspectCommand(CLI::App& app) {
       for (const auto& rep : *reports) segments.push_back(SegmentJson(rep));
       // Names come from the file system: bytes that are not UTF-8 print as U+FFFD
       // instead of ending the program.
-      std::printf("%s\n", out.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+      std::printf("%s\n", launch::JsonText(out, 2).c_str());
     } else {
       std::printf("store directory %s (tmpfs huge=%s%s)\n", dir.c_str(), huge.c_str(),
                   huge == "never" ? ": 4 KiB pages; huge=within_size gives 2 MiB pages, see "

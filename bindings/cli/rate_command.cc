@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "memento/launch/json_text.h"
 #include "memento/placement/group_layout.h"
 #include "memento/placement/placement_map.h"
 #include "memento/placement/recovery_probability.h"
@@ -141,7 +142,7 @@ void PrintJson(const Options& o, const std::vector<SchemeReport>& reports) {
                        {"node_failures", RowsJson(r.rows)},
                        {"rack_failures", RowsJson(r.rack_rows)}});
   }
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s\n", launch::JsonText(out).c_str());
 }
 
 void PrintOne(const Options& o, const SchemeReport& r) {

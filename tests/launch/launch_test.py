@@ -18,8 +18,8 @@ usage: launch_test.py SCENARIO
   bad-scheme | bad-node | bad-command | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
-                  and output tail shown (and it ran with Open MPI's kill grace
-                  set to 0)
+                  and output tail shown, bytes that are not UTF-8 included (and
+                  it ran with Open MPI's kill grace set to 0)
   failing-with-progress
                   a job that fails on its own but trains past every step reported
                   before starts a new row of failures, one that only passes the
@@ -334,6 +334,7 @@ def run(scenario, job, remote):
         with open(script, "w") as f:
             f.write("#!/bin/sh\necho 'bad things on rank' $OMPI_COMM_WORLD_RANK >&2\n"
                     "echo 'sigkill grace' \"$OMPI_MCA_odls_base_sigkill_timeout\" >&2\n"
+                    "printf 'not UTF-8: \\377\\n' >&2\n"
                     "echo \"job id $MEMENTO_JOB\" >&2\nexit 7\n")
         os.chmod(script, 0o755)
         records = tempfile.mktemp(prefix="memento-launch-records-")
@@ -341,13 +342,18 @@ def run(scenario, job, remote):
         cmd = [CLI, "launch", "-n", "2", "--max-restarts", "2", "--backoff", "0.1",
                "--records", records, "--quiet", "--", script]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
+                           errors="replace", timeout=120)
         print(p.stdout)
         with open(records) as f:
             recs = [json.loads(line) for line in f if line.strip()]
         os.unlink(records)
         if p.returncode != 1:
             fail("exit %d, expected 1" % p.returncode)
+        # A byte of the job's output that is not UTF-8 reaches the records as
+        # U+FFFD (it ended the launcher with an exception).
+        tails = [r.get("output_tail", "") for r in of(recs, "failure")]
+        if not any("not UTF-8: \ufffd" in t for t in tails):
+            fail("the output tail lost its non-UTF-8 line: %s" % tails)
         if len(of(recs, "launch")) != 3:
             fail("expected 3 launches (1 + --max-restarts 2), got %d" % len(of(recs, "launch")))
         if "exit status 7" not in p.stdout or "bad things on rank" not in p.stdout:

@@ -94,9 +94,25 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--nodes"), std::string::npos) << r.output;
 
-  r = RunCli(std::string(kJob) + "--shard 12Q");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--shard 12Q"), std::string::npos) << r.output;
+  // A size is decimal digits (one '.' at most) and a binary unit: no hex,
+  // sign, blank, exponent, nor less than a byte.
+  for (const char* bad : {"12Q", "0x10G", "+8G", "' 8G'", "1e1G", "0x1p4", "0.5", "1.5.1G", "G"}) {
+    r = RunCli(std::string(kJob) + "--shard " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("--shard"), std::string::npos) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("at least one byte"), std::string::npos) << bad << ": " << r.output;
+  }
+  EXPECT_EQ(
+      Json(RunCli(
+          "advise --nodes 16 --shard 1.5K --step-s 1 --node-mtbf-h 20000 --json"))["job"]
+                                                                                  ["shard_bytes"],
+      1536);
+  for (const char* bad : {"0", "2000000000"}) {
+    r = RunCli(std::string(kJob) + "--max-persist-every " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find(std::string("--max-persist-every ") + bad), std::string::npos)
+        << r.output;
+  }
 
   r = RunCli(std::string(kJob) + "--schemes replica:1");
   EXPECT_EQ(r.exit_code, 2) << r.output;

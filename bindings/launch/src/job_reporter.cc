@@ -10,6 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "memento/launch/json_text.h"
+
 namespace memento::launch {
 namespace {
 
@@ -66,28 +68,26 @@ void JobReporter::Append(const std::string& line) const {
 }
 
 void JobReporter::Start(uint64_t total_steps) const {
-  Append(nlohmann::json{
-      {"event", "start"}, {"attempt", attempt_}, {"total_steps", total_steps}, {"t", Now()}}
-             .dump());
+  Append(JsonText(nlohmann::json{
+      {"event", "start"}, {"attempt", attempt_}, {"total_steps", total_steps}, {"t", Now()}}));
 }
 
 void JobReporter::RestoreBegin() const {
-  Append(nlohmann::json{{"event", "restore_begin"}, {"attempt", attempt_}, {"t", Now()}}.dump());
+  Append(JsonText(nlohmann::json{{"event", "restore_begin"}, {"attempt", attempt_}, {"t", Now()}}));
 }
 
 void JobReporter::Step(uint64_t step, double loss, double step_s, double stall_s) const {
-  Append(nlohmann::json{{"event", "step"},
-                        {"step", step},
-                        {"loss", loss},
-                        {"step_s", step_s},
-                        {"stall_s", stall_s},
-                        {"t", Now()}}
-             .dump());
+  Append(JsonText(nlohmann::json{{"event", "step"},
+                                 {"step", step},
+                                 {"loss", loss},
+                                 {"step_s", step_s},
+                                 {"stall_s", stall_s},
+                                 {"t", Now()}}));
 }
 
 void JobReporter::Done(uint64_t step, const std::string& state_hash) const {
-  Append(nlohmann::json{{"event", "done"}, {"step", step}, {"state_hash", state_hash}, {"t", Now()}}
-             .dump());
+  Append(JsonText(
+      nlohmann::json{{"event", "done"}, {"step", step}, {"state_hash", state_hash}, {"t", Now()}}));
 }
 
 void JobReporter::Restored(const Result<runtime::RestoreReport>& report, double t_begin,
@@ -106,7 +106,7 @@ void JobReporter::Restored(const Result<runtime::RestoreReport>& report, double 
   }
   WriteFileAtomically(
       dir_ + "/restore.a" + std::to_string(attempt_) + ".r" + std::to_string(rank_) + ".json",
-      j.dump());
+      JsonText(j));
 }
 
 runtime::FaultHooks JobReporter::Hooks() const {
@@ -120,7 +120,7 @@ runtime::FaultHooks JobReporter::Hooks() const {
     if (stage != runtime::StageName(s) || (!any && v != version)) return Status::Ok();
     WriteFileAtomically(
         dir + "/fault.a" + std::to_string(attempt),
-        nlohmann::json{{"stage", stage}, {"version", v}, {"rank", rank}, {"t", Now()}}.dump());
+        JsonText(nlohmann::json{{"stage", stage}, {"version", v}, {"rank", rank}, {"t", Now()}}));
     std::fprintf(stderr, "rank %d: injected node loss at %s of v%llu (SIGKILL)\n", rank,
                  stage.c_str(), static_cast<unsigned long long>(v));
     std::fflush(stderr);

@@ -17,14 +17,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "memento/launch/inject_spec.h"
 #include "memento/launch/job_reporter.h"
+#include "memento/launch/json_text.h"
 #include "memento/launch/timeline.h"
 #include "memento/placement/group_layout.h"
 #include "memento/placement/scheme.h"
@@ -244,7 +245,7 @@ class Launcher {
 void Launcher::Record(json record) {
   record["t"] = Now() - t0_;
   if (o_.json) {
-    std::printf("%s\n", record.dump().c_str());
+    std::printf("%s\n", JsonText(record).c_str());
     std::fflush(stdout);
   }
   records_.push_back(std::move(record));
@@ -872,7 +873,7 @@ int Launcher::Finish() {
   Record(Summary(segments_removed));
   if (!o_.records_path.empty()) {
     std::ofstream out(o_.records_path, std::ios::trunc);
-    for (const json& r : records_) out << r.dump() << "\n";
+    for (const json& r : records_) out << JsonText(r) << "\n";
   }
   if (!o_.json) std::fputs(RenderTimeline(records_).c_str(), stdout);
   std::fflush(stdout);

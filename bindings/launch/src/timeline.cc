@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "memento/launch/json_text.h"
+
 namespace memento::launch {
 namespace {
 
@@ -18,7 +20,7 @@ std::string Join(const json& list, const char* sep) {
   std::string out;
   for (const auto& v : list) {
     if (!out.empty()) out += sep;
-    out += v.is_string() ? v.get<std::string>() : v.dump();
+    out += v.is_string() ? v.get<std::string>() : JsonText(v);
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "flags.h"
@@ -17,12 +18,15 @@ void AddCleanCommand(CLI::App& app) {
       app.add_subcommand("clean", "unlink a job's shared-memory segments on this machine");
   cmd->footer(
       "Unlinks job J's shared-memory segments on this machine: its in-memory checkpoints are\n"
-      "lost; processes that still map them keep their mapping.\n"
+      "lost; processes that still map them keep their mapping. Segments of J that another\n"
+      "user owns are left alone and named.\n"
       "Exit code 0 when done, 1 when a segment could not be removed, 2 on bad usage.");
   AddJobOption(cmd, job.get());
   cmd->callback([job] {
     CheckJobFlag(*job);
-    auto removed = runtime::CleanJob(*job);
+    std::vector<std::string> others;
+    auto removed = runtime::CleanJob(*job, &others);
+    for (const auto& name : others) std::printf("left %s: another user's\n", name.c_str());
     if (!removed.ok()) {
       std::fprintf(stderr, "memento clean: %s\n", removed.status().ToString().c_str());
       throw CommandFailed(1);

@@ -1,5 +1,8 @@
 #include "memento/runtime/store_admin.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <sstream>
 
@@ -56,12 +59,20 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
   return reports;
 }
 
-Result<std::vector<std::string>> CleanJob(const std::string& job) {
+Result<std::vector<std::string>> CleanJob(const std::string& job,
+                                          std::vector<std::string>* others) {
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListJobSegments(job));
   std::vector<std::string> removed;
   Status first;  // one that cannot go does not keep the others
   std::string not_removed;
   for (const auto& name : names) {
+    struct stat st;
+    if (lstat((ShmSegment::Directory() + name).c_str(), &st) == 0 && st.st_uid != geteuid()) {
+      if (others != nullptr) {
+        others->push_back(name + " (owned by uid " + std::to_string(st.st_uid) + ")");
+      }
+      continue;
+    }
     Status s = ShmSegment::Unlink(name);
     if (s.ok()) {
       removed.push_back(name);

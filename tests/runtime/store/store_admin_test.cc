@@ -114,6 +114,32 @@ TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {
   EXPECT_FALSE(CleanJob("bad/job").ok());
 }
 
+// A segment of the job that another user owns is left alone and named,
+// also for root (who could unlink it): a job id is not per user.
+TEST(StoreAdmin, CleanLeavesAnotherUsersSegment) {
+  JobCleaner job(UniqueJob("adm"));
+  NodeStore mine = MakeStore(job.job(), "h/0", 0, 1);
+  NodeStore theirs = MakeStore(job.job(), "h/1", 0, 1);
+  const std::string path = ShmSegment::Directory() + theirs.segment_name();
+  const bool root = geteuid() == 0;  // only root can give a file away
+  if (root) ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0) << path;
+  std::vector<std::string> others;
+  auto removed = CleanJob(job.job(), &others);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(removed->size(), root ? 1u : 2u);
+  if (root) {
+    ASSERT_EQ(others.size(), 1u);
+    EXPECT_EQ(others[0], theirs.segment_name() + " (owned by uid 65534)");
+    struct stat st;
+    EXPECT_EQ(stat(path.c_str(), &st), 0) << "another user's segment was removed";
+    ASSERT_EQ(chown(path.c_str(), geteuid(), getegid()), 0);
+  } else {
+    EXPECT_TRUE(others.empty());
+  }
+  ASSERT_TRUE(CleanJob(job.job()).ok());
+  EXPECT_TRUE(ListJobSegments(job.job())->empty());
+}
+
 // A name of the job that cannot be unlinked (here a folder, which unlink
 // refuses; another user's file in a sticky /dev/shm is the same) does not
 // stop the others: every segment goes, and the error names what did not.

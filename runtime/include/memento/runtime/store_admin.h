@@ -39,10 +39,13 @@ Result<std::vector<std::string>> ListJobSegments(const std::string& job);
 // data). A bad segment is reported in its SegmentReport, not as an error.
 Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verify);
 
-// Unlinks every segment of `job`; returns the names removed. One that cannot
-// be removed does not stop the others: the error then names every one
-// removed and every one not.
-Result<std::vector<std::string>> CleanJob(const std::string& job);
+// Unlinks every segment of `job` that this user owns; returns the names
+// removed. One that another user owns is left alone (a job id is not per
+// user, and root could unlink anyone's) and named in `others` (what the
+// owner's uid is) when given. One that cannot be removed does not stop the
+// others: the error then names every one removed and every one not.
+Result<std::vector<std::string>> CleanJob(const std::string& job,
+                                          std::vector<std::string>* others = nullptr);
 
 // Human-readable multi-line rendering of reports (what `memento inspect` prints).
 std::string FormatReports(const std::vector<SegmentReport>& reports);

@@ -470,9 +470,19 @@ void Checkpointer::Impl::BuildStages() {
       names.push_back(e.name);
       layouts.push_back(e.layout);
     }
+    // Rank files are numbered by place in the layout (node * lanes + lane),
+    // which a node keeps across relaunches, not by world rank, which a
+    // relaunch may hand out in another order: the restore of a node reads
+    // the file its place wrote, as the elastic restore reads old places.
+    const ProtectionLayout& pl = *protection_;
+    std::vector<int> file_of_rank(static_cast<size_t>(transport_->size()), 0);
+    for (int node = 0; node < pl.num_nodes(); ++node) {
+      for (int l = 0; l < pl.lanes(); ++l)
+        file_of_rank.at(pl.rank_of(node, l)) = node * pl.lanes() + l;
+    }
     persister_ = std::make_unique<Persister>(remote_, transport_, &store_, slots_.get(),
                                              std::move(names), std::move(layouts),
-                                             config_.persist_keep, hook);
+                                             config_.persist_keep, hook, std::move(file_of_rank));
   }
   Committer::Parts parts;
   parts.transport = transport_.get();

@@ -63,7 +63,8 @@ class Heartbeat {
 
 Persister::Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transport> transport,
                      const NodeStore* store, SlotAllocator* slots, std::vector<std::string> names,
-                     std::vector<EntryLayout> layouts, int keep, StageHook hook)
+                     std::vector<EntryLayout> layouts, int keep, StageHook hook,
+                     std::vector<int> file_of_rank)
     : remote_(std::move(remote)),
       transport_(std::move(transport)),
       store_(store),
@@ -71,7 +72,8 @@ Persister::Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transp
       names_(std::move(names)),
       layouts_(std::move(layouts)),
       keep_(keep),
-      hook_(std::move(hook)) {
+      hook_(std::move(hook)),
+      file_of_rank_(std::move(file_of_rank)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -159,7 +161,7 @@ Status Persister::WriteLocal(const Job& job, uint64_t lineage, RankFileInfo* inf
     sources.push_back({names_[i], view.data, view.length, layouts_[i], view.crc});
   }
   MEMENTO_ASSIGN_OR_RETURN(
-      *info, remote_->WriteRankFile(job.version, transport_->rank(), sources, lineage));
+      *info, remote_->WriteRankFile(job.version, FileOf(transport_->rank()), sources, lineage));
   if (!store_->StillSealed(job.slot, job.version)) {
     // Cannot happen while the slot is pinned; guard the remote tier anyway.
     return Status::Internal("slot " + std::to_string(job.slot) + " was rewritten during persist");
@@ -171,14 +173,15 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
                                     const Status& own_status) {
   const int rank = transport_->rank();
   const int size = transport_->size();
-  own.rank = rank;
+  own.rank = FileOf(rank);
   if (rank != 0) {
     auto record = wire::EncodePersistRecord({version, own_status.ok(), false, own});
     MEMENTO_RETURN_IF_ERROR(transport_->Send(0, wire::kTagPersistDone, record.data(), record.size()));
     return own_status;
   }
+  // Indexed by file number (see file_of_rank).
   std::vector<RankFileInfo> ranks(size);
-  ranks[0] = own;
+  ranks[FileOf(0)] = own;
   Status all = own_status.WithContext("rank 0");
   std::vector<uint8_t> buf(wire::kMaxPersistRecord);
   for (int r = 1; r < size; ++r) {
@@ -202,7 +205,7 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
       const uint64_t their_version = record->version;
       const bool ok = record->ok;
       if (record->writing && their_version == version) continue;  // still writing: wait on
-      ranks[r] = record->file;
+      ranks[FileOf(r)] = record->file;
       if (their_version < version) {
         Log(LogLevel::kWarn, "persist v" + std::to_string(version) + ": dropping rank " +
                                  std::to_string(r) + "'s late record of v" +
@@ -218,7 +221,7 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
       }
       break;
     }
-    ranks[r].rank = r;
+    ranks[FileOf(r)].rank = FileOf(r);
     if (!rank_status.ok() && all.ok()) all = rank_status;
   }
   if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");

@@ -48,9 +48,13 @@ namespace memento::runtime {
 class Persister {
  public:
   // `store` and `slots` must outlive the Persister. `hook` may be empty.
+  // `file_of_rank[r]`: the number of rank r's rank file (its place in the
+  // protection layout, node * lanes + lane, which follows the node across
+  // relaunches, where the world rank may not); empty: the world rank.
   Persister(std::shared_ptr<RemoteStore> remote, std::shared_ptr<Transport> transport,
             const NodeStore* store, SlotAllocator* slots, std::vector<std::string> names,
-            std::vector<EntryLayout> layouts, int keep, StageHook hook);
+            std::vector<EntryLayout> layouts, int keep, StageHook hook,
+            std::vector<int> file_of_rank = {});
   ~Persister();  // finishes queued work, joins
 
   // Queues version `version` held sealed in `slot`; pins the slot until its
@@ -71,6 +75,8 @@ class Persister {
   Status CollectAndPublish(uint64_t version, uint64_t lineage, RankFileInfo own,
                            const Status& own_status);
 
+  int FileOf(int rank) const { return file_of_rank_.empty() ? rank : file_of_rank_.at(rank); }
+
   std::shared_ptr<RemoteStore> remote_;
   std::shared_ptr<Transport> transport_;
   const NodeStore* store_;
@@ -79,6 +85,7 @@ class Persister {
   const std::vector<EntryLayout> layouts_;
   const int keep_;
   const StageHook hook_;
+  const std::vector<int> file_of_rank_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -140,7 +140,8 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
                                         " ranks, the job now has " +
                                         std::to_string(transport_->size()));
   }
-  const int rank = transport_->rank();
+  // This rank's place in the layout names its file (Persister's file_of_rank).
+  const int rank = layout_->node() * layout_->lanes() + layout_->lane();
   MEMENTO_ASSIGN_OR_RETURN(auto infos, remote_->ListEntries(version, rank));
   std::map<std::string, uint32_t> crc_by_name;
   for (const auto& info : infos) crc_by_name[info.name] = info.crc;

@@ -441,6 +441,64 @@ TEST_F(CheckpointerTest, PersistThenRestoreFromRemoteAfterAllSegmentsUnlinked) {
   }
 }
 
+// Rank files follow the node, not the world rank: 3 nodes (vn/0..2, one rank
+// each, entries of equal sizes) persist v2 and v4; vn/1 is lost, and the
+// relaunch hands out the ranks in another order (world rank 1 on vn/2, rank 2
+// on vn/1, as a hostfile with the replacement appended or a new rendezvous
+// does). vn/1 must get its own bytes back from the remote tier, not the file
+// of whichever node had its world rank before (same names and sizes: that
+// would pass every check).
+TEST_F(CheckpointerTest, ARelaunchInAnotherRankOrderReadsEachNodesOwnRemoteFile) {
+  Config c = MakeConfig();
+  c.ranks_per_node = 0;
+  c.persist_every = 2;
+  c.persist_keep = 2;
+  const int n = 3;
+  std::vector<std::vector<uint8_t>> bufs(n);
+  auto launch = [&](const std::vector<int>& ids) {
+    ranks_.clear();
+    group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
+    ranks_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      Config rc = c;
+      rc.node = "vn/" + std::to_string(ids[r]);
+      auto ck = Checkpointer::Create(rc, group_->transport(r),
+                                     std::make_shared<DirectoryRemoteStore>(remote_dir_, c.job));
+      ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+      ranks_[r].ck = std::move(ck).value();
+      ranks_[r].bufs.assign(1, std::vector<uint8_t>(50000));
+      ASSERT_TRUE(ranks_[r]
+                      .ck
+                      ->RegisterBuffer("w", ranks_[r].bufs[0].data(), ranks_[r].bufs[0].size(),
+                                       {"uint8", {150000}, {50000}, {0}})
+                      .ok());
+    }
+  };
+  const std::vector<int> before = {0, 1, 2}, after = {0, 2, 1};
+  launch(before);
+  if (HasFatalFailure()) return;
+  for (uint64_t step = 1; step <= 4; ++step) {
+    Run([&](int r) {
+      ranks_[r].Fill(before[r], step);  // each node's own bytes
+      ASSERT_TRUE(ranks_[r].ck->Save(step).ok());
+      ASSERT_TRUE(ranks_[r].ck->Wait().ok());
+    });
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  ranks_.clear();
+  ASSERT_TRUE(NodeStore::Destroy({c.job, "vn/1", 0}).ok());
+  launch(after);
+  if (HasFatalFailure()) return;
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 4u);
+    EXPECT_EQ(ranks_[r].Mismatch(after[r], 4), -1)
+        << "rank " << r << " on vn/" << after[r] << " got another node's bytes";
+  }
+  EXPECT_EQ(reports[2]->entries[0].source, RestoreSource::kRemote) << reports[2]->ToString();
+}
+
 TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
   // persist_every = 1 with 2 slots: Save(v+2) must wait for v's persist.
   Config c = MakeConfig();

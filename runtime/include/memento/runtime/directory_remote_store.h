@@ -5,7 +5,11 @@
 //   v<version, 20 digits>/rank-<rank, 6 digits>.<lineage, 16 hex>.mck
 //                                                      one file per rank
 //                                                      (rank-<rank>.mck when
-//                                                      no lineage is given)
+//                                                      no lineage is given;
+//                                                      the Checkpointer's
+//                                                      "rank" is a place in its
+//                                                      layout, node * lanes +
+//                                                      lane)
 //   v<version, 20 digits>/MANIFEST                     written last
 // The lineage in the name keeps a run that reuses the job id and a version
 // number from overwriting the other run's files of that version: the old

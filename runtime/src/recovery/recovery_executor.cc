@@ -76,6 +76,7 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     t0 = Clock::now();
     MEMENTO_RETURN_IF_ERROR(GatherEntrySeals());
     const Status local = TransferAndRestore();
+    wrote_buffers_ = true;
     MEMENTO_ASSIGN_OR_RETURN(Agreement agreed, Agree(local));
     report_.stats.transfer_s += SecondsSince(t0);
     if (agreed.everyone) {
@@ -218,6 +219,16 @@ Result<placement::RecoveryPlan> RecoveryExecutor::Plan() {
   report_.stats.plan_s += SecondsSince(tp);
   if (!planned.ok()) {
     if (planned.status().code() != StatusCode::kUnrecoverable) return planned.status();
+    if (wrote_buffers_ && !committed_seen_) {
+      // Not "nothing to restore" (a fresh start from the buffers as they
+      // were): an attempt has written part of a version into them.
+      std::string text =
+          "no version can be restored, and an earlier attempt has written part "
+          "of one into the registered buffers (do not train from them): " +
+          planned.status().message();
+      for (const std::string& n : report_.notes) text += "; " + n;
+      return Status::Unrecoverable(text);
+    }
     return NothingRestorable(committed_seen_, planned.status().message(), report_.notes);
   }
   return planned;

@@ -257,10 +257,13 @@ class RecoveryExecutor {
   };
   std::optional<ReplicaSeal> replica_seal_;
   RestoreSource source_ = RestoreSource::kLocalMemory;
-  Mismatch mismatch_ = Mismatch::kNone;
+  Mismatch mismatch_ = Mismatch::kNone;  // why this attempt failed here, if a copy was bad
   // Some rank holds a committed version of the chosen lineage (a slot marked
   // committed, or a complete remote version).
-  bool committed_seen_ = false;  // why this attempt failed here, if a copy was bad
+  bool committed_seen_ = false;
+  // An attempt has run its transfers: the registered buffers may hold part
+  // of a version, so running out of plans is no longer "nothing to restore".
+  bool wrote_buffers_ = false;
   bool fell_back_ = false;  // restored from the remote tier after the plan failed
   bool reprotect_failed_ = false;  // the blocking full re-protect did not commit
   // A plan was run again because the copies it read passed their holders'

@@ -626,12 +626,70 @@ class SecondSourceTest : public MinimalReprotectTest {
   }
 };
 
+// replica:2 on 4 nodes: node 0's seals and replica are on node 1 only.
+using SealsLostTest = SecondSourceTest;
+
+// The job's first version, v1, is sealed everywhere but its commit never
+// completes (rank 2 dies at Stage::kCommit: nothing records a commit); node 0
+// is lost and its replica on node 1 is damaged. The restore plans v1, the
+// survivors copy it into their buffers, node 0's replica fails and nothing is
+// left to plan: that is Unrecoverable, not NotFound ("nothing to restore",
+// which the bindings take for a fresh start from buffers now partly holding
+// v1).
+TEST_P(SealsLostTest, NothingLeftAfterBuffersWereWrittenIsUnrecoverableNotAFreshStart) {
+  const int n = GetParam().nodes;
+  hooks_ = [this](int rank) {
+    FaultHooks h;
+    if (rank == 2) {
+      h.at_stage = [this](Stage stage, uint64_t) {
+        if (stage != Stage::kCommit) return Status::Ok();
+        group_->Kill(2);  // sealed, then gone before the vote
+        return Status::Unavailable("test: rank 2 died");
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  std::vector<Status> st(n);
+  Run([&](int r) {
+    Fill(r, 1);
+    Status s = cks_[r]->Save(1);
+    st[r] = s.ok() ? cks_[r]->Wait() : s;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_FALSE(st[r].ok()) << "rank " << r << " committed v1";
+  hooks_ = nullptr;
+  LoseNode(0);
+  {
+    auto holder = NodeStore::Attach({job_, NodeIdentity(MakeConfig(1), 1), 0});
+    ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+    int damaged = 0;
+    for (const SlotState& slot : holder->Inventory().slots) {
+      if (!slot.ok || slot.version != 1) continue;
+      for (int g = 0; g < holder->region_count(); ++g) {
+        const RegionSpec& spec = holder->layout().regions[g];
+        if (spec.kind != RegionKind::kReplica || spec.owner_node != 0) continue;
+        auto view = holder->ReadRegion(slot.slot, g);
+        ASSERT_TRUE(view.ok()) << view.status().ToString();
+        const_cast<uint8_t*>(view->data)[view->length / 2] ^= 0x5A;  // the shm mapping
+        ++damaged;
+      }
+    }
+    ASSERT_EQ(damaged, 1) << "node 1 holds no sealed v1 replica of node 0";
+  }
+  Launch(n);
+  std::vector<Result<RestoreReport>> out = RestoreEach();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_FALSE(out[r].ok()) << "rank " << r << ": " << out[r]->ToString();
+    EXPECT_EQ(out[r].status().code(), StatusCode::kUnrecoverable)
+        << "rank " << r << ": " << out[r].status().ToString();
+  }
+}
+
 // The only copy of node 0's entry seals for v2 (node 1's seals region) is
 // damaged and node 0 is lost: its replica of v2 cannot be checked end to
 // end, so v2's memory copies are passed over and v1 comes from memory (no
 // remote tier), bit-exact, instead of the restore failing over to a remote
 // tier that is not there.
-using SealsLostTest = SecondSourceTest;
 TEST_P(SealsLostTest, AVersionWhoseSealsAreLostGivesWayToAnOlderOneInMemory) {
   const int n = GetParam().nodes;
   SaveTwoVersions();

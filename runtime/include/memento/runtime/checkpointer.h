@@ -191,9 +191,10 @@ class Checkpointer {
   // remotely: NotFound "nothing to restore" if no surviving store or remote
   // version records a committed one of the newest run (a fresh start: its
   // first version did not commit before the failure, nothing was ever saved,
-  // or every node's memory is gone and nothing was persisted), else
-  // Unrecoverable "no committed version can be restored" (its committed
-  // versions are lost: a job must not take that for a fresh start);
+  // or every node's memory is gone and nothing was persisted) and no attempt
+  // has written into the buffers yet, else Unrecoverable (its committed
+  // versions are lost, or an attempt at an uncommitted one wrote part of it
+  // into the buffers: a job must not take that for a fresh start);
   // ElasticRestoreNeeded when the remote
   // version was written by another number of ranks (without Config::elastic).
   // The report says where each entry came from (restore_report.h). Restore

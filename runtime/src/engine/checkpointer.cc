@@ -671,13 +671,25 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   } else if (restored.ok() && restored->protection == "unprotected") {
     protection_state_ = Protection::kUnprotected;
   }
-  if (!restored.ok() && config_.elastic) {
+  // Outcomes every rank reached alike (the planner's, from gathered data).
+  const bool agreed_failure = restored.status().code() == StatusCode::kUnrecoverable ||
+                              restored.status().code() == StatusCode::kNotFound;
+  if (!restored.ok() && (config_.elastic || agreed_failure)) {
     // Memory of this topology could not serve and no store of another one
-    // survives: reshard the remote version the other rank count wrote. Every
-    // rank failed here; they decide together, so that one whose remote read
-    // failed does not leave the others in the elastic restore's collectives.
-    Result<bool> reshard = transport_->AllTrue(RemoteWrittenByOtherRankCount());
-    if (reshard.ok() && *reshard) return DroppingSetAside(RestoreElastic());
+    // survives, and the newest remote version was written by another rank
+    // count: resharded when elastic, else that is the error (the plan passed
+    // over that version as unreadable). Every rank failed here; they decide
+    // together, so that one whose remote read failed does not leave the
+    // others in the elastic restore's collectives.
+    Result<bool> other_count = transport_->AllTrue(RemoteWrittenByOtherRankCount());
+    if (other_count.ok() && *other_count) {
+      if (config_.elastic) return DroppingSetAside(RestoreElastic());
+      return Status::ElasticRestoreNeeded(
+          "no version of this topology can be restored, and the newest remote version was "
+          "written by another number of ranks than this job's " +
+          std::to_string(transport_->size()) + ": set MEMENTO_ELASTIC=1 to reshard it (" +
+          restored.status().ToString() + ")");
+    }
   }
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not

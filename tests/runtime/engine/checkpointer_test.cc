@@ -499,6 +499,29 @@ TEST_F(CheckpointerTest, ARelaunchInAnotherRankOrderReadsEachNodesOwnRemoteFile)
   EXPECT_EQ(reports[2]->entries[0].source, RestoreSource::kRemote) << reports[2]->ToString();
 }
 
+// Every node's memory is lost and the job comes back on fewer ranks without
+// MEMENTO_ELASTIC: the remote version of the old rank count cannot be read
+// as it is, and the restore says so (ElasticRestoreNeeded, naming the
+// setting) instead of Unrecoverable.
+TEST_F(CheckpointerTest, ARemoteVersionOfAnotherRankCountNeedsTheElasticRestore) {
+  Config c = MakeConfig();
+  c.persist_every = 2;
+  c.persist_keep = 2;
+  TrainPersisted(c, 3, 4);
+  if (HasFatalFailure()) return;
+  ranks_.clear();
+  ASSERT_TRUE(CleanJob(c.job).ok());
+  Launch(2, c, FaultHooks(), /*with_remote=*/true);
+  auto reports = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(reports[r].ok()) << reports[r]->ToString();
+    EXPECT_EQ(reports[r].status().code(), StatusCode::kElasticRestoreNeeded)
+        << reports[r].status().ToString();
+    EXPECT_NE(reports[r].status().message().find("MEMENTO_ELASTIC=1"), std::string::npos)
+        << reports[r].status().ToString();
+  }
+}
+
 TEST_F(CheckpointerTest, PersistNeverOverwritesTheSlotItReads) {
   // persist_every = 1 with 2 slots: Save(v+2) must wait for v's persist.
   Config c = MakeConfig();

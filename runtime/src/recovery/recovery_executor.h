@@ -101,8 +101,11 @@ class RecoveryExecutor {
   // Collective. The restored version is committed (and the allocator's
   // committed slot set) when it returns OK. When no version can be rebuilt
   // from memory or read from the remote tier: NotFound "nothing to restore"
-  // if the newest run never committed one (a fresh start), else
-  // Unrecoverable (its committed versions are lost).
+  // if the newest run never committed one (a fresh start) and no attempt
+  // wrote into the buffers, else Unrecoverable (its committed versions are
+  // lost). A failure that is not about the copies (a transfer timed out, a
+  // peer died) with no remote version to fall back on keeps its own code
+  // (Unavailable, Timeout): a relaunch may succeed.
   Result<RestoreReport> Run();
 
   // After a successful background Run: whether the minimal re-protect is left

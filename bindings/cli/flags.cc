@@ -81,6 +81,15 @@ const CLI::Validator& DecimalNumber() {
   return v;
 }
 
+const CLI::Validator& NotEmpty() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        return s.empty() ? std::string("'': expected a value") : std::string();
+      },
+      "");
+  return v;
+}
+
 int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t lo, int64_t hi,
                      const std::string& expected) {
   if (!IsDecimal(value)) {

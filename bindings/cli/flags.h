@@ -36,6 +36,8 @@ int64_t ParseInteger(const std::string& flag, const std::string& value, int64_t 
 // number (digits with at most one '.', an optional exponent such as "1e-3").
 const CLI::Validator& DecimalInteger();
 const CLI::Validator& DecimalNumber();
+// A value that is not empty (`--flag ""` given is refused, not taken as the flag left out).
+const CLI::Validator& NotEmpty();
 
 // "F", "A-B" or "a,b,c" (and mixes: "1-4,8") with every value in [0, max], in the order
 // given; otherwise UsageError naming the flag, the value and the accepted forms.

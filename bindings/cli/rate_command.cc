@@ -346,18 +346,22 @@ void AddRateCommand(CLI::App& app) {
       ->type_name("N");
   CLI::Option* scheme = cmd->add_option("--scheme", f->scheme,
                                         "one scheme: none, replica:M[:group|:ring], xor:K, rs:K+M")
-                            ->type_name("S");
+                            ->type_name("S")
+                            ->check(NotEmpty());
   CLI::Option* compare =
       cmd->add_option("--compare", f->compare,
                       "comma-separated schemes, printed side by side (exact values only)")
-          ->type_name("S1,S2,..");
+          ->type_name("S1,S2,..")
+          ->check(NotEmpty());
   scheme->excludes(compare);
   cmd->add_option("--placement", f->placement,
                   "replica placement for replica:M schemes that do not name one")
-      ->type_name("group|ring");
+      ->type_name("group|ring")
+      ->check(NotEmpty());
   cmd->add_option("--failures", f->failures,
                   "failed nodes: F, A-B or a,b,c (default 1-4, capped at N)")
-      ->type_name("F");
+      ->type_name("F")
+      ->check(NotEmpty());
   cmd->add_option("--trials", f->trials, "Monte Carlo trials per f (0: exact only)")
       ->type_name("T")
       ->capture_default_str();
@@ -366,7 +370,8 @@ void AddRateCommand(CLI::App& app) {
       cmd->add_option("--racks", f->racks,
                       "nodes in R racks (contiguous blocks): rack-aware groups, and the\n"
                       "probability after r whole racks are lost, r in --rack-failures")
-          ->type_name("R");
+          ->type_name("R")
+          ->check(NotEmpty());
   cmd->add_option("--rack-failures", f->rack_failures, "whole racks lost, forms as --failures")
       ->type_name("F")
       ->capture_default_str()

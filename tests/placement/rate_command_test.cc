@@ -183,6 +183,17 @@ TEST(RateCommandTest, BadArgumentsExitTwoNamingTheFlag) {
   CliRun failures = RunCli("rate --nodes 16 --scheme replica:2 --failures 3-x");
   EXPECT_EQ(failures.exit_code, 2);
   EXPECT_NE(failures.output.find("--failures '3-x'"), std::string::npos) << failures.output;
+  // A flag given with an empty value is refused by name, not taken as left out.
+  for (const char* given : {"--failures", "--placement", "--racks", "--scheme", "--compare"}) {
+    const std::string scheme = std::string(given) == "--scheme" || std::string(given) == "--compare"
+                                   ? ""
+                                   : "--scheme replica:2 ";
+    CliRun empty = RunCli("rate --nodes 16 --trials 0 " + scheme + given + " ''");
+    EXPECT_EQ(empty.exit_code, 2) << given << ": " << empty.output;
+    EXPECT_NE(empty.output.find(given), std::string::npos) << given << ": " << empty.output;
+    EXPECT_NE(empty.output.find("expected a value"), std::string::npos)
+        << given << ": " << empty.output;
+  }
   CliRun flag = RunCli("rate --nodes 16 --scheme none --frobnicate 1");
   EXPECT_EQ(flag.exit_code, 2);
   EXPECT_NE(flag.output.find("unknown flag or unexpected argument: '--frobnicate' '1'"),

@@ -258,6 +258,13 @@ Status ShmSegment::CheckDirectory() {
                                    dir + "` for 2 MiB pages), or be unset");
   };
   if (dir.empty() || dir[0] != '/') return bad("is not an absolute path");
+  // Set but empty: refused as Config refuses it, so that a job and
+  // `memento inspect` / `clean` in one environment agree (Directory() reads
+  // it as /dev/shm).
+  if (const char* env = std::getenv("MEMENTO_SHM_DIR"); env != nullptr && *env == '\0') {
+    return Status::InvalidArgument(
+        "MEMENTO_SHM_DIR='' is empty; it must name an existing directory on a tmpfs, or be unset");
+  }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) return bad("cannot be used: " + Errno(errno));
   if (!S_ISDIR(st.st_mode)) return bad("is not a directory");

@@ -194,9 +194,9 @@ TEST(ShmSegment, DirectoryFromMementoShmDir) {
   ASSERT_TRUE(NodeStore::Destroy(id).ok());
 
   // Refused: not on a tmpfs (a store there would be written back to a disk),
-  // missing, not a directory, relative.
+  // missing, not a directory, relative, set but empty (as Config refuses it).
   for (const std::string& bad :
-       std::vector<std::string>{"/proc", dir + "/missing", "/dev/null", "rel"}) {
+       std::vector<std::string>{"/proc", dir + "/missing", "/dev/null", "rel", ""}) {
     ASSERT_EQ(setenv("MEMENTO_SHM_DIR", bad.c_str(), 1), 0);
     Status s = ShmSegment::Create(name, 4096).status();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s.ToString();

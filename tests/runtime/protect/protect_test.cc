@@ -136,16 +136,23 @@ class ProtectRecoveryTest : public ::testing::TestWithParam<Param> {
       for (size_t i = 0; i < bufs_[r][e].size(); ++i) bufs_[r][e][i] = Pattern(r, step, e, i);
     }
   }
+  // Every rank writes the pattern of step `fill` (default `version`), saves
+  // it as `version` and waits for its commit (and persist, with
+  // `persist`); each rank's status.
+  std::vector<Status> SaveEach(uint64_t version, bool persist = false, uint64_t fill = 0) {
+    std::vector<Status> st(cks_.size());
+    Run([&](int r) {
+      Fill(r, fill != 0 ? fill : version);
+      Status s = cks_[r]->Save(version);
+      st[r] = s.ok() ? cks_[r]->Wait() : s;
+      if (persist && st[r].ok()) st[r] = cks_[r]->WaitPersist();
+    });
+    return st;
+  }
   // Every rank writes `step`'s pattern, saves it and waits for its commit and
   // persist; a failure on any rank fails the test.
   void SaveOnAll(uint64_t step) {
-    std::vector<Status> st(cks_.size());
-    Run([&](int r) {
-      Fill(r, step);
-      Status s = cks_[r]->Save(step);
-      st[r] = s.ok() ? cks_[r]->Wait() : s;
-      if (st[r].ok()) st[r] = cks_[r]->WaitPersist();
-    });
+    const std::vector<Status> st = SaveEach(step, /*persist=*/true);
     for (size_t r = 0; r < st.size(); ++r) {
       ASSERT_TRUE(st[r].ok()) << "rank " << r << " step " << step << ": " << st[r].ToString();
     }
@@ -650,12 +657,7 @@ TEST_P(SealsLostTest, NothingLeftAfterBuffersWereWrittenIsUnrecoverableNotAFresh
     return h;
   };
   Launch(n);
-  std::vector<Status> st(n);
-  Run([&](int r) {
-    Fill(r, 1);
-    Status s = cks_[r]->Save(1);
-    st[r] = s.ok() ? cks_[r]->Wait() : s;
-  });
+  const std::vector<Status> st = SaveEach(1);
   for (int r = 0; r < n; ++r) EXPECT_FALSE(st[r].ok()) << "rank " << r << " committed v1";
   hooks_ = nullptr;
   LoseNode(0);
@@ -1300,19 +1302,9 @@ TEST_P(SecondSourceTest, RetriedVersionDoesNotTakeAFailedAttemptsParts) {
   SaveOnAll(1);
   if (HasFatalFailure()) return;
   rank1->Arm();
-  std::vector<Status> first(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    Status s = cks_[r]->Save(2);
-    first[r] = s.ok() ? cks_[r]->Wait() : s;
-  });
+  const std::vector<Status> first = SaveEach(2);
   for (int r = 0; r < n; ++r) ASSERT_FALSE(first[r].ok()) << "rank " << r << " committed v2";
-  std::vector<Status> retry(n);
-  Run([&](int r) {
-    Fill(r, 3);  // other contents, same version
-    Status s = cks_[r]->Save(2);
-    retry[r] = s.ok() ? cks_[r]->Wait() : s;
-  });
+  const std::vector<Status> retry = SaveEach(2, false, /*fill=*/3);  // other contents, same version
   for (int r = 0; r < n; ++r) ASSERT_TRUE(retry[r].ok()) << retry[r].ToString();
   ASSERT_NO_FATAL_FAILURE(LoseNode(0));
   std::filesystem::remove_all(remote_dir_);

@@ -204,7 +204,9 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
       }
       const uint64_t their_version = record->version;
       const bool ok = record->ok;
-      if (record->writing && their_version == version) continue;  // still writing: wait on
+      // Still writing (this version: wait on; an older one rank 0 gave up
+      // on: its final record is dropped below, once).
+      if (record->writing && their_version <= version) continue;
       ranks[FileOf(r)] = record->file;
       if (their_version < version) {
         Log(LogLevel::kWarn, "persist v" + std::to_string(version) + ": dropping rank " +

@@ -84,7 +84,8 @@ Result<RestoreReport> RecoveryExecutor::Run() {
       break;
     }
     if (!local.ok()) {
-      report_.notes.push_back(V(plan_.version) + " from memory failed: " + local.ToString());
+      report_.notes.push_back("the restore of " + V(plan_.version) +
+                              " failed: " + local.ToString());
     }
     // A shard rebuilt somewhere cannot be checked (its owner's entry seals
     // are lost with every copy): this version's memory copies are passed

@@ -131,6 +131,21 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
   return Status::Ok();
 }
 
+namespace {
+
+// "float32 [2, 1000] at [2, 0] of [8, 1000]" for error messages.
+std::string DescribeLayout(const EntryLayout& l) {
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + "]";
+  };
+  return (l.dtype.empty() ? std::string("bytes") : l.dtype) + " " + dims(l.shape) + " at " +
+         dims(l.offsets) + " of " + dims(l.global_shape);
+}
+
+}  // namespace
+
 Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const {
   if (remote_ == nullptr) return Status::NotFound("no remote tier");
   MEMENTO_ASSIGN_OR_RETURN(RemoteManifest manifest, remote_->ReadManifest(version));
@@ -144,7 +159,26 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
   const int rank = layout_->node() * layout_->lanes() + layout_->lane();
   MEMENTO_ASSIGN_OR_RETURN(auto infos, remote_->ListEntries(version, rank));
   std::map<std::string, uint32_t> crc_by_name;
-  for (const auto& info : infos) crc_by_name[info.name] = info.crc;
+  std::map<std::string, const RemoteEntryInfo*> info_by_name;
+  for (const auto& info : infos) {
+    crc_by_name[info.name] = info.crc;
+    info_by_name[info.name] = &info;
+  }
+  // A tensor slice is read only into the slice it was written from: names
+  // and sizes alone would take another rank's slice of the same size (a job
+  // relaunched with its ranks in another order after every node's memory was
+  // lost cuts its tensors by the new ranks).
+  for (const RegisteredEntry& e : *entries_) {
+    const auto it = info_by_name.find(e.name);
+    if (it == info_by_name.end() || e.layout == EntryLayout() || it->second->layout == e.layout) {
+      continue;  // missing: ReadRankFile names it; opaque bytes: sizes decide
+    }
+    return Status::FailedPrecondition("remote v" + std::to_string(version) + ": entry '" + e.name +
+                                      "' of rank file " + std::to_string(rank) + " holds " +
+                                      DescribeLayout(it->second->layout) +
+                                      ", this rank registered " + DescribeLayout(e.layout) +
+                                      " (are the ranks cut the same way as when it was written?)");
+  }
   std::vector<RemoteEntryTarget> targets;
   std::vector<std::vector<uint8_t>> staging;  // device entries go through host memory
   staging.reserve(entries_->size());

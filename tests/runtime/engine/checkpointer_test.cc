@@ -441,62 +441,97 @@ TEST_F(CheckpointerTest, PersistThenRestoreFromRemoteAfterAllSegmentsUnlinked) {
   }
 }
 
-// Rank files follow the node, not the world rank: 3 nodes (vn/0..2, one rank
-// each, entries of equal sizes) persist v2 and v4; vn/1 is lost, and the
-// relaunch hands out the ranks in another order (world rank 1 on vn/2, rank 2
-// on vn/1, as a hostfile with the replacement appended or a new rendezvous
-// does). vn/1 must get its own bytes back from the remote tier, not the file
-// of whichever node had its world rank before (same names and sizes: that
-// would pass every check).
-TEST_F(CheckpointerTest, ARelaunchInAnotherRankOrderReadsEachNodesOwnRemoteFile) {
-  Config c = MakeConfig();
-  c.ranks_per_node = 0;
-  c.persist_every = 2;
-  c.persist_keep = 2;
-  const int n = 3;
-  std::vector<std::vector<uint8_t>> bufs(n);
-  auto launch = [&](const std::vector<int>& ids) {
+// Jobs of `ids.size()` ranks, rank r on node "vn/<ids[r]>" with a remote
+// tier (persist every 2nd commit), each registering one entry "w": slice
+// slices[r] of a global [n * 50000] uint8 tensor, filled with that slice's
+// pattern.
+class RemotePlaceTest : public CheckpointerTest {
+ protected:
+  Config Base() const {
+    Config c = MakeConfig();
+    c.ranks_per_node = 0;
+    c.persist_every = 2;
+    c.persist_keep = 2;
+    return c;
+  }
+  void LaunchNodes(const std::vector<int>& ids, const std::vector<int>& slices) {
+    const int n = static_cast<int>(ids.size());
     ranks_.clear();
+    slices_ = slices;
     group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
     ranks_.resize(n);
     for (int r = 0; r < n; ++r) {
-      Config rc = c;
+      Config rc = Base();
       rc.node = "vn/" + std::to_string(ids[r]);
       auto ck = Checkpointer::Create(rc, group_->transport(r),
-                                     std::make_shared<DirectoryRemoteStore>(remote_dir_, c.job));
+                                     std::make_shared<DirectoryRemoteStore>(remote_dir_, rc.job));
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       ranks_[r].ck = std::move(ck).value();
-      ranks_[r].bufs.assign(1, std::vector<uint8_t>(50000));
-      ASSERT_TRUE(ranks_[r]
-                      .ck
-                      ->RegisterBuffer("w", ranks_[r].bufs[0].data(), ranks_[r].bufs[0].size(),
-                                       {"uint8", {150000}, {50000}, {0}})
-                      .ok());
+      ranks_[r].bufs.assign(1, std::vector<uint8_t>(kSlice));
+      const EntryLayout layout{"uint8", {n * kSlice}, {kSlice}, {slices[r] * kSlice}};
+      ASSERT_TRUE(ranks_[r].ck->RegisterBuffer("w", ranks_[r].bufs[0].data(), kSlice, layout).ok());
     }
-  };
-  const std::vector<int> before = {0, 1, 2}, after = {0, 2, 1};
-  launch(before);
-  if (HasFatalFailure()) return;
-  for (uint64_t step = 1; step <= 4; ++step) {
-    Run([&](int r) {
-      ranks_[r].Fill(before[r], step);  // each node's own bytes
-      ASSERT_TRUE(ranks_[r].ck->Save(step).ok());
-      ASSERT_TRUE(ranks_[r].ck->Wait().ok());
-    });
   }
-  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  // Saves versions 1..steps on every rank and waits for their persists.
+  void SaveSteps(uint64_t steps) {
+    for (uint64_t step = 1; step <= steps; ++step) {
+      Run([&](int r) {
+        ranks_[r].Fill(slices_[r], step);
+        ASSERT_TRUE(ranks_[r].ck->Save(step).ok());
+        ASSERT_TRUE(ranks_[r].ck->Wait().ok());
+      });
+    }
+    Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+  }
+  static constexpr int64_t kSlice = 50000;
+  std::vector<int> slices_;
+};
+
+// Rank files follow the node, not the world rank: 3 nodes (vn/0..2, one rank
+// each, slices of equal sizes, each node keeping its slice) persist v2 and
+// v4; vn/1 is lost, and the relaunch hands out the ranks in another order
+// (world rank 1 on vn/2, rank 2 on vn/1, as a hostfile with the replacement
+// appended or a new rendezvous does). vn/1 must get its own bytes back from
+// the remote tier, not the file of whichever node had its world rank before.
+TEST_F(RemotePlaceTest, ARelaunchInAnotherRankOrderReadsEachNodesOwnRemoteFile) {
+  LaunchNodes({0, 1, 2}, {0, 1, 2});
+  if (HasFatalFailure()) return;
+  SaveSteps(4);
   ranks_.clear();
-  ASSERT_TRUE(NodeStore::Destroy({c.job, "vn/1", 0}).ok());
-  launch(after);
+  ASSERT_TRUE(NodeStore::Destroy({Base().job, "vn/1", 0}).ok());
+  LaunchNodes({0, 2, 1}, {0, 2, 1});
   if (HasFatalFailure()) return;
   auto reports = RestoreAll();
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status().ToString();
     EXPECT_EQ(reports[r]->version, 4u);
-    EXPECT_EQ(ranks_[r].Mismatch(after[r], 4), -1)
-        << "rank " << r << " on vn/" << after[r] << " got another node's bytes";
+    EXPECT_EQ(ranks_[r].Mismatch(slices_[r], 4), -1)
+        << "rank " << r << " (slice " << slices_[r] << ") got another node's bytes";
   }
   EXPECT_EQ(reports[2]->entries[0].source, RestoreSource::kRemote) << reports[2]->ToString();
+}
+
+// Every node's memory is lost and the relaunch cuts the tensor the other way
+// round (rank 0 registers slice 1, rank 1 slice 0): a rank file is never
+// read into a slice other than the one it was written from, though names
+// and sizes agree; the restore fails naming the entry and both slices.
+TEST_F(RemotePlaceTest, ARemoteSliceIsNeverReadIntoAnotherSlice) {
+  LaunchNodes({0, 1}, {0, 1});
+  if (HasFatalFailure()) return;
+  SaveSteps(2);
+  ranks_.clear();
+  ASSERT_TRUE(CleanJob(Base().job).ok());
+  LaunchNodes({0, 1}, {1, 0});
+  if (HasFatalFailure()) return;
+  auto reports = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(reports[r].ok()) << "rank " << r << " restored " << reports[r]->ToString();
+    EXPECT_NE(reports[r].status().message().find("entry 'w' of rank file"), std::string::npos)
+        << reports[r].status().ToString();
+    EXPECT_NE(reports[r].status().message().find("this rank registered uint8 [50000] at"),
+              std::string::npos)
+        << reports[r].status().ToString();
+  }
 }
 
 // Every node's memory is lost and the job comes back on fewer ranks without

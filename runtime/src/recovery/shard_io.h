@@ -98,8 +98,10 @@ class ShardIo {
   // a size, version or crc32c mismatch, or if the slot changed meanwhile.
   Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const;
 
-  // Reads this rank's file of remote `version` into the buffers.
-  // ElasticRestoreNeeded when it was written by a different number of ranks.
+  // Reads this rank's file of remote `version` (the one of its place in the
+  // layout) into the buffers. ElasticRestoreNeeded when it was written by a
+  // different number of ranks; FailedPrecondition naming the entry when an
+  // entry's recorded tensor layout is not the registered one (another slice).
   Status ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crcs) const;
 
   // Copies a landed shard into the buffers in one pass, hashing the bytes as

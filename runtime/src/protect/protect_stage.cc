@@ -344,46 +344,17 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
         MEMENTO_RETURN_IF_ERROR(refuse(h, refused));
         continue;
       }
+      uint8_t* dst = nullptr;
+      int region = -1;
+      if (Status why = PartLanding(source_rank, seals_region, h, &dst, &region); !why.ok()) {
+        MEMENTO_RETURN_IF_ERROR(refuse(h, std::move(why)));
+        continue;
+      }
+      MEMENTO_RETURN_IF_ERROR(post(dst, h.length));
       if (h.kind == kSealsPart) {
-        if (h.length != store_->layout().regions[seals_region].capacity) {
-          MEMENTO_RETURN_IF_ERROR(
-              refuse(h, Status::Corruption("entry seals of " + std::to_string(h.length) +
-                                           " bytes from rank " + std::to_string(source_rank))));
-          continue;
-        }
-        MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, seals_region), h.length));
         seals = true;
         continue;
       }
-      if (h.kind != kReplicaPart) {
-        MEMENTO_RETURN_IF_ERROR(
-            refuse(h, Status::Corruption("protect part of kind " + std::to_string(h.kind) +
-                                         " from rank " + std::to_string(source_rank))));
-        continue;
-      }
-      // Replica parts land in place.
-      int region = -1;
-      for (int node = 0; node < layout_->num_nodes(); ++node) {
-        if (layout_->rank_of(node, layout_->lane()) == source_rank) {
-          region = layout_->ReplicaRegion(node);
-        }
-      }
-      if (region < 0) {
-        MEMENTO_RETURN_IF_ERROR(
-            refuse(h, Status::Corruption("replica part from rank " + std::to_string(source_rank) +
-                                         ", whose replica this node does not hold")));
-        continue;
-      }
-      if (h.offset > store_->layout().regions[region].capacity ||
-          h.length > store_->layout().regions[region].capacity - h.offset) {
-        MEMENTO_RETURN_IF_ERROR(refuse(
-            h, Status::Corruption(
-                   "replica part [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
-                   ") from rank " + std::to_string(source_rank) + " beyond its region of " +
-                   std::to_string(store_->layout().regions[region].capacity) + " bytes")));
-        continue;
-      }
-      MEMENTO_RETURN_IF_ERROR(post(store_->MutableRegion(slot_, region) + h.offset, h.length));
       part_crcs_[region].push_back({h.offset, h.length, h.crc});
       got += h.length;
     }
@@ -410,6 +381,41 @@ Status ProtectStage::ReceiveFrom(int source_rank, uint64_t expected, int seals_r
                               std::to_string(got) + " bytes, more than the " +
                               std::to_string(expected) + " this node holds of it");
   }
+  return Status::Ok();
+}
+
+Status ProtectStage::PartLanding(int source_rank, int seals_region, const ProtectHeader& h,
+                                 uint8_t** dst, int* region) {
+  // Only on a refusal: a part taken costs no string.
+  auto from = [&] { return " from rank " + std::to_string(source_rank); };
+  if (h.kind == kSealsPart) {
+    if (h.length != store_->layout().regions[seals_region].capacity) {
+      return Status::Corruption("entry seals of " + std::to_string(h.length) + " bytes" + from());
+    }
+    *dst = store_->MutableRegion(slot_, seals_region);
+    *region = -1;
+    return Status::Ok();
+  }
+  if (h.kind != kReplicaPart) {
+    return Status::Corruption("protect part of kind " + std::to_string(h.kind) + from());
+  }
+  // Replica parts land in place.
+  *region = -1;
+  for (int node = 0; node < layout_->num_nodes(); ++node) {
+    if (layout_->rank_of(node, layout_->lane()) == source_rank) {
+      *region = layout_->ReplicaRegion(node);
+    }
+  }
+  if (*region < 0) {
+    return Status::Corruption("replica part" + from() + ", whose replica this node does not hold");
+  }
+  const uint64_t capacity = store_->layout().regions[*region].capacity;
+  if (h.offset > capacity || h.length > capacity - h.offset) {
+    return Status::Corruption("replica part [" + std::to_string(h.offset) + ", +" +
+                              std::to_string(h.length) + ")" + from() + " beyond its region of " +
+                              std::to_string(capacity) + " bytes");
+  }
+  *dst = store_->MutableRegion(slot_, *region) + h.offset;
   return Status::Ok();
 }
 

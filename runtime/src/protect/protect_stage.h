@@ -95,6 +95,9 @@
 #include "store/shard_landing.h"
 
 namespace memento::runtime {
+namespace wire {
+struct ProtectHeader;
+}  // namespace wire
 
 class ProtectStage final : public ChunkStage {
  public:
@@ -141,6 +144,13 @@ class ProtectStage final : public ChunkStage {
   // `buf`: the receiver thread's part buffer, kept across versions.
   Status ReceiveFrom(int source_rank, uint64_t expected, int seals_region,
                      std::vector<uint8_t>* buf);
+  // Where a part of this version from `source_rank` lands in the slot:
+  // `*dst`, and for a replica part its region (`*region`; -1 for the entry
+  // seals). Corruption naming the part when this node cannot take it (seals
+  // of the wrong size, an unknown kind, a source whose replica it does not
+  // hold, beyond the region).
+  Status PartLanding(int source_rank, int seals_region, const wire::ProtectHeader& h, uint8_t** dst,
+                     int* region);
   struct Source {
     int rank = -1;
     uint64_t bytes = 0;  // payload bytes per version

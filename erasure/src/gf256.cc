@@ -15,9 +15,10 @@ uint8_t GfMultiply(uint8_t a, uint8_t b) { return gf_mul(a, b); }
 uint8_t GfInverse(uint8_t a) { return a == 0 ? 0 : gf_inv(a); }
 
 void GfMultiplyAdd(uint8_t coef, const uint8_t* src, uint8_t* dst, size_t len) {
-  if (len == 0 || coef == 0) return;
+  if (len == 0) return;
   MEMENTO_CHECK(src != nullptr);
   MEMENTO_CHECK(dst != nullptr);
+  if (coef == 0) return;
   if (coef == 1) {
     internal::ForEachRange(len, CodecOptions{}, [&](size_t offset, size_t length) {
       internal::XorInto(src + offset, dst + offset, length);

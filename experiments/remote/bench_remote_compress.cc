@@ -146,7 +146,7 @@ double WriteMbps(const std::string& dir, const std::vector<uint8_t>& data, uint6
   for (int rep = 0; rep < reps; ++rep) {
     DirectoryRemoteStore store(dir, "bench-compress");
     auto t0 = Clock::now();
-    auto info = store.WriteRankFile(rep, 0, {{"w", data.data(), bytes, {}}});
+    auto info = store.WriteRankFile(rep, 0, {{"w", data.data(), bytes, {}, std::nullopt}});
     if (!info.ok()) {
       std::fprintf(stderr, "%s\n", info.status().ToString().c_str());
       std::exit(1);

@@ -1003,7 +1003,7 @@ class Bench {
   Status WriteRemoteVersion() {
     MEMENTO_ASSIGN_OR_RETURN(
         RankFileInfo info,
-        remote_->WriteRankFile(1, rank_, {{"model", buf_.data(), opt_.size, {}}}));
+        remote_->WriteRankFile(1, rank_, {{"model", buf_.data(), opt_.size, {}, std::nullopt}}));
     // Gather every rank's file record to rank 0 for the manifest.
     char name[256] = {};
     std::snprintf(name, sizeof(name), "%s", info.file.c_str());

@@ -45,8 +45,17 @@ Status CheckSlice(const std::string& what, const TensorSlice& s) {
                                    Dims(s.shape) + " and offsets " + Dims(s.offsets) +
                                    " differ in length");
   }
+  int64_t elements = 1;
   for (size_t d = 0; d < rank; ++d) {
-    if (s.shape[d] < 0 || s.offsets[d] < 0 || s.offsets[d] + s.shape[d] > s.global_shape[d]) {
+    if (s.global_shape[d] < 0 || __builtin_mul_overflow(elements, s.global_shape[d], &elements)) {
+      return Status::InvalidArgument(what + ": global shape " + Dims(s.global_shape) +
+                                     " has more than 2^63 elements, or a negative dimension");
+    }
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    // Both sides of the comparison are >= 0 and <= the global extent: no overflow.
+    if (s.shape[d] < 0 || s.offsets[d] < 0 || s.shape[d] > s.global_shape[d] ||
+        s.offsets[d] > s.global_shape[d] - s.shape[d]) {
       return Status::InvalidArgument(what + ": slice " + Dims(s.offsets) + "+" + Dims(s.shape) +
                                      " does not fit global shape " + Dims(s.global_shape));
     }

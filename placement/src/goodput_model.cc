@@ -24,6 +24,8 @@ bool NonNegative(double v) { return std::isfinite(v) && v >= 0; }
 // 1 - x / expm1(x), accurate for small x (x >= 0).
 double OneMinusXOverExpm1(double x) {
   if (x < 1e-4) return x / 2 - x * x / 12;
+  if (x > 40)
+    return 1 - x * std::exp(-x);  // x / expm1(x) = x e^-x / (1 - e^-x); inf / inf beyond 709
   return (std::expm1(x) - x) / std::expm1(x);
 }
 
@@ -181,7 +183,9 @@ Result<GoodputEstimate> EvaluateGoodput(const JobShape& job, const FailureProces
   const double per_day = kSecondsPerDay / renewal;  // renewal durations (1/Λ) per day, × Λ
   est.stall_s_per_day = (1 - e0) * kept * per_day;
   est.lost_s_per_day = (1 - kept) * per_day;
-  est.recovery_s_per_day = lambda_v * per_day;
+  // With every recovery outlived by the next failure (e^{-λr} underflows)
+  // Λ V is infinite: the day is all recovery, not inf x 0.
+  est.recovery_s_per_day = kSecondsPerDay * (std::isinf(lambda_v) ? 1.0 : lambda_v / renewal);
   return est;
 }
 

@@ -75,13 +75,13 @@ Result<Scheme> Scheme::Parse(std::string_view text) {
       rest = rest.substr(0, colon2);
     }
     int m = 0;
-    if (!ParseCount(rest, &m)) return BadScheme(text, "M must be a positive integer");
+    if (!ParseCount(rest, &m)) return BadScheme(text, "M must be an integer from 1 to 100000");
     if (m < 2) return BadScheme(text, "replica needs M >= 2 copies; use none for one");
     return Replica(m, placement);
   }
   if (kind == "xor") {
     int k = 0;
-    if (!ParseCount(rest, &k)) return BadScheme(text, "K must be a positive integer");
+    if (!ParseCount(rest, &k)) return BadScheme(text, "K must be an integer from 1 to 100000");
     if (k + 1 > kMaxGroupRows) {
       return BadScheme(text,
                        "K+1 must be <= 128 (the codecs' largest group, partial groups "
@@ -95,7 +95,7 @@ Result<Scheme> Scheme::Parse(std::string_view text) {
     int k = 0;
     int m = 0;
     if (!ParseCount(rest.substr(0, plus), &k) || !ParseCount(rest.substr(plus + 1), &m)) {
-      return BadScheme(text, "K and M must be positive integers");
+      return BadScheme(text, "K and M must be integers from 1 to 100000");
     }
     if (m > kMaxParity) return BadScheme(text, "M must be <= 32 (the codec's parity rows)");
     if (k + m > kMaxGroupRows) {

@@ -55,9 +55,9 @@ Result<Topology> Topology::UniformWithRacks(int num_nodes, int ranks_per_node, i
   // At least 5 digits, more when N needs them, so that sorted order is index order.
   const int width = std::max(5, static_cast<int>(std::to_string(num_nodes - 1).size()));
   for (int i = 0; i < num_nodes; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "node%0*d", width, i);
-    nodes[i].identity = name;
+    std::string digits = std::to_string(i);
+    nodes[i].identity =
+        "node" + std::string(width - std::min<int>(width, digits.size()), '0') + digits;
     nodes[i].ranks = ranks_per_node;
     // Exactly num_racks blocks, whose sizes differ by at most one.
     nodes[i].rack = num_racks > 0 ? static_cast<int>(int64_t{i} * num_racks / num_nodes) : kNoRack;

@@ -500,6 +500,48 @@ TEST(TorchAdapter, ReplicatedShapeAndExtraCapacityMismatchesAreNamed) {
       << r.status().ToString();
 }
 
+// Permuted tensors of many dimensions: their strides (and a replicated
+// tensor's shape) take more than the store's 64 bytes of layout dtype.
+at::Tensor Permuted(int dims, bool swap_last) {
+  std::vector<int64_t> order(dims);
+  for (int i = 0; i < dims; ++i) order[i] = dims - 1 - i;
+  if (swap_last) std::swap(order[dims - 2], order[dims - 1]);
+  return torch::arange(int64_t{1} << dims, at::kFloat)
+      .reshape(std::vector<int64_t>(dims, 2))
+      .permute(order);
+}
+
+TEST(TorchAdapter, LongLayoutsAreStoredAndStillToldApart) {
+  JobGuard guard{UniqueJob("longlayout")};
+  at::Tensor a = Permuted(16, false), b = Permuted(10, false);
+  const at::Tensor want_a = a.clone(), want_b = b.clone();
+  {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->Register("a", a).ok());
+    ASSERT_TRUE(ck->Register("b", b, true).ok());
+    Status s = ck->Save(1);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(ck->Wait().ok());
+    a.zero_();
+    b.zero_();
+    auto r = ck->Restore();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value());
+    EXPECT_TRUE(BitEqual(a, want_a));
+    EXPECT_TRUE(BitEqual(b, want_b));
+  }
+  // The same bytes in another order differ only at the end of their strides,
+  // past what the store keeps of the description.
+  auto ck = Make(guard.job);
+  at::Tensor other = Permuted(16, true).zero_();
+  ASSERT_TRUE(ck->Register("a", other).ok());
+  ASSERT_TRUE(ck->Register("b", b, true).ok());
+  auto r = ck->Restore();
+  ASSERT_FALSE(r.ok()) << "restored into another memory order";
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_TRUE(BitEqual(other, torch::zeros_like(other)));
+}
+
 TEST(TorchAdapter, UserStateAndExtraCapacity) {
   JobGuard guard{UniqueJob("user")};
   Options small;
@@ -518,6 +560,27 @@ TEST(TorchAdapter, UserStateAndExtraCapacity) {
   Status s = ck->Save(2);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("extra_capacity"), std::string::npos);
+}
+
+TEST(TorchAdapter, ExtraStateRegisteredAfterTheSaveIsAnErrorNotAFreshStart) {
+  JobGuard guard{UniqueJob("extra-new")};
+  at::Tensor t = torch::arange(6, torch::kFloat32);
+  {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->Register("t", t).ok());
+    ASSERT_TRUE(ck->Save(1).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+  }
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(ck->Register("t", t).ok());
+  ExtraHooks hooks{[] { return std::string("state"); },
+                   [](const std::string&) { return Status::Ok(); }};
+  ASSERT_TRUE(ck->RegisterExtra("sched", hooks).ok());
+  auto r = ck->Restore();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("no extra state 'sched'"), std::string::npos)
+      << r.status().ToString();
 }
 
 TEST(TorchAdapter, DuplicateAndReservedNamesAreRefused) {

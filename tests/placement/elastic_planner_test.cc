@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "memento/placement/elastic_plan.h"
 #include "memento/placement/recovery_planner.h"
@@ -334,6 +335,27 @@ TEST(ElasticPlanner, NewSlicesThatDoNotTileAreRefused) {
   EXPECT_NE(e.find("new slices of 'w' do not tile the global tensor [8,12]: they cover 84 of 96"),
             std::string::npos)
       << e;
+}
+
+// Slices of a tensor whose element count does not fit 64 bits: a wrapped
+// count would let two rows "cover" it, or an offset + extent wrap past the
+// bound check.
+TEST(ElasticPlanner, ShapesBeyond64BitsAreRefusedNotWrapped) {
+  const int64_t big = int64_t{1} << 32;
+  for (const auto& [global, shape, offsets, want] :
+       std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                              std::string>>{
+           {{big, big + 1}, {1, big}, {0, 0}, "more than 2^63 elements"},
+           {{1, INT64_MAX}, {1, INT64_MAX}, {0, 1}, "does not fit global shape"}}) {
+    ElasticInput in = TwoToOne();
+    for (auto* side : {&in.old_ranks, &in.new_ranks}) {
+      for (RankCatalog& rank : *side) {
+        for (auto& e : rank.entries) e.slice = TensorSlice{"bfloat16", global, shape, offsets};
+      }
+    }
+    std::string e = ErrorOf(in);
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+  }
 }
 
 TEST(ElasticPlanner, DtypeOrGlobalShapeOtherThanTheCheckpointsIsRefused) {

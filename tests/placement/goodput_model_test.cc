@@ -30,6 +30,27 @@ TEST(GoodputModelTest, NoFailuresGoodputIsOneMinusStallPerCycle) {
   EXPECT_DOUBLE_EQ(e->goodput, 1 - 0.5 / 1.5);
 }
 
+// Recoveries far longer than the time between failures: every term stays a
+// number and the day still adds up (all of it recovering, nothing kept).
+TEST(GoodputModelTest, RecoveriesThatNeverFinishStillAddUpToADay) {
+  CheckpointCosts c = Costs();
+  c.recover_remote_s = 1e6;
+  for (int nodes : {1000, 100000}) {
+    FailureProcess f;
+    f.node_mtbf_s = 1e5;
+    auto e = EvaluateGoodput(Job(nodes, 1.0), f, c, {0, 0, 0},
+                             CheckpointPlan{Scheme::None(), true, 100000, 1});
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    for (double v : {e->goodput, e->stall_s_per_day, e->lost_s_per_day, e->recovery_s_per_day}) {
+      EXPECT_TRUE(std::isfinite(v)) << nodes;
+    }
+    EXPECT_NEAR(e->goodput * kSecondsPerDay + e->stall_s_per_day + e->lost_s_per_day +
+                    e->recovery_s_per_day,
+                kSecondsPerDay, 1e-6 * kSecondsPerDay)
+        << nodes;
+  }
+}
+
 TEST(GoodputModelTest, RemoteOnlyIsDalysCompleteModel) {
   // Remote-only: checkpoint cost C = persist time, restart R = relaunch + remote read,
   // job MTBF M = node MTBF / N. Daly (2006), eq. for exponential failures with restarts.

@@ -69,7 +69,10 @@ TEST(SchemeTest, SchemesBeyondTheCodecLimitsAreRefused) {
                                                         {"rs:97+32", "<= 128"},
                                                         {"rs:129+1", "<= 128"},
                                                         {"rs:4+33", "<= 32"},
-                                                        {"rs:200+10", "<= 128"}}) {
+                                                        {"rs:200+10", "<= 128"},
+                                                        {"replica:1000000", "1 to 100000"},
+                                                        {"xor:9999999", "1 to 100000"},
+                                                        {"rs:1000000+2", "1 to 100000"}}) {
     auto s = Scheme::Parse(bad);
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find(limit), std::string::npos) << s.status().message();

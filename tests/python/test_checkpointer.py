@@ -594,6 +594,78 @@ def test_module_extra_state_is_restored_through_set_extra_state(job, as_tensor):
     assert model[0].meta == {"scale": 0.5, "history": [2.0, 3.0]}
 
 
+def test_a_tied_weight_is_a_parameter_under_each_of_its_names(job):
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(6, 4)
+            self.head = torch.nn.Linear(4, 6, bias=False)
+            self.head.weight = self.embed.weight
+            self.register_buffer("count", torch.zeros(1))
+
+    model = Tied()
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, replicated=True)
+        replicated = {name: rep for name, _, rep in ck.tensors()}
+        assert replicated == {"model.embed.weight": True, "model.head.weight": True,
+                              "model.count": False}
+        want = model.embed.weight.detach().clone()
+        ck.save(1)
+        ck.wait()
+        with torch.no_grad():
+            model.embed.weight.zero_()
+        assert ck.restore() == 1
+    assert same_bits(model.head.weight, want) and model.head.weight is model.embed.weight
+
+
+def test_extra_state_beside_batch_norm_keeps_its_batch_count(job):
+    # Loading a module's extra state goes through load_state_dict, where BatchNorm
+    # fills in a missing num_batches_tracked for state dicts of an old version.
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(3), _WithExtraState(False))
+    model.train()
+    model[0](torch.randn(4, 3))
+    model[0](torch.randn(4, 3))
+    want = {k: v.clone() for k, v in model.state_dict().items() if torch.is_tensor(v)}
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model)
+        ck.save(1)
+        ck.wait()
+        model[0](torch.randn(4, 3))
+        assert ck.restore() == 1
+    got = model.state_dict()
+    assert int(got["0.num_batches_tracked"]) == 2
+    for k, v in want.items():
+        assert same_bits(v, got[k]), k
+
+
+def test_extra_dicts_that_do_not_match_the_checkpoint_are_refused_by_name(job):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt, extra={"sched": sched})
+        ck.register(extra={"data_pos": 7})
+        ck.save(1)
+        ck.wait()
+    swapped = [{"data_pos": 0}, {"sched": sched}]
+    for extras, match in [(swapped, "extra= dict 0 has no key 'sched'"),
+                          (swapped[:1], "holds 2 extra= dict"),
+                          ([{"sched": 5}, {"data_pos": 0}], "has no load_state_dict")]:
+        with memento.Checkpointer(job=job) as ck:
+            ck.register(model, opt)
+            for d in extras:
+                ck.register(extra=d)
+            with pytest.raises(memento.FailedPreconditionError, match=match):
+                ck.restore()
+        assert swapped == [{"data_pos": 0}, {"sched": sched}]  # nothing planted
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt, extra={"sched": sched})
+        ck.register(extra={"data_pos": 0})
+        with pytest.raises(memento.FailedPreconditionError, match="1 param group"):
+            ck.restore()
+
+
 def test_optimizer_state_takes_a_spec_named_for_it_or_its_parameters(job):
     # A parameter registered as a named slice passes its place to its moments;
     # a spec in shards= for a moment overrides the inherited one.

@@ -67,6 +67,7 @@ FailedPreconditionError, ...; InvalidArgumentError is also a ValueError).
 Log lines go to logging.getLogger("memento").
 """
 
+import collections
 import ctypes
 import logging
 import pickle
@@ -222,6 +223,39 @@ def _shard_spec(where, global_shape, offsets, dim):
 def _is_extra_state(key):
     """Whether a state_dict key holds a module's get_extra_state() (any type)."""
     return key.rsplit(".", 1)[-1] == "_extra_state"
+
+
+def _load_module_values(module, values):
+    """load_state_dict of what `module` keeps besides tensors (those are in place already).
+
+    The module's own metadata (each submodule's state_dict version) goes with the values:
+    without it every submodule takes them for a version-1 state dict, and BatchNorm then
+    resets num_batches_tracked, restored a moment before, to 0.
+    """
+    values = collections.OrderedDict(values)
+    metadata = getattr(module.state_dict(), "_metadata", None)
+    if metadata is not None:
+        values._metadata = metadata
+    module.load_state_dict(values, strict=False)
+
+
+def _check_extras(registered, saved):
+    """Refuses, by name, extra= dicts that do not match what the checkpoint saved."""
+    if len(saved) != len(registered):
+        raise FailedPreconditionError(
+            "restore: the checkpoint holds %d extra= dict(s), %d are registered; register "
+            "them as when it was saved" % (len(saved), len(registered)))
+    for i, (d, values) in enumerate(zip(registered, saved)):
+        unknown = sorted(set(values) - set(d), key=repr)
+        if unknown:
+            raise FailedPreconditionError(
+                "restore: extra= dict %d has no key %s, which the checkpoint saved (its keys: %s)"
+                % (i, ", ".join(repr(k) for k in unknown), ", ".join(repr(k) for k in d)))
+        for k, (how, _) in values.items():
+            if how == "state_dict" and not hasattr(d[k], "load_state_dict"):
+                raise FailedPreconditionError(
+                    "restore: extra[%r] was saved as a state_dict, and the registered %s has "
+                    "no load_state_dict" % (k, type(d[k]).__name__))
 
 
 def _optimizer_params(optimizer):
@@ -383,11 +417,13 @@ class Checkpointer:
             if kind == "tensor":
                 add(prefix, obj, replicated, spec)
             elif kind == "module":
-                params = {n for n, _ in obj.named_parameters()}
+                # By identity, not name: a tied weight (an LM head sharing the
+                # embedding) is a parameter under each of its names.
+                params = {id(p) for p in obj.parameters()}
                 for key, t in states[prefix].items():
                     if isinstance(t, torch.Tensor) and not _is_extra_state(key):
-                        add(prefix + key, t, replicated and key in params,
-                            copy_at_save=key not in params)
+                        is_param = id(t) in params
+                        add(prefix + key, t, replicated and is_param, copy_at_save=not is_param)
             else:
                 for i, p in enumerate(_optimizer_params(obj)):
                     for key, value in obj.state.get(p, {}).items():
@@ -441,7 +477,25 @@ class Checkpointer:
         state["extra"] = extras
         return state
 
+    def _check_extra_state(self, state):
+        _check_extras(self._extras, state.get("extra", []))
+        for kind, prefix, obj, _, _ in self._sources:
+            saved = state["optimizers"].get(prefix) if kind == "optimizer" else None
+            if saved is None:
+                continue
+            if len(saved["groups"]) != len(obj.param_groups):
+                raise FailedPreconditionError(
+                    "restore: optimizer %r had %d param group(s) when saved, it has %d now"
+                    % (prefix, len(saved["groups"]), len(obj.param_groups)))
+            count = len(list(_optimizer_params(obj)))
+            beyond = sorted({i for i, _ in saved["scalars"] if i >= count})
+            if beyond:
+                raise FailedPreconditionError(
+                    "restore: optimizer %r had state for parameter %d, it has %d parameters now"
+                    % (prefix, beyond[0], count))
+
     def _apply_extra_state(self, state):
+        self._check_extra_state(state)
         random.setstate(state["random"])
         if "numpy" in state:
             import numpy
@@ -458,10 +512,10 @@ class Checkpointer:
         for kind, prefix, obj, _, _ in self._sources:
             values = state.get("modules", {}).get(prefix)
             if kind == "module" and values:
-                obj.load_state_dict(values, strict=False)  # the tensors are in place already
+                _load_module_values(obj, values)
         for d, saved in zip(self._extras, state["extra"]):
             for k, (how, value) in saved.items():
-                if how == "state_dict" and k in d and hasattr(d[k], "load_state_dict"):
+                if how == "state_dict":
                     d[k].load_state_dict(value)
                 else:
                     d[k] = value

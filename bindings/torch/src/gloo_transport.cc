@@ -228,7 +228,10 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
     return Status::InvalidArgument("torchrun launch: RANK " + std::to_string(o.rank) +
                                    " is not below WORLD_SIZE " + std::to_string(o.size));
   }
-  if (o.master_port < 1 || o.master_port > 65534) {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  o.agent_store = agent != nullptr && std::string(agent) == "True";
+  // Without the agent's store, rank 0 hosts one at MASTER_PORT + 1.
+  if (o.master_port < 1 || o.master_port > (o.agent_store ? 65535 : 65534)) {
     return Status::InvalidArgument("torchrun launch: MASTER_PORT " + std::to_string(o.master_port) +
                                    " is not a port");
   }
@@ -237,8 +240,6 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
     return Status::InvalidArgument("torchrun launch: MASTER_ADDR is not set");
   }
   o.master_addr = addr;
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  o.agent_store = agent != nullptr && std::string(agent) == "True";
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   o.prefix = "memento/" + job + "/" + (restart != nullptr ? restart : "0") + "/";
   o.timeout = timeout;
@@ -256,7 +257,19 @@ Result<std::shared_ptr<runtime::Transport>> CreateGlooTransport(
     so.waitWorkers = false;
     so.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, so);
-    auto store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, tcp);
+    // The n-th transport a process creates under a prefix meets the other
+    // ranks' n-th (creation is collective) under keys of its own: a later
+    // one (a second Checkpointer, or one opened again after close) would
+    // otherwise read the addresses an earlier one left in the store.
+    int n = 0;
+    {
+      static std::mutex mu;
+      static std::map<std::string, int> created;
+      std::lock_guard<std::mutex> lock(mu);
+      n = created[options.prefix]++;
+    }
+    auto store =
+        c10::make_intrusive<c10d::PrefixStore>(options.prefix + std::to_string(n) + "/", tcp);
     auto pg_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
     pg_options->devices.push_back(ifname != nullptr && *ifname != '\0'

@@ -14,12 +14,14 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "extra_state.h"
+#include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_store.h"
 
@@ -47,12 +49,26 @@ std::string Join(const std::vector<int64_t>& v) {
 // The dtype field of an entry's EntryLayout: the dtype, then the strides when
 // the tensor is not contiguous and the device type when it is not the CPU
 // (not its index: ranks of one node use different GPUs).
-std::string DTypeField(const at::Tensor& t) {
+// The store keeps a layout's dtype in at most EntryLayout::kMaxDTypeBytes. A
+// longer description (a permuted tensor's strides, a replicated tensor's
+// shape) keeps its head and a crc32c of the whole, so that a relaunch that
+// registers another layout is still refused.
+std::string FitDType(const std::string& s) {
+  constexpr size_t kMax = runtime::EntryLayout::kMaxDTypeBytes;
+  if (s.size() <= kMax) return s;
+  char tail[16];
+  std::snprintf(tail, sizeof(tail), " ~%08x", erasure::Crc32c(s.data(), s.size()));
+  return s.substr(0, kMax - std::strlen(tail)) + tail;
+}
+
+std::string DTypeDescription(const at::Tensor& t) {
   std::string s = DTypeName(t.scalar_type());
   if (!t.is_contiguous()) s += " strides=" + Join(t.strides().vec());
   if (!t.device().is_cpu()) s += " device=" + c10::DeviceTypeName(t.device().type(), true);
   return s;
 }
+
+std::string DTypeField(const at::Tensor& t) { return FitDType(DTypeDescription(t)); }
 
 std::string Describe(const runtime::RegionSpec& r) {
   std::string s = r.layout.dtype.empty() ? "bytes" : r.layout.dtype;
@@ -535,7 +551,8 @@ class TorchCheckpointer::Impl {
                        {}};
         // The bytes of a tensor of this shape: a relaunch that registers
         // another shape of as many bytes is refused, not reinterpreted.
-        p.layout.dtype = DTypeField(t.entry.tensor) + " shape=[" + Join(t.sizes) + "] bytes";
+        p.layout.dtype =
+            FitDType(DTypeDescription(t.entry.tensor) + " shape=[" + Join(t.sizes) + "] bytes");
         p.layout.global_shape = {t.nbytes};
         p.layout.shape = {static_cast<int64_t>(piece.bytes)};
         p.layout.offsets = {static_cast<int64_t>(piece.begin)};
@@ -599,7 +616,12 @@ class TorchCheckpointer::Impl {
     for (auto& [key, hooks] : extras_) {
       auto r = records.find(key);
       if (r == records.end()) {
-        return Status::NotFound("restore: the checkpoint has no extra state '" + key + "'");
+        // Not NotFound: that is "never committed, a fresh start", and the
+        // tensors already hold the restored version.
+        return Status::FailedPrecondition(
+            "restore: the checkpoint has no extra state '" + key +
+            "' (registered since it was saved); the tensors were restored, the extra state "
+            "was not");
       }
       MEMENTO_RETURN_IF_ERROR(hooks.restore(r->second));
     }

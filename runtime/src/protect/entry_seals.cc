@@ -49,7 +49,12 @@ Status CheckEntryCrcs(const std::vector<uint32_t>& crcs, const std::vector<uint6
                               std::to_string(entry_bytes.size()));
   }
   for (size_t i = 0; i < entry_bytes.size(); ++i) {
-    if (seals[i].bytes != entry_bytes[i] || i >= crcs.size()) {
+    if (i >= crcs.size()) {
+      return Status::Corruption("rebuilt entry '" + names[i] + "' of " +
+                                std::to_string(entry_bytes[i]) +
+                                " bytes lies beyond the end of the rebuilt shard");
+    }
+    if (seals[i].bytes != entry_bytes[i]) {
       return Status::Corruption("rebuilt entry '" + names[i] + "': owner sealed " +
                                 std::to_string(seals[i].bytes) + " bytes, expected " +
                                 std::to_string(entry_bytes[i]));

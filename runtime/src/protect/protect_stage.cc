@@ -419,20 +419,26 @@ Status ProtectStage::PartLanding(int source_rank, int seals_region, const Protec
   return Status::Ok();
 }
 
-std::optional<uint32_t> ProtectStage::CombinedCrc(int region, uint64_t capacity) {
+Result<std::optional<uint32_t>> ProtectStage::CombinedCrc(int region, uint64_t capacity) {
   std::vector<PartCrc>& parts = part_crcs_[region];
-  if (capacity == 0 || parts.empty()) return std::nullopt;
+  if (capacity == 0 || parts.empty()) return std::optional<uint32_t>();
   std::sort(parts.begin(), parts.end(),
             [](const PartCrc& a, const PartCrc& b) { return a.offset < b.offset; });
   uint64_t end = 0;
   uint32_t crc = 0;
   for (const PartCrc& p : parts) {
-    if (p.offset != end) return std::nullopt;  // a gap or an overlap: hash the region instead
+    if (p.offset != end) {
+      const RegionSpec& spec = store_->layout().regions[region];
+      return Status::Corruption("protect of v" + std::to_string(version_) + ": the parts of " +
+                                RegionKindName(spec.kind) + " region '" + spec.name + "' " +
+                                (p.offset < end ? "overlap" : "leave a gap") + " at byte " +
+                                std::to_string(std::min(p.offset, end)));
+    }
     crc = end == 0 ? p.crc : Crc32cCombine(crc, p.crc, p.length);
     end += p.length;
   }
-  if (end != capacity) return std::nullopt;
-  return crc;
+  if (end != capacity) return std::optional<uint32_t>();
+  return std::optional<uint32_t>(crc);
 }
 
 ShardLanding* ProtectStage::Landing() {
@@ -583,7 +589,7 @@ Status ProtectStage::End(uint64_t version, const Status& snapshot) {
         store_->SealRegion(slot_, r.region, r.capacity, erasure::Crc32c(data, r.capacity)));
   }
   for (const HeldRegion& h : layout_->held()) {
-    std::optional<uint32_t> crc = CombinedCrc(h.region, h.capacity);
+    MEMENTO_ASSIGN_OR_RETURN(std::optional<uint32_t> crc, CombinedCrc(h.region, h.capacity));
     if (!crc) crc = erasure::Crc32c(store_->MutableRegion(slot_, h.region), h.capacity);
     MEMENTO_RETURN_IF_ERROR(store_->SealRegion(slot_, h.region, h.capacity, *crc));
   }

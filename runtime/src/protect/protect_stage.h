@@ -191,9 +191,11 @@ class ProtectStage final : public ChunkStage {
     uint32_t crc = 0;
   };
   std::vector<std::vector<PartCrc>> part_crcs_;  // per store region; capacity kept across versions
-  // crc32c of replica region `region` from its parts, if they tile
-  // [0, capacity) exactly.
-  std::optional<uint32_t> CombinedCrc(int region, uint64_t capacity);
+  // crc32c of held region `region` from the crcs of the parts that filled it,
+  // std::nullopt where they do not reach its end (it is hashed instead).
+  // Parts that overlap or leave a gap are Corruption: the seal would vouch
+  // for bytes no part of this version wrote.
+  Result<std::optional<uint32_t>> CombinedCrc(int region, uint64_t capacity);
 
   // Erasure schemes: the parity of the version through reduce chains, one
   // per (stripe, parity row) of this rank's group and lane, from the shards

@@ -26,7 +26,10 @@ Status EntryLayout::Validate() const {
                                    " and " + std::to_string(offsets.size()) +
                                    " dimensions; they must agree");
   }
-  if (dtype.size() > 64) return Status::InvalidArgument("entry layout: dtype longer than 64");
+  if (dtype.size() > kMaxDTypeBytes) {
+    return Status::InvalidArgument("entry layout: dtype '" + dtype + "' is longer than " +
+                                   std::to_string(kMaxDTypeBytes) + " bytes");
+  }
   if (n > 64) return Status::InvalidArgument("entry layout: more than 64 dimensions");
   for (size_t i = 0; i < n; ++i) {
     if (global_shape[i] < 0 || shape[i] < 0 || offsets[i] < 0 ||

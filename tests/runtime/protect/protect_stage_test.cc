@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "memento/erasure/crc32c.h"
@@ -165,22 +166,23 @@ TEST(ProtectStage, ParityIsTheXorOfTheStripesDataRows) {
   EXPECT_GT(parity_regions, 0);
 }
 
-// Rank 0's second replica header goes out with `offset` in place of its own;
-// the protect payloads rank 0 sends and those rank 1 receives are counted
-// (rank 0 wraps its transport with an offset, rank 1 without).
+// The second replica header goes out with `offset` in place of its own, if
+// one is given; the protect payloads rank 0 sends and those rank 1 receives
+// are counted (rank 0 wraps its transport with an offset, rank 1 without).
 class BadOffsetTransport : public ForwardingTransport {
  public:
   struct Counts {
     std::atomic<int> sent{0}, received{0};
   };
-  BadOffsetTransport(std::shared_ptr<Transport> inner, uint64_t offset, Counts* counts)
+  BadOffsetTransport(std::shared_ptr<Transport> inner, std::optional<uint64_t> offset,
+                     Counts* counts)
       : ForwardingTransport(std::move(inner)), offset_(offset), counts_(counts) {}
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     wire::ProtectHeader h;
     if (tag == wire::kTagProtect && bytes == sizeof(h)) {
       std::memcpy(&h, data, sizeof(h));
-      if (h.kind == wire::kReplicaPart && ++replica_headers_ == 2) {
-        h.offset = offset_;
+      if (offset_ && h.kind == wire::kReplicaPart && ++replica_headers_ == 2) {
+        h.offset = *offset_;
         return ForwardingTransport::Send(peer, tag, &h, sizeof(h));
       }
     }
@@ -194,7 +196,7 @@ class BadOffsetTransport : public ForwardingTransport {
   }
 
  private:
-  const uint64_t offset_;
+  const std::optional<uint64_t> offset_;
   Counts* const counts_;
   int replica_headers_ = 0;
 };
@@ -213,7 +215,8 @@ TEST(ProtectStage, APartBeyondItsRegionIsRefusedAndTheRestOfTheVersionIsReceived
     BadOffsetTransport::Counts counts;
     auto out = ProtectOnThreads(
         "replica:2", bytes, cleaner.job(), [&](int r, std::shared_ptr<Transport> t) {
-          return std::make_shared<BadOffsetTransport>(std::move(t), r == 0 ? offset : 0, &counts);
+          return std::make_shared<BadOffsetTransport>(
+              std::move(t), r == 0 ? std::optional<uint64_t>(offset) : std::nullopt, &counts);
         });
     EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
     ASSERT_FALSE(out[1].status.ok());
@@ -225,6 +228,24 @@ TEST(ProtectStage, APartBeyondItsRegionIsRefusedAndTheRestOfTheVersionIsReceived
     EXPECT_EQ(counts.sent.load(), 6);
     EXPECT_EQ(counts.received.load(), counts.sent.load());
   }
+}
+
+// A replica part sent twice in place of the next one: the holder receives
+// every byte the owner's region has, yet part of the region holds what the
+// slot held before. The version fails there instead of being sealed.
+TEST(ProtectStage, ReplicaPartsThatOverlapFailTheVersionInsteadOfSealingStaleBytes) {
+  testing::JobCleaner cleaner(testing::UniqueJob("protect-overlap"));
+  BadOffsetTransport::Counts counts;
+  auto out = ProtectOnThreads(
+      "replica:2", {4500, 2100}, cleaner.job(), [&](int r, std::shared_ptr<Transport> t) {
+        return std::make_shared<BadOffsetTransport>(
+            std::move(t), r == 0 ? std::optional<uint64_t>(0) : std::nullopt, &counts);
+      });
+  EXPECT_TRUE(out[0].status.ok()) << out[0].status.ToString();
+  ASSERT_FALSE(out[1].status.ok()) << "rank 1 sealed a replica with a hole in it";
+  EXPECT_EQ(out[1].status.code(), StatusCode::kCorruption) << out[1].status.ToString();
+  EXPECT_NE(out[1].status.message().find("overlap at byte"), std::string::npos)
+      << out[1].status.ToString();
 }
 
 }  // namespace

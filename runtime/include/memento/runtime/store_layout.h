@@ -36,6 +36,8 @@ const char* RegionKindName(RegionKind kind);
 // length: this rank holds global[offsets[i] .. offsets[i] + shape[i]) in each
 // dimension i.
 struct EntryLayout {
+  static constexpr size_t kMaxDTypeBytes = 64;  // what the store keeps of dtype
+
   std::string dtype;                  // e.g. "float32", "bfloat16", "uint8"; may be empty
   std::vector<int64_t> global_shape;  // shape of the whole logical tensor
   std::vector<int64_t> shape;         // shape of this rank's slice

@@ -6,7 +6,8 @@
 // MASTER_PORT, which lives as long as the job; otherwise rank 0 hosts one at
 // MASTER_PORT + 1 (MASTER_PORT is left to the application's own
 // init_process_group). memento's keys live under their own prefix
-// "memento/<job>/<restart count>/", so they never meet the application's.
+// "memento/<job>/<restart count>/<n>/" (the process's n-th transport of the
+// job), so they never meet the application's or an earlier transport's.
 // The process group is memento's own, never the application's default group.
 //
 // Operations.
@@ -19,8 +20,8 @@
 //     halves of concurrent sends never interleave; a receiver holds a per
 //     (peer, tag) lock. Messages to oneself go through an in-memory mailbox.
 // Failures: a gloo error or a wait longer than the timeout is Unavailable /
-// Timeout; after a failed collective or a timed-out receive the transport is
-// broken and answers Unavailable (as the MPI transport).
+// Timeout; after a failed collective or a timed-out send or receive the
+// transport is broken and answers Unavailable (as the MPI transport).
 //
 // Thread-safety: as transport.h.
 #pragma once

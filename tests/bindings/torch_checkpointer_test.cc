@@ -344,6 +344,37 @@ TEST(TorchAdapter, ReallocatedStorageIsReRegisteredNeverRead) {
   }
 }
 
+// A buffer given a new tensor every step (copied at Save, so the engine
+// never reads its memory) is followed where it moved: no re-registration,
+// and a restore writes into the tensor registered now.
+TEST(TorchAdapter, AStagedTensorThatMovesIsFollowedNotReRegistered) {
+  JobGuard guard{UniqueJob("moved")};
+  auto ck = Make(guard.job);
+  at::Tensor weights = torch::arange(64, at::kFloat);
+  at::Tensor count = torch::zeros({1}, at::kLong);
+  ASSERT_TRUE(ck->Register("w", weights).ok());
+  ASSERT_TRUE(ck->RegisterSource([&] {
+                  NamedTensor nt;
+                  nt.name = "count";
+                  nt.tensor = count;
+                  nt.copy_at_save = true;
+                  return std::vector<NamedTensor>{nt};
+                }).ok());
+  for (uint64_t step = 1; step <= 3; ++step) {
+    count = count + 1;  // a new tensor, the old one freed once untracked
+    ASSERT_TRUE(ck->Save(step).ok());
+    ASSERT_TRUE(ck->Wait().ok());
+  }
+  EXPECT_EQ(ck->reregistrations(), 0);
+  count = torch::full({1}, 99, at::kLong);
+  at::Tensor now = count;
+  auto r = ck->Restore();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->step, 3u);
+  EXPECT_EQ(now.item<int64_t>(), 3);
+  EXPECT_EQ(ck->reregistrations(), 0);
+}
+
 // A version that failed just before a re-registration is reported by the
 // next Wait(), once, although its engine was closed in between.
 TEST(TorchAdapter, AFailureBeforeAReRegistrationIsReportedByWait) {

@@ -235,7 +235,7 @@ class TorchCheckpointer::Impl {
     // extra state are rewritten; its failure is reported by Wait(), not here.
     if (engine_) (void)engine_->WaitSnapshot();
     MEMENTO_ASSIGN_OR_RETURN(std::vector<NamedTensor> current, Enumerate());
-    if (!engine_ || !Matches(current)) MEMENTO_RETURN_IF_ERROR(Reopen(current));
+    if (!engine_ || !FollowMovedStaged(current)) MEMENTO_RETURN_IF_ERROR(Reopen(current));
     {
       torch::NoGradGuard no_grad;
       for (Tracked& t : tracked_) {
@@ -249,7 +249,7 @@ class TorchCheckpointer::Impl {
 
   Result<std::optional<RestoreResult>> Restore() {
     MEMENTO_ASSIGN_OR_RETURN(std::vector<NamedTensor> current, Enumerate());
-    if (engine_ && !Matches(current)) {
+    if (engine_ && !FollowMovedStaged(current)) {
       bool layout_changed = false;
       const std::string why = Difference(current, &layout_changed);
       if (layout_changed) {
@@ -400,6 +400,24 @@ class TorchCheckpointer::Impl {
            t.strides == x.strides().vec() && t.device == x.device() &&
            t.nbytes == static_cast<int64_t>(x.numel() * x.element_size()) &&
            SameShard(t.shard, n.shard) && t.entry.copy_at_save == n.copy_at_save;
+  }
+
+  // Matches, once staged tensors that moved are followed to where they are
+  // now: the engine reads and writes their staging copies, never their
+  // memory, so a module that assigns a buffer a new tensor every step (a
+  // counter, `self.count = self.count + 1`) needs no new registration.
+  bool FollowMovedStaged(const std::vector<NamedTensor>& current) {
+    if (current.size() != tracked_.size()) return false;
+    for (size_t i = 0; i < current.size(); ++i) {
+      if (!SameShape(tracked_[i], current[i])) return false;
+      if (tracked_[i].in_place && tracked_[i].data != current[i].tensor.data_ptr()) return false;
+    }
+    for (size_t i = 0; i < current.size(); ++i) {
+      if (tracked_[i].in_place || tracked_[i].data == current[i].tensor.data_ptr()) continue;
+      tracked_[i].entry = current[i];
+      tracked_[i].data = current[i].tensor.data_ptr();
+    }
+    return true;
   }
 
   // Same names, layouts and data pointers as registered.

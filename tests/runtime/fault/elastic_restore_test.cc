@@ -383,7 +383,9 @@ TEST(Elastic, ASnapshotThatCannotStartOnOneRankFailsNoRankAlone) {
     Rank r = Open(ctx, five, "replica:2", /*elastic=*/true, false);
     if (!r.ck) return;
     const bool victim = ctx.rank() == 2;
-    if (victim) ASSERT_TRUE(r.ck->AddChunkStage(&refusing).ok());
+    if (victim) {
+      ASSERT_TRUE(r.ck->AddChunkStage(&refusing).ok());
+    }
     auto report = r.ck->Restore();
     ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
     EXPECT_EQ(Wrong(r, 2), 0u);

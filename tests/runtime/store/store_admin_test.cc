@@ -122,7 +122,9 @@ TEST(StoreAdmin, CleanLeavesAnotherUsersSegment) {
   NodeStore theirs = MakeStore(job.job(), "h/1", 0, 1);
   const std::string path = ShmSegment::Directory() + theirs.segment_name();
   const bool root = geteuid() == 0;  // only root can give a file away
-  if (root) ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0) << path;
+  if (root) {
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0) << path;
+  }
   std::vector<std::string> others;
   auto removed = CleanJob(job.job(), &others);
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();

@@ -35,7 +35,7 @@ struct RemoteEntrySource {
   // they are read from): bytes that changed since they were sealed fail the
   // write with Corruption naming the entry, instead of being persisted under
   // a crc of their own that every later check would pass.
-  std::optional<uint32_t> crc;
+  std::optional<uint32_t> crc = std::nullopt;
 };
 
 // Where ReadRankFile puts the entry called `name`: `data` holds `capacity`

@@ -101,6 +101,9 @@
 // re-registration waited for is returned by the next Wait().
 // Re-registration is collective: every rank must see the change at the same
 // Save (true for data-parallel ranks running the same optimizer).
+// A tensor copied at Save (copy_at_save, or staged because it is not dense)
+// that only moved, same shape and strides, is followed where it is instead:
+// the engine reads its staging copy, never its memory.
 // Adam and AdamW state, and SGD's momentum buffers (momentum > 0, dampening
 // 0), are created at RegisterOptimizer so that their first step computes what
 // it would have (zeros, step 0): their set never changes and a relaunch,

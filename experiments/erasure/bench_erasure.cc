@@ -1,5 +1,5 @@
 // bench_erasure: encode and decode throughput of the erasure codecs, as a
-// ratio of memcpy of the same bytes measured in the same run (DESIGN §9).
+// ratio of memcpy of the same bytes measured in the same run (docs/architecture.md §9).
 //
 //   bench_erasure [--json] [--bytes N] [--reps R] [--threads 1,2] [--copy-crc]
 //

@@ -13,6 +13,7 @@
 #include "harness/spawn.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
+#include "memento/torch/launcher.h"
 #include "test_job.h"
 
 namespace memento::torch_adapter {
@@ -571,6 +572,14 @@ TEST(TorchAdapter, LongLayoutsAreStoredAndStillToldApart) {
   ASSERT_FALSE(r.ok()) << "restored into another memory order";
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
   EXPECT_TRUE(BitEqual(other, torch::zeros_like(other)));
+}
+
+TEST(TorchAdapter, TheLaunchersTransportTakesTheTimeoutRoundedUpToWholeMs) {
+  auto c = Config::FromMap({{"MEMENTO_JOB", "launcher-timeout"}, {"MEMENTO_TIMEOUT_S", "0.0019"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto t = CreateLauncherTransport(Launcher::kSingle, *c);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->timeout(), std::chrono::milliseconds(2));
 }
 
 TEST(TorchAdapter, UserStateAndExtraCapacity) {

@@ -24,7 +24,7 @@ double LogChoose(int n, int k) {
 }
 
 TEST(RecoveryProbabilityTest, KnownValues) {
-  // DESIGN §5 and Gemini: N=16, m=2.
+  // docs/architecture.md §5 and Gemini: N=16, m=2.
   EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2"), 2), 14.0 / 15, 1e-12);
   EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2:ring"), 2), 13.0 / 15, 1e-12);
   EXPECT_NEAR(*ExactRecoveryProbability(Layout(16, "replica:2"), 3), 0.8, 1e-12);

@@ -9,14 +9,14 @@
         ck.wait_snapshot(); optimizer.step(); optimizer.zero_grad()
         ck.save(step + 1)
 
-Settings. Every MEMENTO_* variable of the runtime is also a keyword argument:
+Settings. Every MEMENTO_* variable of the runtime (but MEMENTO_ALLOW_UNKNOWN) is a keyword:
 its name without the prefix, lower case (MEMENTO_SCHEME -> scheme,
 MEMENTO_TIMEOUT_S -> timeout_s, MEMENTO_REMOTE -> remote, ...). A keyword
 overrides the environment; the environment fills the rest.
 
-Launchers. `launcher="auto"` (default) picks MPI under mpirun, gloo over
-torch's c10d under torchrun (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT),
-and a single in-process rank otherwise.
+Launchers. `launcher="auto"` (default) picks MPI under mpirun ("mpi"), gloo over
+torch's c10d under torchrun ("torchrun": RANK / WORLD_SIZE / MASTER_ADDR /
+MASTER_PORT), and a single in-process rank otherwise ("single"); each can be named.
 
 Entry names (stable; they name the node store's regions):
     register(model)            "model.<state_dict key>"      e.g. model.fc.weight

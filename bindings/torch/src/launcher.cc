@@ -48,7 +48,7 @@ Launcher DetectLauncher() {
 Result<std::shared_ptr<runtime::Transport>> CreateLauncherTransport(Launcher launcher,
                                                                     const runtime::Config& config) {
   if (launcher == Launcher::kAuto) launcher = DetectLauncher();
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000.0));
+  const std::chrono::milliseconds timeout = config.timeout();  // fractions of a ms rounded up
   switch (launcher) {
     case Launcher::kMpi: {
       runtime::MpiTransportOptions o;

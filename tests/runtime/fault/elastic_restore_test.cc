@@ -176,6 +176,7 @@ struct Expect {
   bool any_remote = false;  // some entry of some rank comes from remote
   uint64_t remote_bytes = 0;  // read remotely by all nodes together
   bool replicated_in_memory = true;  // "bias" and "step" come from memory
+  const char* note = nullptr;        // when set: some rank's report notes say this
 };
 
 // Bytes of the sharded slices of `old_ranks` ranks' `lost` of them: what a
@@ -209,6 +210,13 @@ void RestoreElastic(RankContext& ctx, const Topo& t, const std::string& scheme, 
   auto any = ctx.transport()->AllReduceMax(remote_here ? 1 : 0);
   ASSERT_TRUE(any.ok());
   EXPECT_EQ(*any != 0, want.any_remote) << report->source_detail;
+  if (want.note != nullptr) {
+    bool noted = false;
+    for (const std::string& n : report->notes) noted |= n.find(want.note) != std::string::npos;
+    auto anywhere = ctx.transport()->AllReduceMax(noted ? 1 : 0);
+    ASSERT_TRUE(anywhere.ok());
+    EXPECT_EQ(*anywhere, 1) << "no rank's notes say '" << want.note << "': " << report->ToString();
+  }
   // The bytes read remotely are exactly the lost old slices'.
   uint64_t remote_bytes = 0;
   for (uint64_t b : report->elastic_remote_per_node) remote_bytes += b;
@@ -317,7 +325,9 @@ TEST(Elastic, ADamagedParityRowIsMarkedBadAndTheOtherOneDecodes) {
     EXPECT_GT(testing::FlipNewestParityRegions(*store), 0) << "node 2 holds no parity row";
   });
   const Topo seven{7, 1, {0, 2, 3, 4, 5, 6, 7}};
-  Spawn(7, [&](RankContext& ctx) { RestoreElastic(ctx, seven, "rs:4+2", {3, false}, false); });
+  Expect want{3, false};
+  want.note = "payload crc32c";  // a parity row read failed its seal, and was passed over
+  Spawn(7, [&](RankContext& ctx) { RestoreElastic(ctx, seven, "rs:4+2", want, false); });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 

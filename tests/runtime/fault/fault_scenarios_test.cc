@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/spawn.h"
@@ -108,16 +110,25 @@ void Train(RankContext& ctx, const Job& job, uint64_t steps, const CrashPoint& c
 }
 
 // Restores; requires a version in [min, max] from memory, bit-exact, the
-// same on every rank.
-void Restore(RankContext& ctx, const Job& job, uint64_t min, uint64_t max) {
+// same on every rank. With `rebuilt`, the ranks of the nodes given get every
+// entry from that source (a peer's replica, a decode) and the others from
+// their own store.
+void Restore(RankContext& ctx, const Job& job, uint64_t min, uint64_t max,
+             std::optional<std::pair<std::vector<int>, RestoreSource>> rebuilt = std::nullopt) {
   RankState st = Open(ctx, job);
   if (!st.ck) return;
   auto report = st.ck->Restore();
   ASSERT_TRUE(report.ok()) << "rank " << ctx.rank() << ": " << report.status().ToString();
   EXPECT_GE(report->version, min) << report->ToString();
   EXPECT_LE(report->version, max) << report->ToString();
+  const int node = ctx.rank() / job.ranks_per_node;
   for (const RestoredEntry& e : report->entries) {
     EXPECT_NE(e.source, RestoreSource::kRemote) << report->ToString();
+    if (!rebuilt) continue;
+    const auto& [nodes, source] = *rebuilt;
+    const bool lost = std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+    EXPECT_EQ(e.source, lost ? source : RestoreSource::kLocalMemory)
+        << "rank " << ctx.rank() << " entry " << e.name << ": " << report->ToString();
   }
   for (size_t e = 0; e < st.bufs.size(); ++e) {
     size_t bad = 0;
@@ -195,21 +206,27 @@ TEST_F(FaultScenario, ReplicaNodeLost) {  // replica:2, 4 nodes x 1: node 3 lost
   const Job job{4, 1, "replica:2"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
   LoseNodes(job, {3});
-  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    Restore(ctx, job, 3, 3, {{{3}, RestoreSource::kReplica}});
+  });
 }
 
 TEST_F(FaultScenario, XorNodeLost) {  // xor:3, 4 nodes x 2 ranks: node 1 lost -> decoded
   const Job job{8, 2, "xor:3"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
   LoseNodes(job, {1});
-  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    Restore(ctx, job, 3, 3, {{{1}, RestoreSource::kDecode}});
+  });
 }
 
 TEST_F(FaultScenario, ReedSolomonTwoNodesLost) {  // rs:4+2, 6 nodes x 1: two lost -> decoded
   const Job job{6, 1, "rs:4+2"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
   LoseNodes(job, {0, 1});
-  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    Restore(ctx, job, 3, 3, {{{0, 1}, RestoreSource::kDecode}});
+  });
 }
 
 TEST_F(FaultScenario, KillDuringProtectThenNodeLost) {  // replica:2: rank 1 dies streaming v4
@@ -230,7 +247,9 @@ TEST_P(CorruptStoreScenario, ReplicaServesTheNodeWithTheDamagedStore) {
   const Job job{4, 1, "replica:2"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
   testing::OnDriver([&] { testing::FlipSegmentByte(SegmentOf(job, 2), GetParam()); });
-  Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 3); });
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    Restore(ctx, job, 3, 3, {{{2}, RestoreSource::kReplica}});
+  });
   testing::OnDriver([&] {
     EXPECT_TRUE(testing::SetAsideOf(SegmentOf(job, 2)).empty());
     auto store = NodeStore::Attach(NodeStoreId(job, 2), ShmSegment::Access::kReadOnly);

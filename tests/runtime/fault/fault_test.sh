@@ -40,6 +40,11 @@ run() {  # run EXPECT(ok|fail) ARGS...: one mpirun launch
     echo "FAIL: launch '$*' succeeded although a rank was to be killed"
     exit 1
   fi
+  # A launch that failed for another reason is not the scenario asked for.
+  if [[ $expect == fail ]] && ! grep -q "SIGKILL at" "$last_out"; then
+    echo "FAIL: launch '$*' exited $rc without the injected kill (MEMENTO_TEST_KILL=${MEMENTO_TEST_KILL:-})"
+    exit 1
+  fi
 }
 
 flip_byte() {  # flip_byte FILE OFFSET: xor one byte with 1, in place

@@ -75,6 +75,9 @@ void RunThreads(int n, const std::function<void(RankContext&)>& body, const Spaw
   }
 }
 
+// What a child prints when its body failed an assertion.
+constexpr char kAssertionFailed[] = "spawn child: an assertion failed";
+
 void RunProcesses(int n, int launch, const SpawnOptions& opts) {
   const TestState& st = State();
   // Open MPI in a container: root needs --allow-run-as-root, few cores need
@@ -100,7 +103,15 @@ void RunProcesses(int n, int launch, const SpawnOptions& opts) {
   for (int lines = 0; tail > 0 && lines < 8; --tail) lines += text[tail - 1] == '\n';
   std::fprintf(stderr, "%s", text.substr(tail).c_str());
   if (opts.expect_death) {
+    // Died as the test made it die, not by failing an assertion (the threads
+    // harness sees both in this process).
     EXPECT_FALSE(ok) << "a rank was to die in launch " << launch << ":\n" << text;
+    EXPECT_NE(text.find(": SIGKILL"), std::string::npos)
+        << "launch " << launch << " failed, but no rank was killed:\n"
+        << text;
+    EXPECT_EQ(text.find(kAssertionFailed), std::string::npos)
+        << "a rank failed an assertion in launch " << launch << ":\n"
+        << text;
   } else {
     EXPECT_TRUE(ok) << "launch " << launch << " failed:\n" << text;
   }
@@ -128,6 +139,7 @@ void RunProcesses(int n, int launch, const SpawnOptions& opts) {
     });
     body(ctx);
     code = ::testing::Test::HasFailure() ? 1 : 0;
+    if (code != 0) std::fprintf(stderr, "rank %d: %s\n", rank, kAssertionFailed);
   }  // the last MpiTransport finalizes MPI
   std::fflush(stdout);
   std::fflush(stderr);

@@ -146,11 +146,14 @@ TEST(ProtectStage, ParityIsTheXorOfTheStripesDataRows) {
   const std::vector<uint64_t> bytes = {3000, 3000, 3000};
   auto out = ProtectOnThreads("xor:2", bytes, cleaner.job());
   for (const RankResult& r : out) ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-  // Every parity region held anywhere verifies against its seal; the XOR of
-  // every parity row and every data row of a stripe is zero, so the parity
-  // bytes summed over all holders equal the data bytes summed over all owners
-  // (each stripe's rows XOR to zero).
+  // Every parity region held anywhere verifies against its seal. Each stripe
+  // is one P-byte row of every node (a shard is cut into P-byte data rows, a
+  // holder keeps one parity row), and a stripe's rows XOR to zero: so the
+  // XOR of every P-byte row, data and parity, over all nodes is zero, byte
+  // for byte. A parity row that is a copy of one data row, or folded at the
+  // wrong offset, leaves it nonzero.
   int parity_regions = 0;
+  std::vector<uint8_t> fold;
   for (const RankResult& r : out) {
     for (const HeldRegion& h : r.layout->held()) {
       if (h.item.kind != placement::ItemKind::kParity) continue;
@@ -158,12 +161,19 @@ TEST(ProtectStage, ParityIsTheXorOfTheStripesDataRows) {
       EXPECT_TRUE(r.store.VerifyRegion(0, h.region).ok());
       auto view = r.store.ReadRegion(0, h.region);
       ASSERT_TRUE(view.ok());
-      bool nonzero = false;
-      for (uint64_t i = 0; i < view->length; ++i) nonzero = nonzero || view->data[i] != 0;
-      EXPECT_TRUE(nonzero) << "parity region " << h.region << " was never folded into";
+      if (fold.empty()) fold.assign(view->length, 0);
+      ASSERT_EQ(view->length, fold.size()) << "parity rows of unequal length";
+      for (uint64_t i = 0; i < view->length; ++i) fold[i] ^= view->data[i];
     }
   }
-  EXPECT_GT(parity_regions, 0);
+  ASSERT_EQ(parity_regions, 3);   // one parity row per node (rotating)
+  ASSERT_EQ(fold.size(), 1500u);  // 3000-byte shards in two data rows each
+  for (int r = 0; r < 3; ++r) {
+    for (uint64_t i = 0; i < bytes[r]; ++i) fold[i % fold.size()] ^= Byte(r, i);
+  }
+  for (size_t i = 0; i < fold.size(); ++i) {
+    ASSERT_EQ(fold[i], 0) << "byte " << i << " of the stripes' rows does not XOR to zero";
+  }
 }
 
 // The second replica header goes out with `offset` in place of its own, if

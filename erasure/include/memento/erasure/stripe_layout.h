@@ -1,5 +1,5 @@
 // StripeLayout: where the rows of an `xor:K` / `rs:K+M` group live, with
-// rotating parity (RAID-5/6 style, DESIGN §5), so that no node is a hotspot.
+// rotating parity (RAID-5/6 style, docs/architecture.md §5), so that no node is a hotspot.
 //
 // A group has G = K + M nodes, numbered 0..G-1 within the group. Each node
 // keeps its own shard and cuts it into K pieces of P bytes, where

@@ -17,11 +17,10 @@
 //    forms a last partial group of r nodes (r-M data, same M parity); a remainder
 //    1 <= r <= M (too small for one data node plus M parity) is folded into the previous
 //    group, which then has K+r data nodes and M parity. With N < G there is one group of N.
-//  Without racks, groups are consecutive runs of nodes in index order (DESIGN §5); the
-//  ring is the index order.
-//  With racks: if consecutive runs already keep every group (every window of M ring
-//  neighbours) free of two nodes of one rack, they are kept. Otherwise groups of the same
-//  sizes are filled rack by rack, largest rack first (ties: smaller rack id), each node of
+//  Without racks, groups are consecutive runs of nodes in index order (docs/architecture.md §5);
+//  the ring is the index order. With racks: if consecutive runs already keep every group (every
+//  window of M ring neighbours) free of two nodes of one rack, they are kept. Otherwise groups of
+//  the same sizes are filled rack by rack, largest rack first (ties: smaller rack id), each node of
 //  a rack going to the group with the most free places that holds no node of that rack yet
 //  (ties: lower group); this greedy (Gale-Ryser) finds rack-disjoint groups whenever they
 //  exist. A ring is ordered by dealing the racks round-robin (largest first). Whichever

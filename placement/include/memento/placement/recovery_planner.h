@@ -1,6 +1,6 @@
 // The recovery planner: a pure, deterministic function from what survives to a plan.
 //
-// Rules (DESIGN §6):
+// Rules (docs/architecture.md §6):
 //  * Only items that are sealed && crc_ok, held by a node that did not fail, count. A
 //    copy marked corrupt is never chosen.
 //  * One version for every (node, lane) — never a mix. Candidate versions are those held

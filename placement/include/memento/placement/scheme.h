@@ -1,4 +1,4 @@
-// Scheme: how a group of nodes protects its shards (DESIGN §5).
+// Scheme: how a group of nodes protects its shards (docs/architecture.md §5).
 //
 //   none            no redundancy: a shard lives on its own node only
 //   replica:M       the shard lives on its node and M-1 peers (M >= 2); placement
@@ -58,7 +58,7 @@ class Scheme {
   // The same scheme with another replica placement (no effect on other kinds).
   Scheme WithPlacement(ReplicaPlacement placement) const;
 
-  // Memory per node as a multiple of the shard size S for full groups (DESIGN §5):
+  // Memory per node as a multiple of the shard size S for full groups (docs/architecture.md §5):
   // none 1, replica:M M, xor:K / rs:K+M 1 + M/K.
   double NominalMemoryFactor() const;
 

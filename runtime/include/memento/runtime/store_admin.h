@@ -31,7 +31,8 @@ struct SegmentReport {
   std::vector<std::vector<Status>> verified;
 };
 
-// Names of `job`'s segments in /dev/shm, sorted. InvalidArgument for a bad job id.
+// Names of `job`'s segments in the segment directory (/dev/shm, or MEMENTO_SHM_DIR), sorted.
+// InvalidArgument for a bad job id.
 Result<std::vector<std::string>> ListJobSegments(const std::string& job);
 
 // Attaches read-only to each of `job`'s segments and reports it; with

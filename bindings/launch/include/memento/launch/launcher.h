@@ -2,7 +2,7 @@
 // relaunches it after each failure with a replacement identity for every lost
 // node, and records a timeline of what was lost and rebuilt from where.
 //
-// How a run goes (DESIGN §8):
+// How a run goes:
 //   1. The job is started as `mpirun -np NP memento launch --rank-exec DIR --
 //      COMMAND...`: every rank first runs the exec wrapper (RankExec below),
 //      which sets MEMENTO_NODE from the node-name map in DIR and execs COMMAND.

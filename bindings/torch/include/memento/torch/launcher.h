@@ -1,14 +1,15 @@
 // Launchers: where rank, size and the transport come from.
 //
-//   mpirun    (Open MPI: OMPI_COMM_WORLD_RANK/SIZE, or PMI_RANK / PMIX_RANK set)
+//   mpi       (OMPI_COMM_WORLD_SIZE, PMI_RANK or PMIX_RANK set)
 //             -> runtime::CreateMpiTransport(): a duplicated MPI_COMM_WORLD.
-//             The node store's node and local rank come from the host name and
-//             Open MPI's local rank (or MEMENTO_NODE / MEMENTO_RANKS_PER_NODE).
-//   torchrun  (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-//             MASTER_PORT set, no MPI) -> CreateGlooTransport(): libtorch's
-//             c10d ProcessGroupGloo over its own key prefix of the launcher's
-//             TCP store (gloo_transport.h).
+//   torchrun  (RANK and WORLD_SIZE set, no MPI; MASTER_ADDR / MASTER_PORT
+//             needed) -> CreateGlooTransport(): libtorch's c10d
+//             ProcessGroupGloo over its own key prefix of the launcher's TCP
+//             store (gloo_transport.h).
 //   single    neither: one rank, an in-process transport.
+// Under every launcher a rank's node is its host name (or MEMENTO_NODE) and
+// its lane its order among the ranks of that node; MEMENTO_RANKS_PER_NODE
+// makes virtual nodes instead. The transport's timeout is Config::timeout().
 //
 // Thread-safety: plain functions; call once per process.
 #pragma once

@@ -478,7 +478,7 @@ void Checkpointer::Impl::BuildStages() {
     std::vector<int> file_of_rank(static_cast<size_t>(transport_->size()), 0);
     for (int node = 0; node < pl.num_nodes(); ++node) {
       for (int l = 0; l < pl.lanes(); ++l)
-        file_of_rank.at(pl.rank_of(node, l)) = node * pl.lanes() + l;
+        file_of_rank.at(pl.rank_of(node, l)) = pl.place_of(node, l);
     }
     persister_ = std::make_unique<Persister>(remote_, transport_, &store_, slots_.get(),
                                              std::move(names), std::move(layouts),

@@ -72,6 +72,10 @@ class ProtectionLayout {
   int node() const { return node_; }
   int lane() const { return lane_; }
   int rank_of(int node, int lane) const { return rank_of_.at(node).at(lane); }
+  // A rank's place, node * lanes + lane: it follows the node across
+  // relaunches, where the world rank may not (it numbers remote rank files).
+  int place_of(int node, int lane) const { return node * lanes_ + lane; }
+  int place() const { return place_of(node_, lane_); }
   uint64_t shard_bytes(int node, int lane) const { return shard_bytes_.at(node).at(lane); }
   // Offset of this rank's entry `e` in its shard.
   uint64_t entry_base(int e) const { return entry_base_.at(e); }

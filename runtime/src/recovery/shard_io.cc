@@ -156,7 +156,7 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
                                         std::to_string(transport_->size()));
   }
   // This rank's place in the layout names its file (Persister's file_of_rank).
-  const int rank = layout_->node() * layout_->lanes() + layout_->lane();
+  const int rank = layout_->place();
   MEMENTO_ASSIGN_OR_RETURN(auto infos, remote_->ListEntries(version, rank));
   std::map<std::string, uint32_t> crc_by_name;
   std::map<std::string, const RemoteEntryInfo*> info_by_name;

@@ -519,10 +519,19 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFile(
   bool created_version = false;
   MEMENTO_RETURN_IF_ERROR(MakeDir(root_, &created_root));
   MEMENTO_RETURN_IF_ERROR(MakeDir(job_dir_, &created_job));
-  MEMENTO_RETURN_IF_ERROR(MakeDir(VersionDir(version), &created_version));
   // A folder this call created is durable only once its parent is synced.
   if (options_.fsync && created_root) MEMENTO_RETURN_IF_ERROR(FsyncDir(Parent(root_)));
-  Result<RankFileInfo> written = WriteRankFileIn(version, rank, entries, lineage, created_job);
+  // Another rank whose write failed removes the version folder it made
+  // while it is still empty (below), which may fall between this call's
+  // mkdir and its first file: the folder is then made again, a few times at
+  // most, instead of this rank failing on a folder that is gone.
+  Result<RankFileInfo> written = Status::Internal("not written");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    MEMENTO_RETURN_IF_ERROR(MakeDir(VersionDir(version), &created_version));
+    written = WriteRankFileIn(version, rank, entries, lineage, created_job);
+    struct stat st;
+    if (written.ok() || stat(VersionDir(version).c_str(), &st) == 0) break;
+  }
   if (!written.ok() && created_version) {
     // Never leave an empty version folder behind; rmdir fails (and keeps it)
     // when another rank's file is already in it.

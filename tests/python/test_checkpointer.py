@@ -476,6 +476,53 @@ def test_after_close_save_and_restore_raise_and_close_again_does_nothing(job):
     ck.close()
 
 
+def test_close_from_another_thread_waits_for_the_save_in_flight(job, tmp_path):
+    """A watchdog thread closes the checkpointer while the training thread is inside save():
+    close() returns after that save, every later save() raises FailedPreconditionError, and
+    the process never touches a destroyed checkpointer (run apart: a crash fails the test)."""
+    script = tmp_path / "close_during_save.py"
+    script.write_text(
+        "import sys, threading, time, torch, memento\n"
+        "ck = memento.Checkpointer(job=sys.argv[1])\n"
+        "ck.register('t', torch.ones(128 << 20, dtype=torch.uint8))\n"
+        "class Entering:\n"
+        "    # Says when the third save enters the engine: that save waits there for\n"
+        "    # the second one's commit while the main thread closes.\n"
+        "    def __init__(self, impl):\n"
+        "        self._impl, self.third = impl, threading.Event()\n"
+        "    def __getattr__(self, name):\n"
+        "        return getattr(self._impl, name)\n"
+        "    def save(self, step):\n"
+        "        if step == 3: self.third.set()\n"
+        "        self._impl.save(step)\n"
+        "ck._impl = entering = Entering(ck._impl)\n"
+        "events = []\n"
+        "def train():\n"
+        "    step = 0\n"
+        "    try:\n"
+        "        while step < 100000:\n"
+        "            step += 1\n"
+        "            ck.save(step)\n"
+        "            events.append(('saved', time.monotonic()))\n"
+        "    except memento.FailedPreconditionError as e:\n"
+        "        events.append(('refused', str(e)))\n"
+        "trainer = threading.Thread(target=train)\n"
+        "trainer.start()\n"
+        "entering.third.wait()\n"
+        "ck.close()\n"
+        "closed = time.monotonic()\n"
+        "trainer.join()\n"
+        "saved = [e[1] for e in events if e[0] == 'saved']\n"
+        "assert len(saved) >= 2, events\n"
+        "assert events[-1][0] == 'refused' and 'closed' in events[-1][1], events[-1]\n"
+        "assert saved[-1] <= closed, 'a save returned after close() had returned'\n"
+        "print('saves', len(saved))\n")
+    out = subprocess.run([sys.executable, str(script), job], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, "exit %d\n%s%s" % (out.returncode, out.stdout, out.stderr)
+    assert out.stdout.startswith("saves "), out.stdout
+
+
 class _CloseFails:
     """The real checkpointer whose close() then reports a failed last checkpoint."""
 

@@ -615,7 +615,8 @@ class Checkpointer:
 
         Raises a checkpoint failure wait() has not reported yet (after releasing everything).
         Afterwards save() and restore() raise FailedPreconditionError; close() again does
-        nothing.
+        nothing. Called from another thread (a watchdog), it first waits for the save(),
+        restore() or wait in flight there to return.
         """
         try:
             self._impl.close()

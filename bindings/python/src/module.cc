@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <shared_mutex>
 
 #include "memento/runtime/config.h"
 #include "memento/runtime/log.h"
@@ -141,35 +142,27 @@ class PyCheckpointer {
   }
 
   void Save(uint64_t step) {
-    TorchCheckpointer& c = ck();
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = c.Save(step);
-    }
-    Check(s);
+    Check(Call([step](TorchCheckpointer& c) { return c.Save(step); }));
   }
 
   py::object Restore() {
-    TorchCheckpointer& c = ck();
-    Result<std::optional<RestoreResult>> r = Status::Internal("not run");
-    {
-      py::gil_scoped_release release;
-      r = c.Restore();
-    }
-    std::optional<RestoreResult> v = Check(std::move(r));
+    std::optional<RestoreResult> v =
+        Check(Call([](TorchCheckpointer& c) -> Result<std::optional<RestoreResult>> {
+          return c.Restore();
+        }));
     if (!v) return py::none();
     return ReportDict(*v);
   }
 
+  // After close() the waits have nothing to wait for and return at once.
   void WaitSnapshot() {
-    Released([&] { return ck_->WaitSnapshot(); });
+    Released([](TorchCheckpointer& c) { return c.WaitSnapshot(); });
   }
   void Wait() {
-    Released([&] { return ck_->Wait(); });
+    Released([](TorchCheckpointer& c) { return c.Wait(); });
   }
   void WaitPersist() {
-    Released([&] { return ck_->WaitPersist(); });
+    Released([](TorchCheckpointer& c) { return c.WaitPersist(); });
   }
   // Dropped without close(): as close(), its failure logged by the engine
   // only; other Python threads run while it waits.
@@ -189,28 +182,54 @@ class PyCheckpointer {
   const std::string& config() const { return config_; }
 
  private:
-  // Waits for the checkpoint in flight (and, in the engine's destruction, the
-  // queued persists, which may take long) without the GIL, then releases the
-  // engine and the transport; what Wait returned.
+  // Waits for the calls in flight on other threads to return (a close()
+  // from a watchdog thread while the training thread is inside save()),
+  // then for the checkpoint in flight, without the GIL; takes the engine
+  // and the transport out with the GIL, so that the calls that run under
+  // it see the checkpointer closed, and releases them without it (the
+  // engine's destruction waits for queued persists, which may take long).
+  // What Wait returned.
   Status Release() {
     if (!ck_ && !transport_) return Status::Ok();
+    std::unique_lock<std::shared_mutex> lock(call_mu_, std::defer_lock);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      lock.lock();
+      s = ck_ ? ck_->Wait() : Status::Ok();
+    }
+    std::unique_ptr<TorchCheckpointer> ck = std::move(ck_);
+    std::shared_ptr<runtime::Transport> transport = std::move(transport_);
+    lock.unlock();
     py::gil_scoped_release release;
-    Status s = ck_ ? ck_->Wait() : Status::Ok();
-    ck_.reset();
-    transport_.reset();
+    ck.reset();
+    transport.reset();
     return s;
   }
 
+  // Runs f on the engine without the GIL. The call lock is taken only with
+  // the GIL released (Release takes the GIL while it holds the lock), and
+  // ck_ is read under it: a close() on another thread waits for f.
+  template <typename F>
+  auto Call(F&& f) -> decltype(f(std::declval<TorchCheckpointer&>())) {
+    py::gil_scoped_release release;
+    std::shared_lock<std::shared_mutex> lock(call_mu_);
+    if (!ck_) return Status::FailedPrecondition("the checkpointer is closed");
+    return f(*ck_);
+  }
   template <typename F>
   void Released(F&& f) {
     Status s;
     {
       py::gil_scoped_release release;
-      s = ck_ ? f() : Status::Ok();
+      std::shared_lock<std::shared_mutex> lock(call_mu_);
+      s = ck_ ? f(*ck_) : Status::Ok();
     }
     Check(s);
   }
 
+  // Shared by the calls that run without the GIL, exclusive in Release.
+  std::shared_mutex call_mu_;
   std::shared_ptr<runtime::Transport> transport_;
   std::unique_ptr<TorchCheckpointer> ck_;
   std::shared_ptr<std::vector<NamedTensor>> tensors_ = std::make_shared<std::vector<NamedTensor>>();

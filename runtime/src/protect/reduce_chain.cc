@@ -54,17 +54,25 @@ struct Unmap {
 };
 using PieceMemory = std::unique_ptr<uint8_t, Unmap>;
 
+// Null when the memory cannot be had: the chains run on the commit thread
+// and in the restore, where a thrown bad_alloc would end the process
+// instead of failing the version.
 uint8_t* MapPieces(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                  -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<uint8_t*>(p);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
 }
 
+// Empty (get() null) when the block cannot be had.
 PieceMemory NewPieceMemory(size_t bytes, PieceArena* arena) {
-  if (bytes == 0) return PieceMemory(nullptr, Unmap{0, nullptr});
-  uint8_t* p = arena != nullptr ? arena->Take(bytes) : MapPieces(bytes);
-  return PieceMemory(p, Unmap{bytes, arena});
+  uint8_t* p = nullptr;
+  if (bytes != 0) p = arena != nullptr ? arena->Take(bytes) : MapPieces(bytes);
+  return PieceMemory(p, Unmap{p != nullptr ? bytes : 0, arena});
+}
+
+Status NoPieceMemory(size_t bytes) {
+  return Status::ResourceExhausted("cannot map " + std::to_string(bytes) +
+                                   " bytes of reduce-chain piece buffers");
 }
 
 // One piece's buffer and the transfers in flight on it. A piece is two
@@ -178,14 +186,17 @@ Status AddOwnRow(const ReduceTerm& term, int c, bool first, uint64_t off, uint64
   }
   if (row == nullptr) {
     uint8_t* into = direct ? piece() : aside();
+    if (into == nullptr) return Status::ResourceExhausted("no buffer to read the row into");
     MEMENTO_RETURN_IF_ERROR(reader(c, term, off, len, into));
     if (direct) return Status::Ok();
     row = into;
   }
+  uint8_t* sum = piece();
+  if (sum == nullptr) return Status::ResourceExhausted("no buffer to fold the row into");
   if (first) {
-    erasure::GfScale(term.coef, row, piece(), len);
+    erasure::GfScale(term.coef, row, sum, len);
   } else {
-    erasure::GfMultiplyAdd(term.coef, row, piece(), len);
+    erasure::GfMultiplyAdd(term.coef, row, sum, len);
   }
   return Status::Ok();
 }
@@ -298,15 +309,27 @@ class HopTask final : public LoopTask {
   uint64_t PieceLen(uint64_t k) const {
     return std::min(piece_bytes_, ch_.length - k * piece_bytes_);
   }
+  // Null when the ring's memory cannot be had (noted once; no later try).
   uint8_t* DataOf(PieceBuffer& b) {
-    if (ring_memory_ == nullptr) {
+    if (ring_memory_ == nullptr && !ring_failed_) {
       ring_memory_ = NewPieceMemory(ring_.size() * piece_, Arena());
+      if (ring_memory_ == nullptr) {
+        ring_failed_ = true;
+        Note(NoPieceMemory(ring_.size() * piece_));
+        return nullptr;
+      }
       for (size_t i = 0; i < ring_.size(); ++i) ring_[i].data = ring_memory_.get() + i * piece_;
     }
     return b.data;
   }
   uint8_t* Mine() {
-    if (mine_memory_ == nullptr) mine_memory_ = NewPieceMemory(piece_, Arena());
+    if (mine_memory_ == nullptr && !mine_failed_) {
+      mine_memory_ = NewPieceMemory(piece_, Arena());
+      if (mine_memory_ == nullptr) {
+        mine_failed_ = true;
+        Note(NoPieceMemory(piece_));
+      }
+    }
     return mine_memory_.get();
   }
   PieceArena* Arena() const { return options_ != nullptr ? options_->arena : nullptr; }
@@ -325,7 +348,11 @@ class HopTask final : public LoopTask {
     while (prev_ >= 0 && wire_ && next_post_ < pieces_ && next_post_ < next_proc_ + kPiecesAhead) {
       PieceBuffer& b = ring_[next_post_ % ring_.size()];
       if (!SendsFinished(&b, &s_, &sending_)) break;
-      Status r = PostRecv(t_, prev_, tag_, PieceLen(next_post_), DataOf(b), &b);
+      // Without memory the piece is taken into no buffer (too long for it:
+      // the transport fails the receive but takes the message) and the
+      // failure is forwarded, so that the stream stays in step.
+      uint8_t* into = DataOf(b);
+      Status r = PostRecv(t_, prev_, tag_, into != nullptr ? PieceLen(next_post_) : 0, into, &b);
       if (!r.ok()) {
         Note(r);
         LoseWire();
@@ -355,6 +382,7 @@ class HopTask final : public LoopTask {
       bool in_step = true;
       Note(FinishRecv(prev_, len, b.data, &b, check_, stamp_, &ok, &in_step));
       if (!in_step) LoseWire();
+      ok = ok && b.data != nullptr;
     } else if (prev_ >= 0) {
       ok = false;
     }
@@ -404,6 +432,7 @@ class HopTask final : public LoopTask {
   uint64_t next_post_ = 0, next_proc_ = 0;
   Status s_;
   bool good_ = true, wire_ = true, sending_ = true, done_ = false;
+  bool ring_failed_ = false, mine_failed_ = false;
 };
 
 // The destination of chain c: every piece, in order, into its result row,
@@ -475,16 +504,22 @@ class ResultTask final : public LoopTask {
       if (sink_ != nullptr && dst != nullptr) TouchForReceive(dst, len);
       if (dst == nullptr) {
         const uint64_t piece = std::min(piece_bytes_, ch_.length);
-        if (memory_ == nullptr) {
+        if (memory_ == nullptr && !memory_failed_) {
           memory_ =
               NewPieceMemory(ring_.size() * piece, options_ != nullptr ? options_->arena : nullptr);
-          for (size_t j = 0; j < ring_.size(); ++j) ring_[j].data = memory_.get() + j * piece;
+          if (memory_ == nullptr) {
+            memory_failed_ = true;
+            Fail(NoPieceMemory(ring_.size() * piece), /*in_step=*/true);
+          } else {
+            for (size_t j = 0; j < ring_.size(); ++j) ring_[j].data = memory_.get() + j * piece;
+          }
         }
         dst = ring_[i].data;
       }
       into_[i] = dst;
       progress = true;
-      Status r = PostRecv(t_, last_, tag_, len, dst, &ring_[i]);
+      // Without memory, taken into no buffer, as a hop does.
+      Status r = PostRecv(t_, last_, tag_, dst != nullptr ? len : 0, dst, &ring_[i]);
       if (!r.ok()) Fail(r, /*in_step=*/false);
     }
     return progress;
@@ -501,6 +536,7 @@ class ResultTask final : public LoopTask {
       bool in_step = true;
       Status r = FinishRecv(last_, len, into_[i], &ring_[i], check_, stamp_, &ok, &in_step);
       Fail(r, in_step);
+      ok = ok && into_[i] != nullptr;
     }
     if (ok) {
       received += len;
@@ -542,7 +578,7 @@ class ResultTask final : public LoopTask {
   std::vector<bool> in_place_;
   uint64_t next_post_ = 0, next_proc_ = 0;
   Status got_;
-  bool wire_ = true;
+  bool wire_ = true, memory_failed_ = false;
 };
 
 // Runs `tasks` to completion on the calling thread. A pass that finds
@@ -604,6 +640,8 @@ PieceArena::~PieceArena() {
 uint8_t* PieceArena::Take(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (limit_ != 0 && (bytes > limit_ || out_ > limit_ - bytes)) return nullptr;
+    out_ += bytes;
     for (size_t i = 0; i < free_.size(); ++i) {
       if (free_[i].first != bytes) continue;
       uint8_t* p = free_[i].second;
@@ -612,11 +650,17 @@ uint8_t* PieceArena::Take(size_t bytes) {
       return p;
     }
   }
-  return MapPieces(bytes);
+  uint8_t* p = MapPieces(bytes);
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_ -= bytes;
+  }
+  return p;
 }
 
 void PieceArena::Put(uint8_t* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  out_ -= bytes;
   free_.emplace_back(bytes, p);
 }
 

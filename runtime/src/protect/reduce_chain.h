@@ -119,13 +119,21 @@ struct RowSink {
 // their buffers from here and give them back, so that their pages are
 // faulted in once instead of once per call. Thread-safe; holds at most what
 // one call used at once.
+//
+// limit_bytes (0: none) caps the bytes handed out and not yet given back; a
+// Take past it fails as a failed mapping does. A hop or destination whose
+// buffers cannot be had (either way) still takes every message of its
+// stream, into no buffer, and forwards failed pieces: the call fails with
+// ResourceExhausted on that rank and Unavailable at the chain's destination,
+// and no rank waits for a message that never comes.
 class PieceArena {
  public:
-  PieceArena() = default;
+  explicit PieceArena(size_t limit_bytes = 0) : limit_(limit_bytes) {}
   ~PieceArena();
   PieceArena(const PieceArena&) = delete;
   PieceArena& operator=(const PieceArena&) = delete;
-  // A block of exactly `bytes` bytes: a kept one, else freshly mapped.
+  // A block of exactly `bytes` bytes: a kept one, else freshly mapped; null
+  // when the mapping fails or the limit would be passed.
   uint8_t* Take(size_t bytes);
   void Put(uint8_t* p, size_t bytes);
   // Blocks kept now (none is in use by a call).
@@ -134,6 +142,8 @@ class PieceArena {
  private:
   mutable std::mutex mu_;
   std::vector<std::pair<size_t, uint8_t*>> free_;
+  const size_t limit_;
+  size_t out_ = 0;  // bytes taken and not given back
 };
 
 // Optional behaviour of RunReduceChains.

@@ -541,6 +541,89 @@ TEST_P(ReduceChains, SpansUncheckedPiecesOwnTagsAndAKeptArena) {
   }
 }
 
+// A rank whose piece buffers cannot be had (its arena's limit stands in for
+// a failed mmap) fails its call with ResourceExhausted instead of ending the
+// process; it still takes every piece of its streams and forwards failed
+// ones, so the others return at once (no timeout: the group's is 20 s), the
+// destination with Unavailable. The same ranks and arenas then run the
+// chains again without the limit, and the streams are in step.
+TEST_P(ReduceChains, APieceBufferThatCannotBeMappedFailsTheCallNotTheProcess) {
+  const int n = 4;
+  const uint64_t piece = 1000;
+  std::vector<ReduceChain> chains(2);
+  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {3, 2, 1}};
+  chains[0].dst_rank = 2;
+  chains[0].length = 9500;
+  chains[1].terms = {{2, 3, 7}, {0, 4, 1}};
+  chains[1].dst_rank = 3;
+  chains[1].length = 4321;
+  const std::vector<std::shared_ptr<Transport>> group = Group(n);
+  // Every rank's chains, with the starved rank's arena limited to 1 byte
+  // (none when -1); the destinations land through a writer only, from
+  // buffers of their own.
+  auto run = [&](int starved, uint64_t stamp, std::vector<Status>* status,
+                 std::vector<std::vector<std::vector<uint8_t>>>* landed) {
+    status->assign(n, Status::Ok());
+    landed->assign(n, {});
+    std::vector<std::unique_ptr<PieceArena>> arenas;
+    for (int r = 0; r < n; ++r) arenas.push_back(std::make_unique<PieceArena>(r == starved ? 1 : 0));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        for (const ReduceChain& ch : chains) (*landed)[r].emplace_back(ch.length, 0);
+        auto reader = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len,
+                          uint8_t* dst) -> Status {
+          auto row = Row(r, term.row_id, off + len);
+          std::copy(row.begin() + off, row.end(), dst);
+          return Status::Ok();
+        };
+        RowSink sink;
+        sink.write = [&](int c, uint64_t off, const uint8_t* data, uint64_t len) {
+          std::copy(data, data + len, (*landed)[r][c].begin() + off);
+          return Status::Ok();
+        };
+        ReduceOptions options;
+        options.arena = arenas[r].get();
+        options.stamp = stamp;
+        ReduceBytes bytes;
+        std::vector<std::vector<uint8_t>> unused;
+        (*status)[r] = RunReduceChains(group[r].get(), chains, 0, piece, reader, &unused, &bytes,
+                                       &sink, &options);
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+  std::vector<Status> status;
+  std::vector<std::vector<std::vector<uint8_t>>> landed;
+  // Rank 1: a middle hop of chain 0 without its ring of buffers. Rank 2: the
+  // first term of chain 1 without the buffer its row is read into, and the
+  // destination of chain 0 without the buffers its pieces land in.
+  for (int starved : {1, 2}) {
+    SCOPED_TRACE("starved rank " + std::to_string(starved));
+    const auto start = std::chrono::steady_clock::now();
+    run(starved, static_cast<uint64_t>(starved), &status, &landed);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+        << "a rank waited for a piece that never came";
+    ASSERT_EQ(status[starved].code(), StatusCode::kResourceExhausted) << status[starved].ToString();
+    EXPECT_NE(status[starved].message().find("piece buffers"), std::string::npos)
+        << status[starved].ToString();
+    EXPECT_TRUE(status[0].ok()) << status[0].ToString();
+    if (starved == 1) {
+      EXPECT_EQ(status[2].code(), StatusCode::kUnavailable) << status[2].ToString();
+      ASSERT_TRUE(status[3].ok()) << status[3].ToString();
+      EXPECT_EQ(landed[3][1], Expected(chains[1]));
+    } else {
+      EXPECT_TRUE(status[1].ok()) << status[1].ToString();
+      EXPECT_EQ(status[3].code(), StatusCode::kUnavailable) << status[3].ToString();
+    }
+  }
+  // The streams are in step afterwards: the same chains succeed.
+  run(-1, 3, &status, &landed);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].ToString();
+  EXPECT_EQ(landed[2][0], Expected(chains[0]));
+  EXPECT_EQ(landed[3][1], Expected(chains[1]));
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, ReduceChains, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? std::string("one_thread") : std::string("threads");

@@ -248,6 +248,13 @@ void PutRankCatalog(std::vector<uint8_t>* out, const placement::RankCatalog& r) 
   }
 }
 
+// The fewest bytes a catalog entry takes (empty name and dtype, no
+// dimensions), a rank's catalog (no entries), an elastic store record
+// (empty name and blobs).
+constexpr size_t kLeastEntryBytes = 4 + 8 + 4 + 3 * 4;
+constexpr size_t kLeastRankBytes = 4 + 4 + 4;
+constexpr size_t kLeastStoreBytes = 4 + 4 + 4 + 8 + 8;
+
 // Bounds-checked reading of a catalog record; every failure is Corruption.
 class Reader {
  public:
@@ -281,7 +288,7 @@ class Reader {
     MEMENTO_RETURN_IF_ERROR(Read(&node));
     MEMENTO_RETURN_IF_ERROR(Read(&lane));
     MEMENTO_RETURN_IF_ERROR(Read(&count));
-    if (count > n_ - pos_) return Cut();  // every entry takes more than a byte
+    MEMENTO_RETURN_IF_ERROR(Fits(count, kLeastEntryBytes, "entries"));
     r->node = node;
     r->lane = lane;
     r->entries.resize(count);
@@ -305,6 +312,15 @@ class Reader {
   }
   bool done() const { return pos_ == n_; }
   Status Cut() const { return Status::Corruption(std::string(what_) + " cut short"); }
+  // A count read from the record is checked against what the bytes left can
+  // hold, at `least` bytes a record, before anything is sized by it: a
+  // damaged count would otherwise allocate many times the record's size.
+  Status Fits(uint64_t count, size_t least, const char* items) const {
+    if (count <= (n_ - pos_) / least) return Status::Ok();
+    return Status::Corruption(std::string(what_) + ": " + std::to_string(count) + " " + items +
+                              " cannot fit in the " + std::to_string(n_ - pos_) +
+                              " bytes left (" + std::to_string(least) + " at least each)");
+  }
 
  private:
   const uint8_t* p_;
@@ -354,11 +370,12 @@ Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes) {
   int32_t nodes = 0, lanes = 0;
   MEMENTO_RETURN_IF_ERROR(in.Read(&nodes));
   MEMENTO_RETURN_IF_ERROR(in.Read(&lanes));
-  if (nodes <= 0 || lanes <= 0 || nodes > (1 << 20) || lanes > 4096 ||
-      static_cast<uint64_t>(nodes) * lanes > bytes.size()) {
+  if (nodes <= 0 || lanes <= 0 || nodes > (1 << 20) || lanes > 4096) {
     return Status::Corruption("job catalog: " + std::to_string(nodes) + " nodes x " +
                               std::to_string(lanes) + " lanes");
   }
+  // Each place has its shard size and entry count (12 bytes).
+  MEMENTO_RETURN_IF_ERROR(in.Fits(static_cast<uint64_t>(nodes) * lanes, 12, "places"));
   c.nodes = nodes;
   c.lanes = lanes;
   c.shard_bytes.resize(static_cast<size_t>(nodes) * lanes);
@@ -368,6 +385,7 @@ Result<JobCatalog> DecodeJobCatalog(const std::vector<uint8_t>& bytes) {
   uint32_t count = 0;
   MEMENTO_RETURN_IF_ERROR(in.Read(&count));
   if (count > c.shard_bytes.size()) return Status::Corruption("job catalog: too many ranks");
+  MEMENTO_RETURN_IF_ERROR(in.Fits(count, kLeastRankBytes, "ranks"));
   c.ranks.resize(count);
   for (auto& r : c.ranks) MEMENTO_RETURN_IF_ERROR(in.ReadRankCatalog(&r));
   if (!in.done()) return Status::Corruption("job catalog has trailing bytes");
@@ -405,7 +423,7 @@ Result<ElasticInventory> DecodeElasticInventory(const std::vector<uint8_t>& byte
   MEMENTO_ASSIGN_OR_RETURN(inv.remote, DecodeInventory(blob, -1, 0));
   uint32_t stores = 0;
   MEMENTO_RETURN_IF_ERROR(in.Read(&stores));
-  if (stores > bytes.size()) return in.Cut();
+  MEMENTO_RETURN_IF_ERROR(in.Fits(stores, kLeastStoreBytes, "stores"));
   inv.stores.resize(stores);
   for (ElasticStoreRecord& s : inv.stores) {
     int32_t node = 0, lane = 0;

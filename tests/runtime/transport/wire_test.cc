@@ -254,6 +254,45 @@ TEST(Wire, CatalogsRoundTripAndRefuseDamage) {
   EXPECT_EQ(rank->entries[0].name, "w");
 }
 
+// A damaged count is refused against the bytes that are left before anything
+// is sized by it (a count up to the record's length used to be taken, and
+// sized a vector of ~150 bytes an entry before the read ran out).
+TEST(Wire, CountsThatCannotFitTheRecordAreRefusedBeforeTheyAreSized) {
+  std::vector<uint8_t> rank = EncodeRankCatalog(SomeRank(3, 1));
+  // node, lane, then the entry count: claim as many entries as bytes follow.
+  const uint32_t claimed = static_cast<uint32_t>(rank.size() - 12);
+  std::memcpy(rank.data() + 8, &claimed, 4);
+  Status s = DecodeRankCatalog(rank).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find(std::to_string(claimed) + " entries cannot fit"), std::string::npos)
+      << s.ToString();
+
+  JobCatalog c;
+  c.scheme = "xor:3";
+  c.nodes = 1;
+  c.lanes = 1;
+  c.shard_bytes = {10};
+  c.entry_count = {0};
+  std::vector<uint8_t> job = EncodeJobCatalog(c);
+  // magic, scheme ("xor:3": 4 + 5 bytes), then nodes: 4096 nodes of 12 bytes
+  // each cannot follow in what is left.
+  const int32_t nodes = 4096;
+  std::memcpy(job.data() + 4 + 9, &nodes, 4);
+  s = DecodeJobCatalog(job).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("4096 places cannot fit"), std::string::npos) << s.ToString();
+
+  ElasticInventory inv;
+  std::vector<uint8_t> elastic = EncodeElasticInventory(inv);
+  // The store count follows the remote inventory's blob (8 + 8 bytes).
+  const uint32_t stores = 1000;
+  elastic.resize(elastic.size() + 64, 0);
+  std::memcpy(elastic.data() + 16, &stores, 4);
+  s = DecodeElasticInventory(elastic).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("1000 stores cannot fit"), std::string::npos) << s.ToString();
+}
+
 TEST(Wire, ElasticInventoryAndLocatedBadItemsRoundTrip) {
   ElasticInventory inv;
   inv.remote.remote_complete = {9};

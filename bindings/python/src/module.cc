@@ -146,10 +146,8 @@ class PyCheckpointer {
   }
 
   py::object Restore() {
-    std::optional<RestoreResult> v =
-        Check(Call([](TorchCheckpointer& c) -> Result<std::optional<RestoreResult>> {
-          return c.Restore();
-        }));
+    std::optional<RestoreResult> v = Check(Call(
+        [](TorchCheckpointer& c) -> Result<std::optional<RestoreResult>> { return c.Restore(); }));
     if (!v) return py::none();
     return ReportDict(*v);
   }

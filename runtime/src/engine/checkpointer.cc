@@ -143,7 +143,7 @@ Status Checkpointer::Impl::RegisterBuffer(const std::string& name, void* data, u
   entry.data = static_cast<uint8_t*>(data);
   entry.bytes = bytes;
   entry.layout = std::move(layout);
-  entry.device = bytes > 0 && IsDevicePointer(data);
+  entry.gpu = bytes > 0 ? DeviceOf(data) : kHostMemory;
   entries_.push_back(std::move(entry));
   return Status::Ok();
 }
@@ -439,14 +439,14 @@ void Checkpointer::Impl::BuildStages() {
   const uint64_t chunk = config_.chunk_bytes;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const auto& e = entries_[i];
-    any_device_ = any_device_ || e.device;
+    any_device_ = any_device_ || e.device();
     for (uint64_t off = 0; off < e.bytes; off += chunk) {
       CopyTask t;
       t.src = e.data + off;
       t.length = std::min(chunk, e.bytes - off);
       t.offset = off;
       t.entry = static_cast<int>(i);
-      t.device = e.device;
+      t.gpu = e.gpu;
       tasks_.push_back(t);
       chunk_entry.push_back(t.entry);
       chunk_length.push_back(t.length);
@@ -556,7 +556,7 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   if (any_device_) {
     for (size_t i = 0; i < entries_.size(); ++i) {
       const int region = static_cast<int>(i);
-      if (!entries_[i].device || !pinned_regions_.insert({slot, region}).second) continue;
+      if (!entries_[i].device() || !pinned_regions_.insert({slot, region}).second) continue;
       uint8_t* p = store_.MutableRegion(slot, region);
       Status pin = PinHostMemory(p, entries_[i].bytes);
       if (pin.ok()) {

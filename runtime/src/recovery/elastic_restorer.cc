@@ -670,7 +670,7 @@ Status ElasticRestorer::MovePieces() {
   staging_.assign(entries.size(), {});
   dst_.assign(entries.size(), nullptr);
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].device) {
+    if (entries[i].device()) {
       staging_[i].resize(entries[i].bytes);
       dst_[i] = staging_[i].data();
     } else {
@@ -887,7 +887,9 @@ Status ElasticRestorer::Finish(const Status& local) {
   if (mine.ok()) {
     for (size_t i = 0; i < entries.size() && mine.ok(); ++i) {
       crcs[i] = erasure::Crc32c(dst_[i], entries[i].bytes);
-      if (entries[i].device) mine = CopyBytes(entries[i].data, dst_[i], entries[i].bytes, true);
+      if (entries[i].device()) {
+        mine = CopyDeviceBytes(entries[i].data, dst_[i], entries[i].bytes, entries[i].gpu);
+      }
     }
   }
   const uint8_t outcome = mine.ok() ? 0 : 1;

@@ -33,8 +33,8 @@ Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, 
   for (uint64_t done = 0; done < n; done += kPiece) {
     const uint64_t k = std::min(kPiece, n - done);
     uint8_t* dst = e.data + at + done;
-    if (e.device) {
-      MEMENTO_RETURN_IF_ERROR(CopyBytes(dst, src + done, k, true));
+    if (e.device()) {
+      MEMENTO_RETURN_IF_ERROR(CopyDeviceBytes(dst, src + done, k, e.gpu));
       crc->Update(src + done, k);
     } else {
       crc->UpdateCopy(dst, src + done, k);
@@ -184,7 +184,7 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
   staging.reserve(entries_->size());
   for (const RegisteredEntry& e : *entries_) {
     void* dst = e.data;
-    if (e.device) {
+    if (e.device()) {
       staging.emplace_back(e.bytes);
       dst = staging.back().data();
     }
@@ -195,8 +195,8 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
   crcs->assign(entries_->size(), 0);
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
-    if (e.device) {
-      MEMENTO_RETURN_IF_ERROR(CopyBytes(e.data, staging[staged++].data(), e.bytes, true));
+    if (e.device()) {
+      MEMENTO_RETURN_IF_ERROR(CopyDeviceBytes(e.data, staging[staged++].data(), e.bytes, e.gpu));
     }
     (*crcs)[i] = crc_by_name[e.name];
   }
@@ -255,6 +255,7 @@ Behind::Behind(std::function<Status()> fn)
         // A thread's nice value is its own; a failure only leaves the work
         // at the creator's priority.
         const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+        MarkRuntimeThread();
         errno = 0;
         const int nice = getpriority(PRIO_PROCESS, tid);
         if (errno == 0) (void)setpriority(PRIO_PROCESS, tid, std::min(19, nice + kBehindNice));

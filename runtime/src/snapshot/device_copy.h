@@ -14,8 +14,18 @@
 
 namespace memento::runtime {
 
-// True when `ptr` is CUDA device (or managed) memory. Always false without CUDA.
-bool IsDevicePointer(const void* ptr);
+// The device of host memory.
+inline constexpr int kHostMemory = -1;
+
+// The CUDA device that `ptr` lies on (device or managed memory), else
+// kHostMemory. Always kHostMemory without CUDA.
+int DeviceOf(const void* ptr);
+
+// Marks the calling thread as one of the runtime's own (snapshot workers,
+// copies run behind a restore): a device copy leaves it on the copy's
+// device. Any other thread (the application's) gets its current device back
+// after the copy. A no-op without CUDA.
+void MarkRuntimeThread();
 
 // Pins [ptr, ptr + bytes) of host memory (cudaHostRegister) so that device
 // copies into it run at pinned speed. Once per range; a no-op without CUDA.
@@ -31,7 +41,7 @@ void UnpinHostMemory(void* ptr);
 // streams that do not otherwise wait for the training's streams). One CUDA
 // event, created on first use and reused for every version (no allocation
 // per Save). Without CUDA every call is a no-op.
-// Thread-safety: Record from one thread; CopyBytes may read the fence from
+// Thread-safety: Record from one thread; CopyDeviceBytes may read the fence from
 // any thread once Record returned, until the next Record.
 class DeviceFence {
  public:
@@ -52,11 +62,15 @@ class DeviceFence {
   void* event_ = nullptr;
 };
 
-// Copies `bytes` from `src` to `dst`; either side may be device memory when
-// `device` is true (the direction is deduced by the driver). A device copy
-// starts only after `after` (may be null). Returns when the bytes are in
-// place. Errors name the CUDA error.
-Status CopyBytes(void* dst, const void* src, size_t bytes, bool device,
-                 const DeviceFence* after = nullptr);
+// Copies `bytes` from `src` to `dst`, one of them memory of CUDA device
+// `gpu` (DeviceOf; the direction is deduced by the driver), on a side stream
+// of that device: the calling thread is made to work on `gpu` first. A
+// thread's current device is 0 until it sets one, and a copy from it would
+// make a context (hundreds of MiB) on device 0 in every process of a node
+// whose ranks each use another GPU. Starts only after `after` (may be
+// null). Returns when the bytes are in place. Errors name the CUDA error;
+// without CUDA, FailedPrecondition.
+Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
+                       const DeviceFence* after = nullptr);
 
 }  // namespace memento::runtime

@@ -1,7 +1,7 @@
 // device_copy.h with CUDA: cudaMemcpyAsync on a per-thread side stream.
 #include <cuda_runtime_api.h>
 
-#include <cstring>
+#include <map>
 #include <string>
 
 #include "snapshot/device_copy.h"
@@ -15,16 +15,22 @@ Status CudaStatus(cudaError_t err, const char* what) {
                           cudaGetErrorString(err) + ")");
 }
 
-// One non-blocking stream per copying thread, destroyed with the thread.
+// One non-blocking stream per copying thread and device (a stream belongs
+// to the device current when it was made), destroyed with the thread.
 struct ThreadStream {
   cudaStream_t stream = nullptr;
+  ThreadStream() = default;
+  ThreadStream(const ThreadStream&) = delete;
+  ThreadStream& operator=(const ThreadStream&) = delete;
   ~ThreadStream() {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
 
-Result<cudaStream_t> SideStream() {
-  thread_local ThreadStream ts;
+// Of the calling thread's device (OnDevice made it `gpu`).
+Result<cudaStream_t> SideStream(int gpu) {
+  thread_local std::map<int, ThreadStream> streams;
+  ThreadStream& ts = streams[gpu];
   if (ts.stream == nullptr) {
     cudaError_t err = cudaStreamCreateWithFlags(&ts.stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
@@ -35,17 +41,51 @@ Result<cudaStream_t> SideStream() {
   return ts.stream;
 }
 
+thread_local bool t_runtime_thread = false;
+
+// Makes `gpu` the calling thread's current device for the scope
+// (cudaGetDevice makes no context; cudaSetDevice only `gpu`'s). An
+// application thread gets its device back; a runtime thread stays on `gpu`,
+// since going back to its default device 0 would make the very context on
+// device 0 that this avoids.
+class OnDevice {
+ public:
+  explicit OnDevice(int gpu) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      cudaGetLastError();
+      current = -1;
+    }
+    if (current == gpu) return;
+    status_ = CudaStatus(cudaSetDevice(gpu), "cudaSetDevice");
+    if (status_.ok() && !t_runtime_thread && current >= 0) restore_ = current;
+  }
+  ~OnDevice() {
+    if (restore_ >= 0 && cudaSetDevice(restore_) != cudaSuccess) cudaGetLastError();
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  int restore_ = -1;
+};
+
 }  // namespace
 
-bool IsDevicePointer(const void* ptr) {
+int DeviceOf(const void* ptr) {
   cudaPointerAttributes attr;
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error of a plain host pointer
-    return false;
+    return kHostMemory;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return kHostMemory;
+  return attr.device >= 0 ? attr.device : kHostMemory;
 }
+
+void MarkRuntimeThread() { t_runtime_thread = true; }
 
 Status PinHostMemory(void* ptr, size_t bytes) {
   if (bytes == 0) return Status::Ok();
@@ -77,13 +117,13 @@ Status DeviceFence::Record(void* stream) {
                     "cudaEventRecord on the producing stream");
 }
 
-Status CopyBytes(void* dst, const void* src, size_t bytes, bool device, const DeviceFence* after) {
+Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
+                       const DeviceFence* after) {
   if (bytes == 0) return Status::Ok();
-  if (!device) {
-    std::memcpy(dst, src, bytes);
-    return Status::Ok();
-  }
-  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream());
+  if (gpu < 0) return Status::InvalidArgument("CopyDeviceBytes: no device given");
+  OnDevice on(gpu);
+  MEMENTO_RETURN_IF_ERROR(on.status());
+  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
   if (after != nullptr && after->event() != nullptr) {
     MEMENTO_RETURN_IF_ERROR(
         CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),

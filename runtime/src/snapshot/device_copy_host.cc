@@ -1,11 +1,11 @@
 // device_copy.h without CUDA: host memory only.
-#include <cstring>
-
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
 
-bool IsDevicePointer(const void*) { return false; }
+int DeviceOf(const void*) { return kHostMemory; }
+
+void MarkRuntimeThread() {}
 
 Status PinHostMemory(void*, size_t) { return Status::Ok(); }
 
@@ -15,10 +15,8 @@ DeviceFence::~DeviceFence() = default;
 
 Status DeviceFence::Record(void*) { return Status::Ok(); }
 
-Status CopyBytes(void* dst, const void* src, size_t bytes, bool device, const DeviceFence*) {
-  if (device) return Status::FailedPrecondition("device memory copy requested without CUDA");
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return Status::Ok();
+Status CopyDeviceBytes(void*, const void*, size_t, int, const DeviceFence*) {
+  return Status::FailedPrecondition("device memory copy requested without CUDA");
 }
 
 }  // namespace memento::runtime

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "memento/runtime/store_layout.h"
+#include "snapshot/device_copy.h"
 
 namespace memento::runtime {
 
@@ -15,7 +16,8 @@ struct RegisteredEntry {
   uint8_t* data = nullptr;  // owned by the application
   uint64_t bytes = 0;
   EntryLayout layout;
-  bool device = false;  // device memory (CUDA)
+  int gpu = kHostMemory;  // the CUDA device of the memory (DeviceOf)
+  bool device() const { return gpu != kHostMemory; }
 };
 
 }  // namespace memento::runtime

@@ -35,8 +35,8 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
     if (!begun.ok() && failed.ok()) failed = begun;
   }
-  if (failed.ok() &&
-      std::any_of(tasks->begin(), tasks->end(), [](const CopyTask& t) { return t.device; })) {
+  if (failed.ok() && std::any_of(tasks->begin(), tasks->end(),
+                                 [](const CopyTask& t) { return t.gpu != kHostMemory; })) {
     failed = fence_.Record(producer_stream);
   }
   if (!failed.ok()) return FailToStart(version, slot, failed);
@@ -75,6 +75,7 @@ Status SnapshotPipeline::WaitCopied() {
 }
 
 void SnapshotPipeline::WorkerLoop() {
+  MarkRuntimeThread();
   uint64_t seen = 0;
   while (true) {
     {
@@ -96,8 +97,8 @@ void SnapshotPipeline::RunTask(size_t index) {
   const uint64_t version = version_.load();
   Status status;
   uint32_t crc = 0;
-  if (task.device) {
-    status = CopyBytes(task.dst, task.src, task.length, true, &fence_);
+  if (task.gpu != kHostMemory) {
+    status = CopyDeviceBytes(task.dst, task.src, task.length, task.gpu, &fence_);
     if (status.ok()) crc = erasure::Crc32c(task.dst, task.length);
   } else {
     // The store's copy is read next by the protect (from memory: a shard is

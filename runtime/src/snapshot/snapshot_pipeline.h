@@ -36,7 +36,7 @@ struct CopyTask {
   uint64_t length = 0;
   uint64_t offset = 0;  // within the entry
   int entry = 0;
-  bool device = false;  // src is device memory
+  int gpu = kHostMemory;  // src's CUDA device, kHostMemory for host memory
 };
 
 class SnapshotPipeline {

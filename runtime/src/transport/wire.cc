@@ -318,8 +318,8 @@ class Reader {
   Status Fits(uint64_t count, size_t least, const char* items) const {
     if (count <= (n_ - pos_) / least) return Status::Ok();
     return Status::Corruption(std::string(what_) + ": " + std::to_string(count) + " " + items +
-                              " cannot fit in the " + std::to_string(n_ - pos_) +
-                              " bytes left (" + std::to_string(least) + " at least each)");
+                              " cannot fit in the " + std::to_string(n_ - pos_) + " bytes left (" +
+                              std::to_string(least) + " at least each)");
   }
 
  private:

@@ -566,7 +566,8 @@ TEST_P(ReduceChains, APieceBufferThatCannotBeMappedFailsTheCallNotTheProcess) {
     status->assign(n, Status::Ok());
     landed->assign(n, {});
     std::vector<std::unique_ptr<PieceArena>> arenas;
-    for (int r = 0; r < n; ++r) arenas.push_back(std::make_unique<PieceArena>(r == starved ? 1 : 0));
+    for (int r = 0; r < n; ++r)
+      arenas.push_back(std::make_unique<PieceArena>(r == starved ? 1 : 0));
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
@@ -619,7 +620,8 @@ TEST_P(ReduceChains, APieceBufferThatCannotBeMappedFailsTheCallNotTheProcess) {
   }
   // The streams are in step afterwards: the same chains succeed.
   run(-1, 3, &status, &landed);
-  for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].ToString();
+  for (int r = 0; r < n; ++r)
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].ToString();
   EXPECT_EQ(landed[2][0], Expected(chains[0]));
   EXPECT_EQ(landed[3][1], Expected(chains[1]));
 }

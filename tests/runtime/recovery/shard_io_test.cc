@@ -30,7 +30,8 @@ struct Shard {
     buffers.reserve(sizes.size());  // entries point into them
     for (size_t i = 0; i < sizes.size(); ++i) {
       buffers.emplace_back(sizes[i], 0);
-      entries.push_back({"e" + std::to_string(i), buffers.back().data(), sizes[i], {}, false});
+      entries.push_back(
+          {"e" + std::to_string(i), buffers.back().data(), sizes[i], {}, kHostMemory});
     }
     bytes.resize(landed.size());
     for (uint64_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + 7);

@@ -523,6 +523,55 @@ def test_close_from_another_thread_waits_for_the_save_in_flight(job, tmp_path):
     assert out.stdout.startswith("saves "), out.stdout
 
 
+def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
+    """A watchdog polls the getters while every save() of the training thread re-registers
+    (a reallocated storage makes a new engine): each call returns a real value, never one
+    read from an engine being replaced (run apart: a crash fails the test); then the watchdog
+    and the main thread close() at once, and a getter afterwards says it is closed."""
+    script = tmp_path / "poll_during_reregistration.py"
+    script.write_text(
+        "import sys, threading, torch, memento\n"
+        "ck = memento.Checkpointer(job=sys.argv[1], slots=2)\n"
+        "w = torch.nn.Parameter(torch.ones(1 << 20))\n"
+        "ck.register('w', w)\n"
+        "stop, seen, errors = threading.Event(), set(), []\n"
+        "def poll():\n"
+        "    try:\n"
+        "        while not stop.is_set():\n"
+        "            v = ck.latest_committed()\n"
+        "            assert v is None or 1 <= v <= 40, v\n"
+        "            names = ck.entry_names()\n"
+        "            assert names == [] or names[0] == 'w', names\n"
+        "            assert ck.protection_state() in ('protected', 're-protecting'), ck.protection_state()\n"
+        "            assert ck.node or v is None, 'no node after v%d' % v\n"
+        "            ck.interval_stats(); ck.blocked_seconds()\n"
+        "            seen.add(v)\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "watchdog = threading.Thread(target=poll)\n"
+        "watchdog.start()\n"
+        "for step in range(1, 41):\n"
+        "    w.data = w.data.clone()  # a new storage: this save re-registers\n"
+        "    ck.save(step)\n"
+        "ck.wait()\n"
+        "stop.set(); watchdog.join()\n"
+        "assert not errors, errors\n"
+        "assert ck.reregistrations() >= 30, ck.reregistrations()\n"
+        "assert len(seen) >= 2, seen\n"
+        "other = threading.Thread(target=ck.close)\n"
+        "other.start(); ck.close(); other.join()\n"
+        "try:\n"
+        "    ck.latest_committed()\n"
+        "    raise SystemExit('a getter answered after close()')\n"
+        "except memento.FailedPreconditionError:\n"
+        "    pass\n"
+        "print('polled', max(x for x in seen if x is not None))\n")
+    out = subprocess.run([sys.executable, str(script), job], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, "exit %d\n%s%s" % (out.returncode, out.stdout, out.stderr)
+    assert out.stdout.startswith("polled "), out.stdout
+
+
 class _CloseFails:
     """The real checkpointer whose close() then reports a failed last checkpoint."""
 

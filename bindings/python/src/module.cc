@@ -179,6 +179,18 @@ class PyCheckpointer {
   const std::string& launcher() const { return launcher_; }
   const std::string& config() const { return config_; }
 
+  // A getter: f on the engine without the GIL, under the call lock (so a
+  // close() on another thread waits for it); "closed" after close().
+  template <typename F>
+  auto Get(F&& f) -> decltype(f(std::declval<TorchCheckpointer&>())) {
+    {
+      py::gil_scoped_release release;
+      std::shared_lock<std::shared_mutex> lock(call_mu_);
+      if (ck_) return f(*ck_);
+    }
+    throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
+  }
+
  private:
   // Waits for the calls in flight on other threads to return (a close()
   // from a watchdog thread while the training thread is inside save()),
@@ -187,8 +199,9 @@ class PyCheckpointer {
   // it see the checkpointer closed, and releases them without it (the
   // engine's destruction waits for queued persists, which may take long).
   // What Wait returned.
+  // The lock is held until both are gone: a second close() (the main
+  // thread's while a watchdog's runs) returns once they are.
   Status Release() {
-    if (!ck_ && !transport_) return Status::Ok();
     std::unique_lock<std::shared_mutex> lock(call_mu_, std::defer_lock);
     Status s;
     {
@@ -198,10 +211,11 @@ class PyCheckpointer {
     }
     std::unique_ptr<TorchCheckpointer> ck = std::move(ck_);
     std::shared_ptr<runtime::Transport> transport = std::move(transport_);
-    lock.unlock();
-    py::gil_scoped_release release;
-    ck.reset();
-    transport.reset();
+    {
+      py::gil_scoped_release release;
+      ck.reset();
+      transport.reset();
+    }
     return s;
   }
 
@@ -344,12 +358,21 @@ PYBIND11_MODULE(_memento, m) {
       .def("wait", &PyCheckpointer::Wait)
       .def("wait_persist", &PyCheckpointer::WaitPersist)
       .def("close", &PyCheckpointer::Close)
-      .def("latest_committed", [](PyCheckpointer& c) { return c.ck().LatestCommitted(); })
+      // The getters may be called from any thread (a watchdog), also while
+      // another thread is inside save() or close().
+      .def("latest_committed",
+           [](PyCheckpointer& c) {
+             return c.Get([](TorchCheckpointer& t) { return t.LatestCommitted(); });
+           })
       .def("protection_state",
            [](PyCheckpointer& c) {
-             return std::string(memento::runtime::ProtectionName(c.ck().ProtectionState()));
+             return std::string(memento::runtime::ProtectionName(
+                 c.Get([](TorchCheckpointer& t) { return t.ProtectionState(); })));
            })
-      .def("blocked_seconds", [](PyCheckpointer& c) { return c.ck().BlockedSeconds(); })
+      .def("blocked_seconds",
+           [](PyCheckpointer& c) {
+             return c.Get([](TorchCheckpointer& t) { return t.BlockedSeconds(); });
+           })
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {
              memento::runtime::Checkpointer* engine = c.ck().engine();
@@ -357,7 +380,8 @@ PYBIND11_MODULE(_memento, m) {
            })
       .def("interval_stats",
            [](PyCheckpointer& c) {
-             const memento::runtime::IntervalStats s = c.ck().Interval();
+             const memento::runtime::IntervalStats s =
+                 c.Get([](TorchCheckpointer& t) { return t.Interval(); });
              py::dict d;
              d["automatic"] = s.automatic;
              d["last_saved"] = s.last_saved;
@@ -370,12 +394,23 @@ PYBIND11_MODULE(_memento, m) {
              d["protect_s"] = s.protect_s;
              return d;
            })
-      .def("entry_names", [](PyCheckpointer& c) { return c.ck().EntryNames(); })
-      .def("reregistrations", [](PyCheckpointer& c) { return c.ck().reregistrations(); })
-      .def("relayouts", [](PyCheckpointer& c) { return c.ck().relayouts(); })
+      .def("entry_names",
+           [](PyCheckpointer& c) {
+             return c.Get([](TorchCheckpointer& t) { return t.EntryNames(); });
+           })
+      .def("reregistrations",
+           [](PyCheckpointer& c) {
+             return c.Get([](TorchCheckpointer& t) { return t.reregistrations(); });
+           })
+      .def("relayouts",
+           [](PyCheckpointer& c) {
+             return c.Get([](TorchCheckpointer& t) { return t.relayouts(); });
+           })
       .def_property_readonly("rank", [](PyCheckpointer& c) { return c.ck().rank(); })
       .def_property_readonly("size", [](PyCheckpointer& c) { return c.ck().size(); })
-      .def_property_readonly("node", [](PyCheckpointer& c) { return c.ck().node(); })
+      .def_property_readonly(
+          "node",
+          [](PyCheckpointer& c) { return c.Get([](TorchCheckpointer& t) { return t.node(); }); })
       .def_property_readonly("launcher", &PyCheckpointer::launcher)
       .def_property_readonly("config", &PyCheckpointer::config);
 }

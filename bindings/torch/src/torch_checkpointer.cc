@@ -14,9 +14,12 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <sstream>
 #include <thread>
 
@@ -301,9 +304,31 @@ class TorchCheckpointer::Impl {
   Status WaitPersist() { return WithUnreported(engine_ ? engine_->WaitPersist() : Status::Ok()); }
 
   runtime::Checkpointer* engine() { return engine_.get(); }
-  std::vector<std::string> EntryNames() const { return entry_names_; }
-  int reregistrations() const { return reregistrations_; }
-  int relayouts() const { return relayouts_; }
+  // f(the engine, or null before the first Save / Restore) under the engine
+  // lock, for the getters that another thread may call while the
+  // application thread's Save re-registers (replaces the engine).
+  template <typename F>
+  auto WithEngine(F&& f) const {
+    std::shared_lock<std::shared_mutex> lock(engine_mu_);
+    return f(static_cast<const runtime::Checkpointer*>(engine_.get()));
+  }
+  std::vector<std::string> EntryNames() const {
+    std::shared_lock<std::shared_mutex> lock(engine_mu_);
+    return entry_names_;
+  }
+  // The engine's node identity, as of the application thread's last Save or
+  // Restore (the engine learns it in its Prepare, on that thread).
+  void NoteNode() {
+    std::string node = engine_ ? engine_->node() : std::string();
+    std::unique_lock<std::shared_mutex> lock(engine_mu_);
+    node_ = std::move(node);
+  }
+  std::string node() const {
+    std::shared_lock<std::shared_mutex> lock(engine_mu_);
+    return node_;
+  }
+  int reregistrations() const { return reregistrations_.load(); }
+  int relayouts() const { return relayouts_.load(); }
   runtime::Transport& transport() { return *transport_; }
 
  private:
@@ -460,6 +485,9 @@ class TorchCheckpointer::Impl {
   Status Reopen(const std::vector<NamedTensor>& current) {
     runtime::Config config = config_;
     std::optional<runtime::RunPosition> continued;
+    // Held from the old engine's end to the new one's start: a getter on
+    // another thread waits for the new engine rather than see none.
+    std::unique_lock<std::shared_mutex> engine_lock(engine_mu_, std::defer_lock);
     if (engine_) {
       bool layout_changed = false;
       const std::string why = Difference(current, &layout_changed);
@@ -481,6 +509,7 @@ class TorchCheckpointer::Impl {
       // latest version), so that the versions already committed stay the
       // newest run's for a restore after a crash in the next Save.
       if (!layout_changed) continued = engine_->Position();
+      engine_lock.lock();
       engine_.reset();
     }
     if (transport_->size() < 1) return Status::InvalidArgument("transport has no ranks");
@@ -513,13 +542,15 @@ class TorchCheckpointer::Impl {
     if (!engine.ok()) return engine.status();
     std::unique_ptr<runtime::Checkpointer> e = std::move(engine).value();
     if (continued) e->ContinueRun(*continued);
-    entry_names_.clear();
+    std::vector<std::string> names;
     static uint8_t empty_byte = 0;
     for (const PlannedEntry& p : planned_) {
-      entry_names_.push_back(p.name);
+      names.push_back(p.name);
       MEMENTO_RETURN_IF_ERROR(e->RegisterBuffer(p.name, p.data != nullptr ? p.data : &empty_byte,
                                                 p.bytes, p.layout));
     }
+    if (!engine_lock.owns_lock()) engine_lock.lock();
+    entry_names_ = std::move(names);
     engine_ = std::move(e);
     return Status::Ok();
   }
@@ -803,12 +834,17 @@ class TorchCheckpointer::Impl {
   std::vector<Piece> pieces_;
   std::vector<PlannedEntry> planned_;  // what the engine was given
   uint64_t range_begin_ = 0, range_end_ = 0;
-  std::vector<std::string> entry_names_;
   std::vector<uint8_t> extra_buf_;
+  // Written by the application thread (Reopen) under engine_mu_, held
+  // exclusively; read by it without the lock, and by the getters of other
+  // threads under it, shared.
   std::unique_ptr<runtime::Checkpointer> engine_;
+  std::vector<std::string> entry_names_;
+  std::string node_;
+  mutable std::shared_mutex engine_mu_;
   Status unreported_;  // a closed engine's failure, not yet returned by Wait
-  int reregistrations_ = 0;
-  int relayouts_ = 0;
+  std::atomic<int> reregistrations_{0};
+  std::atomic<int> relayouts_{0};
 };
 
 TorchCheckpointer::TorchCheckpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -923,35 +959,47 @@ void TorchCheckpointer::SetUserState(const std::string& key, std::string bytes) 
 std::optional<std::string> TorchCheckpointer::UserState(const std::string& key) const {
   return impl_->User(key);
 }
-Result<std::optional<RestoreResult>> TorchCheckpointer::Restore() { return impl_->Restore(); }
-Status TorchCheckpointer::Save(uint64_t step) { return impl_->Save(step); }
+Result<std::optional<RestoreResult>> TorchCheckpointer::Restore() {
+  Result<std::optional<RestoreResult>> r = impl_->Restore();
+  impl_->NoteNode();
+  return r;
+}
+Status TorchCheckpointer::Save(uint64_t step) {
+  Status s = impl_->Save(step);
+  impl_->NoteNode();
+  return s;
+}
 Status TorchCheckpointer::WaitSnapshot() {
   return impl_->engine() ? impl_->engine()->WaitSnapshot() : Status::Ok();
 }
 Status TorchCheckpointer::Wait() { return impl_->Wait(); }
 Status TorchCheckpointer::WaitPersist() { return impl_->WaitPersist(); }
 std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
-  return impl_->engine() ? impl_->engine()->LatestCommitted() : std::nullopt;
+  return impl_->WithEngine([](const runtime::Checkpointer* e) {
+    return e != nullptr ? e->LatestCommitted() : std::nullopt;
+  });
 }
 
 runtime::Protection TorchCheckpointer::ProtectionState() const {
-  return impl_->engine() ? impl_->engine()->ProtectionState() : runtime::Protection::kProtected;
+  return impl_->WithEngine([](const runtime::Checkpointer* e) {
+    return e != nullptr ? e->ProtectionState() : runtime::Protection::kProtected;
+  });
 }
 double TorchCheckpointer::BlockedSeconds() const {
-  return impl_->engine() ? impl_->engine()->BlockedSeconds() : 0.0;
+  return impl_->WithEngine(
+      [](const runtime::Checkpointer* e) { return e != nullptr ? e->BlockedSeconds() : 0.0; });
 }
 runtime::IntervalStats TorchCheckpointer::Interval() const {
-  return impl_->engine() ? impl_->engine()->Interval() : runtime::IntervalStats();
+  return impl_->WithEngine([](const runtime::Checkpointer* e) {
+    return e != nullptr ? e->Interval() : runtime::IntervalStats();
+  });
 }
 std::vector<std::string> TorchCheckpointer::EntryNames() const { return impl_->EntryNames(); }
 int TorchCheckpointer::reregistrations() const { return impl_->reregistrations(); }
 int TorchCheckpointer::relayouts() const { return impl_->relayouts(); }
 int TorchCheckpointer::rank() const { return impl_->transport().rank(); }
 int TorchCheckpointer::size() const { return impl_->transport().size(); }
-const std::string& TorchCheckpointer::node() const {
-  static const std::string kNone;
-  return impl_->engine() ? impl_->engine()->node() : kNone;
-}
+std::string TorchCheckpointer::node() const { return impl_->node(); }
 runtime::Checkpointer* TorchCheckpointer::engine() { return impl_->engine(); }
 
 }  // namespace memento::torch_adapter

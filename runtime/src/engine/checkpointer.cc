@@ -502,6 +502,13 @@ void Checkpointer::Impl::BuildStages() {
     if (!schedule_.automatic()) return Status::Ok();
     return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);
   };
+  // A version protecting a restored one (a full re-protect in the
+  // background) that does not commit leaves the job unprotected until a
+  // later version commits.
+  parts.after_failure = [this](uint64_t) {
+    Protection reprotecting = Protection::kReprotecting;
+    protection_state_.compare_exchange_strong(reprotecting, Protection::kUnprotected);
+  };
   committer_ = std::make_unique<Committer>(std::move(parts));
   committer_view_ = committer_.get();
 }
@@ -518,7 +525,7 @@ Status Checkpointer::Impl::Save(uint64_t step) {
   // Not this step: nothing waits, nothing is copied.
   if (!schedule_.Offer(step)) return Status::Ok();
   Status s = SaveNow(step);
-  blocked_seconds_ += SecondsSince(t0);
+  blocked_seconds_.store(blocked_seconds_.load() + SecondsSince(t0));
   schedule_.SaveReturned();
   return s;
 }
@@ -579,7 +586,7 @@ Status Checkpointer::Impl::WaitSnapshot() {
   const auto t0 = Clock::now();
   const double start = schedule_.automatic() ? schedule_.Now() : 0;
   Status s = pipeline_->WaitCopied();
-  blocked_seconds_ += SecondsSince(t0);
+  blocked_seconds_.store(blocked_seconds_.load() + SecondsSince(t0));
   if (schedule_.automatic()) schedule_.AddBlocked(schedule_.Now() - start);
   if (s.ok() && committer_) s = committer_->broken();
   return s;
@@ -600,16 +607,12 @@ std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
   return c != nullptr ? c->latest() : std::nullopt;
 }
 
-double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_; }
+double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_.load(); }
 
-Protection Checkpointer::Impl::ProtectionState() const {
-  // A full re-protect is a version: a commit sets kProtected before the
-  // committer is idle, so still kReprotecting once idle means it failed.
-  const Committer* c = committer_view_.load();
-  const bool idle = c != nullptr && c->idle();
-  const Protection p = protection_state_.load();
-  return p == Protection::kReprotecting && idle ? Protection::kUnprotected : p;
-}
+// Set where it changes, on the thread that changes it: kReprotecting by the
+// Restore that starts a background re-protect, kProtected by a commit,
+// kUnprotected by a re-protect (task or version) that failed.
+Protection Checkpointer::Impl::ProtectionState() const { return protection_state_.load(); }
 
 Result<RestoreReport> Checkpointer::Impl::Restore() {
   MEMENTO_RETURN_IF_ERROR(Prepare());

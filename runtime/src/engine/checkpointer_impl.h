@@ -160,7 +160,8 @@ class Checkpointer::Impl {
   // background re-protect's version failed to commit.
   std::atomic<Protection> protection_state_{Protection::kProtected};
 
-  double blocked_seconds_ = 0;  // application thread only
+  // Written by the application thread only; any thread may read it.
+  std::atomic<double> blocked_seconds_{0};
   void* device_stream_ = nullptr;  // cudaStream_t producing device buffers; application thread
 };
 

@@ -109,6 +109,7 @@ void Committer::Loop() {
     }
     bool committed = false;
     Status s = CommitOne(job, &committed);
+    if (!committed && parts_.after_failure) parts_.after_failure(job.version);
     if (!s.ok()) {
       Log(LogLevel::kWarn, "v" + std::to_string(job.version) +
                                (committed ? " committed, then " : " not committed: ") +

@@ -63,6 +63,9 @@ class Committer {
     // counts as decided: a collective that every rank of the commit enters.
     // A failure stops checkpointing like a failed commit collective. May be empty.
     std::function<Status(uint64_t version)> after_commit;
+    // Called on the commit thread after a version did not commit (it failed
+    // here or elsewhere, or the collective broke). May be empty.
+    std::function<void(uint64_t version)> after_failure;
   };
 
   explicit Committer(Parts parts);

@@ -9,11 +9,13 @@
 // then go on training and survive a further loss under the new topology.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -372,6 +374,46 @@ TEST(Elastic, AFailureBeforeTheNewTopologyCommitsKeepsTheOldStores) {
     EXPECT_EQ(Wrong(r, 2), 0u);
     EXPECT_FALSE(r.ck->Wait().ok());
   });
+}
+
+// The restored version's protect under the new topology fails (one rank
+// cannot seal it): ProtectionState() says kUnprotected from then on, also
+// while the next Save's version is in flight (asked on the commit thread,
+// at that version's seal), until that version commits.
+TEST(Elastic, AFailedBackgroundProtectIsUnprotectedUntilTheNextCommit) {
+  Spawn(6, [&](RankContext& ctx) { Train(ctx, Topo{6, 1, {}}, "replica:2", 1, 2, false); });
+  Lose({4});
+  const Topo five{5, 1, {0, 1, 2, 3, 5}};
+  Spawn(5, [&](RankContext& ctx) {
+    auto engine = std::make_shared<std::atomic<Checkpointer*>>(nullptr);
+    auto during_v3 = std::make_shared<std::atomic<int>>(-1);
+    FaultHooks hooks;
+    const bool victim = ctx.rank() == 2;
+    hooks.at_stage = [victim, engine, during_v3](Stage stage, uint64_t version) {
+      if (victim && stage == Stage::kSeal && version == 2) {
+        return Status::IoError("injected: this rank dies before sealing");
+      }
+      if (stage == Stage::kSeal && version == 3 && engine->load() != nullptr) {
+        *during_v3 = static_cast<int>(engine->load()->ProtectionState());
+      }
+      return Status::Ok();
+    };
+    Rank r = Open(ctx, five, "replica:2", /*elastic=*/true, false, false, std::move(hooks));
+    if (!r.ck) return;
+    *engine = r.ck.get();
+    auto report = r.ck->Restore();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_FALSE(r.ck->Wait().ok());
+    EXPECT_EQ(r.ck->ProtectionState(), Protection::kUnprotected) << "rank " << ctx.rank();
+    Fill(r, 3);
+    ASSERT_TRUE(r.ck->Save(3).ok());
+    ASSERT_TRUE(r.ck->Wait().ok()) << "rank " << ctx.rank();
+    EXPECT_EQ(during_v3->load(), static_cast<int>(Protection::kUnprotected))
+        << "rank " << ctx.rank() << ": v3 in flight after the failed re-protect";
+    EXPECT_EQ(r.ck->ProtectionState(), Protection::kProtected) << "rank " << ctx.rank();
+    *engine = nullptr;
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
 // A chunk stage that refuses to begin every version.

@@ -252,6 +252,7 @@ class Checkpointer {
 
   // Seconds the application thread was blocked in Save and WaitSnapshot,
   // summed since creation: the stall training pays for checkpointing.
+  // Thread-safe.
   double BlockedSeconds() const;
 
   // This rank's number in the transport.

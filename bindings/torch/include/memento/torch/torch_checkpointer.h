@@ -116,7 +116,10 @@
 // stream), so a snapshot never reads a tensor that an optimizer kernel is
 // still writing.
 //
-// Threading: as runtime::Checkpointer; one application thread.
+// Threading: one application thread makes every call, but for the getters
+// LatestCommitted, ProtectionState, BlockedSeconds, Interval, EntryNames,
+// reregistrations, relayouts and node, which any thread may call at any time
+// (a watchdog), also while a Save re-registers and replaces the engine.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -254,7 +257,8 @@ class TorchCheckpointer {
   int relayouts() const;
   int rank() const;
   int size() const;
-  const std::string& node() const;
+  // This rank's node identity (empty before the first Save or Restore).
+  std::string node() const;
   // The engine (after a Save or Restore), for reports; may change at a re-registration.
   runtime::Checkpointer* engine();
 

@@ -13,6 +13,7 @@
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/erasure/gf256.h"
+#include "snapshot/device_copy.h"
 #include "transport/wire.h"
 
 namespace memento::runtime {
@@ -705,7 +706,10 @@ Status RunReduceChains(Transport* transport, const std::vector<ReduceChain>& cha
   } else {
     std::vector<std::thread> threads;
     for (auto& task : tasks) {
-      threads.emplace_back([transport, one = task.get()] { RunLoop(transport, {one}); });
+      threads.emplace_back([transport, one = task.get()] {
+        MarkRuntimeThread();  // a sink may copy into device buffers here
+        RunLoop(transport, {one});
+      });
     }
     for (auto& t : threads) t.join();
   }

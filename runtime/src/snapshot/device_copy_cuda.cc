@@ -1,5 +1,6 @@
 // device_copy.h with CUDA: cudaMemcpyAsync on a per-thread side stream.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <map>
 #include <string>
@@ -43,11 +44,39 @@ Result<cudaStream_t> SideStream(int gpu) {
 
 thread_local bool t_runtime_thread = false;
 
+// Whether device `ordinal`'s primary context is active, asked of the driver
+// (the runtime API has no such query; loaded at run time, as the runtime
+// itself loads it, so that nothing links the driver library). True when it
+// cannot be asked.
+bool PrimaryContextActive(int ordinal) {
+  using GetDevice = int (*)(int*, int);
+  using GetState = int (*)(int, unsigned*, int*);
+  struct Driver {
+    GetDevice get = nullptr;
+    GetState state = nullptr;
+  };
+  static const Driver driver = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return d;  // kept open for the process's lifetime
+    d.get = reinterpret_cast<GetDevice>(dlsym(lib, "cuDeviceGet"));
+    d.state = reinterpret_cast<GetState>(dlsym(lib, "cuDevicePrimaryCtxGetState"));
+    return d;
+  }();
+  if (driver.get == nullptr || driver.state == nullptr) return true;
+  int device = 0, active = 0;
+  unsigned flags = 0;
+  if (driver.get(&device, ordinal) != 0 || driver.state(device, &flags, &active) != 0) return true;
+  return active != 0;
+}
+
 // Makes `gpu` the calling thread's current device for the scope
 // (cudaGetDevice makes no context; cudaSetDevice only `gpu`'s). An
-// application thread gets its device back; a runtime thread stays on `gpu`,
-// since going back to its default device 0 would make the very context on
-// device 0 that this avoids.
+// application thread gets back a device it was working on (one whose
+// context is active); a runtime thread, and an application thread that never
+// chose a device (its default 0 has no context), stay on `gpu`: going back
+// would make the very context on device 0 that this avoids.
 class OnDevice {
  public:
   explicit OnDevice(int gpu) {
@@ -58,7 +87,9 @@ class OnDevice {
     }
     if (current == gpu) return;
     status_ = CudaStatus(cudaSetDevice(gpu), "cudaSetDevice");
-    if (status_.ok() && !t_runtime_thread && current >= 0) restore_ = current;
+    if (status_.ok() && !t_runtime_thread && current >= 0 && PrimaryContextActive(current)) {
+      restore_ = current;
+    }
   }
   ~OnDevice() {
     if (restore_ >= 0 && cudaSetDevice(restore_) != cudaSuccess) cudaGetLastError();

@@ -476,12 +476,22 @@ def test_after_close_save_and_restore_raise_and_close_again_does_nothing(job):
     ck.close()
 
 
+def run_apart(tmp_path, name, source, job, timeout):
+    """Runs `source` as a script of its own with `job` as its argument (a crash there fails
+    the calling test instead of ending pytest); its standard output."""
+    script = tmp_path / name
+    script.write_text(source)
+    out = subprocess.run([sys.executable, str(script), job], capture_output=True, text=True,
+                         timeout=timeout, env=dict(os.environ))
+    assert out.returncode == 0, "exit %d\n%s%s" % (out.returncode, out.stdout, out.stderr)
+    return out.stdout
+
+
 def test_close_from_another_thread_waits_for_the_save_in_flight(job, tmp_path):
     """A watchdog thread closes the checkpointer while the training thread is inside save():
     close() returns after that save, every later save() raises FailedPreconditionError, and
     the process never touches a destroyed checkpointer (run apart: a crash fails the test)."""
-    script = tmp_path / "close_during_save.py"
-    script.write_text(
+    out = run_apart(tmp_path, "close_during_save.py", (
         "import sys, threading, time, torch, memento\n"
         "ck = memento.Checkpointer(job=sys.argv[1])\n"
         "ck.register('t', torch.ones(128 << 20, dtype=torch.uint8))\n"
@@ -516,11 +526,8 @@ def test_close_from_another_thread_waits_for_the_save_in_flight(job, tmp_path):
         "assert len(saved) >= 2, events\n"
         "assert events[-1][0] == 'refused' and 'closed' in events[-1][1], events[-1]\n"
         "assert saved[-1] <= closed, 'a save returned after close() had returned'\n"
-        "print('saves', len(saved))\n")
-    out = subprocess.run([sys.executable, str(script), job], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ))
-    assert out.returncode == 0, "exit %d\n%s%s" % (out.returncode, out.stdout, out.stderr)
-    assert out.stdout.startswith("saves "), out.stdout
+        "print('saves', len(saved))\n"), job, timeout=120)
+    assert out.startswith("saves "), out
 
 
 def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
@@ -528,8 +535,7 @@ def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
     (a reallocated storage makes a new engine): each call returns a real value, never one
     read from an engine being replaced (run apart: a crash fails the test); then the watchdog
     and the main thread close() at once, and a getter afterwards says it is closed."""
-    script = tmp_path / "poll_during_reregistration.py"
-    script.write_text(
+    out = run_apart(tmp_path, "poll_during_reregistration.py", (
         "import sys, threading, torch, memento\n"
         "ck = memento.Checkpointer(job=sys.argv[1], slots=2)\n"
         "w = torch.nn.Parameter(torch.ones(1 << 20))\n"
@@ -565,11 +571,8 @@ def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
         "    raise SystemExit('a getter answered after close()')\n"
         "except memento.FailedPreconditionError:\n"
         "    pass\n"
-        "print('polled', max(x for x in seen if x is not None))\n")
-    out = subprocess.run([sys.executable, str(script), job], capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ))
-    assert out.returncode == 0, "exit %d\n%s%s" % (out.returncode, out.stdout, out.stderr)
-    assert out.stdout.startswith("polled "), out.stdout
+        "print('polled', max(x for x in seen if x is not None))\n"), job, timeout=300)
+    assert out.startswith("polled "), out
 
 
 class _CloseFails:

@@ -822,9 +822,23 @@ Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
                                        std::to_string(info.bytes) + " bytes, target holds " +
                                        std::to_string(it->second->capacity));
       }
-      if (info.bytes > 0) {
+      if (info.bytes == 0) {
+        // Nothing to read or hand over.
+      } else if (it->second->data != nullptr) {
         MEMENTO_RETURN_IF_ERROR(in.Read(it->second->data, info.bytes));
         payload_crc.Update(it->second->data, info.bytes);
+      } else if (it->second->sink) {
+        scratch.resize(std::min(info.bytes, kIoChunk));
+        for (uint64_t at = 0; at < info.bytes;) {
+          const uint64_t piece = std::min(info.bytes - at, kIoChunk);
+          MEMENTO_RETURN_IF_ERROR(in.Read(scratch.data(), piece));
+          payload_crc.Update(scratch.data(), piece);
+          it->second->sink(at, scratch.data(), piece);
+          at += piece;
+        }
+      } else {
+        return Status::InvalidArgument(where + " entry '" + info.name +
+                                       "': a target with neither data nor sink");
       }
       found[info.name] = true;
     } else {

@@ -839,22 +839,52 @@ Status ElasticRestorer::CopyLocalAndRemote() {
   const int me = parts_.transport->rank();
   const placement::RankCatalog& mine = (*parts_.new_catalogs)
       .at(static_cast<size_t>(pl_.node()) * pl_.lanes() + pl_.lane());
-  // The remote entries this rank reads: (old node, lane, entry) -> bytes,
-  // each old rank's file read once for all of its entries (a read passes
-  // over the whole file to check it).
-  std::map<std::tuple<int, int, int>, std::vector<uint8_t>> remote;
+  // The remote entries this rank reads, (old node, lane, entry) -> where
+  // their bytes go, each old rank's file read once for all of its entries (a
+  // read passes over the whole file to check it). The entries stream through
+  // a few MiB at a time, each run of bytes copied where it goes as it passes:
+  // a rank that takes a slice of an old entry never holds the entry whole.
+  struct Run {
+    uint64_t from, len;  // in the old entry
+    uint8_t* to;
+  };
+  struct Streamed {
+    std::vector<Run> runs;  // sorted by `from`
+    size_t next = 0;        // the first run not wholly behind the stream
+  };
+  std::map<std::tuple<int, int, int>, Streamed> remote;
   std::map<int, std::vector<RemoteEntryTarget>> by_file;  // old world rank -> its entries
   for (const PieceRef& r : pieces_) {
     const placement::ElasticPiece& p = *r.piece;
     if (r.target != me || r.server != me || p.source != placement::PieceSource::kRemote) continue;
     const auto& src = Old(p.old_node, p.old_lane).catalog.entries.at(p.old_entry);
     if (parts_.remote == nullptr) return Status::NotFound("no remote tier for " + src.name);
-    auto [it, added] =
-        remote.try_emplace(std::make_tuple(p.old_node, p.old_lane, p.old_entry), src.bytes);
+    auto [it, added] = remote.try_emplace(std::make_tuple(p.old_node, p.old_lane, p.old_entry));
+    Streamed* streamed = &it->second;
+    uint8_t* out = dst_[r.entry];
+    RunsOf(p, src, mine.entries.at(r.entry), [&](uint64_t s_off, uint64_t d_off, uint64_t len) {
+      streamed->runs.push_back({s_off, len, out + d_off});
+    });
     if (added) {
-      by_file[p.old_node * old_lanes_ + p.old_lane].push_back(
-          RemoteEntryTarget{src.name, it->second.data(), it->second.size()});
+      RemoteEntryTarget target{src.name, nullptr, src.bytes, nullptr};
+      target.sink = [streamed](uint64_t at, const uint8_t* bytes, uint64_t len) {
+        std::vector<Run>& runs = streamed->runs;
+        while (streamed->next < runs.size() &&
+               runs[streamed->next].from + runs[streamed->next].len <= at) {
+          ++streamed->next;
+        }
+        for (size_t i = streamed->next; i < runs.size() && runs[i].from < at + len; ++i) {
+          const uint64_t lo = std::max(runs[i].from, at);
+          const uint64_t hi = std::min(runs[i].from + runs[i].len, at + len);
+          if (lo < hi) std::memcpy(runs[i].to + (lo - runs[i].from), bytes + (lo - at), hi - lo);
+        }
+      };
+      by_file[p.old_node * old_lanes_ + p.old_lane].push_back(std::move(target));
     }
+  }
+  for (auto& [key, streamed] : remote) {
+    std::sort(streamed.runs.begin(), streamed.runs.end(),
+              [](const Run& a, const Run& b) { return a.from < b.from; });
   }
   for (const auto& [rank, targets] : by_file) {
     MEMENTO_RETURN_IF_ERROR(parts_.remote->ReadRankFile(plan_.version, rank, targets));
@@ -862,14 +892,11 @@ Status ElasticRestorer::CopyLocalAndRemote() {
   for (const PieceRef& r : pieces_) {
     if (r.target != me || r.server != me) continue;
     const placement::ElasticPiece& p = *r.piece;
+    if (p.source == placement::PieceSource::kRemote) continue;  // streamed in place above
     const auto& src = Old(p.old_node, p.old_lane).catalog.entries.at(p.old_entry);
     const auto& dst = mine.entries.at(r.entry);
     const uint8_t* base = nullptr;
-    if (p.source == placement::PieceSource::kRemote) {
-      base = remote.at(std::make_tuple(p.old_node, p.old_lane, p.old_entry)).data();
-    } else {
-      MEMENTO_ASSIGN_OR_RETURN(base, SourceOf(p));
-    }
+    MEMENTO_ASSIGN_OR_RETURN(base, SourceOf(p));
     uint8_t* out = dst_[r.entry];
     RunsOf(p, src, dst, [&](uint64_t s_off, uint64_t d_off, uint64_t len) {
       std::memcpy(out + d_off, base + s_off, len);

@@ -9,6 +9,7 @@
 // then go on training and survive a further loss under the new topology.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -475,21 +476,27 @@ TEST(Elastic, UnsurvivableLossReadsOnlyTheMissingSlicesRemotely) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
-// The remote tier as the config names it, counting the rank files read.
+// The remote tier as the config names it, counting the rank files read and
+// the bytes of the largest entry asked for whole, into one buffer.
 class CountingRemoteStore : public DirectoryRemoteStore {
  public:
   using DirectoryRemoteStore::DirectoryRemoteStore;
   Status ReadRankFile(uint64_t version, int rank,
                       const std::vector<RemoteEntryTarget>& targets) override {
     ++reads[rank];
+    for (const RemoteEntryTarget& t : targets) {
+      if (t.data != nullptr) whole = std::max(whole, t.capacity);
+    }
     return DirectoryRemoteStore::ReadRankFile(version, rank, targets);
   }
   std::map<int, int> reads;  // old world rank -> reads of its file
+  uint64_t whole = 0;
 };
 
 // No node store survives at all: the remote version the 4 old ranks wrote is
 // resharded onto 3, each new rank reading each old rank file it needs once
-// (for all the entries it takes from it: a read checks the whole file).
+// (for all the entries it takes from it: a read checks the whole file), the
+// entries streaming through into the new slices, none held whole.
 TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
   Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
   Lose({0, 1, 2, 3});
@@ -504,6 +511,7 @@ TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
       EXPECT_EQ(n, 1) << "new rank " << ctx.rank() << " read old rank " << rank << "'s file " << n
                       << " times";
     }
+    EXPECT_EQ(store->whole, 0u) << "new rank " << ctx.rank() << " held an old entry whole";
   });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }

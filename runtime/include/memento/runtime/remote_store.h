@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,11 +40,16 @@ struct RemoteEntrySource {
 };
 
 // Where ReadRankFile puts the entry called `name`: `data` holds `capacity`
-// bytes (not owned).
+// bytes (not owned). With `data` null, the entry's bytes are handed to
+// `sink` instead, in order, a few MiB at a time as they are read (offset
+// within the entry, bytes, length), so that a reader that needs only parts
+// of an entry never holds it whole; they have passed no check yet, and the
+// call's result says whether the entry's crc32c matched.
 struct RemoteEntryTarget {
   std::string name;
   void* data = nullptr;
   uint64_t capacity = 0;
+  std::function<void(uint64_t offset, const uint8_t* bytes, uint64_t len)> sink = nullptr;
 };
 
 // An entry as recorded in a rank file (no payload).
@@ -132,7 +138,7 @@ class RemoteStore {
   // (NotFound naming it) and have capacity == the entry's bytes
   // (InvalidArgument); entries without a target are skipped (but their crc is
   // still checked). Corruption naming file and entry on a mismatch; target
-  // bytes are then unspecified.
+  // bytes (and what a sink was given) are then unspecified.
   virtual Status ReadRankFile(uint64_t version, int rank,
                               const std::vector<RemoteEntryTarget>& targets) = 0;
 

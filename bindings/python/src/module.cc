@@ -281,16 +281,9 @@ const char* ExceptionName(StatusCode code) {
   return "MementoError";
 }
 
-}  // namespace
-}  // namespace memento::torch_adapter
-
-PYBIND11_MODULE(_memento, m) {
-  using namespace memento::torch_adapter;
-  using memento::StatusCode;
-  m.doc() = "memento extension (use the `memento` package)";
-
-  // Exceptions: MementoError(RuntimeError), one subclass per status code;
-  // InvalidArgumentError is also a ValueError.
+// Exceptions: MementoError(RuntimeError), one subclass per status code;
+// InvalidArgumentError is also a ValueError.
+void BindExceptions(py::module_& m) {
   py::object base = py::reinterpret_steal<py::object>(
       PyErr_NewException("memento.MementoError", PyExc_RuntimeError, nullptr));
   m.attr("MementoError") = base;
@@ -305,7 +298,7 @@ PYBIND11_MODULE(_memento, m) {
     const std::string name = std::string("memento.") + ExceptionName(code);
     py::object cls =
         py::reinterpret_steal<py::object>(PyErr_NewException(name.c_str(), bases.ptr(), nullptr));
-    cls.attr("code") = memento::StatusCodeName(code);
+    cls.attr("code") = StatusCodeName(code);
     m.attr(ExceptionName(code)) = cls;
     Exceptions()[code] = cls;
   }
@@ -318,8 +311,11 @@ PYBIND11_MODULE(_memento, m) {
       PyErr_SetString(cls, e.status.message().c_str());
     }
   });
+}
 
-  memento::runtime::SetLogSink([](memento::runtime::LogLevel level, const std::string& line) {
+// The runtime's log lines, queued from any thread, drained by Python.
+void BindLogs(py::module_& m) {
+  runtime::SetLogSink([](runtime::LogLevel level, const std::string& line) {
     LogQueue& q = Logs();
     std::lock_guard<std::mutex> lock(q.mu);
     if (q.lines.size() >= 10000) {
@@ -343,9 +339,29 @@ PYBIND11_MODULE(_memento, m) {
         return out;
       },
       "Log lines queued since the last call: [(level 0=error..3=debug, message)].");
-  m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
-  m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
+}
 
+// A getter of TorchCheckpointer bound for any thread: PyCheckpointer::Get.
+template <typename R>
+auto Getter(R (TorchCheckpointer::*f)() const) {
+  return [f](PyCheckpointer& c) { return c.Get([f](TorchCheckpointer& t) { return (t.*f)(); }); };
+}
+
+py::dict IntervalDict(const runtime::IntervalStats& s) {
+  py::dict d;
+  d["automatic"] = s.automatic;
+  d["last_saved"] = s.last_saved;
+  d["saves"] = s.saves;
+  d["skipped"] = s.skipped;
+  d["interval_steps"] = s.interval_steps;
+  d["changes"] = s.changes;
+  d["step_s"] = s.step_s;
+  d["stall_s"] = s.stall_s;
+  d["protect_s"] = s.protect_s;
+  return d;
+}
+
+void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "_Checkpointer")
       .def(py::init<const std::map<std::string, std::string>&, const std::string&, uint64_t>(),
            py::arg("settings"), py::arg("launcher"), py::arg("extra_capacity"))
@@ -358,59 +374,41 @@ PYBIND11_MODULE(_memento, m) {
       .def("wait", &PyCheckpointer::Wait)
       .def("wait_persist", &PyCheckpointer::WaitPersist)
       .def("close", &PyCheckpointer::Close)
-      // The getters may be called from any thread (a watchdog), also while
-      // another thread is inside save() or close().
-      .def("latest_committed",
-           [](PyCheckpointer& c) {
-             return c.Get([](TorchCheckpointer& t) { return t.LatestCommitted(); });
-           })
-      .def("protection_state",
-           [](PyCheckpointer& c) {
-             return std::string(memento::runtime::ProtectionName(
-                 c.Get([](TorchCheckpointer& t) { return t.ProtectionState(); })));
-           })
-      .def("blocked_seconds",
-           [](PyCheckpointer& c) {
-             return c.Get([](TorchCheckpointer& t) { return t.BlockedSeconds(); });
-           })
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {
-             memento::runtime::Checkpointer* engine = c.ck().engine();
+             runtime::Checkpointer* engine = c.ck().engine();
              return engine == nullptr || engine->WouldSave(step);
            })
+      // The getters may be called from any thread (a watchdog), also while
+      // another thread is inside save() or close().
+      .def("latest_committed", Getter(&TorchCheckpointer::LatestCommitted))
+      .def("protection_state",
+           [](PyCheckpointer& c) {
+             return std::string(
+                 runtime::ProtectionName(Getter(&TorchCheckpointer::ProtectionState)(c)));
+           })
+      .def("blocked_seconds", Getter(&TorchCheckpointer::BlockedSeconds))
       .def("interval_stats",
-           [](PyCheckpointer& c) {
-             const memento::runtime::IntervalStats s =
-                 c.Get([](TorchCheckpointer& t) { return t.Interval(); });
-             py::dict d;
-             d["automatic"] = s.automatic;
-             d["last_saved"] = s.last_saved;
-             d["saves"] = s.saves;
-             d["skipped"] = s.skipped;
-             d["interval_steps"] = s.interval_steps;
-             d["changes"] = s.changes;
-             d["step_s"] = s.step_s;
-             d["stall_s"] = s.stall_s;
-             d["protect_s"] = s.protect_s;
-             return d;
-           })
-      .def("entry_names",
-           [](PyCheckpointer& c) {
-             return c.Get([](TorchCheckpointer& t) { return t.EntryNames(); });
-           })
-      .def("reregistrations",
-           [](PyCheckpointer& c) {
-             return c.Get([](TorchCheckpointer& t) { return t.reregistrations(); });
-           })
-      .def("relayouts",
-           [](PyCheckpointer& c) {
-             return c.Get([](TorchCheckpointer& t) { return t.relayouts(); });
-           })
+           [](PyCheckpointer& c) { return IntervalDict(Getter(&TorchCheckpointer::Interval)(c)); })
+      .def("entry_names", Getter(&TorchCheckpointer::EntryNames))
+      .def("reregistrations", Getter(&TorchCheckpointer::reregistrations))
+      .def("relayouts", Getter(&TorchCheckpointer::relayouts))
+      .def_property_readonly("node", Getter(&TorchCheckpointer::node))
       .def_property_readonly("rank", [](PyCheckpointer& c) { return c.ck().rank(); })
       .def_property_readonly("size", [](PyCheckpointer& c) { return c.ck().size(); })
-      .def_property_readonly(
-          "node",
-          [](PyCheckpointer& c) { return c.Get([](TorchCheckpointer& t) { return t.node(); }); })
       .def_property_readonly("launcher", &PyCheckpointer::launcher)
       .def_property_readonly("config", &PyCheckpointer::config);
+}
+
+}  // namespace
+}  // namespace memento::torch_adapter
+
+PYBIND11_MODULE(_memento, m) {
+  using namespace memento::torch_adapter;
+  m.doc() = "memento extension (use the `memento` package)";
+  BindExceptions(m);
+  BindLogs(m);
+  m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
+  m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
+  BindCheckpointer(m);
 }

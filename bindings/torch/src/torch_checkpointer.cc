@@ -317,11 +317,15 @@ class TorchCheckpointer::Impl {
     return entry_names_;
   }
   // The engine's node identity, as of the application thread's last Save or
-  // Restore (the engine learns it in its Prepare, on that thread).
+  // Restore (the engine learns it in its Prepare, on that thread). Only that
+  // thread writes node_, so it reads it unlocked; no lock or copy per Save
+  // once it is known.
   void NoteNode() {
-    std::string node = engine_ ? engine_->node() : std::string();
+    static const std::string kNone;
+    const std::string& node = engine_ ? engine_->node() : kNone;
+    if (node == node_) return;
     std::unique_lock<std::shared_mutex> lock(engine_mu_);
-    node_ = std::move(node);
+    node_ = node;
   }
   std::string node() const {
     std::shared_lock<std::shared_mutex> lock(engine_mu_);

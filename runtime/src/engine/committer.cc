@@ -55,11 +55,6 @@ Status Committer::Wait() {
   return s.ok() ? broken_ : s;
 }
 
-bool Committer::idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !in_flight_ && tasks_.empty() && !task_running_;
-}
-
 Status Committer::broken() const {
   std::lock_guard<std::mutex> lock(mu_);
   return broken_;

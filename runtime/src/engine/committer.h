@@ -88,8 +88,6 @@ class Committer {
   // reported by an earlier Wait, else broken(), else OK. Each failure is
   // reported once.
   Status Wait();
-  // Whether no version is in flight and no task is queued or running.
-  bool idle() const;
 
   // OK, or why checkpointing has stopped for good: a commit collective
   // failed (a peer is gone or timed out), which leaves the transport unusable

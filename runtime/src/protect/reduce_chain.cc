@@ -6,7 +6,6 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <new>
 #include <string>
 #include <thread>
 

@@ -136,12 +136,19 @@ std::vector<uint8_t> Expected(const ReduceChain& chain) {
   return want;
 }
 
+// Appends a chain of `terms` into `dst`, `length` bytes.
+void AddChain(std::vector<ReduceChain>* chains, std::vector<ReduceTerm> terms, int dst,
+              uint64_t length) {
+  ReduceChain& chain = chains->emplace_back();
+  chain.terms = std::move(terms);
+  chain.dst_rank = dst;
+  chain.length = length;
+}
+
 // One chain of `terms` into `dst`, `length` bytes.
 std::vector<ReduceChain> OneChain(std::vector<ReduceTerm> terms, int dst, uint64_t length) {
-  std::vector<ReduceChain> chains(1);
-  chains[0].terms = std::move(terms);
-  chains[0].dst_rank = dst;
-  chains[0].length = length;
+  std::vector<ReduceChain> chains;
+  AddChain(&chains, std::move(terms), dst, length);
   return chains;
 }
 
@@ -443,13 +450,8 @@ TEST_P(ReduceChains, PiecesLeftByABrokenCallFailTheNextOneOutOfStep) {
 TEST_P(ReduceChains, SpansUncheckedPiecesOwnTagsAndAKeptArena) {
   const int n = 4;
   const uint64_t piece = 1000;
-  std::vector<ReduceChain> chains(2);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}};
-  chains[0].dst_rank = 3;
-  chains[0].length = 9500;
-  chains[1].terms = {{3, 3, 2}, {0, 4, 1}};  // first term scaled from its span
-  chains[1].dst_rank = 1;
-  chains[1].length = 4321;
+  std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 0x53}, {2, 2, 1}}, 3, 9500);
+  AddChain(&chains, {{3, 3, 2}, {0, 4, 1}}, 1, 4321);  // first term scaled from its span
   const std::vector<std::shared_ptr<Transport>> group = Group(n);
   // Every rank's rows, where its spans point: Row(rank, row_id).
   std::vector<std::map<int, std::vector<uint8_t>>> rows(n);
@@ -550,13 +552,8 @@ TEST_P(ReduceChains, SpansUncheckedPiecesOwnTagsAndAKeptArena) {
 TEST_P(ReduceChains, APieceBufferThatCannotBeMappedFailsTheCallNotTheProcess) {
   const int n = 4;
   const uint64_t piece = 1000;
-  std::vector<ReduceChain> chains(2);
-  chains[0].terms = {{0, 0, 1}, {1, 1, 0x53}, {3, 2, 1}};
-  chains[0].dst_rank = 2;
-  chains[0].length = 9500;
-  chains[1].terms = {{2, 3, 7}, {0, 4, 1}};
-  chains[1].dst_rank = 3;
-  chains[1].length = 4321;
+  std::vector<ReduceChain> chains = OneChain({{0, 0, 1}, {1, 1, 0x53}, {3, 2, 1}}, 2, 9500);
+  AddChain(&chains, {{2, 3, 7}, {0, 4, 1}}, 3, 4321);
   const std::vector<std::shared_ptr<Transport>> group = Group(n);
   // Every rank's chains, with the starved rank's arena limited to 1 byte
   // (none when -1); the destinations land through a writer only, from

@@ -13,6 +13,7 @@
 #include "harness/spawn.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
+#include "optimizer_state_key.h"
 #include "memento/torch/launcher.h"
 #include "test_job.h"
 
@@ -794,7 +795,7 @@ TEST(TorchAdapterRanks, ShardedTensorsRestoreOntoFewerRanks) {
     e.scalar.fill_(r + 0.5);
     e.replicated.copy_(torch::arange(37, at::kLong) * 3);
     auto& st = static_cast<torch::optim::AdamParamState&>(
-        *e.adam->state().at(c10::guts::to_string(e.net->w.unsafeGetTensorImpl())));
+        *e.adam->state().at(StateKey(e.net->w)));
     st.exp_avg().copy_(mine * 2);
     st.exp_avg_sq().copy_(mine * 3);
     st.step(11);
@@ -828,7 +829,7 @@ TEST(TorchAdapterRanks, ShardedTensorsRestoreOntoFewerRanks) {
     }
     at::Tensor want = GlobalW(0).slice(0, e.r0, e.r1);
     auto& st = static_cast<torch::optim::AdamParamState&>(
-        *e.adam->state().at(c10::guts::to_string(e.net->w.unsafeGetTensorImpl())));
+        *e.adam->state().at(StateKey(e.net->w)));
     if (!BitEqual(e.net->w, want)) return "w differs";
     if (!BitEqual(st.exp_avg(), want * 2) || !BitEqual(st.exp_avg_sq(), want * 3)) {
       return "Adam state differs";

@@ -126,7 +126,9 @@ TEST(RateCommandTest, NonDecimalNumbersAreRefusedByName) {
     CliRun r = RunCli(std::string("rate ") + c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
-    if (c.absent) EXPECT_EQ(r.output.find(c.absent), std::string::npos) << r.output;
+    if (c.absent) {
+      EXPECT_EQ(r.output.find(c.absent), std::string::npos) << r.output;
+    }
   }
   // Any seed up to 2^63 - 1 (19 digits).
   CliRun big = RunCli("rate --nodes 16 --scheme replica:2 --failures 2 --seed 9223372036854775807");

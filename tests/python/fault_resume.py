@@ -72,7 +72,7 @@ def job_env(scheme, ranks_per_node, python_path):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--launcher", choices=["mpirun", "torchrun"], required=True)
-    p.add_argument("--program", choices=["python", "cpp"], required=True)
+    p.add_argument("--program", choices=["python", "fsdp2", "cpp"], required=True)
     p.add_argument("--cpp-binary", default="")
     p.add_argument("--mpirun", default="mpirun --allow-run-as-root --oversubscribe")
     p.add_argument("--python-path", required=True, help="directory holding the memento package")
@@ -95,15 +95,13 @@ def main():
         if program == "cpp":
             cmd = [args.cpp_binary, "--steps", str(args.steps), "--out", out]
         else:
-            cmd = [sys.executable, os.path.join(EXAMPLES, program), "--steps", str(args.steps),
-                   "--out", out]
+            script, *flags = program.split()
+            cmd = [sys.executable, os.path.join(EXAMPLES, script), "--steps", str(args.steps),
+                   "--out", out] + flags
         if args.launcher == "mpirun":
             full = shlex.split(args.mpirun) + ["-np", str(args.np)] + cmd
         else:
-            # --redirects/--tee 1: Debian's torch 1.13 torchrun under Python 3.11
-            # mis-parses the default "0".
-            full = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee",
-                    "1", "--nproc_per_node", str(args.np), "--master_port", e["MASTER_PORT"],
+            full = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.np), "--master_port", e["MASTER_PORT"],
                     "--max_restarts", "0"]
             full += (["--no_python"] + cmd) if program == "cpp" else cmd[1:]
         print("--- %s (job %s%s)" % (" ".join(full), job_id,
@@ -119,8 +117,9 @@ def main():
     os.makedirs(ref)
     os.makedirs(res)
     try:
-        reference = "ddp_train_plain.py" if args.program == "python" else "cpp"
-        program = "ddp_train.py" if args.program == "python" else "cpp"
+        reference, program = {"python": ("ddp_train_plain.py", "ddp_train.py"),
+                              "fsdp2": ("fsdp2_train.py --plain", "fsdp2_train.py"),
+                              "cpp": ("cpp", "cpp")}[args.program]
         rc, _ = launch(reference, ref, job + "-ref")
         if rc != 0:
             print("FAIL: the failure-free reference run exited %d" % rc)
@@ -186,7 +185,8 @@ def compare_python(path_a, path_b):
     import numpy as np
     import torch
 
-    a, b = torch.load(path_a), torch.load(path_b)
+    # weights_only=False: the dumps hold numpy arrays and Python's random state.
+    a, b = torch.load(path_a, weights_only=False), torch.load(path_b, weights_only=False)
 
     def same(x, y):
         if torch.is_tensor(x):

@@ -44,10 +44,7 @@ def main():
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1", MEMENTO_JOB=job,
                MEMENTO_RANKS_PER_NODE="1", MEMENTO_TIMEOUT_S="60", MASTER_ADDR="127.0.0.1")
-    # --redirects/--tee 1: Debian's torch 1.13 torchrun under Python 3.11
-    # mis-parses the default "0".
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-           "--nproc_per_node", "2", "--master_port", str(port), "--max_restarts", "0",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "--max_restarts", "0",
            os.path.abspath(__file__), "--worker"]
     try:
         r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

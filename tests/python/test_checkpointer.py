@@ -612,7 +612,7 @@ def test_primed_sgd_momentum_computes_what_lazy_momentum_does(nesterov):
     kw = dict(lr=0.05, momentum=0.9, nesterov=nesterov, weight_decay=1e-3)
     oa = torch.optim.SGD(a.parameters(), **kw)
     ob = torch.optim.SGD(b.parameters(), **kw)
-    assert memento._prime_optimizer(ob) == 2
+    assert memento.optim.prime_optimizer(ob) == 2
     for _ in range(3):
         x = torch.randn(4, 6)
         for m, o in ((a, oa), (b, ob)):
@@ -623,7 +623,7 @@ def test_primed_sgd_momentum_computes_what_lazy_momentum_does(nesterov):
         assert same_bits(a.state_dict()[k], b.state_dict()[k]), k
     damped = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9,
                              dampening=0.5)
-    assert memento._prime_optimizer(damped) == 0
+    assert memento.optim.prime_optimizer(damped) == 0
 
 
 def test_sgd_momentum_is_restored_into_a_fresh_optimizer(job):
@@ -781,10 +781,11 @@ def test_optimizer_state_takes_a_spec_named_for_it_or_its_parameters(job):
                                    "optimizer.state.0.exp_avg_sq": ((4, 3), (2, 0)),
                                    "optimizer.state.1.exp_avg": ((2, 6), (0, 3)),
                                    "optimizer.state.1.exp_avg_sq": ((4, 3), (0, 0))}
-        ck.register("x", torch.zeros(2), global_shape=(4,), offsets=(0,),
-                    shards={"x": ((2,), (0,))})
+        # Refused at register(), which then registers nothing.
         with pytest.raises(memento.InvalidArgumentError, match="'x' is given a shard spec twice"):
-            ck.placements()
+            ck.register("x", torch.zeros(2), global_shape=(4,), offsets=(0,),
+                        shards={"x": ((2,), (0,))})
+        assert "x" not in ck.placements() and len(ck.placements()) == 6
 
 
 def test_a_restore_after_the_registered_set_changed_is_refused_and_keeps_the_versions(job):

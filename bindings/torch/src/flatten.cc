@@ -10,14 +10,10 @@
 #include <torch/utils.h>
 
 #include "memento/torch/torch_checkpointer.h"
+#include "optimizer_state_key.h"
 
 namespace memento::torch_adapter {
 namespace {
-
-// Key of a parameter in Optimizer::state(), as libtorch's optimizers build it.
-std::string StateKey(const at::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
-}
 
 void Add(std::vector<NamedTensor>& out, const std::string& name, const at::Tensor& t,
          bool replicated, const at::Tensor& state_of = at::Tensor()) {
@@ -119,7 +115,7 @@ int PrimeSgdMomentum(torch::optim::SGD& sgd) {
     const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
     if (options.momentum() == 0 || options.dampening() != 0) continue;
     for (auto& p : group.params()) {
-      const std::string key = StateKey(p);
+      const auto key = StateKey(p);
       if (state.find(key) != state.end()) continue;
       auto s = std::make_unique<torch::optim::SGDParamState>();
       s->momentum_buffer(torch::zeros_like(p, at::MemoryFormat::Preserve));
@@ -148,10 +144,10 @@ int PrimeOptimizerState(torch::optim::Optimizer& optimizer) {
       amsgrad = static_cast<torch::optim::AdamWOptions&>(group.options()).amsgrad();
     }
     for (auto& p : group.params()) {
-      const std::string key = StateKey(p);
+      const auto key = StateKey(p);
       if (state.find(key) != state.end()) continue;
       // The same tensors Adam::step / AdamW::step create for a parameter
-      // without state (libtorch 1.13 adam.cpp / adamw.cpp).
+      // without state (libtorch adam.cpp / adamw.cpp).
       if (adam) {
         auto s = std::make_unique<torch::optim::AdamParamState>();
         s->step(0);

@@ -27,6 +27,7 @@
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_store.h"
+#include "optimizer_state_key.h"
 
 namespace memento::torch_adapter {
 
@@ -632,7 +633,7 @@ class TorchCheckpointer::Impl {
         records[kCpuRngKey] = TensorBytes(gen.get_state());
       }
       if (torch::cuda::is_available()) {
-        for (size_t i = 0; i < torch::cuda::device_count(); ++i) {
+        for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
           auto gen = at::globalContext().defaultGenerator(
               at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
           std::lock_guard<std::mutex> lock(gen.mutex());
@@ -656,7 +657,7 @@ class TorchCheckpointer::Impl {
         gen.set_state(BytesTensor(c->second));
       }
       if (torch::cuda::is_available()) {
-        for (size_t i = 0; i < torch::cuda::device_count(); ++i) {
+        for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
           auto c = records.find(kCudaRngKey + std::to_string(i));
           if (c == records.end()) continue;
           auto gen = at::globalContext().defaultGenerator(
@@ -903,7 +904,7 @@ Status TorchCheckpointer::RegisterOptimizer(torch::optim::Optimizer& optimizer,
     int64_t index = 0;
     for (auto& group : optimizer.param_groups()) {
       for (auto& p : group.params()) {
-        auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        auto it = state.find(StateKey(p));
         int64_t step = 0;
         if (it != state.end() &&
             (StepOf<torch::optim::AdamParamState>(it->second.get(), &step) ||
@@ -930,7 +931,7 @@ Status TorchCheckpointer::RegisterOptimizer(torch::optim::Optimizer& optimizer,
     int64_t index = 0;
     for (auto& group : optimizer.param_groups()) {
       for (auto& p : group.params()) {
-        auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+        auto it = state.find(StateKey(p));
         auto s = steps.find(index);
         if (it != state.end() && s != steps.end()) {
           auto* st = it->second.get();

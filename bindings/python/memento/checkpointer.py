@@ -1,0 +1,439 @@
+"""Checkpointer: the Python face of memento's engine (registration, save, restore)."""
+import pickle
+import types
+
+import torch
+
+from . import _compat, _logs, _memento, optim, placement, stateful
+from ._logs import flush_logs as _flush_logs
+from ._memento import FailedPreconditionError, InvalidArgumentError, MementoError  # noqa: F401
+from .report import RestoreReport
+from .settings import settings_keywords
+
+try:
+    _LR_SCHEDULER = torch.optim.lr_scheduler.LRScheduler
+except AttributeError:
+    _LR_SCHEDULER = torch.optim.lr_scheduler._LRScheduler
+
+
+def _shard_spec(where, global_shape, offsets, dim):
+    """(global_shape, offsets) as tuples of ints; offsets default to zeros."""
+    try:
+        global_shape = tuple(int(x) for x in global_shape)
+        offsets = tuple(int(x) for x in offsets) if offsets is not None else (0,) * len(global_shape)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError("%s: global_shape and offsets are sequences of ints" % where)
+    if len(offsets) != len(global_shape) or (dim is not None and len(global_shape) != dim):
+        raise InvalidArgumentError("%s: global_shape %s and offsets %s need one value per "
+                                   "dimension of the tensor" % (where, global_shape, offsets))
+    return global_shape, offsets
+
+
+
+class Checkpointer:
+    """In-memory checkpoints of torch tensors, modules and optimizers."""
+
+    def __init__(self, *, launcher="auto", extra_capacity=256 * 1024, **settings):
+        keywords = settings_keywords()
+        variables = {}
+        for key, value in settings.items():
+            if key not in keywords:
+                raise InvalidArgumentError(
+                    "unknown setting %r (accepted: launcher, extra_capacity, %s)"
+                    % (key, ", ".join(sorted(keywords))))
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = int(value)
+            variables[keywords[key]] = str(value)
+        self._impl = _memento._Checkpointer(variables, launcher, int(extra_capacity))
+        self._sources = []      # (kind, prefix, object, replicated, shard spec of a tensor)
+        self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
+        self._extras = []       # dicts given as extra=
+        self._statefuls = {}    # name -> object with state_dict() / load_state_dict()
+        self._prefixes = set()
+        self._counts = {"model": 0, "optimizer": 0, "lr_scheduler": 0, "stateful": 0}
+        self._placer = placement.Placer()
+        self._dtensor_slots = []  # DTensorSlots of the last _entries(), in its order
+        _flush_logs()
+
+    # ---- registration ----------------------------------------------------------------------
+    def register(self, *objects, extra=None, replicated=False, shards=None, global_shape=None,
+                 offsets=None, **named):
+        """register(model, optimizer, scheduler, extra={...}) | register("name", tensor) |
+        register(enc=m, sched=s).
+
+        Modules: a torch.compile'd module (OptimizedModule) and a DistributedDataParallel
+        wrapper are registered as the module they wrap (names without "_orig_mod." or
+        "module."). Objects with state_dict() / load_state_dict() that are neither a module
+        nor an optimizer (LR schedulers, data loaders, torch.distributed.checkpoint Stateful
+        objects) travel in the extra state under their name: "lr_scheduler" (then
+        "lr_scheduler1", ...) for an LR scheduler, "stateful" (...) for others, or the keyword.
+        DTensor parameters and optimizer state are placed from their mesh and placements
+        (memento.placement); `replicated` does not apply to them.
+
+        global_shape / offsets: the one tensor registered is this rank's slice of a global
+        tensor. shards: {entry name: (global_shape, offsets)} for entries of modules and
+        optimizers registered by any call.
+        """
+        # A registration that fails leaves what was registered before as it was.
+        saved = (list(self._sources), dict(self._shards), list(self._extras),
+                 dict(self._statefuls), set(self._prefixes), dict(self._counts))
+        try:
+            self._register(objects, extra, replicated, shards, global_shape, offsets, named)
+            # Refuses, by name, what cannot be placed (a Partial DTensor, ...); shards= may
+            # name entries of a module registered by a later call.
+            self._entries(unknown_shards_ok=True)
+        except BaseException:
+            (self._sources, self._shards, self._extras, self._statefuls, self._prefixes,
+             self._counts) = saved
+            raise
+        return self
+
+    def _register(self, objects, extra, replicated, shards, global_shape, offsets, named):
+        spec = None
+        if global_shape is not None or offsets is not None:
+            tensors = [o for o in objects[1:] if isinstance(o, torch.Tensor)] + \
+                [o for o in named.values() if isinstance(o, torch.Tensor)]
+            if global_shape is None or len(tensors) != 1 or len(objects) + len(named) not in (1, 2):
+                raise InvalidArgumentError(
+                    "register(global_shape=, offsets=) places one tensor: register(name, tensor, "
+                    "global_shape=..., offsets=...)")
+            spec = _shard_spec("register", global_shape, offsets, tensors[0].dim())
+        if len(objects) == 2 and isinstance(objects[0], str):
+            name, tensor = objects
+            if not isinstance(tensor, torch.Tensor):
+                raise InvalidArgumentError("register(%r, ...): not a tensor" % name)
+            self._add("tensor", name, tensor, replicated, spec)
+        else:
+            for obj in objects:
+                if isinstance(obj, torch.nn.Module):
+                    self._add("module", self._auto_prefix("model"), obj, replicated)
+                elif isinstance(obj, torch.optim.Optimizer):
+                    self._add("optimizer", self._auto_prefix("optimizer"), obj, replicated)
+                elif stateful.is_stateful(obj):
+                    kind = ("lr_scheduler" if isinstance(obj, _LR_SCHEDULER) else "stateful")
+                    self._add_stateful(self._auto_prefix(kind)[:-1], obj)
+                else:
+                    raise InvalidArgumentError(
+                        "register: %r is not a Module, an Optimizer, an object with state_dict()"
+                        " and load_state_dict(), or a (name, tensor) pair" % type(obj).__name__)
+        for prefix, obj in named.items():
+            if isinstance(obj, torch.nn.Module):
+                self._add("module", prefix + ".", obj, replicated)
+            elif isinstance(obj, torch.optim.Optimizer):
+                self._add("optimizer", prefix + ".", obj, replicated)
+            elif isinstance(obj, torch.Tensor):
+                self._add("tensor", prefix, obj, replicated, spec)
+            elif stateful.is_stateful(obj):
+                self._add_stateful(prefix, obj)
+            else:
+                raise InvalidArgumentError("register(%s=...): %r is not a Module, an Optimizer, "
+                                           "a tensor or an object with state_dict() and "
+                                           "load_state_dict()" % (prefix, type(obj).__name__))
+        if shards is not None:
+            if not isinstance(shards, dict):
+                raise InvalidArgumentError("register(shards=...) takes a dict {entry name: "
+                                           "(global_shape, offsets)}")
+            for name, value in shards.items():
+                if name in self._shards:
+                    raise InvalidArgumentError("register(shards=...): %r is sharded twice" % name)
+                if not isinstance(value, (tuple, list)) or len(value) != 2:
+                    raise InvalidArgumentError("register(shards=...): %r needs (global_shape, "
+                                               "offsets)" % name)
+                self._shards[name] = _shard_spec("shards[%r]" % name, value[0], value[1], None)
+        if extra is not None:
+            if not isinstance(extra, dict):
+                raise InvalidArgumentError("register(extra=...) takes a dict")
+            self._extras.append(extra)
+
+    def _auto_prefix(self, kind):
+        n = self._counts[kind]
+        self._counts[kind] += 1
+        return kind + ("" if n == 0 else str(n)) + "."
+
+    def _add_stateful(self, name, obj):
+        if name in self._statefuls:
+            raise InvalidArgumentError("register: %r is registered twice" % name)
+        self._statefuls[name] = obj
+
+    def _add(self, kind, prefix, obj, replicated, spec=None):
+        if prefix in self._prefixes:
+            raise InvalidArgumentError("register: %r is registered twice" % prefix)
+        if kind == "module":
+            obj = _compat.unwrap_module(obj)
+        if spec is not None and replicated:
+            raise InvalidArgumentError("register(%r): a tensor is replicated or sharded, "
+                                       "not both" % prefix)
+        self._prefixes.add(prefix)
+        if kind == "optimizer":
+            optim.prime_optimizer(obj)
+        self._sources.append((kind, prefix, obj, bool(replicated), spec))
+
+    def tensors(self):
+        """[(name, tensor, replicated)] as registered now, in registration order."""
+        return [entry[:3] for entry in self._entries()]
+
+    def placements(self):
+        """{name: (global_shape, offsets)} of the tensors registered as slices of global ones."""
+        return {e[0]: (e[3], e[4]) for e in self._entries() if e[3] is not None}
+
+    def _module_states(self):
+        """{prefix: state_dict(keep_vars=True)} of the registered modules, taken once per save."""
+        return {prefix: obj.state_dict(keep_vars=True)
+                for kind, prefix, obj, _, _ in self._sources if kind == "module"}
+
+    def _entries(self, states=None, unknown_shards_ok=False):
+        """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.
+
+        In registration order. global_shape and offsets are None for a tensor that is not a
+        slice of a global one. copy_at_save: a module buffer, which the forward pass may change
+        before the next wait_snapshot() (BatchNorm's running statistics): save() copies it
+        before it returns instead of snapshotting it in place behind training.
+        """
+        if states is None:
+            states = self._module_states()
+        out = []
+        by_param = {}  # id(parameter) -> shard spec, for its optimizer state
+        used = set()
+        slots = []
+
+        def add(name, t, replicated, spec=None, copy_at_save=False, inherited=None):
+            if _compat.is_dtensor(t):
+                if name in self._shards or spec is not None:
+                    raise InvalidArgumentError("register: %r is a DTensor, placed by its own "
+                                               "mesh and placements: give it no shard spec"
+                                               % name)
+                slot = self._placer.slot(name, t)
+                slots.append(slot)
+                if slot.stored is not None:
+                    out.append((name, slot.stored, False) +
+                               (slot.spec if slot.spec else (None, None)) + (copy_at_save,))
+                return
+            # A spec in shards= names the entry: it overrides what optimizer state
+            # inherits from its parameter.
+            if name in self._shards:
+                if spec is not None:
+                    raise InvalidArgumentError("register: %r is given a shard spec twice (by "
+                                               "global_shape= and by shards=)" % name)
+                spec = self._shards[name]
+                used.add(name)
+            elif spec is None:
+                spec = inherited
+            out.append((name, t.detach(), replicated) + (spec if spec else (None, None)) +
+                       (copy_at_save,))
+
+        for kind, prefix, obj, _, spec in self._sources:
+            if kind == "module":
+                for key, t in states[prefix].items():
+                    if prefix + key in self._shards:
+                        by_param[id(t)] = self._shards[prefix + key]
+            elif kind == "tensor":
+                if spec is not None or prefix in self._shards:
+                    by_param[id(obj)] = spec if spec is not None else self._shards[prefix]
+        for kind, prefix, obj, replicated, spec in self._sources:
+            if kind == "tensor":
+                add(prefix, obj, replicated, spec)
+            elif kind == "module":
+                # By identity, not name: a tied weight (an LM head sharing the
+                # embedding) is a parameter under each of its names.
+                params = {id(p) for p in obj.parameters()}
+                for key, t in states[prefix].items():
+                    if isinstance(t, torch.Tensor) and not stateful.is_extra_state(key):
+                        is_param = id(t) in params
+                        add(prefix + key, t, replicated and is_param, copy_at_save=not is_param)
+            else:
+                for i, p in enumerate(optim.optimizer_params(obj)):
+                    for key, value in obj.state.get(p, {}).items():
+                        if isinstance(value, torch.Tensor):
+                            # Moments shaped like the parameter are sliced like it;
+                            # Adam's step counter is not, whatever its shape.
+                            inherited = (by_param.get(id(p)) if value.shape == p.shape
+                                         and key != "step" and not replicated else None)
+                            if _compat.is_dtensor(p) and not _compat.is_dtensor(value):
+                                # A plain tensor beside a DTensor parameter (FSDP2's step)
+                                # is the same on every rank of the mesh.
+                                inherited = None
+                            add("%sstate.%d.%s" % (prefix, i, key), value, replicated,
+                                inherited=inherited)
+        unknown = sorted(set(self._shards) - used)
+        if unknown and not unknown_shards_ok:
+            raise InvalidArgumentError("register(shards=...): no registered tensor is named %s"
+                                       % ", ".join(repr(n) for n in unknown))
+        self._placer.forget_unused({id(s.dtensor) for s in slots})
+        self._dtensor_slots = slots
+        return out
+
+    # ---- extra state -----------------------------------------------------------------------
+    def _modules(self):
+        return {prefix: obj for kind, prefix, obj, _, _ in self._sources if kind == "module"}
+
+    def _extra_state(self, states):
+        return stateful.build(self._sources, self._extras, self._statefuls, states)
+
+    def _apply_extra_state(self, state):
+        stateful.apply(state, self._sources, self._extras, self._statefuls, self._modules())
+
+    # ---- checkpointing ---------------------------------------------------------------------
+    def save(self, step):
+        """Collective. Starts checkpoint `step` (> the last one) and returns once its copy began.
+
+        It waits first for the previous checkpoint if that is still being protected (one in
+        flight), so a save interval shorter than the protect time stalls training.
+
+        With interval=N or interval="auto" (MEMENTO_INTERVAL) only some steps are saved;
+        the others return at once without copying anything (interval_stats() counts them).
+        """
+        try:
+            if not self._impl.would_save(int(step)):
+                self._impl.save(int(step))
+                return
+            states = self._module_states()
+            self._impl.set_tensors(self._entries(states))
+            self._impl.set_user_state(pickle.dumps(self._extra_state(states), protocol=4))
+            self._impl.save(int(step))
+        finally:
+            _flush_logs()
+
+    def restore(self):
+        """Collective. Restores the newest complete checkpoint in place.
+
+        Returns a RestoreReport (usable as the int step), or None when the job never committed
+        a checkpoint (a fresh start). Raises UnrecoverableError when it did but no committed
+        version can be rebuilt from memory or read from the remote tier. A restore that
+        raises may have written part of a version into the tensors (it restores in place):
+        do not train on from them; exit and relaunch, or restore() again. After an
+        elastic restore (report.elastic) the restored tensors are snapshotted under the new
+        topology in the background, as after save(): call wait_snapshot() before modifying
+        them (the training loop does, before optimizer.step()).
+        """
+        try:
+            self._impl.set_tensors(self._entries())
+            report = self._impl.restore()
+            if report is None:
+                return None
+            blob = self._impl.user_state()
+            if blob is not None:
+                self._apply_extra_state(pickle.loads(blob))
+            # Replicas of DTensor shards stored their rows once: put them together.
+            placement.fill_replicas(self._dtensor_slots)
+            return RestoreReport(report)
+        finally:
+            _flush_logs()
+
+    def wait_snapshot(self):
+        """Returns when registered tensors may be modified again (call before optimizer.step)."""
+        try:
+            self._impl.wait_snapshot()
+        finally:
+            _flush_logs()
+
+    def wait(self):
+        """Returns when the checkpoint in flight is committed.
+
+        Raises the first checkpoint failure since the last wait() (one a later save()
+        overtook included), each failure once.
+        """
+        try:
+            self._impl.wait()
+        finally:
+            _flush_logs()
+
+    def wait_persist(self):
+        """Returns when every persist scheduled so far has finished (raises as wait() does,
+        else if the last persist failed)."""
+        try:
+            self._impl.wait_persist()
+        finally:
+            _flush_logs()
+
+    def hook_optimizer(self, optimizer):
+        """Makes optimizer.step() call wait_snapshot() first. Returns a handle with remove()."""
+        if hasattr(optimizer, "register_step_pre_hook"):
+            return optimizer.register_step_pre_hook(lambda *_: self.wait_snapshot())
+        bound = optimizer.step
+        ck = self
+
+        def step(opt, *args, **kwargs):
+            ck.wait_snapshot()
+            return bound(*args, **kwargs)
+
+        optimizer.step = types.MethodType(step, optimizer)
+
+        class _Handle:
+            def remove(self_):
+                optimizer.step = bound
+
+        return _Handle()
+
+    def close(self):
+        """Waits for the checkpoint in flight and releases the node store mapping.
+
+        Raises a checkpoint failure wait() has not reported yet (after releasing everything).
+        Afterwards save() and restore() raise FailedPreconditionError; close() again does
+        nothing. Called from another thread (a watchdog), it first waits for the save(),
+        restore() or wait in flight there to return.
+        """
+        try:
+            self._impl.close()
+        finally:
+            _flush_logs()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+            return False
+        # An exception is on its way out: the failure of the last checkpoint is logged
+        # rather than raised in its place.
+        try:
+            self.close()
+        except MementoError as e:
+            _logs.logger.error("close: the checkpoint in flight failed: %s", e)
+        return False
+
+    # ---- introspection ---------------------------------------------------------------------
+    @property
+    def rank(self):
+        return self._impl.rank
+
+    @property
+    def size(self):
+        return self._impl.size
+
+    @property
+    def node(self):
+        return self._impl.node
+
+    @property
+    def launcher(self):
+        return self._impl.launcher
+
+    @property
+    def config(self):
+        return self._impl.config
+
+    def entry_names(self):
+        return self._impl.entry_names()
+
+    def latest_committed(self):
+        return self._impl.latest_committed()
+
+    def protection_state(self):
+        """'protected', 're-protecting' (a restore's re-protect of what the lost
+        nodes held runs in the background; wait() returns when it is done) or
+        'unprotected' (it failed; the next committed save protects again)."""
+        return self._impl.protection_state()
+
+    def blocked_seconds(self):
+        return self._impl.blocked_seconds()
+
+    def interval_stats(self):
+        """Which save() calls took a checkpoint: a dict with automatic, last_saved, saves,
+        skipped, interval_steps, changes and the agreed step_s, stall_s, protect_s (auto)."""
+        return self._impl.interval_stats()
+
+    def reregistrations(self):
+        return self._impl.reregistrations()

@@ -1,0 +1,42 @@
+"""RestoreReport: what Checkpointer.restore() brought back, and from where."""
+
+
+class RestoreReport:
+    """What restore() brought back. Behaves as the int step (range(start, n)).
+
+    Attributes: step, version, entries (list of {name, bytes, crc, source}),
+    lost_nodes, source_detail, bytes_sent, bytes_received, reprotect_mode,
+    protection ("protected"; "re-protecting": what the lost nodes held is
+    rebuilt in the background, see Checkpointer.protection_state();
+    "unprotected": a blocking re-protect failed, until the next save commits),
+    inventory_s, plan_s, transfer_s, reprotect_s, elastic (restored onto another
+    topology), elastic_plan, notes, summary.
+    """
+
+    def __init__(self, d):
+        self._d = dict(d)
+        for k, v in self._d.items():
+            setattr(self, k, v)
+
+    def to_dict(self):
+        return dict(self._d)
+
+    def sources(self):
+        """{entry name: source} ("local-memory", "replica", "decode", "remote")."""
+        return {e["name"]: e["source"] for e in self.entries}
+
+    def __index__(self):
+        return int(self.step)
+
+    __int__ = __index__
+
+    def __eq__(self, other):
+        if isinstance(other, int):
+            return int(self.step) == other
+        return isinstance(other, RestoreReport) and other._d == self._d
+
+    def __hash__(self):
+        return hash(int(self.step))
+
+    def __repr__(self):
+        return "RestoreReport(%s)" % self.summary

@@ -1,0 +1,159 @@
+"""The small state a bit-identical resume needs besides tensors ("extra state").
+
+One pickled blob per rank, saved with every checkpoint and put back by restore():
+the random generators of Python and numpy (torch's travel in the C++ adapter),
+the optimizers' non-tensor state and param groups (lr, ...), what modules keep
+besides tensors (get_extra_state()), the values of `extra=` dicts, and the
+stateful objects registered by name (LR schedulers, data loaders: anything with
+state_dict() / load_state_dict(), as torch.distributed.checkpoint's Stateful).
+"""
+import collections
+import random
+
+import torch
+
+from ._memento import FailedPreconditionError
+from .optim import optimizer_params
+
+EXTRA_FORMAT = 1
+
+
+def is_stateful(obj):
+    """Whether obj saves and loads itself (torch.distributed.checkpoint.stateful.Stateful)."""
+    return callable(getattr(obj, "state_dict", None)) and \
+        callable(getattr(obj, "load_state_dict", None))
+
+
+def is_extra_state(key):
+    """Whether a state_dict key holds a module's get_extra_state() (any type)."""
+    return key.rsplit(".", 1)[-1] == "_extra_state"
+
+
+def load_module_values(module, values):
+    """load_state_dict of what `module` keeps besides tensors (those are in place already).
+
+    The module's own metadata (each submodule's state_dict version) goes with the values:
+    without it every submodule takes them for a version-1 state dict, and BatchNorm then
+    resets num_batches_tracked, restored a moment before, to 0.
+    """
+    values = collections.OrderedDict(values)
+    metadata = getattr(module.state_dict(), "_metadata", None)
+    if metadata is not None:
+        values._metadata = metadata
+    module.load_state_dict(values, strict=False)
+
+
+def _check_extras(registered, saved):
+    """Refuses, by name, extra= dicts that do not match what the checkpoint saved."""
+    if len(saved) != len(registered):
+        raise FailedPreconditionError(
+            "restore: the checkpoint holds %d extra= dict(s), %d are registered; register "
+            "them as when it was saved" % (len(saved), len(registered)))
+    for i, (d, values) in enumerate(zip(registered, saved)):
+        unknown = sorted(set(values) - set(d), key=repr)
+        if unknown:
+            raise FailedPreconditionError(
+                "restore: extra= dict %d has no key %s, which the checkpoint saved (its keys: %s)"
+                % (i, ", ".join(repr(k) for k in unknown), ", ".join(repr(k) for k in d)))
+        for k, (how, _) in values.items():
+            if how == "state_dict" and not hasattr(d[k], "load_state_dict"):
+                raise FailedPreconditionError(
+                    "restore: extra[%r] was saved as a state_dict, and the registered %s has "
+                    "no load_state_dict" % (k, type(d[k]).__name__))
+
+
+def _check_statefuls(registered, saved):
+    missing = sorted(set(saved) - set(registered))
+    if missing:
+        raise FailedPreconditionError(
+            "restore: the checkpoint holds the state of %s, registered now: %s; register "
+            "them as when it was saved" % (", ".join(repr(n) for n in missing),
+                                           ", ".join(repr(n) for n in registered) or "none"))
+
+
+def build(sources, extras, statefuls, module_states):
+    """The extra state of this rank, now (a dict, pickled by the caller).
+
+    sources: the registered (kind, prefix, object, ...) tuples; extras: the extra= dicts;
+    statefuls: {name: object with state_dict()}; module_states: {prefix: state_dict}.
+    """
+    state = {"format": EXTRA_FORMAT, "random": random.getstate()}
+    try:
+        import numpy
+        state["numpy"] = numpy.random.get_state()
+    except ImportError:
+        pass
+    optim = {}
+    for kind, prefix, obj, *_ in sources:
+        if kind != "optimizer":
+            continue
+        scalars = {}
+        for i, p in enumerate(optimizer_params(obj)):
+            for key, value in obj.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    scalars[(i, key)] = value
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in obj.param_groups]
+        optim[prefix] = {"scalars": scalars, "groups": groups}
+    state["optimizers"] = optim
+    # What modules keep besides tensors (get_extra_state(): e.g. FP8 scaling
+    # metadata), which load_state_dict hands back to set_extra_state().
+    modules = {}
+    for prefix, module_state in module_states.items():
+        values = {k: v for k, v in module_state.items()
+                  if is_extra_state(k) or not isinstance(v, torch.Tensor)}
+        if values:
+            modules[prefix] = values
+    state["modules"] = modules
+    state["extra"] = [{k: (("state_dict", v.state_dict()) if is_stateful(v) else ("value", v))
+                       for k, v in d.items()} for d in extras]
+    state["stateful"] = {name: obj.state_dict() for name, obj in statefuls.items()}
+    return state
+
+
+def check(state, sources, extras, statefuls):
+    """Refuses, by name, a saved extra state that does not fit what is registered now."""
+    _check_extras(extras, state.get("extra", []))
+    _check_statefuls(statefuls, state.get("stateful", {}))
+    for kind, prefix, obj, *_ in sources:
+        saved = state["optimizers"].get(prefix) if kind == "optimizer" else None
+        if saved is None:
+            continue
+        if len(saved["groups"]) != len(obj.param_groups):
+            raise FailedPreconditionError(
+                "restore: optimizer %r had %d param group(s) when saved, it has %d now"
+                % (prefix, len(saved["groups"]), len(obj.param_groups)))
+        count = len(list(optimizer_params(obj)))
+        beyond = sorted({i for i, _ in saved["scalars"] if i >= count})
+        if beyond:
+            raise FailedPreconditionError(
+                "restore: optimizer %r had state for parameter %d, it has %d parameters now"
+                % (prefix, beyond[0], count))
+
+
+def apply(state, sources, extras, statefuls, modules):
+    """Puts a saved extra state back (after check()). modules: {prefix: the module itself}."""
+    check(state, sources, extras, statefuls)
+    random.setstate(state["random"])
+    if "numpy" in state:
+        import numpy
+        numpy.random.set_state(state["numpy"])
+    for kind, prefix, obj, *_ in sources:
+        if kind != "optimizer" or prefix not in state["optimizers"]:
+            continue
+        saved = state["optimizers"][prefix]
+        params = list(optimizer_params(obj))
+        for (i, key), value in saved["scalars"].items():
+            obj.state[params[i]][key] = value
+        for group, values in zip(obj.param_groups, saved["groups"]):
+            group.update(values)
+    for prefix, values in state.get("modules", {}).items():
+        if prefix in modules and values:
+            load_module_values(modules[prefix], values)
+    for d, saved in zip(extras, state["extra"]):
+        for k, (how, value) in saved.items():
+            if how == "state_dict":
+                d[k].load_state_dict(value)
+            else:
+                d[k] = value
+    for name, value in state.get("stateful", {}).items():
+        statefuls[name].load_state_dict(value)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Goodput vs job size: runs `memento advise --json` for 1,000 to 100,000 nodes under the
 assumptions of README.md (Llama 3 failure rates), writes results_goodput.jsonl and plots:
 
@@ -7,7 +7,7 @@ assumptions of README.md (Llama 3 failure rates), writes results_goodput.jsonl a
                                  where its goodput exceeds 1 %
 
 usage: experiments/goodput/run_goodput.py [--memento build/bindings/cli/memento] [--out DIR]
-Needs /usr/bin/python3 with matplotlib.
+Needs matplotlib: run with .venv/bin/python (scripts/setup installs it there).
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Goodput model vs the injected-failure runs of experiments/recovery_rate.
 
 For every goodput record of a recovery_rate results file (a 12-step run of the demo on N
@@ -29,7 +29,7 @@ standard deviations of the measured overhead plus F times two standard deviation
 measured relaunch time (both from the trials): the run-to-run spread of what the model does
 not predict.
 
-    /usr/bin/python3 experiments/goodput/validate_injected.py \\
+    .venv/bin/python experiments/goodput/validate_injected.py \\
         [--results experiments/results/recovery_rate_small.jsonl] [--cli build/bindings/cli/memento]
 """
 import argparse

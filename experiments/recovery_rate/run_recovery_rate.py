@@ -21,7 +21,7 @@ Writes RESULTS/NAME.jsonl (one record per trial and run, appended as each
 ends: --resume reuses them and runs only the missing ones), RESULTS/NAME.md and,
 unless --no-plots, RESULTS/NAME.png (rate vs f per scheme, with memory per
 node) and RESULTS/NAME_time_lost.png (time lost per failure by source). Plots
-need matplotlib: run with /usr/bin/python3 on Debian.
+need matplotlib: run with .venv/bin/python (scripts/setup installs it there).
 
   experiments/recovery_rate/run_recovery_rate.py --trials 10 --goodput
   experiments/recovery_rate/run_recovery_rate.py --schemes replica:2 --nodes 4 \
@@ -521,7 +521,7 @@ def plot(a, rows, trials):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not available (use /usr/bin/python3): no plots")
+        print("matplotlib not available (use .venv/bin/python): no plots")
         return
     nodes_list = sorted({r["nodes"] for r in rows})
     fig, axes = plt.subplots(1, len(nodes_list), figsize=(6 * len(nodes_list), 4.5), squeeze=False)

@@ -42,7 +42,7 @@ rm -f "$SHM"/memento."$JOB".*
 sync
 if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then COLD=cold; else COLD=warm; fi
 "${MPI[@]}" -np 6 "$BIN" --phase remote --ids 0,2,3,5,6,7 "${ARGS[@]}" | tee /tmp/"$JOB".remote
-/usr/bin/python3 - "$JOB" "$COLD" <<'PY'
+python3 - "$JOB" "$COLD" <<'PY'
 import json, sys
 job, cold = sys.argv[1], sys.argv[2]
 m = json.load(open(f"/tmp/{job}.memory"))

@@ -2,7 +2,7 @@
 """Stall per checkpoint of a model + Adam state dict vs torch.save + fsync, and
 snapshot bandwidth vs memcpy; all ratios measured in the same run.
 
-    PYTHONPATH=build/python /usr/bin/python3 experiments/torch/bench_stall.py \
+    PYTHONPATH=build/python .venv/bin/python experiments/torch/bench_stall.py \
         [--mib 256] [--tensors 300] [--iters 5] [--compute-s 1.0] [--dir /tmp]
 
 State: --tensors tensors (a quarter parameters, the rest Adam's step, exp_avg

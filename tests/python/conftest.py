@@ -6,6 +6,12 @@ import uuid
 
 import pytest
 
+# The tests share helpers by module name (test_checkpointer, conftest) under any
+# import mode; the memento package comes from the build tree when
+# MEMENTO_TEST_PYTHON_PATH names it (ctest), else from the environment (installed).
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.append(HERE)
 BUILD_PYTHON = os.environ.get("MEMENTO_TEST_PYTHON_PATH")
 if BUILD_PYTHON and BUILD_PYTHON not in sys.path:
     sys.path.insert(0, BUILD_PYTHON)

@@ -1,4 +1,4 @@
-"""One rank of the DTensor tests (launched by test_dtensor.py under torchrun).
+"""One rank of the DTensor tests (launched by test_dtensor.py under torchrun or mpirun).
 
 Modules: `Placed`, DTensor parameters placed by hand on a 1-D mesh of every rank
 and a 2-D mesh (Shard(0) uneven, Shard(1) uneven, Replicate, (Shard(0), Shard(1)),
@@ -216,8 +216,7 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--ref", default="")
     args = p.parse_args()
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = fsdp2_train.ddp_common.init_distributed()  # torchrun or mpirun
     torch.manual_seed(5)
     {"check": lambda: check(rank, world),
      "save": lambda: save(rank, world, args.steps, args.ref),

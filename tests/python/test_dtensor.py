@@ -1,11 +1,14 @@
-"""DTensor state under torchrun (gloo, CPU): placements on 1-D and 2-D meshes, uneven
-shards and Replicate stored once, restored in place; elastic restores 4 -> 2 and 2 -> 4
-ranks from memory, bit-identical to the whole tensors the saving job held."""
+"""DTensor state (gloo, CPU): placements on 1-D and 2-D meshes, uneven shards and
+Replicate stored once, restored in place (torchrun); elastic restores 4 -> 2 and 2 -> 4
+ranks from memory, bit-identical to the whole tensors the saving job held, under
+torchrun and mpirun (MEMENTO_TEST_MPIRUN or mpirun on PATH)."""
 import glob
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -19,21 +22,30 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(job, nodes, phase, *args, elastic=False):
+def launch(job, nodes, phase, *args, elastic=False, launcher="torchrun"):
+    """Runs dtensor_ranks.py on one rank per node of `nodes` (their MEMENTO_NODE)."""
+    port = free_port()
     env = dict(os.environ, MEMENTO_JOB=job, DTENSOR_NODES=",".join(nodes),
                MEMENTO_SCHEME="replica:2", MEMENTO_TIMEOUT_S="120", OMP_NUM_THREADS="1",
-               MEMENTO_ELASTIC="1" if elastic else "0", MASTER_ADDR="127.0.0.1")
+               MEMENTO_ELASTIC="1" if elastic else "0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), OMPI_MCA_btl_vader_single_copy_mechanism="none")
     env.pop("MEMENTO_RANKS_PER_NODE", None)
     build = os.environ.get("MEMENTO_TEST_PYTHON_PATH")  # else the installed package
     if build:
         env["PYTHONPATH"] = build
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(len(nodes)),
-           "--master_port", str(free_port()), "--max_restarts", "0", WORKER, "--phase", phase]
-    r = subprocess.run(cmd + list(args), env=env, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    if launcher == "mpirun":
+        cmd = [os.environ.get("MEMENTO_TEST_MPIRUN") or shutil.which("mpirun"),
+               "--allow-run-as-root", "--oversubscribe", "-np", str(len(nodes)),
+               sys.executable, WORKER]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+               str(len(nodes)), "--master_port", str(port), "--max_restarts", "0", WORKER]
+    cmd += ["--phase", phase] + list(args)
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=600)
     print(r.stdout[-8000:])
-    assert r.returncode == 0, "torchrun %s on %d ranks exited %d" % (phase, len(nodes),
-                                                                     r.returncode)
+    assert r.returncode == 0, "%s %s on %d ranks exited %d" % (launcher, phase, len(nodes),
+                                                               r.returncode)
     return r.stdout
 
 
@@ -46,24 +58,26 @@ def unlink_node(job, node):
 
 
 @pytest.fixture
-def job(request):
+def job():
     from conftest import remove_segments
-    name = "dt-%d-%s" % (os.getpid(), request.node.name[-12:].replace("[", "").replace("]", ""))
+    name = "dt-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
     remove_segments(name)
     yield name
     remove_segments(name)
 
 
 def test_placements_restore_in_place_and_replicas_are_stored_once(job):
-    out = torchrun(job, ["n0", "n1", "n2", "n3"], "check")
+    out = launch(job, ["n0", "n1", "n2", "n3"], "check")
     assert out.count("dtensor check passed") == 4
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
 @pytest.mark.parametrize("before,after", [(4, 2), (2, 4)])
-def test_elastic_restore_recuts_dtensor_shards_from_memory(job, tmp_path, before, after):
+def test_elastic_restore_recuts_dtensor_shards_from_memory(job, tmp_path, before, after,
+                                                           launcher):
     ref = str(tmp_path / "ref.pt")
     old = ["n%d" % i for i in range(before)]
-    torchrun(job, old, "save", "--steps", "3", "--ref", ref)
+    launch(job, old, "save", "--steps", "3", "--ref", ref, launcher=launcher)
     if after < before:
         # Nodes n1 and n3 are lost; replica:2 keeps their shards on n0 and n2.
         unlink_node(job, "n1")
@@ -71,5 +85,6 @@ def test_elastic_restore_recuts_dtensor_shards_from_memory(job, tmp_path, before
         new = ["n0", "n2"]
     else:
         new = old + ["n%d" % i for i in range(before, after)]  # fresh nodes join
-    out = torchrun(job, new, "restore", "--steps", "3", "--ref", ref, elastic=True)
+    out = launch(job, new, "restore", "--steps", "3", "--ref", ref, elastic=True,
+                 launcher=launcher)
     assert out.count("bit-identical") == after

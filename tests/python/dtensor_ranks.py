@@ -7,8 +7,11 @@ experiments/torch/fsdp2_train.py; AdamW over each.
 
     --phase check    save, then restore in place into zeroed tensors: bit-exact; every
                      global element stored once over all ranks; bad placements refused
-    --phase save     train and save --steps steps; rank 0 writes the whole tensors to --ref
-    --phase restore  elastic restore on this world size: whole tensors equal --ref's
+    --phase save     train and save --steps steps; rank 0 writes the whole tensors to --ref,
+                     and the job saves its module state dicts with torch.distributed.checkpoint
+                     to --ref.dcp
+    --phase restore  elastic restore on this world size: whole tensors equal --ref's, and
+                     every local shard equals what dcp.load reshards from --ref.dcp
 Node identities: DTENSOR_NODES (comma-separated, by rank).
 """
 import argparse
@@ -182,6 +185,8 @@ def save(rank, world, steps, ref):
     state = whole(placed, opt_p, gpt, opt_g)
     if rank == 0:
         torch.save(state, ref)
+    import torch.distributed.checkpoint as dcp
+    dcp.save({"placed": placed.state_dict(), "gpt": gpt.state_dict()}, checkpoint_id=ref + ".dcp")
     ck.close()
     print("rank %d: saved %d steps on %d ranks" % (rank, steps, world), flush=True)
 
@@ -195,6 +200,16 @@ def restore(rank, world, steps, ref):
     assert report.elastic, "rank %d: not an elastic restore: %s" % (rank, report.summary)
     remote = [n for n, s in report.sources().items() if s == "remote"]
     assert not remote, "rank %d: from remote storage: %s" % (rank, remote)
+    # The reference reshard: DCP loads the same step into fresh modules on this world.
+    import torch.distributed.checkpoint as dcp
+    placed_ref, _, gpt_ref, _ = build(world, rank)
+    reference = {"placed": placed_ref.state_dict(), "gpt": gpt_ref.state_dict()}
+    dcp.load(reference, checkpoint_id=ref + ".dcp")
+    for prefix, module in (("placed", placed), ("gpt", gpt)):
+        for k, v in module.state_dict().items():
+            mine, theirs = v._local_tensor, reference[prefix][k]._local_tensor
+            assert same_bits(mine, theirs), "rank %d: %s.%s differs from dcp.load's shard" % (
+                rank, prefix, k)
     want = torch.load(ref)
     got = whole(placed, opt_p, gpt, opt_g)
     assert set(want) == set(got), sorted(set(want) ^ set(got))
@@ -206,8 +221,8 @@ def restore(rank, world, steps, ref):
         ck.save(step)
     ck.wait()
     ck.close()
-    print("rank %d: elastic restore of v%d on %d ranks bit-identical (%d tensors)"
-          % (rank, steps, world, len(want)), flush=True)
+    print("rank %d: elastic restore of v%d on %d ranks bit-identical (%d tensors; shards as "
+          "dcp.load reshards them)" % (rank, steps, world, len(want)), flush=True)
 
 
 def main():

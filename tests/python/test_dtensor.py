@@ -1,7 +1,7 @@
 """DTensor state (gloo, CPU): placements on 1-D and 2-D meshes, uneven shards and
 Replicate stored once, restored in place (torchrun); elastic restores 4 -> 2 and 2 -> 4
-ranks from memory, bit-identical to the whole tensors the saving job held, under
-torchrun and mpirun (MEMENTO_TEST_MPIRUN or mpirun on PATH)."""
+ranks from memory, bit-identical to the whole tensors the saving job held and to
+torch.distributed.checkpoint's reshard of the same step, under torchrun and mpirun (MEMENTO_TEST_MPIRUN or mpirun on PATH)."""
 import glob
 import os
 import shutil

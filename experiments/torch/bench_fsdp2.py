@@ -91,7 +91,10 @@ def main():
     fsdp_bytes, fsdp_s, fsdp_ck = cost(sharded, sharded_opt, args.iters, names[0] + "-fsdp2")
     whole_ck.close()
     fsdp_ck.close()
-    remove(names[0])
+    dist.barrier()  # every rank has closed: its segments may go
+    if rank == 0:
+        remove(names[0] + "-whole")
+        remove(names[0] + "-fsdp2")
     if rank == 0:
         print(json.dumps({
             "torch": torch.__version__, "ranks": world, "scheme": os.environ["MEMENTO_SCHEME"],

@@ -5,8 +5,6 @@ names each API once.
 """
 import torch
 
-TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-
 try:  # public from torch 2.5
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset

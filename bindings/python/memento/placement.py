@@ -42,8 +42,8 @@ class DTensorSlot:
 
 def _key(t):
     local = _compat.local_tensor(t)
-    return (local.data_ptr(), tuple(local.shape), tuple(local.stride()), tuple(t.shape),
-            tuple(repr(p) for p in t.placements), id(t.device_mesh))
+    return (local.data_ptr(), local.shape, local.stride(), t.shape, t.placements,
+            id(t.device_mesh))
 
 
 def _runs(rows, parts):

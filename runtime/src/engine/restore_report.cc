@@ -1,5 +1,6 @@
 #include "memento/runtime/restore_report.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -19,16 +20,38 @@ const char* RestoreSourceName(RestoreSource source) {
   return "unknown";
 }
 
-std::string RestoreReport::ToString() const {
+std::string RestoreReport::Summary() const {
+  // Counted in a fixed order of sources, so that equal restores read alike.
+  constexpr RestoreSource kOrder[] = {RestoreSource::kDecode, RestoreSource::kLocalMemory,
+                                      RestoreSource::kRemote, RestoreSource::kReplica};
   std::ostringstream os;
-  os << "restored v" << version << ": " << entries.size() << " entries (";
-  for (size_t i = 0; i < entries.size(); ++i) {
-    if (i) os << ", ";
-    os << entries[i].name << " " << RestoreSourceName(entries[i].source);
+  os << "restored v" << version << ": ";
+  bool any = false;
+  for (RestoreSource source : kOrder) {
+    size_t n = 0;
+    for (const RestoredEntry& e : entries) n += e.source == source ? 1 : 0;
+    if (n == 0) continue;
+    os << (any ? ", " : "") << n << " " << RestoreSourceName(source);
+    any = true;
   }
-  os << ")";
-  for (const auto& n : notes) os << "; " << n;
+  if (!any) os << "no entries";
+  if (!lost_nodes.empty()) {
+    os << "; lost nodes [";
+    for (size_t i = 0; i < lost_nodes.size(); ++i) os << (i ? "," : "") << lost_nodes[i];
+    os << "]";
+  }
+  if (elastic) os << "; elastic";
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.3f s",
+                stats.inventory_s + stats.plan_s + stats.transfer_s + stats.reprotect_s);
+  os << "; " << seconds;
   return os.str();
+}
+
+std::string RestoreReport::ToString() const {
+  std::string out = Summary();
+  for (const auto& n : notes) out += "; " + n;
+  return out;
 }
 
 std::string RestoreReport::ToJson() const {

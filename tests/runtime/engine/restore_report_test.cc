@@ -1,10 +1,12 @@
 // RestoreReport::ToJson is valid JSON whatever the entry names hold, and
-// keeps the keys the recovery report records have always had.
+// keeps the keys the recovery report records have always had; Summary is one
+// short line however many entries there are.
 #include "memento/runtime/restore_report.h"
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace memento::runtime {
 namespace {
@@ -67,13 +69,30 @@ TEST(RestoreReport, NoPlanNoPlanKey) {
   EXPECT_FALSE(nlohmann::json::parse(r.ToJson()).contains("plan"));
 }
 
-TEST(RestoreReport, ToStringNamesEveryEntryAndNote) {
+TEST(RestoreReport, SummaryCountsEntriesPerSourceWithoutNamingThem) {
+  RestoreReport r = Sample();
+  for (int i = 0; i < 40; ++i) {
+    r.entries.push_back({"layer." + std::to_string(i), 8, 1,
+                         i < 5 ? RestoreSource::kDecode : RestoreSource::kLocalMemory});
+  }
+  r.lost_nodes = {3, 5};
+  r.stats.plan_s = 0.25;
+  r.notes.push_back("v13 in memory on only 3 of 4 ranks");
+  const std::string s = r.Summary();
+  EXPECT_EQ(s, "restored v12: 5 decode, 36 local-memory, 1 replica; lost nodes [3,5]; 0.750 s");
+  r.elastic = true;
+  EXPECT_NE(r.Summary().find("; elastic; "), std::string::npos) << r.Summary();
+  r.entries.clear();
+  r.lost_nodes.clear();
+  EXPECT_EQ(r.Summary().rfind("restored v12: no entries; elastic; ", 0), 0u) << r.Summary();
+}
+
+TEST(RestoreReport, ToStringIsTheSummaryAndTheNotes) {
   RestoreReport r = Sample();
   r.notes.push_back("v13 in memory on only 3 of 4 ranks");
   const std::string s = r.ToString();
-  EXPECT_NE(s.find("restored v12: 2 entries"), std::string::npos) << s;
-  EXPECT_NE(s.find("plain local-memory"), std::string::npos) << s;
-  EXPECT_NE(s.find("v13 in memory on only"), std::string::npos) << s;
+  EXPECT_EQ(s.rfind(r.Summary() + "; v13 in memory on only 3 of 4 ranks", 0), 0u) << s;
+  EXPECT_EQ(s.find("plain"), std::string::npos) << s;  // entry names are in ToJson only
 }
 
 }  // namespace

@@ -76,7 +76,16 @@ struct RestoreReport {
   std::vector<uint64_t> elastic_minimum_per_node;
   std::vector<uint64_t> elastic_served_per_node;
 
-  // One line: "restored v12: 3 entries (w local-memory, ...)".
+  // One short line, whatever the number of entries: "restored v12: 5 decode,
+  // 35 local-memory; lost nodes [3]; elastic; 0.129 s" (the version, this
+  // rank's entries counted per source, the lost node indices when any,
+  // "elastic" for an elastic restore, the seconds Restore took on this rank:
+  // inventory + plan + transfer + re-protect until it returned). Each
+  // entry's name, bytes, crc and source, the notes and the timings are in
+  // ToJson.
+  std::string Summary() const;
+  // Summary() followed by the notes ("; v13: rank 3 lacks it"): the line the
+  // engine logs after a restore.
   std::string ToString() const;
   // A JSON object (the recovery report record): version, entries,
   // lost_nodes, source_detail, bytes_sent, bytes_received,

@@ -1,4 +1,4 @@
-// memento launch: run a training job under mpirun with injected node failures.
+// memento launch: run a training job under mpirun or torchrun with injected node failures.
 #include "launch_command.h"
 
 #include <cstdio>
@@ -36,6 +36,7 @@ examples:
 struct LaunchArgs {
   launch::LaunchOptions options;
   std::string mpirun = "mpirun";
+  std::string torchrun = "torchrun";
   std::string rank_exec;
 };
 
@@ -44,7 +45,8 @@ struct LaunchArgs {
 void AddLaunchCommand(CLI::App& app) {
   auto args = std::make_shared<LaunchArgs>();
   CLI::App* sub = app.add_subcommand(
-      "launch", "run a job under mpirun, inject node failures, relaunch, print the timeline");
+      "launch",
+      "run a job under mpirun or torchrun, inject node failures, relaunch, print the timeline");
   sub->footer(kFooter);
   auto& o = args->options;
   sub->add_option("-n,--np", o.np, "ranks (mpirun -np)")->transform(DecimalInteger());
@@ -75,8 +77,14 @@ void AddLaunchCommand(CLI::App& app) {
                   "(default 10)")
       ->check(DecimalNumber())
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--launcher", o.launcher,
+                  "what starts the job: mpirun (one mpirun, default) or torchrun (one torchrun "
+                  "agent per node)")
+      ->check(CLI::IsMember({"mpirun", "torchrun"}));
   sub->add_option("--mpirun", args->mpirun,
                   "the mpirun command line, split at spaces (default mpirun)");
+  sub->add_option("--torchrun", args->torchrun,
+                  "the torchrun command line, split at spaces (default torchrun)");
   sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");
   sub->add_option("--records", o.records_path, "also write the JSON records to this file");
   sub->add_option("--status-dir", o.status_dir,
@@ -98,9 +106,14 @@ void AddLaunchCommand(CLI::App& app) {
       throw CommandFailed(launch::RankExec(args->rank_exec, o.command));
     }
     if (sub->count("--np") == 0) throw CLI::RequiredError("-n,--np");
-    std::istringstream words(args->mpirun);
-    o.mpirun.clear();
-    for (std::string w; words >> w;) o.mpirun.push_back(w);
+    auto split = [](const std::string& line) {
+      std::istringstream words(line);
+      std::vector<std::string> out;
+      for (std::string w; words >> w;) out.push_back(w);
+      return out;
+    };
+    o.mpirun = split(args->mpirun);
+    o.torchrun = split(args->torchrun);
     auto code = launch::RunLaunch(o);
     if (!code.ok()) {
       std::fprintf(stderr, "memento launch: %s\n", code.status().message().c_str());

@@ -18,6 +18,9 @@ Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
   // generator only for the initial weights: nothing to keep.
   options.save_rng = false;
   options.hooks = std::move(hooks);
+  // The demo reports to `memento launch` itself (the loss, the whole model's
+  // state hash at each restore and at the end).
+  options.report_to_launcher = false;
   auto ck = torch_adapter::TorchCheckpointer::Create(std::move(config).value(),
                                                      std::move(transport).value(), options);
   if (!ck.ok()) return ck.status();

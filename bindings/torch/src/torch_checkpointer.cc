@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include "extra_state.h"
+#include "launch_progress.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_store.h"
@@ -834,7 +836,9 @@ class TorchCheckpointer::Impl {
   std::atomic<int> relayouts_{0};
 };
 
-TorchCheckpointer::TorchCheckpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TorchCheckpointer::TorchCheckpointer(std::unique_ptr<Impl> impl,
+                                     std::unique_ptr<LaunchProgress> progress)
+    : impl_(std::move(impl)), progress_(std::move(progress)) {}
 TorchCheckpointer::~TorchCheckpointer() = default;
 
 Result<std::unique_ptr<TorchCheckpointer>> TorchCheckpointer::Create(
@@ -846,8 +850,14 @@ Result<std::unique_ptr<TorchCheckpointer>> TorchCheckpointer::Create(
     return Status::InvalidArgument("extra_capacity " + std::to_string(options.extra_capacity) +
                                    " is below 4096 bytes");
   }
+  std::unique_ptr<LaunchProgress> progress;
+  if (options.report_to_launcher) {
+    progress = std::make_unique<LaunchProgress>(transport->rank(), options.total_steps);
+    if (!options.hooks.at_stage) options.hooks.at_stage = progress->Hooks().at_stage;
+  }
   return std::unique_ptr<TorchCheckpointer>(new TorchCheckpointer(
-      std::make_unique<Impl>(std::move(config), std::move(transport), options)));
+      std::make_unique<Impl>(std::move(config), std::move(transport), options),
+      std::move(progress)));
 }
 
 Status TorchCheckpointer::Register(const std::string& name, const at::Tensor& tensor,
@@ -894,17 +904,49 @@ std::optional<std::string> TorchCheckpointer::UserState(const std::string& key) 
   return impl_->User(key);
 }
 Result<std::optional<RestoreResult>> TorchCheckpointer::Restore() {
+  if (progress_) progress_->RestoreBegin();
   Result<std::optional<RestoreResult>> r = impl_->Restore();
   impl_->NoteNode();
+  if (progress_) {
+    if (!r.ok()) {
+      progress_->Restored(r.status());
+    } else if (!r->has_value()) {
+      progress_->Restored(Status::NotFound("nothing to restore"));
+    } else {
+      progress_->Restored((*r)->report);
+    }
+  }
   return r;
 }
 Status TorchCheckpointer::Save(uint64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
   Status s = impl_->Save(step);
   impl_->NoteNode();
+  if (progress_ && s.ok()) {
+    progress_->AddStall(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    progress_->Step(step);
+  }
   return s;
 }
 Status TorchCheckpointer::WaitSnapshot() {
-  return impl_->engine() ? impl_->engine()->WaitSnapshot() : Status::Ok();
+  if (!impl_->engine()) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = impl_->engine()->WaitSnapshot();
+  if (progress_) {
+    progress_->AddStall(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return s;
+}
+void TorchCheckpointer::SetLoss(double loss) {
+  if (progress_) progress_->SetLoss(loss);
+}
+void TorchCheckpointer::AddCallerStall(double seconds) {
+  if (progress_) progress_->AddStall(seconds);
+}
+void TorchCheckpointer::ReportDone(const std::string& state_hash) {
+  if (progress_) progress_->Done(state_hash);
 }
 Status TorchCheckpointer::Wait() { return impl_->Wait(); }
 Status TorchCheckpointer::WaitPersist() { return impl_->WaitPersist(); }

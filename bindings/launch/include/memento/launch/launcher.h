@@ -1,11 +1,13 @@
-// `memento launch`: runs a training job under mpirun, injects node failures,
+// `memento launch`: runs a training job under mpirun or torchrun, injects node failures,
 // relaunches it after each failure with a replacement identity for every lost
 // node, and records a timeline of what was lost and rebuilt from where.
 //
 // How a run goes:
 //   1. The job is started as `mpirun -np NP memento launch --rank-exec DIR --
-//      COMMAND...`: every rank first runs the exec wrapper (RankExec below),
-//      which sets MEMENTO_NODE from the node-name map in DIR and execs COMMAND.
+//      COMMAND...`, or under torchrun as one agent per virtual node running the
+//      same wrapper (src/job_command.h): every rank first runs the exec wrapper
+//      (RankExec below), which sets MEMENTO_NODE from the node-name map in DIR
+//      and execs COMMAND.
 //      Virtual node k is ranks k*R .. k*R+R-1 (MEMENTO_RANKS_PER_NODE=R); its
 //      identity is "<host>/<k>" and, after it has been replaced g times,
 //      "<host>-r<g>/<k>". Survivors keep their identity (and their memory).
@@ -13,7 +15,9 @@
 //      prints a progress line.
 //   3. A node loss = SIGKILL of every rank of the node (by the launcher for a
 //      step event; by the job's own fault hook for a stage event) and the
-//      unlink of the node's segments once mpirun has exited.
+//      unlink of the node's segments once the job has ended (mpirun ends every
+//      rank when one dies; under torchrun the launcher stops every node's
+//      agent and ranks once one node failed).
 //   4. Relaunch after a backoff; the job restores. Failures nobody injected
 //      are relaunched too, at most max_restarts times in a row (a launch that
 //      trained past every step reported before starts a new row), with a
@@ -50,7 +54,11 @@ struct LaunchOptions {
   // stuck in its own teardown (Open MPI 4.1 can deadlock there after an
   // MPI_Abort) and is SIGKILLed, so that the job is relaunched or finishes.
   double teardown_grace_s = 10;
-  std::vector<std::string> mpirun = {"mpirun"};  // launcher command line before -np
+  // What starts the job: "mpirun" (one mpirun for all ranks) or "torchrun"
+  // (one torchrun agent per virtual node, static rendezvous on a free port).
+  std::string launcher = "mpirun";
+  std::vector<std::string> mpirun = {"mpirun"};      // mpirun's command line before -np
+  std::vector<std::string> torchrun = {"torchrun"};  // torchrun's command line before its flags
   std::vector<std::string> command;              // the job
   std::string self_exe;                          // this program (default /proc/self/exe)
   std::string status_dir;    // empty = a fresh temporary folder, removed at the end
@@ -72,8 +80,12 @@ Status ValidateLaunchOptions(const LaunchOptions& options);
 Result<int> RunLaunch(const LaunchOptions& options);
 
 // The per-rank exec wrapper (`memento launch --rank-exec DIR -- COMMAND`):
-// sets MEMENTO_NODE for this rank's virtual node from DIR/nodes, records the
-// process id in DIR, and execs COMMAND. Returns only on failure (exit code).
+// sets MEMENTO_NODE for this rank's virtual node from DIR/nodes (the rank is
+// mpirun's OMPI_COMM_WORLD_RANK or torchrun's RANK), records the process id in
+// DIR, and execs COMMAND. Under mpirun it also sets torch.distributed's
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+// (a free port per launch) where they are unset, so that one Python script
+// runs under either launcher. Returns only on failure (exit code).
 int RankExec(const std::string& dir, const std::vector<std::string>& command);
 
 }  // namespace memento::launch

@@ -170,8 +170,18 @@ struct Options {
   // Save and restore the torch generators (CPU, and CUDA when available).
   bool save_rng = true;
   // Fault injection at the engine's stages (runtime/stage.h), passed to every
-  // engine this checkpointer opens; empty in production.
+  // engine this checkpointer opens; empty in production. Under `memento
+  // launch` with a stage injection for this rank, empty hooks are replaced by
+  // the launcher's (see report_to_launcher).
   runtime::FaultHooks hooks;
+  // Under `memento launch` (MEMENTO_LAUNCH_DIR set): report the job's progress
+  // to the launcher on its own (a start event at creation, a step event at
+  // every Save, each Restore's outcome and timing, ReportDone) and take part
+  // in its stage fault injection. Outside the launcher it does nothing. A job
+  // that writes the launcher's records itself (the demo) turns it off.
+  bool report_to_launcher = true;
+  // The step the job runs to, shown in the launcher's progress line (0 = not known).
+  uint64_t total_steps = 0;
 };
 
 struct RestoreResult {
@@ -185,6 +195,8 @@ struct ExtraHooks {
   std::function<std::string()> save;
   std::function<Status(const std::string&)> restore;
 };
+
+class LaunchProgress;
 
 class TorchCheckpointer {
  public:
@@ -241,6 +253,16 @@ class TorchCheckpointer {
   Status Wait();
   Status WaitPersist();
 
+  // For `memento launch`'s progress line and timeline (no-ops outside it):
+  // the loss of the step whose Save comes next; time the caller was blocked
+  // preparing a save outside these calls (counted into the step's stall, as
+  // the time inside Save and WaitSnapshot is); and the end of the run, after
+  // its last Save committed (Wait), with a hash that identifies the final
+  // state (may be empty).
+  void SetLoss(double loss);
+  void AddCallerStall(double seconds);
+  void ReportDone(const std::string& state_hash);
+
   std::optional<uint64_t> LatestCommitted() const;
   // runtime::Checkpointer::ProtectionState(): kReprotecting while a restore's
   // re-protect runs in the background (kProtected before the engine exists).
@@ -265,8 +287,9 @@ class TorchCheckpointer {
   class Impl;
 
  private:
-  explicit TorchCheckpointer(std::unique_ptr<Impl> impl);
+  TorchCheckpointer(std::unique_ptr<Impl> impl, std::unique_ptr<LaunchProgress> progress);
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<LaunchProgress> progress_;  // null when report_to_launcher is off
 };
 
 // Stable flattened names (see "Entry names"), exposed for tools and tests.

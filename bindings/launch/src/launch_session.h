@@ -1,0 +1,183 @@
+// The launcher's session (one `memento launch` run), shared by launcher.cc
+// (processes: start, watch, inject, stop) and launch_records.cc (the
+// records: restores, failures, time lost, summary, timeline).
+#pragma once
+
+#include <sys/types.h>
+
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memento/launch/inject_spec.h"
+#include "memento/launch/launcher.h"
+
+namespace memento::launch::detail {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Set by SIGINT / SIGTERM.
+extern volatile std::sig_atomic_t g_interrupted;
+
+double Now();
+void SleepFor(double seconds);
+// The executable `name` would run as: itself if it has a '/', else the first
+// match on PATH. Empty when there is none.
+std::string FindExecutable(const std::string& name);
+std::string ReadFile(const std::string& path);
+std::string Tail(const std::string& path, int lines);
+std::string NodeBase(int generation);
+std::string DescribeExit(int status);
+int ExitCode(int status);
+
+// Follows events.jsonl: returns the complete lines added since the last call.
+class EventTail {
+ public:
+  explicit EventTail(std::string path) : path_(std::move(path)) {}
+  std::vector<json> Poll() {
+    std::vector<json> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    while (true) {
+      const size_t nl = chunk.find('\n', start);
+      if (nl == std::string::npos) break;
+      json j = json::parse(chunk.substr(start, nl - start), nullptr, false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+      start = nl + 1;
+    }
+    offset_ += start;
+    return out;
+  }
+
+ private:
+  std::string path_;
+  size_t offset_ = 0;
+};
+
+
+class Launcher {
+ public:
+  Launcher(LaunchOptions o, std::vector<InjectEvent> events)
+      : o_(std::move(o)), events_(std::move(events)), tail_("") {
+    nodes_ = o_.np / o_.ranks_per_node;
+    generation_.assign(nodes_, 0);
+  }
+
+  int Run();
+
+ private:
+  // One launch of the job, from Spawn to the exit of the processes it started
+  // (mpirun, or one torchrun agent per node).
+  struct Attempt {
+    int index = 0;
+    std::vector<pid_t> pids;      // each the leader of its own process group
+    std::vector<bool> reaped;
+    int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)
+    bool failed_status = false;
+    bool exited = false;  // every process reaped
+    bool killed_by_launcher = false;  // a step event fired
+    bool reported_done = false;       // the job's "done" event arrived
+    bool mpirun_stuck = false;        // killed in its teardown, after every rank ended
+    std::vector<pid_t> rank_pids;     // filled once every rank wrote its pid
+    double t_ranks_gone = 0;          // when every rank was first seen ended; 0: not yet
+    double t_next_rank_check = 0;
+    double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
+    uint64_t last_step = 0;
+    uint64_t reached_before = 0;  // the furthest step reported before this launch
+    std::vector<double> step_times;
+    // The restore record is written once every rank reported (or at the end).
+    bool restore_recorded = false;
+    bool unrecoverable = false;
+  };
+  enum class Next { kRelaunch, kStop };
+
+  std::string Identity(int node) const {
+    return NodeBase(generation_[node]) + "/" + std::to_string(node);
+  }
+  const InjectEvent* Pending() const {
+    return next_event_ < events_.size() ? &events_[next_event_] : nullptr;
+  }
+  std::string PidPath(int attempt, int rank) const {
+    return dir_ + "/pid.a" + std::to_string(attempt) + ".r" + std::to_string(rank);
+  }
+  bool IsRankOf(pid_t pid, int attempt) const;
+  pid_t RankPid(int attempt, int rank) const {
+    const std::string text = ReadFile(PidPath(attempt, rank));
+    return text.empty() ? 0 : static_cast<pid_t>(std::atol(text.c_str()));
+  }
+  // The steps of Run, in order.
+  bool OpenStatusDir();
+  void RecordJob();
+  bool StartAttempt(Attempt* a);
+  void Watch(Attempt* a);
+  Next AfterExit(Attempt* a);
+  int Finish();
+  // Helpers of the steps.
+  void PollEvents(Attempt* a);
+  void InjectStepEvent(Attempt* a);
+  void StopOnInterrupt(Attempt* a);
+  void RecordRestore(Attempt* a, bool attempt_over);
+  json TimeLost(const json& restore, const Attempt& a) const;
+  void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
+  Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
+  json Summary(int segments_removed) const;
+  void KillRanks(int attempt, const std::vector<int>& nodes);
+  void KillAllRanks(int attempt);
+  bool AnyRankAlive(Attempt* a) const;
+  void KillStuckMpirun(Attempt* a);
+  void ReapExited(Attempt* a);
+  void KillProcesses(Attempt* a, int sig);
+  void WaitProcesses(Attempt* a);
+  void TearDownBrokenTorchrun(Attempt* a);
+  bool Spawn(Attempt* a);
+  void Progress(bool final_line);
+  void Record(json record);
+  void ReadRestores(int attempt, json* restore);
+
+  LaunchOptions o_;
+  std::vector<InjectEvent> events_;
+  size_t next_event_ = 0;
+  int nodes_ = 0;
+  std::vector<int> generation_;
+  std::string dir_;
+  bool own_dir_ = false;
+  std::vector<json> records_;
+  double t0_ = 0;
+  EventTail tail_;
+
+  // Across attempts.
+  int unplanned_ = 0;  // consecutive failures nobody injected
+  double backoff_ = 0;
+  std::vector<std::string> replaced_;  // replacements made for the next launch
+  // Failures not yet recovered from (a failure during a recovery adds to the
+  // previous one); the next successful restore closes them.
+  std::vector<json> open_failures_;
+  uint64_t reached_ = 0;   // the step the job reported last (of the newest attempt that did)
+  uint64_t furthest_ = 0;  // the furthest step the job reported, over all attempts
+  std::string outcome_ = "failed";
+  int exit_code_ = 1;
+  std::string message_;
+  uint64_t final_step_ = 0;
+  std::string final_hash_;
+
+  // Live state for the progress line.
+  int attempt_ = 0;
+  int launches_ = 0;  // mpirun started (an interrupted backoff starts none)
+  uint64_t total_steps_ = 0;
+  uint64_t step_ = 0;
+  double loss_ = 0, step_s_ = 0, stall_s_ = 0;
+  int failures_ = 0;
+  bool progress_shown_ = false;
+  double last_progress_ = 0;
+};
+
+}  // namespace memento::launch::detail

@@ -6,10 +6,12 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "memento/erasure/crc32c.h"
 #include "memento/placement/scheme.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/shm_segment.h"
@@ -37,6 +39,8 @@ constexpr char kBackgroundReprotect[] = "MEMENTO_BACKGROUND_REPROTECT";
 constexpr char kInterval[] = "MEMENTO_INTERVAL";
 constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
 constexpr char kShmDir[] = "MEMENTO_SHM_DIR";
+constexpr char kResumeFinished[] = "MEMENTO_RESUME_FINISHED";
+constexpr char kKeepFinished[] = "MEMENTO_KEEP_FINISHED";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
 constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0.5";
 // Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
@@ -185,6 +189,36 @@ Status ValidateJobId(const std::string& job) {
   return Status::Ok();
 }
 
+std::string JobIdFromLauncher(std::string* source) {
+  if (source != nullptr) source->clear();
+  std::string id, from;
+  // torchrun's --rdzv-id (the same for every restart of the job); its
+  // default is the literal "none", which names no job.
+  if (const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
+      run_id != nullptr && *run_id != '\0' && std::string(run_id) != "none") {
+    id = run_id;
+    from = "TORCHELASTIC_RUN_ID";
+  } else if (const char* slurm = std::getenv("SLURM_JOB_ID"); slurm != nullptr && *slurm != '\0') {
+    id = slurm;
+    from = "SLURM_JOB_ID";
+  } else {
+    return "";
+  }
+  std::string job;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    job += ok ? c : '_';
+  }
+  if (job.size() > 48) {
+    char hash[16];
+    std::snprintf(hash, sizeof(hash), "%08x", erasure::Crc32c(id.data(), id.size()));
+    job = job.substr(0, 39) + "-" + hash;
+  }
+  if (source != nullptr) *source = from;
+  return job;
+}
+
 Status ValidateSchemeSyntax(const std::string& scheme) {
   // One grammar for the whole project: placement's parser. Whether the scheme
   // fits the node count is checked once the nodes are known (Prepare()).
@@ -225,7 +259,8 @@ const std::vector<std::string>& Config::VariableNames() {
   static const std::vector<std::string> names = {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
       kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
-      kBackgroundReprotect, kShmDir};
+      kBackgroundReprotect, kShmDir,
+      kResumeFinished,      kKeepFinished};
   return names;
 }
 
@@ -356,6 +391,12 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
     } else if (var == kBackgroundReprotect) {
       if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
       c.background_reprotect = value == "1";
+    } else if (var == kResumeFinished) {
+      if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
+      c.resume_finished = value == "1";
+    } else if (var == kKeepFinished) {
+      if (value != "0" && value != "1") return Bad(var, value, "0 | 1");
+      c.keep_finished = value == "1";
     } else if (var == kStale) {
       if (value == "error") {
         c.stale_policy = StalePolicy::kError;
@@ -404,6 +445,11 @@ Result<Config> Config::FromEnv(const std::map<std::string, std::string>& overrid
                                    kAllowUnknown + "=1 to ignore unknown MEMENTO_* variables");
   }
   for (const auto& [var, value] : overrides) known[var] = value;  // FromMap refuses unknown ones
+  std::string job_source = kJob;
+  if (known.count(kJob) == 0) {
+    const std::string from_launcher = JobIdFromLauncher(&job_source);
+    if (!from_launcher.empty()) known[kJob] = from_launcher;
+  }
   Result<Config> parsed = FromMap(known);
   if (!parsed.ok()) return parsed.status();
   Config c = std::move(parsed).value();
@@ -425,6 +471,9 @@ Result<Config> Config::FromEnv(const std::map<std::string, std::string>& overrid
     Log(LogLevel::kWarn, "config: unknown variable " + var + " ignored (" + kAllowUnknown + "=1)");
   }
   for (const auto& [var, value] : known) Log(LogLevel::kInfo, "config: " + var + "=" + value);
+  Log(LogLevel::kInfo,
+      "config: job id '" + c.job + "' from " +
+          (job_source.empty() ? "the default (MEMENTO_JOB unset, no launcher id)" : job_source));
   return c;
 }
 
@@ -437,9 +486,10 @@ std::string Config::ToString() const {
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
      << "=" << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
-     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "=" << (elastic ? 1 : 0)
-     << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0) << " " << kShmDir
-     << "=" << (shm_dir.empty() ? "/dev/shm" : shm_dir);
+     << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "="
+     << (elastic ? 1 : 0) << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0)
+     << " " << kShmDir << "=" << (shm_dir.empty() ? "/dev/shm" : shm_dir) << " " << kResumeFinished
+     << "=" << (resume_finished ? 1 : 0) << " " << kKeepFinished << "=" << (keep_finished ? 1 : 0);
   return os.str();
 }
 

@@ -61,6 +61,7 @@ Status Checkpointer::WaitSnapshot() { return impl_->WaitSnapshot(); }
 Status Checkpointer::Wait() { return impl_->Wait(); }
 Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
 Result<RestoreReport> Checkpointer::Restore() { return impl_->Restore(); }
+Status Checkpointer::Finish() { return impl_->Finish(); }
 std::optional<uint64_t> Checkpointer::LatestCommitted() const { return impl_->LatestCommitted(); }
 RunPosition Checkpointer::Position() const { return impl_->Position(); }
 void Checkpointer::ContinueRun(const RunPosition& position) { impl_->ContinueRun(position); }
@@ -193,6 +194,7 @@ Status Checkpointer::Impl::AgreeOnSettings() {
       {"MEMENTO_PERSIST_EVERY", std::to_string(c.persist_every)},
       {"MEMENTO_ELASTIC", c.elastic ? "1" : "0"},
       {"MEMENTO_BACKGROUND_REPROTECT", c.background_reprotect ? "1" : "0"},
+      {"MEMENTO_RESUME_FINISHED", c.resume_finished ? "1" : "0"},
   };
   std::string record;
   for (const auto& [name, value] : mine) record += value + '\n';
@@ -515,6 +517,7 @@ void Checkpointer::Impl::BuildStages() {
 
 Status Checkpointer::Impl::Save(uint64_t step) {
   const auto t0 = Clock::now();
+  if (finished_) return Status::FailedPrecondition("Save: the run finished (Finish)");
   MEMENTO_RETURN_IF_ERROR(Prepare());
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");
@@ -548,6 +551,7 @@ Status Checkpointer::Impl::SaveNow(uint64_t step) {
   }
   MEMENTO_RETURN_IF_ERROR(CheckStepIncreases(step));
   schedule_.Saved(step);  // after Wait: the interval agreed at the last commit
+  last_started_ = step;
   return StartVersion(step, /*persistable=*/true);
 }
 
@@ -614,7 +618,7 @@ double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_.load
 // kUnprotected by a re-protect (task or version) that failed.
 Protection Checkpointer::Impl::ProtectionState() const { return protection_state_.load(); }
 
-Result<RestoreReport> Checkpointer::Impl::Restore() {
+Result<RestoreReport> Checkpointer::Impl::RestoreNewest() {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();

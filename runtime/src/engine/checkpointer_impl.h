@@ -48,7 +48,8 @@ class Checkpointer::Impl {
   Status WaitSnapshot();
   Status Wait();
   Status WaitPersist();
-  Result<RestoreReport> Restore();
+  Result<RestoreReport> Restore();  // finish.cc: the finished-run check, then RestoreNewest
+  Status Finish();                  // finish.cc
   std::optional<uint64_t> LatestCommitted() const;
   RunPosition Position() const { return {lineage_, LatestCommitted()}; }
   void ContinueRun(const RunPosition& position) { continued_ = position; }
@@ -82,6 +83,20 @@ class Checkpointer::Impl {
   // succeeded (the restore did without it).
   Result<RestoreReport> DroppingSetAside(Result<RestoreReport> restored);
   Result<RestoreReport> RestoreElastic();
+  // Restore of the newest run's newest version (the body of Restore once a
+  // finished run is ruled out).
+  Result<RestoreReport> RestoreNewest();
+  // finish.cc. Collective (one allgather): the finished run a Restore must
+  // pass over (NotFound, logged) or, with Config::resume_finished, resume
+  // (returned: its marks are removed once the restore succeeded); nullopt
+  // when the newest run did not finish.
+  Result<std::optional<FinishedRun>> CheckFinishedRun();
+  // This rank's mark and its store's newest (lineage, version), from its own
+  // store and the stores an elastic restore set aside; rank 0 adds the
+  // remote tier's.
+  void LocalFinishedView(std::optional<FinishedRun>* mark,
+                         std::optional<std::pair<uint64_t, uint64_t>>* newest) const;
+  void ClearFinishedMarks(const FinishedRun& run);
   // Commit thread: unlinks the set-aside stores after an elastic restore once
   // a version commits (the restored one, or a later one if it failed: Restore
   // waited for every earlier version, so no older one can commit then).
@@ -138,6 +153,10 @@ class Checkpointer::Impl {
   // commit thread only through versions it is handed).
   uint64_t lineage_ = 0;
   std::optional<RunPosition> continued_;  // ContinueRun: the run Prepare continues
+  // The last version a Save started (reset by a Restore): Finish marks the
+  // run only when it committed. Application thread.
+  std::optional<uint64_t> last_started_;
+  bool finished_ = false;  // Finish ran: Save and Restore refuse
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
   std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA

@@ -3,6 +3,7 @@
 // machine); every structure is 8-byte aligned within the mapping.
 //
 //   [SegmentHeader]                 at 0, kHeaderBytes reserved
+//   [FinishedMark]                  at kFinishedOffset, inside the reserved header bytes
 //   [region records]                layout area, one variable-length record per region
 //   [catalog]                       opaque bytes the creator recorded (the job's catalog)
 //   [slot control blocks]           per slot: SlotHeader + RegionSeal[regions]
@@ -60,6 +61,27 @@ struct SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 inline constexpr size_t kHeaderCrcBytes = offsetof(SegmentHeader, header_crc);
+
+// The finished mark (NodeStore::MarkFinished): in the header area after the
+// SegmentHeader, outside its crc, so that marking never rewrites the header.
+// Zero in a store that was never marked (also one made before marks existed).
+// Written with `magic` cleared first and stored last (release); `crc` covers
+// every field before it.
+inline constexpr uint32_t kFinishedMagic = 0x48534E46u;  // "FNSH"
+inline constexpr uint64_t kFinishedOffset = 768;
+struct FinishedMark {
+  uint32_t magic;
+  uint32_t format;
+  uint64_t job_hash;
+  uint64_t lineage;
+  uint64_t version;
+  uint64_t unix_ns;  // when the run finished
+  uint32_t crc;      // crc32c of the fields above
+  uint32_t pad0;
+};
+static_assert(sizeof(SegmentHeader) <= kFinishedOffset);
+static_assert(kFinishedOffset + sizeof(FinishedMark) <= kHeaderBytes);
+inline constexpr size_t kFinishedCrcBytes = offsetof(FinishedMark, crc);
 
 // Fixed prefix of a region record; followed by name, dtype, global_shape,
 // shape, offsets (int64 each), a uint32 crc32c of everything before it, and

@@ -51,8 +51,12 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_NODE_MTBF_H", "0.5"},
                             {"MEMENTO_ELASTIC", "1"},
                             {"MEMENTO_BACKGROUND_REPROTECT", "0"},
-                            {"MEMENTO_SHM_DIR", "/mnt/huge-shm"}});
+                            {"MEMENTO_SHM_DIR", "/mnt/huge-shm"},
+                            {"MEMENTO_RESUME_FINISHED", "1"},
+                            {"MEMENTO_KEEP_FINISHED", "1"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->resume_finished);
+  EXPECT_TRUE(c->keep_finished);
   EXPECT_TRUE(c->elastic);
   EXPECT_FALSE(c->background_reprotect);
   EXPECT_TRUE(Config().background_reprotect) << "the default";
@@ -72,7 +76,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
   EXPECT_EQ(c->shm_dir, "/mnt/huge-shm");  // FromMap checks the form only, FromEnv the directory
-  EXPECT_EQ(Config::VariableNames().size(), 18u);
+  EXPECT_EQ(Config::VariableNames().size(), 20u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -382,6 +386,55 @@ TEST(NodeIdentity, LocalRankAmongIdentities) {
   EXPECT_EQ(LocalRankAmong(ids, 2), 1);
   EXPECT_EQ(LocalRankAmong(ids, 3), 2);
   EXPECT_EQ(LocalRankAmong(ids, 4), 1);
+}
+
+// Without MEMENTO_JOB the job id comes from a launcher whose id is stable
+// across relaunches: torchrun's run id (not its default "none"), else Slurm's
+// job id, mapped to the job id's characters and length.
+TEST(Config, JobIdFromTheLauncher) {
+  unsetenv("MEMENTO_JOB");
+  unsetenv("TORCHELASTIC_RUN_ID");
+  unsetenv("SLURM_JOB_ID");
+  std::string source = "?";
+  EXPECT_EQ(JobIdFromLauncher(&source), "");
+  EXPECT_EQ(source, "");
+  ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", "none", 1), 0);
+  EXPECT_EQ(JobIdFromLauncher(), "") << "torchrun's default run id names no job";
+  ASSERT_EQ(setenv("SLURM_JOB_ID", "4242", 1), 0);
+  EXPECT_EQ(JobIdFromLauncher(&source), "4242");
+  EXPECT_EQ(source, "SLURM_JOB_ID");
+  ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", "exp.7/run a", 1), 0);
+  EXPECT_EQ(JobIdFromLauncher(&source), "exp_7_run_a");
+  EXPECT_EQ(source, "TORCHELASTIC_RUN_ID");
+  auto c = Config::FromEnv();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->job, "exp_7_run_a");
+  auto keyword = Config::FromEnv({{"MEMENTO_JOB", "given"}});
+  ASSERT_TRUE(keyword.ok()) << keyword.status().ToString();
+  EXPECT_EQ(keyword->job, "given") << "MEMENTO_JOB (or the keyword) wins";
+  const std::string long_id(70, 'x');
+  ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", (long_id + "1").c_str(), 1), 0);
+  const std::string a = JobIdFromLauncher();
+  ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", (long_id + "2").c_str(), 1), 0);
+  const std::string b = JobIdFromLauncher();
+  EXPECT_EQ(a.size(), 48u);
+  EXPECT_TRUE(ValidateJobId(a).ok()) << a;
+  EXPECT_NE(a, b) << "long ids that differ only at the end stay apart";
+  unsetenv("TORCHELASTIC_RUN_ID");
+  unsetenv("SLURM_JOB_ID");
+  SetLogLevel(LogLevel::kWarn);
+}
+
+TEST(Config, FinishedRunSettings) {
+  auto c = Config::FromMap({{"MEMENTO_RESUME_FINISHED", "1"}, {"MEMENTO_KEEP_FINISHED", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->resume_finished);
+  EXPECT_TRUE(c->keep_finished);
+  EXPECT_FALSE(Config().resume_finished);
+  EXPECT_FALSE(Config().keep_finished);
+  auto bad = Config::FromMap({{"MEMENTO_KEEP_FINISHED", "yes"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MEMENTO_KEEP_FINISHED='yes'"), std::string::npos);
 }
 
 }  // namespace

@@ -226,7 +226,35 @@ class Checkpointer {
   // newest lineage (the run started last) and adopts it, so later Saves
   // continue it. An older run's versions are never restored instead, even
   // with higher step numbers (README: "Reusing a job id").
+  //
+  // A run that finished (Finish) is not restored, nor any older run: Restore
+  // returns NotFound ("nothing to restore": a fresh start) and logs at warn
+  // the job, the finished run's last step and how to continue it, unless
+  // Config::resume_finished, which restores its last version and removes its
+  // finished marks. A run started after it (one that saved) is restored as
+  // usual. The check costs one allgather and, on rank 0, a read of the
+  // remote tier's mark and manifests.
   Result<RestoreReport> Restore();
+
+  // Collective. Ends the run normally, as a training job's close() does
+  // after its last Save: waits for the version in flight and the persists
+  // queued, then agrees (one AllTrue) that every rank's last version
+  // committed. If so, marks the run finished at the newest committed
+  // version: in every rank's node store and, on rank 0, on the remote tier
+  // (a second AllTrue agrees that mark was written); then, unless
+  // Config::keep_finished, every rank unlinks its node store, freeing the
+  // node's memory (the mapping goes with the Checkpointer; the remote tier
+  // stays). A later run under the job id then starts fresh (Restore above).
+  // If some rank's last version did not commit (a failed Save, checkpointing
+  // broken), or nothing ever committed, nothing is marked or unlinked (a
+  // relaunch restores as after a failure), logged at warn. Returns the
+  // failure Wait() would have returned, else the agreement's (Timeout /
+  // Unavailable when a peer is gone), else OK; a failed remote write is
+  // logged and leaves the stores in place. Do not call it while an error is
+  // unwinding the job (a killed or failing run must never look finished).
+  // Afterwards Save and Restore fail with FailedPrecondition; a second
+  // Finish returns OK at once.
+  Status Finish();
 
   // The newest version committed (or restored) by this Checkpointer; empty
   // before the first one. Thread-safe.

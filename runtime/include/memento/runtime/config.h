@@ -45,7 +45,14 @@ struct Config {
   // 1..48 characters from [A-Za-z0-9_-] (no '.' and no '/', which delimit
   // segment names). Default "memento": fine for one job per machine; set a
   // distinct id for concurrent jobs on shared nodes, and the same id again
-  // when relaunching a job that should restore.
+  // when relaunching a job that should restore. FromEnv() without
+  // MEMENTO_JOB takes it from a launcher whose id is stable across relaunches
+  // of the same job: torchrun's TORCHELASTIC_RUN_ID (its --rdzv-id; the
+  // default "none" is ignored), else Slurm's SLURM_JOB_ID (kept across a
+  // requeue); characters outside the set become '_', and an id longer than
+  // 48 keeps its first 39 characters, '-' and 8 hex digits of its crc32c
+  // (JobIdFromLauncher). mpirun gives no such id: "memento" there, and a
+  // rerun of a job that finished starts fresh (resume_finished).
   std::string job = "memento";
 
   // MEMENTO_NODE. This process's node identity (its failure domain). Empty
@@ -143,6 +150,25 @@ struct Config {
   // (Checkpointer::ProtectionState), or only once it is protected again.
   bool background_reprotect = true;
 
+  // MEMENTO_RESUME_FINISHED. 0 (default) | 1: whether Restore continues a
+  // run that finished (closed normally after its last version committed:
+  // Checkpointer::Finish). By default a finished run, and any run older
+  // than it, is not restored: Restore reports NotFound (a fresh start) and
+  // logs the finished run's step once, so that rerunning a finished command
+  // under the same job id trains from step 0 instead of one more step from
+  // the end. 1 restores its last version (from memory when kept, else the
+  // remote tier's newest of that run) and removes the finished marks, so
+  // that the continued run is relaunched like any other.
+  bool resume_finished = false;
+
+  // MEMENTO_KEEP_FINISHED. 0 (default) | 1: what Checkpointer::Finish does
+  // with this rank's node store once every rank agreed the run finished.
+  // 0 unlinks it (the node's memory is freed at once; the remote tier keeps
+  // what was persisted); 1 keeps it, marked finished, for a later
+  // resume_finished restore from memory, at the cost of its memory until
+  // `memento clean --job J` or the next run under the job id reuses it.
+  bool keep_finished = false;
+
   // MEMENTO_INTERVAL. Which Save(step) calls take a checkpoint. 1 (default):
   // every call. N > 1: the steps that are multiples of N; the other calls
   // return OK at once. "auto" (interval == kAutoInterval): the engine picks
@@ -200,6 +226,12 @@ struct Config {
   // Names of all variables, in documentation order.
   static const std::vector<std::string>& VariableNames();
 };
+
+// The job id a launcher gives this process when MEMENTO_JOB is unset (see
+// Config::job): from TORCHELASTIC_RUN_ID (unless "none" or empty), else
+// SLURM_JOB_ID, mapped to ValidateJobId's rules; `source` (optional) names
+// the variable. Empty when neither is set.
+std::string JobIdFromLauncher(std::string* source = nullptr);
 
 // Syntax checks shared with other modules; OK or InvalidArgument naming `what`.
 Status ValidateJobId(const std::string& job);

@@ -14,6 +14,10 @@
 // The lineage in the name keeps a run that reuses the job id and a version
 // number from overwriting the other run's files of that version: the old
 // version stays complete until the new manifest replaces the old one.
+//   FINISHED                                           the finished mark (text:
+//                                                      "memento-finished 1", job,
+//                                                      lineage, version, time, crc;
+//                                                      WriteFinished)
 //   *.tmp.<host>.<pid>.<n>                             files being written
 // Every file is written to a temporary name in the same folder, fsynced,
 // renamed over its final name, and the folder fsynced, so a crash leaves
@@ -109,6 +113,11 @@ class DirectoryRemoteStore : public RemoteStore {
   // for stale_temp_seconds. Every version is visited; the first error is
   // returned.
   Status Prune(int keep) override;
+  // <root>/<job>/FINISHED (directory_remote_finished.cc).
+  std::string FinishedPath() const;
+  Status WriteFinished(const FinishedRun& run) override;
+  Result<std::optional<FinishedRun>> ReadFinished() override;
+  Status ClearFinished(uint64_t lineage) override;
 
  private:
   // Removes the rank files in `files` (version `version`'s folder) that its

@@ -53,6 +53,7 @@
 
 #include "memento/common/status.h"
 #include "memento/runtime/config.h"
+#include "memento/runtime/finished_run.h"
 #include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_layout.h"
 
@@ -261,6 +262,19 @@ class NodeStore {
   // True while `slot` is still sealed with `version` (re-check after copying
   // out of a RegionView).
   bool StillSealed(int slot, uint64_t version) const;
+
+  // ---- the finished mark (a run that ended normally; Checkpointer::Finish) ----
+
+  // Records that run `run` finished (read-write attachment only), replacing
+  // any earlier mark. It lives in the header area, outside the header's crc,
+  // with a crc of its own; the slots are untouched.
+  Status MarkFinished(const FinishedRun& run);
+  // Removes the mark (a later run resumed the finished one). Read-write only.
+  Status ClearFinished();
+  // The mark, or nullopt when there is none or it fails validation (a torn
+  // or damaged mark counts as none: the store is then restored as before
+  // marks existed). Any attachment.
+  std::optional<FinishedRun> Finished() const;
 
   // The ok, sealed slot holding `version`, if any.
   std::optional<int> FindVersion(uint64_t version) const;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "memento/common/status.h"
+#include "memento/runtime/finished_run.h"
 #include "memento/runtime/store_layout.h"
 
 namespace memento::runtime {
@@ -147,6 +148,19 @@ class RemoteStore {
   // Never touches a version newer than the newest complete one unless its
   // temporary files are clearly stale (see the implementation).
   virtual Status Prune(int keep) = 0;
+
+  // The finished mark of the job (Checkpointer::Finish): the newest run that
+  // ended normally. Written atomically beside the versions, replacing any
+  // earlier mark; never pruned (the versions it refers to are pruned as
+  // usual). Call on one rank. IoError naming the path on failure (the old
+  // mark, if any, stays).
+  virtual Status WriteFinished(const FinishedRun& run) = 0;
+  // The mark, or nullopt when there is none; Corruption naming the file when
+  // it does not validate, IoError when it cannot be read.
+  virtual Result<std::optional<FinishedRun>> ReadFinished() = 0;
+  // Removes the mark when it names run `lineage` (a later run resumed it);
+  // OK when there is none or it names another run.
+  virtual Status ClearFinished(uint64_t lineage) = 0;
 };
 
 }  // namespace memento::runtime

@@ -1,0 +1,160 @@
+// DirectoryRemoteStore's finished mark (remote_store.h): <root>/<job>/FINISHED,
+// a text file written to a temporary name, fsynced and renamed into place.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "memento/erasure/crc32c.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/log.h"
+#include "memento/runtime/node_identity.h"
+
+namespace memento::runtime {
+namespace {
+
+constexpr char kFirstLine[] = "memento-finished 1";
+
+Status IoErr(const std::string& what, const std::string& path, int err) {
+  return Status::IoError(what + " " + path + ": " + std::strerror(err) + " (errno " +
+                         std::to_string(err) + ")");
+}
+
+std::string Hex(uint64_t v, int digits) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%0*llx", digits, static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Status WriteAll(int fd, const std::string& text, const std::string& path) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return IoErr("write", path, errno);
+    }
+    done += static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status FsyncDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoErr("open directory", dir, errno);
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  return rc == 0 ? Status::Ok() : IoErr("fsync directory", dir, err);
+}
+
+// `text` at `path`, atomically: a temporary beside it, fsync, rename, folder fsync.
+Status WriteAtomically(const std::string& dir, const std::string& path, const std::string& text,
+                       bool sync) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + HostName() + "." + std::to_string(getpid()) + "." +
+                          std::to_string(counter++);
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return IoErr("create", tmp, errno);
+  Status s = WriteAll(fd, text, tmp);
+  if (s.ok() && sync && fsync(fd) != 0) s = IoErr("fsync", tmp, errno);
+  if (close(fd) != 0 && s.ok()) s = IoErr("close", tmp, errno);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = IoErr("rename to", path, errno);
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  return sync ? FsyncDir(dir) : Status::Ok();
+}
+
+}  // namespace
+
+std::string DirectoryRemoteStore::FinishedPath() const { return job_dir_ + "/FINISHED"; }
+
+Status DirectoryRemoteStore::WriteFinished(const FinishedRun& run) {
+  if (mkdir(job_dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    return IoErr("mkdir", job_dir_, errno);
+  }
+  std::ostringstream os;
+  os << kFirstLine << "\n"
+     << "job " << job_ << "\n"
+     << "lineage " << Hex(run.lineage, 16) << "\n"
+     << "version " << run.version << "\n"
+     << "unix_ns " << run.unix_ns << "\n";
+  std::string text = os.str();
+  text += "crc " + Hex(erasure::Crc32c(text.data(), text.size()), 8) + "\n";
+  MEMENTO_RETURN_IF_ERROR(WriteAtomically(job_dir_, FinishedPath(), text, options_.fsync));
+  Log(LogLevel::kInfo, "remote: marked run " + Hex(run.lineage, 16) + " finished at v" +
+                           std::to_string(run.version) + " in " + FinishedPath());
+  return Status::Ok();
+}
+
+Result<std::optional<FinishedRun>> DirectoryRemoteStore::ReadFinished() {
+  const std::string path = FinishedPath();
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<FinishedRun>();
+    return IoErr("open", path, errno);
+  }
+  std::string text;
+  char buf[512];
+  for (;;) {
+    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      close(fd);
+      return IoErr("read", path, err);
+    }
+    if (r == 0) break;
+    text.append(buf, static_cast<size_t>(r));
+    if (text.size() > 4096) break;
+  }
+  close(fd);
+  auto bad = [&](const std::string& why) {
+    return Status::Corruption("finished mark " + path + ": " + why);
+  };
+  const size_t crc_pos = text.rfind("crc ");
+  if (text.size() > 4096 || crc_pos == std::string::npos || text.back() != '\n') {
+    return bad("no crc line");
+  }
+  if (text.substr(crc_pos) != "crc " + Hex(erasure::Crc32c(text.data(), crc_pos), 8) + "\n") {
+    return bad("crc mismatch");
+  }
+  std::istringstream is(text.substr(0, crc_pos));
+  std::string line, key, job, lineage_hex;
+  unsigned long long version = 0, unix_ns = 0;
+  std::getline(is, line);
+  if (line != kFirstLine) return bad("unknown first line '" + line + "'");
+  if (!(is >> key >> job) || key != "job") return bad("job line");
+  if (job != job_) return bad("belongs to job '" + job + "', not '" + job_ + "'");
+  if (!(is >> key >> lineage_hex) || key != "lineage" || lineage_hex.size() != 16 ||
+      lineage_hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return bad("lineage line");
+  }
+  if (!(is >> key >> version) || key != "version") return bad("version line");
+  if (!(is >> key >> unix_ns) || key != "unix_ns") return bad("unix_ns line");
+  FinishedRun run;
+  run.lineage = std::stoull(lineage_hex, nullptr, 16);
+  run.version = version;
+  run.unix_ns = unix_ns;
+  return std::optional<FinishedRun>(run);
+}
+
+Status DirectoryRemoteStore::ClearFinished(uint64_t lineage) {
+  Result<std::optional<FinishedRun>> mark = ReadFinished();
+  // A damaged mark names no run this one could resume: removed as well.
+  if (mark.ok() && (!mark->has_value() || (*mark)->lineage != lineage)) return Status::Ok();
+  if (!mark.ok() && mark.status().code() != StatusCode::kCorruption) return mark.status();
+  if (unlink(FinishedPath().c_str()) != 0 && errno != ENOENT) {
+    return IoErr("unlink", FinishedPath(), errno);
+  }
+  return options_.fsync ? FsyncDir(job_dir_) : Status::Ok();
+}
+
+}  // namespace memento::runtime

@@ -534,7 +534,7 @@ def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
     """A watchdog polls the getters while every save() of the training thread re-registers
     (a reallocated storage makes a new engine): each call returns a real value, never one
     read from an engine being replaced (run apart: a crash fails the test); then the watchdog
-    and the main thread close() at once, and a getter afterwards says it is closed."""
+    and the main thread close() at once, and a getter afterwards answers its last value."""
     out = run_apart(tmp_path, "poll_during_reregistration.py", (
         "import sys, threading, torch, memento\n"
         "ck = memento.Checkpointer(job=sys.argv[1], slots=2)\n"
@@ -566,11 +566,7 @@ def test_getters_from_another_thread_while_saves_re_register(job, tmp_path):
         "assert len(seen) >= 2, seen\n"
         "other = threading.Thread(target=ck.close)\n"
         "other.start(); ck.close(); other.join()\n"
-        "try:\n"
-        "    ck.latest_committed()\n"
-        "    raise SystemExit('a getter answered after close()')\n"
-        "except memento.FailedPreconditionError:\n"
-        "    pass\n"
+        "assert ck.latest_committed() == 40, ck.latest_committed()\n"
         "print('polled', max(x for x in seen if x is not None))\n"), job, timeout=300)
     assert out.startswith("polled "), out
 
@@ -693,7 +689,7 @@ def test_module_extra_state_is_restored_through_set_extra_state(job, as_tensor):
     assert model[0].meta == {"scale": 0.5, "history": [2.0, 3.0]}
 
 
-def test_a_tied_weight_is_a_parameter_under_each_of_its_names(job):
+def test_a_tied_weight_is_one_replicated_entry(job):
     class Tied(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -706,8 +702,7 @@ def test_a_tied_weight_is_a_parameter_under_each_of_its_names(job):
     with memento.Checkpointer(job=job) as ck:
         ck.register(model, replicated=True)
         replicated = {name: rep for name, _, rep in ck.tensors()}
-        assert replicated == {"model.embed.weight": True, "model.head.weight": True,
-                              "model.count": False}
+        assert replicated == {"model.embed.weight": True, "model.count": False}
         want = model.embed.weight.detach().clone()
         ck.save(1)
         ck.wait()

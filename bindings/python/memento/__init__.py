@@ -26,6 +26,8 @@ Entry names (stable; they name the node store's regions):
     register(loader=obj)       "loader" in the extra state (any object with both methods)
     a second model/optimizer   "model1." / "optimizer1." ...
     register("name", tensor)   "name"
+Tied or shared weights (one Parameter under two state_dict keys, or views of one storage
+with the same offset, shape and strides) are one entry, under the first name.
 A torch.compile'd module and a DistributedDataParallel wrapper are registered as the
 module they wrap: the names have no "_orig_mod." or "module.", as in
 torch.distributed.checkpoint. Non-tensor optimizer state and the param groups' hyper-parameters (lr, ...)
@@ -46,6 +48,18 @@ modules keep besides tensors (get_extra_state(), handed back through
 load_state_dict), the `extra` objects (a value with
 state_dict()/load_state_dict() is saved through them; other values are pickled
 and put back into the same dict).
+
+A bit-exact resume also needs the data position and any batch the loop carries
+from one iteration to the next (fetched ahead): register a loader that saves its
+position (torchdata's StatefulDataLoader, any object with state_dict() /
+load_state_dict()) as register(loader=obj), and keep the carried batch in an
+extra= dict the loop updates:
+    carry = {"batch": None}
+    ck.register(model, optimizer, loader=loader, extra=carry)
+    ... x = carry["batch"]; carry["batch"] = next(batches); ...; ck.save(step + 1)
+A plain DataLoader or sampler keeps no position: register(loader=DataLoader(...)) is
+refused, one in an extra= dict is logged once as a warning, and a DataLoader's
+iterator or a generator there is refused by key.
 
 replicated=True (data parallel): parameters and optimizer state are the same
 on every rank; each rank stores 1/N of their bytes and restore() gathers the
@@ -72,6 +86,12 @@ registers its local shard as the slice of the global tensor it is (uneven shards
 included), Replicate placements are stored once per replica group and broadcast back
 over the mesh at restore, and an elastic restore re-cuts them onto another world size
 or mesh (memento.placement).
+
+restore() returns a RestoreReport: its `summary` is one short line (version, entries
+counted per source, lost nodes, elastic, seconds), its to_dict() every entry (name,
+bytes, crc, source), the notes and the timings. After close() the getters
+(latest_committed(), blocked_seconds(), interval_stats(), entry_names(), rank, ...)
+answer the values they had when it closed; save() and restore() raise.
 
 Errors are MementoError subclasses, one per status code (NotFoundError,
 FailedPreconditionError, ...; InvalidArgumentError is also a ValueError).

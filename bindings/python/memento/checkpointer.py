@@ -30,6 +30,20 @@ def _shard_spec(where, global_shape, offsets, dim):
 
 
 
+def _alias_key(t):
+    """What makes two registered tensors one entry: the same object, or views of the same
+    storage with the same offset, shape, strides and dtype (tied or shared weights)."""
+    if _compat.is_dtensor(t):
+        return ("dtensor", id(t))
+    try:
+        ptr = t.untyped_storage().data_ptr() if t.device.type != "meta" else 0
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, ...): refused later
+        ptr = 0
+    if ptr == 0 or t.numel() == 0:  # no bytes to share: every such tensor is its own
+        return ("object", id(t))
+    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
 class Checkpointer:
     """In-memory checkpoints of torch tensors, modules and optimizers."""
 
@@ -51,6 +65,7 @@ class Checkpointer:
         self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
         self._extras = []       # dicts given as extra=
         self._statefuls = {}    # name -> object with state_dict() / load_state_dict()
+        self._warned = set()    # (extra= dict index, key) warned about as a lost data position
         self._prefixes = set()
         self._counts = {"model": 0, "optimizer": 0, "lr_scheduler": 0, "stateful": 0}
         self._placer = placement.Placer()
@@ -114,6 +129,9 @@ class Checkpointer:
                 elif stateful.is_stateful(obj):
                     kind = ("lr_scheduler" if isinstance(obj, _LR_SCHEDULER) else "stateful")
                     self._add_stateful(self._auto_prefix(kind)[:-1], obj)
+                elif stateful.lost_position(obj):
+                    raise InvalidArgumentError("register: %s; %s" % (
+                        stateful.lost_position(obj), stateful.KEEP_THE_POSITION))
                 else:
                     raise InvalidArgumentError(
                         "register: %r is not a Module, an Optimizer, an object with state_dict()"
@@ -127,6 +145,9 @@ class Checkpointer:
                 self._add("tensor", prefix, obj, replicated, spec)
             elif stateful.is_stateful(obj):
                 self._add_stateful(prefix, obj)
+            elif stateful.lost_position(obj):
+                raise InvalidArgumentError("register(%s=...): %s; %s" % (
+                    prefix, stateful.lost_position(obj), stateful.KEEP_THE_POSITION))
             else:
                 raise InvalidArgumentError("register(%s=...): %r is not a Module, an Optimizer, "
                                            "a tensor or an object with state_dict() and "
@@ -145,6 +166,7 @@ class Checkpointer:
         if extra is not None:
             if not isinstance(extra, dict):
                 raise InvalidArgumentError("register(extra=...) takes a dict")
+            stateful.check_extra_values(self._extras + [extra], self._warned)
             self._extras.append(extra)
 
     def _auto_prefix(self, kind):
@@ -171,7 +193,8 @@ class Checkpointer:
         self._sources.append((kind, prefix, obj, bool(replicated), spec))
 
     def tensors(self):
-        """[(name, tensor, replicated)] as registered now, in registration order."""
+        """[(name, tensor, replicated)] as registered now, in registration order; a tensor
+        under several names (tied weights) once, under its first."""
         return [entry[:3] for entry in self._entries()]
 
     def placements(self):
@@ -186,8 +209,9 @@ class Checkpointer:
     def _entries(self, states=None, unknown_shards_ok=False):
         """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.
 
-        In registration order. global_shape and offsets are None for a tensor that is not a
-        slice of a global one. copy_at_save: a module buffer, which the forward pass may change
+        In registration order. A tensor registered under several names (tied weights, views
+        of one storage alike) is one entry, under the first name. global_shape and offsets
+        are None for a tensor that is not a slice of a global one. copy_at_save: a module buffer, which the forward pass may change
         before the next wait_snapshot() (BatchNorm's running statistics): save() copies it
         before it returns instead of snapshotting it in place behind training.
         """
@@ -197,8 +221,16 @@ class Checkpointer:
         by_param = {}  # id(parameter) -> shard spec, for its optimizer state
         used = set()
         slots = []
+        # Tied or shared storage (an LM head sharing the embedding's weight) is one entry,
+        # stored under its first name; restoring it in place restores every name.
+        first = {}  # _alias_key -> (index in out or None for a DTensor, first name)
 
         def add(name, t, replicated, spec=None, copy_at_save=False, inherited=None):
+            key = _alias_key(t)
+            if key in first:
+                merge_alias(name, key, replicated, spec, copy_at_save, inherited)
+                return
+            first[key] = (len(out) if not _compat.is_dtensor(t) else None, name)
             if _compat.is_dtensor(t):
                 if name in self._shards or spec is not None:
                     raise InvalidArgumentError("register: %r is a DTensor, placed by its own "
@@ -222,6 +254,34 @@ class Checkpointer:
                 spec = inherited
             out.append((name, t.detach(), replicated) + (spec if spec else (None, None)) +
                        (copy_at_save,))
+
+        def merge_alias(name, key, replicated, spec, copy_at_save, inherited):
+            """A second name of a tensor already added: nothing is stored under it. A spec
+            must agree; replicated only when both are (a buffer is not), copied at save
+            when either is."""
+            index, first_name = first[key]
+            if name in self._shards:
+                used.add(name)
+                spec = self._shards[name] if spec is None else spec
+            elif spec is None:
+                spec = inherited
+            if index is None:  # a DTensor: placed by its own mesh, nothing to merge
+                if spec is not None:
+                    raise InvalidArgumentError("register: %r is a DTensor, placed by its own "
+                                               "mesh and placements: give it no shard spec"
+                                               % name)
+                return
+            stored, given = out[index], ((spec[0], spec[1]) if spec else (None, None))
+            place = stored[3:5]
+            if given != (None, None):
+                if place not in ((None, None), given):
+                    raise InvalidArgumentError(
+                        "register: %r is the same tensor as %r (tied or shared storage), "
+                        "stored once under %r, and is given another shard spec (%s, not %s)"
+                        % (name, first_name, first_name, given, place))
+                place = given
+            out[index] = (stored[0], stored[1], stored[2] and bool(replicated)) + place + \
+                (stored[5] or copy_at_save,)
 
         for kind, prefix, obj, _, spec in self._sources:
             if kind == "module":
@@ -269,6 +329,8 @@ class Checkpointer:
         return {prefix: obj for kind, prefix, obj, _, _ in self._sources if kind == "module"}
 
     def _extra_state(self, states):
+        # The loop may have put a loader or an iterator into an extra= dict since register().
+        stateful.check_extra_values(self._extras, self._warned)
         return stateful.build(self._sources, self._extras, self._statefuls, states)
 
     def _apply_extra_state(self, state):
@@ -370,8 +432,9 @@ class Checkpointer:
         """Waits for the checkpoint in flight and releases the node store mapping.
 
         Raises a checkpoint failure wait() has not reported yet (after releasing everything).
-        Afterwards save() and restore() raise FailedPreconditionError; close() again does
-        nothing. Called from another thread (a watchdog), it first waits for the save(),
+        Afterwards save() and restore() raise FailedPreconditionError, the getters (rank,
+        latest_committed(), interval_stats(), ...) answer the values they had when it
+        closed, and close() again does nothing. Called from another thread (a watchdog), it first waits for the save(),
         restore() or wait in flight there to return.
         """
         try:

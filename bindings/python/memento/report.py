@@ -4,13 +4,16 @@
 class RestoreReport:
     """What restore() brought back. Behaves as the int step (range(start, n)).
 
-    Attributes: step, version, entries (list of {name, bytes, crc, source}),
+    Attributes: step, version, summary (one short line: the version, this rank's entries
+    counted per source, the lost nodes, "elastic", the seconds restore() took; as repr()
+    shows it), entries (list of {name, bytes, crc, source}),
     lost_nodes, source_detail, bytes_sent, bytes_received, reprotect_mode,
     protection ("protected"; "re-protecting": what the lost nodes held is
     rebuilt in the background, see Checkpointer.protection_state();
     "unprotected": a blocking re-protect failed, until the next save commits),
     inventory_s, plan_s, transfer_s, reprotect_s, elastic (restored onto another
-    topology), elastic_plan, notes, summary.
+    topology), elastic_plan, notes (why newer versions were passed over), json (the
+    engine's recovery report). to_dict() has them all.
     """
 
     def __init__(self, d):

@@ -9,10 +9,12 @@ state_dict() / load_state_dict(), as torch.distributed.checkpoint's Stateful).
 """
 import collections
 import random
+import types
 
 import torch
 
-from ._memento import FailedPreconditionError
+from ._logs import logger
+from ._memento import FailedPreconditionError, InvalidArgumentError
 from .optim import optimizer_params
 
 EXTRA_FORMAT = 1
@@ -22,6 +24,54 @@ def is_stateful(obj):
     """Whether obj saves and loads itself (torch.distributed.checkpoint.stateful.Stateful)."""
     return callable(getattr(obj, "state_dict", None)) and \
         callable(getattr(obj, "load_state_dict", None))
+
+
+# What keeps a data position instead, said wherever one is found missing.
+KEEP_THE_POSITION = (
+    "use a loader that saves its position (torchdata's StatefulDataLoader, or any object "
+    "with state_dict() / load_state_dict(), registered as register(loader=obj)), or keep "
+    "the count of batches consumed in an extra= dict and skip that many after restore(); "
+    "a batch fetched ahead of the next step travels in an extra= dict as well")
+
+
+def _loader_iterator_type():
+    from torch.utils.data import dataloader
+    return getattr(dataloader, "_BaseDataLoaderIter", ())
+
+
+def lost_position(obj):
+    """Why `obj` (a DataLoader, a sampler, an iterator without state_dict) cannot carry a
+    data position through a checkpoint: a phrase naming it, or None for anything else."""
+    if is_stateful(obj):
+        return None
+    if isinstance(obj, torch.utils.data.DataLoader):
+        return ("a %s has no state_dict(): where its iterator stands in the data is not "
+                "saved" % type(obj).__name__)
+    if isinstance(obj, torch.utils.data.Sampler):
+        return ("the sampler %s has no state_dict(): where its iterator stands is not saved"
+                % type(obj).__name__)
+    if isinstance(obj, (_loader_iterator_type(), types.GeneratorType)):
+        return "the iterator %s has no state_dict() and cannot be pickled" % type(obj).__name__
+    return None
+
+
+def check_extra_values(extras, warned):
+    """Refuses, by key, extra= values that cannot be saved (a DataLoader's iterator, a
+    generator), and logs once per key a warning for those whose data position would be lost
+    without an error (a DataLoader or a sampler: pickled, and put back as a copy that the loop
+    does not iterate). warned: the (dict index, key) pairs warned about already."""
+    for i, d in enumerate(extras):
+        for k, v in d.items():
+            why = lost_position(v)
+            if why is None:
+                continue
+            if isinstance(v, (_loader_iterator_type(), types.GeneratorType)):
+                raise InvalidArgumentError("extra[%r]: %s; %s" % (k, why, KEEP_THE_POSITION))
+            if (i, k) not in warned:
+                warned.add((i, k))
+                logger.warning("extra[%r]: %s (it is pickled at every save and restore() puts "
+                               "a copy back into the dict, not into the loop that iterates "
+                               "it); %s", k, why, KEEP_THE_POSITION)
 
 
 def is_extra_state(key):

@@ -15,7 +15,10 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
+#include <string>
+#include <vector>
 
 #include "memento/runtime/config.h"
 #include "memento/runtime/log.h"
@@ -87,10 +90,40 @@ py::dict ReportDict(const RestoreResult& r) {
   d["plan_s"] = rep.stats.plan_s;
   d["transfer_s"] = rep.stats.transfer_s;
   d["reprotect_s"] = rep.stats.reprotect_s;
-  d["summary"] = rep.ToString();
+  d["summary"] = rep.Summary();
   d["json"] = rep.ToJson();
   return d;
 }
+
+// What the getters answer after close(): the engine's values when it closed
+// (a training script prints its stats after closing).
+struct LastValues {
+  std::optional<uint64_t> latest_committed;
+  runtime::Protection protection_state = runtime::Protection::kProtected;
+  double blocked_seconds = 0;
+  runtime::IntervalStats interval;
+  std::vector<std::string> entry_names;
+  int reregistrations = 0;
+  int relayouts = 0;
+  int rank = 0;
+  int size = 0;
+  std::string node;
+
+  static LastValues Of(const TorchCheckpointer& c) {
+    LastValues v;
+    v.latest_committed = c.LatestCommitted();
+    v.protection_state = c.ProtectionState();
+    v.blocked_seconds = c.BlockedSeconds();
+    v.interval = c.Interval();
+    v.entry_names = c.EntryNames();
+    v.reregistrations = c.reregistrations();
+    v.relayouts = c.relayouts();
+    v.rank = c.rank();
+    v.size = c.size();
+    v.node = c.node();
+    return v;
+  }
+};
 
 class PyCheckpointer {
  public:
@@ -191,6 +224,19 @@ class PyCheckpointer {
     throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
   }
 
+  // A value getter: as Get while the engine is open; after close() the value
+  // it had when it closed.
+  template <typename R>
+  R Value(R (TorchCheckpointer::*f)() const, R LastValues::*last) {
+    {
+      py::gil_scoped_release release;
+      std::shared_lock<std::shared_mutex> lock(call_mu_);
+      if (ck_) return ((*ck_).*f)();
+      if (last_) return (*last_).*last;
+    }
+    throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
+  }
+
  private:
   // Waits for the calls in flight on other threads to return (a close()
   // from a watchdog thread while the training thread is inside save()),
@@ -208,6 +254,7 @@ class PyCheckpointer {
       py::gil_scoped_release release;
       lock.lock();
       s = ck_ ? ck_->Wait() : Status::Ok();
+      if (ck_) last_ = LastValues::Of(*ck_);
     }
     std::unique_ptr<TorchCheckpointer> ck = std::move(ck_);
     std::shared_ptr<runtime::Transport> transport = std::move(transport_);
@@ -244,6 +291,7 @@ class PyCheckpointer {
   std::shared_mutex call_mu_;
   std::shared_ptr<runtime::Transport> transport_;
   std::unique_ptr<TorchCheckpointer> ck_;
+  std::optional<LastValues> last_;  // set by the close() that released ck_
   std::shared_ptr<std::vector<NamedTensor>> tensors_ = std::make_shared<std::vector<NamedTensor>>();
   std::string launcher_;
   std::string config_;
@@ -341,10 +389,11 @@ void BindLogs(py::module_& m) {
       "Log lines queued since the last call: [(level 0=error..3=debug, message)].");
 }
 
-// A getter of TorchCheckpointer bound for any thread: PyCheckpointer::Get.
+// A getter of TorchCheckpointer bound for any thread, answering its last
+// value after close(): PyCheckpointer::Value.
 template <typename R>
-auto Getter(R (TorchCheckpointer::*f)() const) {
-  return [f](PyCheckpointer& c) { return c.Get([f](TorchCheckpointer& t) { return (t.*f)(); }); };
+auto Getter(R (TorchCheckpointer::*f)() const, R LastValues::*last) {
+  return [f, last](PyCheckpointer& c) { return c.Value(f, last); };
 }
 
 py::dict IntervalDict(const runtime::IntervalStats& s) {
@@ -380,22 +429,28 @@ void BindCheckpointer(py::module_& m) {
              return engine == nullptr || engine->WouldSave(step);
            })
       // The getters may be called from any thread (a watchdog), also while
-      // another thread is inside save() or close().
-      .def("latest_committed", Getter(&TorchCheckpointer::LatestCommitted))
+      // another thread is inside save() or close(); after close() they
+      // answer the values they had when it closed.
+      .def("latest_committed",
+           Getter(&TorchCheckpointer::LatestCommitted, &LastValues::latest_committed))
       .def("protection_state",
            [](PyCheckpointer& c) {
-             return std::string(
-                 runtime::ProtectionName(Getter(&TorchCheckpointer::ProtectionState)(c)));
+             return std::string(runtime::ProtectionName(Getter(
+                 &TorchCheckpointer::ProtectionState, &LastValues::protection_state)(c)));
            })
-      .def("blocked_seconds", Getter(&TorchCheckpointer::BlockedSeconds))
+      .def("blocked_seconds",
+           Getter(&TorchCheckpointer::BlockedSeconds, &LastValues::blocked_seconds))
       .def("interval_stats",
-           [](PyCheckpointer& c) { return IntervalDict(Getter(&TorchCheckpointer::Interval)(c)); })
-      .def("entry_names", Getter(&TorchCheckpointer::EntryNames))
-      .def("reregistrations", Getter(&TorchCheckpointer::reregistrations))
-      .def("relayouts", Getter(&TorchCheckpointer::relayouts))
-      .def_property_readonly("node", Getter(&TorchCheckpointer::node))
-      .def_property_readonly("rank", [](PyCheckpointer& c) { return c.ck().rank(); })
-      .def_property_readonly("size", [](PyCheckpointer& c) { return c.ck().size(); })
+           [](PyCheckpointer& c) {
+             return IntervalDict(Getter(&TorchCheckpointer::Interval, &LastValues::interval)(c));
+           })
+      .def("entry_names", Getter(&TorchCheckpointer::EntryNames, &LastValues::entry_names))
+      .def("reregistrations",
+           Getter(&TorchCheckpointer::reregistrations, &LastValues::reregistrations))
+      .def("relayouts", Getter(&TorchCheckpointer::relayouts, &LastValues::relayouts))
+      .def_property_readonly("node", Getter(&TorchCheckpointer::node, &LastValues::node))
+      .def_property_readonly("rank", Getter(&TorchCheckpointer::rank, &LastValues::rank))
+      .def_property_readonly("size", Getter(&TorchCheckpointer::size, &LastValues::size))
       .def_property_readonly("launcher", &PyCheckpointer::launcher)
       .def_property_readonly("config", &PyCheckpointer::config);
 }

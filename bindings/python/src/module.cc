@@ -435,8 +435,8 @@ void BindCheckpointer(py::module_& m) {
            Getter(&TorchCheckpointer::LatestCommitted, &LastValues::latest_committed))
       .def("protection_state",
            [](PyCheckpointer& c) {
-             return std::string(runtime::ProtectionName(Getter(
-                 &TorchCheckpointer::ProtectionState, &LastValues::protection_state)(c)));
+             return std::string(runtime::ProtectionName(
+                 Getter(&TorchCheckpointer::ProtectionState, &LastValues::protection_state)(c)));
            })
       .def("blocked_seconds",
            Getter(&TorchCheckpointer::BlockedSeconds, &LastValues::blocked_seconds))

@@ -24,11 +24,17 @@ constexpr const char* kFooter = R"(
   STEP = S or LO-HI (drawn at random); random draws come from --seed.
   e.g. --inject 3@10   --inject 1+2@7:snapshot   --inject 3@5,1@recovery
 
-The job reports its progress through MEMENTO_LAUNCH_DIR (see the README); a job
-that does not still runs, relaunches and is timed, without step events.
+The job reports its progress through MEMENTO_LAUNCH_DIR (see the README): memento's
+Python package and libtorch adapter do it on their own (a step per save()); a job
+that does not report still runs, relaunches and is timed, without step events.
+--launcher torchrun starts one torchrun agent per virtual node (static rendezvous on
+a free port, torchrun's own restarts off); under mpirun the ranks also get RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for torch.distributed.
 
 examples:
   memento launch -n 8 --scheme rs:4+2 --inject 3@10 -- build/experiments/demo/memento_demo
+  memento launch -n 4 --scheme replica:2 --launcher torchrun --inject 1@5,2@recovery \
+      -- python train.py
   memento launch -n 8 --ranks-per-node 2 --scheme replica:2 --inject rand@5-15:rand \
       --remote /tmp/ckpt --json -- ./train
 )";

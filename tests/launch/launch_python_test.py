@@ -11,9 +11,9 @@ reference: a failure-free launch (mpirun): its records must show every step (the
    own progress events), "nothing to restore" on every rank and a done event; the job's
    final digest and the done event's state hash go to $REFERENCE.
 mpirun | torchrun: a launch under that launcher with every injection form, on 4 nodes of one rank, replica:2 (groups
-   {0,1} and {2,3}): a node at a step (1@3), at the snapshot, protect and commit
-   stages (2@5:snapshot, 3@7:protect, 0@9:commit), a node at a step and another while
-   the job recovers from it (1@11, 2@recovery), and two nodes at once (0+2@14).
+   {0,1} and {2,3}): a node at the snapshot, protect and commit stages (1@3:snapshot,
+   2@5:protect, 3@7:commit), a node at a step and another while the job recovers from
+   it (1@9, 2@recovery), and two nodes at once (0+2@12).
    Required: every event fired, the job finished with the failure-free run's digest
    (parameters, AdamW state, the carried batch, the loader's generator and the next
    random draws), every restore came from memory at the version the timeline
@@ -36,8 +36,8 @@ CLI = os.environ["MEMENTO_TEST_CLI"]
 PYTHON = os.environ["MEMENTO_TEST_PYTHON"]
 TORCHRUN = os.environ.get("MEMENTO_TEST_TORCHRUN", "torchrun")
 REFERENCE = os.environ["REFERENCE"]
-STEPS = 24
-INJECT = "1@3,2@5:snapshot,3@7:protect,0@9:commit,1@11,2@recovery,0+2@14"
+STEPS = 20
+INJECT = "1@3:snapshot,2@5:protect,3@7:commit,1@9,2@recovery,0+2@12"
 
 
 def fail(msg):
@@ -94,7 +94,7 @@ def check_injected(recs, digest, ref_digest, ref_state):
         fail("events never fired: %s" % of(recs, "not_fired"))
     failures = of(recs, "failure")
     stages = [f["stage"] for f in failures]
-    want = ["step", "snapshot", "protect", "commit", "step", "recovery", "step"]
+    want = ["snapshot", "protect", "commit", "step", "recovery", "step"]
     if stages != want or not all(f["injected"] for f in failures):
         fail("failures %s, expected injected %s" % (stages, want))
     if failures[-1]["nodes"] != [0, 2]:
@@ -107,8 +107,8 @@ def check_injected(recs, digest, ref_digest, ref_state):
     # Every failure is closed by the next successful restore; the interrupted
     # recovery (2@recovery) closes nothing.
     restores = [r for r in of(recs, "restore") if r["attempt"] > 0 and r.get("ok")]
-    if len(restores) != 6:
-        fail("expected 6 successful restores (7 failures, one during a recovery), got %s"
+    if len(restores) != 5:
+        fail("expected 5 successful restores (6 failures, one during a recovery), got %s"
              % [(r["attempt"], r.get("version")) for r in restores])
     steps_lost = 0
     for r in restores:
@@ -132,9 +132,13 @@ def check_injected(recs, digest, ref_digest, ref_state):
     if summary["steps_lost"] != steps_lost:
         fail("summary counts %d steps lost, the restores %d" % (summary["steps_lost"],
                                                                  steps_lost))
-    # The step injection fired on the job's own progress events.
-    if failures[0]["last_step"] < 3:
-        fail("1@3 fired at step %d" % failures[0]["last_step"])
+    # The step injection fired on the job's own progress events, the stage ones
+    # inside memento at the version named.
+    if failures[3]["last_step"] < 9:
+        fail("1@9 fired at step %d" % failures[3]["last_step"])
+    if [f.get("stage_version") for f in failures[:3]] != [3, 5, 7]:
+        fail("stage faults fired at versions %s, expected 3, 5, 7"
+             % [f.get("stage_version") for f in failures[:3]])
     print("PASS: %d failures, %d restores from memory %s; %d steps lost; final state %s "
           "bit-identical to the failure-free run" % (
               len(failures), len(restores), [r["version"] for r in restores], steps_lost,

@@ -30,3 +30,18 @@ def job():
     name = "py-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
     yield name
     remove_segments(name)
+
+
+@pytest.fixture(autouse=True)
+def reopening_resumes(request, monkeypatch):
+    """Most tests stand for a relaunch of a job by opening it again after close(), which
+    ends a run normally (finished: not resumed, its node stores freed). They run with
+    finished runs kept and resumed, as a relaunch after a crash is (MEMENTO_KEEP_FINISHED=1,
+    MEMENTO_RESUME_FINISHED=1, inherited by the jobs they start); a module that sets
+    FINISHED_RUN_DEFAULTS = True runs with the defaults (test_finished_run.py)."""
+    if getattr(request.module, "FINISHED_RUN_DEFAULTS", False):
+        monkeypatch.delenv("MEMENTO_KEEP_FINISHED", raising=False)
+        monkeypatch.delenv("MEMENTO_RESUME_FINISHED", raising=False)
+        return
+    monkeypatch.setenv("MEMENTO_KEEP_FINISHED", "1")
+    monkeypatch.setenv("MEMENTO_RESUME_FINISHED", "1")

@@ -43,7 +43,9 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=args.python_path, OMP_NUM_THREADS="1", MEMENTO_JOB=job,
-               MEMENTO_RANKS_PER_NODE="1", MEMENTO_TIMEOUT_S="60", MASTER_ADDR="127.0.0.1")
+               MEMENTO_RANKS_PER_NODE="1", MEMENTO_TIMEOUT_S="60", MASTER_ADDR="127.0.0.1",
+               # each close() ends a run normally; the next Checkpointer continues it
+               MEMENTO_KEEP_FINISHED="1", MEMENTO_RESUME_FINISHED="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), "--max_restarts", "0",
            os.path.abspath(__file__), "--worker"]
     try:

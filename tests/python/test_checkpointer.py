@@ -580,8 +580,8 @@ class _CloseFails:
     def __getattr__(self, name):
         return getattr(self._impl, name)
 
-    def close(self):
-        self._impl.close()
+    def close(self, finished=False):
+        self._impl.close(finished=finished)
         raise memento.TimeoutError("the last checkpoint did not commit")
 
 

@@ -361,8 +361,10 @@ class Checkpointer:
         """Collective. Restores the newest complete checkpoint in place.
 
         Returns a RestoreReport (usable as the int step), or None when the job never committed
-        a checkpoint (a fresh start). Raises UnrecoverableError when it did but no committed
-        version can be rebuilt from memory or read from the remote tier. A restore that
+        a checkpoint (a fresh start) or its last run finished (close(); logged at warning,
+        naming the step: resume_finished=True / MEMENTO_RESUME_FINISHED=1 continues it).
+        Raises UnrecoverableError when it did but no committed version can be rebuilt from
+        memory or read from the remote tier. A restore that
         raises may have written part of a version into the tensors (it restores in place):
         do not train on from them; exit and relaunch, or restore() again. After an
         elastic restore (report.elastic) the restored tensors are snapshotted under the new
@@ -436,9 +438,20 @@ class Checkpointer:
         latest_committed(), interval_stats(), ...) answer the values they had when it
         closed, and close() again does nothing. Called from another thread (a watchdog), it first waits for the save(),
         restore() or wait in flight there to return.
+
+        close() (also leaving a `with` block without an exception) ends the run normally:
+        collectively, once every rank's last checkpoint committed, the run is marked finished
+        (in the node stores and on the remote tier) and every rank's node store is unlinked,
+        freeing its memory (keep_finished=True / MEMENTO_KEEP_FINISHED=1 keeps it, marked).
+        The same job started again then begins fresh: restore() returns None, unless
+        resume_finished=True / MEMENTO_RESUME_FINISHED=1. A `with` block left by an exception,
+        or a close() after a failed save(), marks nothing: a relaunch restores as after a crash.
         """
+        self._close(finished=True)
+
+    def _close(self, finished):
         try:
-            self._impl.close()
+            self._impl.close(finished=finished)
         finally:
             _flush_logs()
 
@@ -452,7 +465,7 @@ class Checkpointer:
         # An exception is on its way out: the failure of the last checkpoint is logged
         # rather than raised in its place.
         try:
-            self.close()
+            self._close(finished=False)
         except MementoError as e:
             _logs.logger.error("close: the checkpoint in flight failed: %s", e)
         return False

@@ -202,8 +202,10 @@ class PyCheckpointer {
   PyCheckpointer& operator=(const PyCheckpointer&) = delete;
 
   // Waits for the checkpoint in flight, releases everything, then raises if
-  // that checkpoint failed. A second Close does nothing.
-  void Close() { Check(Release()); }
+  // that checkpoint failed. A second Close does nothing. `finished`: the
+  // run ended normally, so first TorchCheckpointer::Finish (marked finished
+  // once every rank's last checkpoint committed; its node stores freed).
+  void Close(bool finished) { Check(Release(finished)); }
 
   TorchCheckpointer& ck() {
     if (!ck_) throw StatusError(Status::FailedPrecondition("the checkpointer is closed"));
@@ -247,13 +249,17 @@ class PyCheckpointer {
   // What Wait returned.
   // The lock is held until both are gone: a second close() (the main
   // thread's while a watchdog's runs) returns once they are.
-  Status Release() {
+  // `finished`: TorchCheckpointer::Finish first, under the lock (no save()
+  // of another thread runs beside it); its failure comes first.
+  Status Release(bool finished = false) {
     std::unique_lock<std::shared_mutex> lock(call_mu_, std::defer_lock);
     Status s;
     {
       py::gil_scoped_release release;
       lock.lock();
+      Status ended = ck_ && finished ? ck_->Finish() : Status::Ok();
       s = ck_ ? ck_->Wait() : Status::Ok();
+      if (!ended.ok()) s = ended;
       if (ck_) last_ = LastValues::Of(*ck_);
     }
     std::unique_ptr<TorchCheckpointer> ck = std::move(ck_);
@@ -422,7 +428,7 @@ void BindCheckpointer(py::module_& m) {
       .def("wait_snapshot", &PyCheckpointer::WaitSnapshot)
       .def("wait", &PyCheckpointer::Wait)
       .def("wait_persist", &PyCheckpointer::WaitPersist)
-      .def("close", &PyCheckpointer::Close)
+      .def("close", &PyCheckpointer::Close, py::arg("finished") = false)
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {
              runtime::Checkpointer* engine = c.ck().engine();

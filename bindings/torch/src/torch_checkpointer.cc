@@ -287,6 +287,7 @@ class TorchCheckpointer::Impl {
   // wait took from the engine it closed (reported once, first).
   Status Wait() { return WithUnreported(engine_ ? engine_->Wait() : Status::Ok()); }
   Status WaitPersist() { return WithUnreported(engine_ ? engine_->WaitPersist() : Status::Ok()); }
+  Status Finish() { return WithUnreported(engine_ ? engine_->Finish() : Status::Ok()); }
 
   runtime::Checkpointer* engine() { return engine_.get(); }
   // f(the engine, or null before the first Save / Restore) under the engine
@@ -950,6 +951,7 @@ void TorchCheckpointer::ReportDone(const std::string& state_hash) {
 }
 Status TorchCheckpointer::Wait() { return impl_->Wait(); }
 Status TorchCheckpointer::WaitPersist() { return impl_->WaitPersist(); }
+Status TorchCheckpointer::Finish() { return impl_->Finish(); }
 std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
   return impl_->WithEngine([](const runtime::Checkpointer* e) {
     return e != nullptr ? e->LatestCommitted() : std::nullopt;

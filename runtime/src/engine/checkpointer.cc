@@ -517,7 +517,7 @@ void Checkpointer::Impl::BuildStages() {
 
 Status Checkpointer::Impl::Save(uint64_t step) {
   const auto t0 = Clock::now();
-  if (finished_) return Status::FailedPrecondition("Save: the run finished (Finish)");
+  if (finished_) return Status::FailedPrecondition("Save: the checkpointer is closed (Finish)");
   MEMENTO_RETURN_IF_ERROR(Prepare());
   if (Status broken = committer_->broken(); !broken.ok()) {
     return broken.WithContext("Save(" + std::to_string(step) + ")");

@@ -53,7 +53,7 @@ void SeeStore(const NodeStore& store, std::optional<FinishedRun>* mark,
 }  // namespace
 
 Result<RestoreReport> Checkpointer::Impl::Restore() {
-  if (finished_) return Status::FailedPrecondition("Restore: the run finished (Finish)");
+  if (finished_) return Status::FailedPrecondition("Restore: the checkpointer is closed (Finish)");
   MEMENTO_RETURN_IF_ERROR(Prepare());
   // Nothing in flight while the check's collective runs (the commit thread
   // issues a version's collectives).

@@ -252,6 +252,14 @@ class TorchCheckpointer {
   Status WaitSnapshot();
   Status Wait();
   Status WaitPersist();
+  // Collective. Ends the run normally, after its last Save
+  // (runtime::Checkpointer::Finish): when every rank's last version
+  // committed, the run is marked finished and its node stores are unlinked
+  // (kept, marked, with Config::keep_finished), so that the same job started
+  // again begins fresh (Restore returns std::nullopt) unless
+  // Config::resume_finished. Not for a run that is failing. OK at once before
+  // the first Save or Restore; afterwards Save and Restore fail.
+  Status Finish();
 
   // For `memento launch`'s progress line and timeline (no-ops outside it):
   // the loss of the step whose Save comes next; time the caller was blocked

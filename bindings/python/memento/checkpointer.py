@@ -1,10 +1,11 @@
 """Checkpointer: the Python face of memento's engine (registration, save, restore)."""
 import pickle
+import time
 import types
 
 import torch
 
-from . import _compat, _logs, _memento, optim, placement, stateful
+from . import _compat, _logs, _memento, launch_events, optim, placement, stateful
 from ._logs import flush_logs as _flush_logs
 from ._memento import FailedPreconditionError, InvalidArgumentError, MementoError  # noqa: F401
 from .report import RestoreReport
@@ -47,20 +48,23 @@ def _alias_key(t):
 class Checkpointer:
     """In-memory checkpoints of torch tensors, modules and optimizers."""
 
-    def __init__(self, *, launcher="auto", extra_capacity=256 * 1024, **settings):
+    def __init__(self, *, launcher="auto", extra_capacity=256 * 1024, total_steps=None,
+                 **settings):
         keywords = settings_keywords()
         variables = {}
         for key, value in settings.items():
             if key not in keywords:
                 raise InvalidArgumentError(
-                    "unknown setting %r (accepted: launcher, extra_capacity, %s)"
+                    "unknown setting %r (accepted: launcher, extra_capacity, total_steps, %s)"
                     % (key, ", ".join(sorted(keywords))))
             if value is None:
                 continue
             if isinstance(value, bool):
                 value = int(value)
             variables[keywords[key]] = str(value)
-        self._impl = _memento._Checkpointer(variables, launcher, int(extra_capacity))
+        # total_steps: the step the job runs to, for `memento launch`'s progress line.
+        self._impl = _memento._Checkpointer(variables, launcher, int(extra_capacity),
+                                            int(total_steps or 0))
         self._sources = []      # (kind, prefix, object, replicated, shard spec of a tensor)
         self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
         self._extras = []       # dicts given as extra=
@@ -337,8 +341,12 @@ class Checkpointer:
         stateful.apply(state, self._sources, self._extras, self._statefuls, self._modules())
 
     # ---- checkpointing ---------------------------------------------------------------------
-    def save(self, step):
+    def save(self, step, loss=None):
         """Collective. Starts checkpoint `step` (> the last one) and returns once its copy began.
+
+        Under `memento launch` every call is the job's progress: `step` and the `loss` given
+        (a number or a one-element tensor; optional) appear in the launcher's progress line,
+        and `--inject N@STEP` fires once the job reached STEP.
 
         It waits first for the previous checkpoint if that is still being protected (one in
         flight), so a save interval shorter than the protect time stalls training.
@@ -347,12 +355,15 @@ class Checkpointer:
         the others return at once without copying anything (interval_stats() counts them).
         """
         try:
-            if not self._impl.would_save(int(step)):
-                self._impl.save(int(step))
-                return
-            states = self._module_states()
-            self._impl.set_tensors(self._entries(states))
-            self._impl.set_user_state(pickle.dumps(self._extra_state(states), protocol=4))
+            t0 = time.perf_counter()
+            if loss is not None:
+                self._impl.set_loss(float(loss))
+            if self._impl.would_save(int(step)):
+                states = self._module_states()
+                self._impl.set_tensors(self._entries(states))
+                self._impl.set_user_state(pickle.dumps(self._extra_state(states), protocol=4))
+            # The training thread's time in Python's part of save() is stall too.
+            self._impl.add_caller_stall(time.perf_counter() - t0)
             self._impl.save(int(step))
         finally:
             _flush_logs()
@@ -451,9 +462,27 @@ class Checkpointer:
 
     def _close(self, finished):
         try:
-            self._impl.close(finished=finished)
+            failure = None
+            if finished and launch_events.active():
+                failure = self._report_done()
+            # The last checkpoint failed (wait() above reported it): not a normal end.
+            self._impl.close(finished=finished and failure is None)
+            if failure is not None:
+                raise failure
         finally:
             _flush_logs()
+
+    def _report_done(self):
+        """Tells `memento launch` the run ended, once its last checkpoint committed. Returns
+        the failure of that checkpoint (close() raises it), or None."""
+        try:
+            self._impl.wait()
+            self._impl.report_done(launch_events.state_hash(self._entries()))
+        except FailedPreconditionError:
+            return None  # closed already (by another thread)
+        except MementoError as e:
+            return e
+        return None
 
     def __enter__(self):
         return self

@@ -128,7 +128,7 @@ struct LastValues {
 class PyCheckpointer {
  public:
   PyCheckpointer(const std::map<std::string, std::string>& settings, const std::string& launcher,
-                 uint64_t extra_capacity) {
+                 uint64_t extra_capacity, uint64_t total_steps) {
     // MEMENTO_* variables of the environment (checked as Config::FromEnv
     // checks them: an unknown one is an error unless MEMENTO_ALLOW_UNKNOWN=1),
     // then the keyword arguments over them.
@@ -142,6 +142,7 @@ class PyCheckpointer {
     }
     Options options;
     options.extra_capacity = extra_capacity;
+    options.total_steps = total_steps;
     ck_ = Check(TorchCheckpointer::Create(config, transport_, options));
     auto tensors = tensors_;
     Check(ck_->RegisterSource([tensors] { return *tensors; }));
@@ -418,8 +419,23 @@ py::dict IntervalDict(const runtime::IntervalStats& s) {
 
 void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "_Checkpointer")
-      .def(py::init<const std::map<std::string, std::string>&, const std::string&, uint64_t>(),
-           py::arg("settings"), py::arg("launcher"), py::arg("extra_capacity"))
+      .def(py::init<const std::map<std::string, std::string>&, const std::string&, uint64_t,
+                    uint64_t>(),
+           py::arg("settings"), py::arg("launcher"), py::arg("extra_capacity"),
+           py::arg("total_steps") = 0)
+      // memento launch's progress records (no-ops outside the launcher).
+      .def("set_loss",
+           [](PyCheckpointer& c, double loss) {
+             c.Get([loss](TorchCheckpointer& t) { t.SetLoss(loss); });
+           })
+      .def("add_caller_stall",
+           [](PyCheckpointer& c, double seconds) {
+             c.Get([seconds](TorchCheckpointer& t) { t.AddCallerStall(seconds); });
+           })
+      .def("report_done",
+           [](PyCheckpointer& c, const std::string& hash) {
+             c.Get([&hash](TorchCheckpointer& t) { t.ReportDone(hash); });
+           })
       .def("set_tensors", &PyCheckpointer::SetTensors)
       .def("set_user_state", &PyCheckpointer::SetUserState)
       .def("user_state", &PyCheckpointer::UserState)

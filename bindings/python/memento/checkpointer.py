@@ -357,6 +357,8 @@ class Checkpointer:
         try:
             t0 = time.perf_counter()
             if loss is not None:
+                if isinstance(loss, torch.Tensor):
+                    loss = loss.detach()
                 self._impl.set_loss(float(loss))
             if self._impl.would_save(int(step)):
                 states = self._module_states()

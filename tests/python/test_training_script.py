@@ -85,6 +85,18 @@ def test_a_tied_weight_is_stored_once_and_restored_tied(job):
         assert stored == sum(distinct.values())
         assert model.tok.weight is tied and model.head.weight is tied
         assert_same(at_3, gpt_state(model, opt))
+        for _ in range(2):  # the work a failure loses
+            lm_step(model, opt, ck)
+
+    # A relaunch: new objects (initialised otherwise), the same registration.
+    torch.manual_seed(7)
+    model = TinyGPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        assert ck.restore() == 3
+        assert model.head.weight is model.tok.weight
+        assert_same(at_3, gpt_state(model, opt))
         for step in range(3, 6):
             lm_step(model, opt, ck)
             ck.save(step + 1)

@@ -215,9 +215,10 @@ class Checkpointer:
 
         In registration order. A tensor registered under several names (tied weights, views
         of one storage alike) is one entry, under the first name. global_shape and offsets
-        are None for a tensor that is not a slice of a global one. copy_at_save: a module buffer, which the forward pass may change
-        before the next wait_snapshot() (BatchNorm's running statistics): save() copies it
-        before it returns instead of snapshotting it in place behind training.
+        are None for a tensor that is not a slice of a global one. copy_at_save: a module
+        buffer, which the forward pass may change before the next wait_snapshot() (BatchNorm's
+        running statistics): save() copies it before it returns instead of snapshotting it in
+        place behind training.
         """
         if states is None:
             states = self._module_states()
@@ -449,8 +450,8 @@ class Checkpointer:
         Raises a checkpoint failure wait() has not reported yet (after releasing everything).
         Afterwards save() and restore() raise FailedPreconditionError, the getters (rank,
         latest_committed(), interval_stats(), ...) answer the values they had when it
-        closed, and close() again does nothing. Called from another thread (a watchdog), it first waits for the save(),
-        restore() or wait in flight there to return.
+        closed, and close() again does nothing. Called from another thread (a watchdog), it
+        first waits for the save(), restore() or wait in flight there to return.
 
         close() (also leaving a `with` block without an exception) ends the run normally:
         collectively, once every rank's last checkpoint committed, the run is marked finished

@@ -100,6 +100,12 @@ def test_a_with_block_left_by_an_exception_does_not_finish(job):
     assert restored == 1, "a failed run is restored by its relaunch"
 
 
+def test_the_settings_are_keywords():
+    keywords = memento.settings_keywords()
+    assert keywords["resume_finished"] == "MEMENTO_RESUME_FINISHED"
+    assert keywords["keep_finished"] == "MEMENTO_KEEP_FINISHED"
+
+
 def test_job_id_from_torchrun(job, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="memento")
     monkeypatch.delenv("MEMENTO_JOB", raising=False)

@@ -23,9 +23,9 @@
 //
 // Ownership: the registered buffers are owned by the caller and must stay
 // valid while the Checkpointer lives. The Checkpointer owns its node store
-// mapping (never unlinks it: the memory outlives the process on purpose) and
-// its threads; destruction waits for the in-flight version and the persists
-// already scheduled.
+// mapping (it outlives the process on purpose: only Finish, at the normal
+// end of a run, unlinks it) and its threads; destruction waits for the
+// in-flight version and the persists already scheduled.
 #pragma once
 
 #include <cstdint>

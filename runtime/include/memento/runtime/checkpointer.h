@@ -9,12 +9,13 @@
 //   auto r = ck->Restore();                   // after a relaunch
 //   if (r.ok()) step = r->version + 1;
 //   else if (r.status().code() != StatusCode::kNotFound) return r.status();  // lost
-//   for (;; ++step) {
+//   for (; step < steps; ++step) {
 //     ck->WaitSnapshot();   // before the optimizer writes the buffers
 //     optimizer_step();
 //     forward_backward();
 //     if (step % k == 0) ck->Save(step);  // returns once the copy started (and the
 //   }                                     // previous version, if still in flight, is done)
+//   ck->Finish();  // a normal end: the same job started again begins fresh
 //
 // Collective calls (Prepare, Save, Restore) must be made by every rank, in the
 // same order. Every call is made from one application thread; the engine's own

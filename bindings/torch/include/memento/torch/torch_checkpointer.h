@@ -10,6 +10,7 @@
 //     optimizer.step();
 //     ck->Save(step + 1);
 //   }
+//   ck->Finish();                              // the end: the next run starts fresh
 //
 // Entry names (stable, documented; they name the regions of the node store):
 //   RegisterModule(m, "model.")   "model." + the name of Module::named_parameters()

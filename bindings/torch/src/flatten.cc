@@ -1,5 +1,9 @@
 // Stable flattened names of modules and optimizers (torch_checkpointer.h,
 // "Entry names"), and the creation of Adam / AdamW state before the first step.
+#include <set>
+#include <tuple>
+#include <vector>
+
 #include <c10/util/string_utils.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
@@ -18,6 +22,18 @@ namespace {
 void Add(std::vector<NamedTensor>& out, const std::string& name, const at::Tensor& t,
          bool replicated, const at::Tensor& state_of = at::Tensor()) {
   if (t.defined()) out.push_back({name, t, replicated, std::nullopt, state_of});
+}
+
+// What makes two tensors one entry: views of the same storage with the same
+// offset, sizes, strides and dtype (the same tensor under two names). A
+// tensor without bytes is keyed by its own object: nothing to share.
+using TensorAlias =
+    std::tuple<const void*, int64_t, std::vector<int64_t>, std::vector<int64_t>, int>;
+TensorAlias AliasOf(const at::Tensor& t) {
+  const bool has_bytes = t.has_storage() && t.numel() > 0 && t.storage().data() != nullptr;
+  const void* base = has_bytes ? t.storage().data() : static_cast<const void*>(t.unsafeGetTensorImpl());
+  return {base, has_bytes ? t.storage_offset() : -1, t.sizes().vec(), t.strides().vec(),
+          static_cast<int>(t.scalar_type())};
 }
 
 }  // namespace
@@ -56,13 +72,18 @@ std::string DTypeName(at::ScalarType type) {
 std::vector<NamedTensor> ModuleTensors(const torch::nn::Module& module, const std::string& prefix,
                                        bool replicated) {
   std::vector<NamedTensor> out;
+  // A tensor registered under several names (a tied weight: an output head
+  // sharing the embedding's, which named_parameters lists under both) is one
+  // entry, under its first name; restoring it in place restores every name.
+  std::set<TensorAlias> seen;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().defined() || !seen.insert(AliasOf(item.value())).second) continue;
     Add(out, prefix + item.key(), item.value(), replicated);
   }
   // The forward pass may change buffers (running statistics) before the
   // next WaitSnapshot: they are copied at Save.
   for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-    if (!item.value().defined()) continue;
+    if (!item.value().defined() || !seen.insert(AliasOf(item.value())).second) continue;
     Add(out, prefix + item.key(), item.value(), /*replicated=*/false);
     out.back().copy_at_save = true;
   }

@@ -53,6 +53,7 @@ Json SegmentJson(const runtime::SegmentReport& rep) {
   seg["lane"] = rep.local_rank;
   seg["regions"] = rep.region_names;
   seg["payload_bytes_per_slot"] = rep.payload_bytes;
+  if (rep.finished) seg["finished_version"] = rep.finished->version;
   Json& slots = seg["slots"] = Json::array();
   for (const auto& slot : rep.inventory.slots) {
     Json s = {{"slot", slot.slot}};

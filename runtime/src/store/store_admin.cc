@@ -38,6 +38,7 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
     rep.payload_bytes = store->layout().PayloadBytes();
     for (const auto& r : store->layout().regions) rep.region_names.push_back(r.name);
     rep.inventory = store->Inventory();
+    rep.finished = store->Finished();
     rep.verified.resize(rep.inventory.slots.size());
     for (const auto& slot : rep.inventory.slots) {
       auto& out = rep.verified[slot.slot];
@@ -103,6 +104,7 @@ std::string FormatReports(const std::vector<SegmentReport>& reports) {
     }
     os << "  node=" << rep.node << " lane=" << rep.local_rank << " regions=" << rep.region_count
        << " payload/slot=" << rep.payload_bytes << "\n";
+    if (rep.finished) os << "  finished at version " << rep.finished->version << "\n";
     for (const auto& slot : rep.inventory.slots) {
       os << "  slot " << slot.slot << ": ";
       if (slot.ok) {

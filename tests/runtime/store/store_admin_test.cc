@@ -98,6 +98,34 @@ TEST(StoreAdmin, InspectReportsAndVerifiesEverySegment) {
   }
 }
 
+// The finished mark of a kept store: set and cleared by its owner, read by
+// inspect, and a damaged one counts as none (the store restores as before).
+TEST(StoreAdmin, InspectShowsTheFinishedMark) {
+  JobCleaner job(UniqueJob("fin"));
+  NodeStore a = MakeStore(job.job(), "h/0", 0, 3);
+  EXPECT_FALSE(a.Finished().has_value());
+  ASSERT_TRUE(a.MarkFinished({0x1234, 3, 99}).ok());
+  auto reports = InspectJob(job.job(), false);
+  ASSERT_TRUE(reports.ok() && reports->size() == 1u);
+  ASSERT_TRUE((*reports)[0].finished.has_value());
+  EXPECT_EQ((*reports)[0].finished->lineage, 0x1234u);
+  EXPECT_EQ((*reports)[0].finished->version, 3u);
+  EXPECT_NE(FormatReports(*reports).find("finished at version 3"), std::string::npos);
+  auto ro = NodeStore::AttachByName(a.segment_name(), ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  EXPECT_EQ(ro->MarkFinished({1, 1, 1}).code(), StatusCode::kFailedPrecondition);
+
+  auto raw = ShmSegment::Open(a.segment_name(), ShmSegment::Access::kReadWrite);
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  raw->data()[f::kFinishedOffset + offsetof(f::FinishedMark, version)] ^= 1;
+  EXPECT_FALSE(a.Finished().has_value()) << "a damaged mark is no mark";
+  ASSERT_TRUE(a.MarkFinished({0x1234, 3, 99}).ok());
+  ASSERT_TRUE(a.Finished().has_value());
+  ASSERT_TRUE(a.ClearFinished().ok());
+  EXPECT_FALSE(a.Finished().has_value());
+  EXPECT_TRUE(a.FindVersion(3).has_value()) << "marking never touches the slots";
+}
+
 TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {
   JobCleaner job(UniqueJob("adm"));
   JobCleaner other(UniqueJob("adm"));

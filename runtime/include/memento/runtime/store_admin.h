@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct SegmentReport {
   std::vector<std::string> region_names;  // layout order
   uint64_t payload_bytes = 0;             // one slot's region capacities
   StoreInventory inventory;               // when status ok
+  // The finished mark (NodeStore::Finished): the run ended normally and the
+  // store was kept (MEMENTO_KEEP_FINISHED=1).
+  std::optional<FinishedRun> finished;
   // Per slot, per region: Corruption for a region of a sealed slot whose seal
   // record or slot header does not validate; with verify, the result of
   // VerifyRegion for the sealed regions that do; OK otherwise. Same shape as

@@ -1,5 +1,6 @@
 #include "memento/torch/gloo_transport.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +16,31 @@ namespace {
 
 using runtime::Transport;
 
+// A message on (peer, tag) is a lead on gloo tag 2*tag: its length (a
+// uint64), then the bytes themselves when there are at most kInlineBytes;
+// longer ones follow as a second gloo message of exactly that length on tag
+// 2*tag + 1, which lands in place. Headers and other small messages thus
+// cost one gloo operation, not two.
+constexpr size_t kLengthBytes = sizeof(uint64_t);
+constexpr size_t kLeadBytes = 1024;
+constexpr size_t kInlineBytes = kLeadBytes - kLengthBytes;
+// Lead receives kept posted on each (peer, tag) once it has been received
+// on: a message whose receive is posted is written by the sender at once and
+// read by gloo's thread as it arrives, instead of waiting for a round trip
+// (the sender's "ready to send", the receiver's "ready to receive") when the
+// receiver asks for it. 16 KiB a channel.
+constexpr size_t kLeadsPosted = 16;
+// Small sends are copied and left in flight (the caller's buffer is free at
+// once, as MPI's eager protocol does); at most this many per peer, then a
+// Send waits for the oldest.
+constexpr size_t kEagerPerPeer = 128;
+
 at::Tensor Blob(void* data, size_t bytes) {
   return at::from_blob(data, {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+}
+
+Status WaitedTwice() {
+  return Status::FailedPrecondition("a started transfer was already waited for");
 }
 
 class GlooTransport final : public Transport {
@@ -27,7 +51,32 @@ class GlooTransport final : public Transport {
         rank_(rank),
         size_(size),
         timeout_(timeout),
-        send_mu_(static_cast<size_t>(size)) {}
+        send_mu_(static_cast<size_t>(size)),
+        eager_(static_cast<size_t>(size)) {}
+
+  ~GlooTransport() override {
+    // Small messages sent eagerly are delivered before the connections close
+    // (a blocking send would have waited for them too), within the timeout;
+    // the lead receives stay posted meanwhile, so that peers closing at the
+    // same time deliver theirs here. Then the posted receives and the
+    // process group go.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (auto& q : eager_) {
+      for (auto& work : q) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (broken_.load() || left.count() <= 0) break;
+        try {
+          work->wait(left);
+        } catch (const std::exception&) {
+          broken_.store(true);
+        }
+      }
+      q.clear();
+    }
+    channels_.clear();
+    pg_.reset();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -74,49 +123,102 @@ class GlooTransport final : public Transport {
 
   Status Send(int peer, int tag, const void* data, size_t bytes) override {
     MEMENTO_RETURN_IF_ERROR(CheckPeer(peer, tag));
-    if (peer == rank_) {
-      std::lock_guard<std::mutex> lock(self_mu_);
-      self_box_[tag].emplace_back(static_cast<const uint8_t*>(data),
-                                  static_cast<const uint8_t*>(data) + bytes);
-      self_cv_.notify_all();
-      return Status::Ok();
-    }
-    std::lock_guard<std::mutex> lock(send_mu_[peer]);
-    std::vector<at::Tensor> header{at::full({1}, static_cast<int64_t>(bytes), at::kLong)};
-    MEMENTO_RETURN_IF_ERROR(PointToPoint("send", [&] { return pg_->send(header, peer, 2 * tag); }));
-    if (bytes == 0) return Status::Ok();
-    std::vector<at::Tensor> payload{Blob(const_cast<void*>(data), bytes)};
-    return PointToPoint("send", [&] { return pg_->send(payload, peer, 2 * tag + 1); });
+    if (peer == rank_) return SendSelf(tag, data, bytes);
+    c10::intrusive_ptr<c10d::Work> payload;
+    MEMENTO_RETURN_IF_ERROR(Post(peer, tag, data, bytes, &payload));
+    return payload ? WaitWork("send", payload) : Status::Ok();
   }
 
   Result<size_t> Recv(int peer, int tag, void* data, size_t capacity) override {
     MEMENTO_RETURN_IF_ERROR(CheckPeer(peer, tag));
     if (peer == rank_) return RecvSelf(tag, data, capacity);
-    std::mutex* mu;
-    {
-      std::lock_guard<std::mutex> lock(map_mu_);
-      mu = &recv_mu_[{peer, tag}];
+    return Take(peer, tag, data, capacity);
+  }
+
+  // A send is posted at once: small messages are copied and left in flight,
+  // a large payload moves while the caller goes on, until Wait.
+  Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,
+                                                     size_t bytes) override {
+    MEMENTO_RETURN_IF_ERROR(CheckPeer(peer, tag));
+    c10::intrusive_ptr<c10d::Work> payload;
+    if (peer == rank_) {
+      MEMENTO_RETURN_IF_ERROR(SendSelf(tag, data, bytes));
+    } else {
+      MEMENTO_RETURN_IF_ERROR(Post(peer, tag, data, bytes, &payload));
     }
-    std::lock_guard<std::mutex> lock(*mu);
-    std::vector<at::Tensor> header{at::empty({1}, at::kLong)};
-    MEMENTO_RETURN_IF_ERROR(PointToPoint("recv", [&] { return pg_->recv(header, peer, 2 * tag); }));
-    const size_t bytes = static_cast<size_t>(header[0].item<int64_t>());
-    if (bytes == 0) return size_t{0};
-    at::Tensor into =
-        bytes <= capacity ? Blob(data, bytes) : at::empty({(int64_t)bytes}, at::kByte);
-    std::vector<at::Tensor> payload{into};
-    MEMENTO_RETURN_IF_ERROR(
-        PointToPoint("recv", [&] { return pg_->recv(payload, peer, 2 * tag + 1); }));
-    if (bytes > capacity) {
-      return Status::InvalidArgument("gloo transport: message of " + std::to_string(bytes) +
-                                     " bytes from rank " + std::to_string(peer) + " tag " +
-                                     std::to_string(tag) + " exceeds the receive capacity " +
-                                     std::to_string(capacity));
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<PendingSend>(this, std::move(payload), bytes));
+  }
+
+  // The receive takes its message when waited for (dropped unwaited, it takes
+  // none, as a cancelled one); starting it posts the channel's lead receives,
+  // so that the message's lead, and the next ones, arrive meanwhile.
+  Result<std::unique_ptr<PendingTransfer>> StartRecv(int peer, int tag, void* data,
+                                                     size_t capacity) override {
+    MEMENTO_RETURN_IF_ERROR(CheckPeer(peer, tag));
+    if (peer != rank_) {
+      // Busy: a receive of this channel is taking a message and tops it up.
+      Channel& ch = ChannelOf(peer, tag);
+      std::unique_lock<std::mutex> lock(ch.mu, std::try_to_lock);
+      if (lock.owns_lock()) MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
     }
-    return bytes;
+    return std::unique_ptr<PendingTransfer>(
+        std::make_unique<PendingRecv>(this, peer, tag, data, capacity));
   }
 
  private:
+  // A lead receive posted on a channel: its buffer and its gloo work.
+  struct Lead {
+    at::Tensor buffer;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  // One (peer, tag) of receives: its leads, oldest first. `mu` is held by the
+  // one receive taking a message, from its lead to its payload, so that the
+  // payloads (matched by gloo in the order their receives are posted) go to
+  // the receives whose leads announced them.
+  struct Channel {
+    std::mutex mu;
+    std::deque<Lead> leads;
+  };
+
+  class PendingSend final : public PendingTransfer {
+   public:
+    PendingSend(GlooTransport* t, c10::intrusive_ptr<c10d::Work> payload, size_t bytes)
+        : t_(t), payload_(std::move(payload)), bytes_(bytes) {}
+    ~PendingSend() override {
+      if (!waited_) (void)Wait();  // a send dropped unwaited is finished, as Wait
+    }
+    Result<size_t> Wait() override {
+      if (std::exchange(waited_, true)) return WaitedTwice();
+      if (payload_) MEMENTO_RETURN_IF_ERROR(t_->WaitWork("send", payload_));
+      payload_.reset();
+      return bytes_;
+    }
+
+   private:
+    GlooTransport* const t_;
+    c10::intrusive_ptr<c10d::Work> payload_;
+    const size_t bytes_;
+    bool waited_ = false;
+  };
+
+  class PendingRecv final : public PendingTransfer {
+   public:
+    PendingRecv(GlooTransport* t, int peer, int tag, void* data, size_t capacity)
+        : t_(t), peer_(peer), tag_(tag), data_(data), capacity_(capacity) {}
+    Result<size_t> Wait() override {
+      if (std::exchange(waited_, true)) return WaitedTwice();  // would take another message
+      return t_->Recv(peer_, tag_, data_, capacity_);
+    }
+
+   private:
+    GlooTransport* const t_;
+    const int peer_, tag_;
+    void* const data_;
+    const size_t capacity_;
+    bool waited_ = false;
+  };
+
   Status CheckPeer(int peer, int tag) const {
     if (peer < 0 || peer >= size_) {
       return Status::InvalidArgument("gloo transport: peer " + std::to_string(peer) +
@@ -127,6 +229,99 @@ class GlooTransport final : public Transport {
                                      " out of range 0.." + std::to_string(runtime::kMaxTag));
     }
     if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");
+    return Status::Ok();
+  }
+
+  // Posts the lead of a message to `peer` and, for a long one, its payload,
+  // whose work goes to *payload (left empty for a message sent inline).
+  Status Post(int peer, int tag, const void* data, size_t bytes,
+              c10::intrusive_ptr<c10d::Work>* payload) {
+    // A message's lead and payload are posted back to back, so that two
+    // threads' messages to one peer and tag never cross.
+    std::lock_guard<std::mutex> lock(send_mu_[peer]);
+    std::deque<c10::intrusive_ptr<c10d::Work>>& eager = eager_[peer];
+    while (eager.size() >= kEagerPerPeer) {
+      c10::intrusive_ptr<c10d::Work> oldest = std::move(eager.front());
+      eager.pop_front();
+      MEMENTO_RETURN_IF_ERROR(WaitWork("send", oldest));
+    }
+    const bool inline_bytes = bytes <= kInlineBytes;
+    std::vector<at::Tensor> lead{
+        at::empty({static_cast<int64_t>(kLengthBytes + (inline_bytes ? bytes : 0))}, at::kByte)};
+    const uint64_t length = bytes;
+    std::memcpy(lead[0].data_ptr(), &length, kLengthBytes);
+    if (inline_bytes && bytes != 0) {
+      std::memcpy(lead[0].data_ptr<uint8_t>() + kLengthBytes, data, bytes);
+    }
+    c10::intrusive_ptr<c10d::Work> work;
+    MEMENTO_RETURN_IF_ERROR(Start(
+        "send", [&] { return pg_->send(lead, peer, 2 * tag); }, &work));
+    eager.push_back(std::move(work));  // its tensor stays alive with it
+    if (inline_bytes) return Status::Ok();
+    std::vector<at::Tensor> body{Blob(const_cast<void*>(data), bytes)};
+    return Start(
+        "send", [&] { return pg_->send(body, peer, 2 * tag + 1); }, payload);
+  }
+
+  Channel& ChannelOf(int peer, int tag) {
+    std::lock_guard<std::mutex> lock(channels_mu_);
+    std::unique_ptr<Channel>& ch = channels_[{peer, tag}];
+    if (!ch) ch = std::make_unique<Channel>();
+    return *ch;
+  }
+
+  // Keeps kLeadsPosted lead receives posted on `ch` (under ch->mu).
+  Status TopUp(Channel* ch, int peer, int tag) {
+    while (ch->leads.size() < kLeadsPosted) {
+      Lead lead{at::empty({static_cast<int64_t>(kLeadBytes)}, at::kByte), {}};
+      std::vector<at::Tensor> into{lead.buffer};
+      MEMENTO_RETURN_IF_ERROR(Start(
+          "recv", [&] { return pg_->recv(into, peer, 2 * tag); }, &lead.work));
+      ch->leads.push_back(std::move(lead));
+    }
+    return Status::Ok();
+  }
+
+  // Takes the next message of (peer, tag): its lead, then its payload.
+  Result<size_t> Take(int peer, int tag, void* data, size_t capacity) {
+    Channel& ch = ChannelOf(peer, tag);
+    std::lock_guard<std::mutex> lock(ch.mu);
+    MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
+    Lead lead = std::move(ch.leads.front());
+    ch.leads.pop_front();
+    MEMENTO_RETURN_IF_ERROR(WaitWork("recv", lead.work));
+    MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
+    uint64_t bytes = 0;
+    std::memcpy(&bytes, lead.buffer.data_ptr(), kLengthBytes);
+    if (bytes <= kInlineBytes) {
+      if (bytes > capacity) return TooLong(peer, tag, bytes, capacity);
+      if (bytes != 0) std::memcpy(data, lead.buffer.data_ptr<uint8_t>() + kLengthBytes, bytes);
+      return static_cast<size_t>(bytes);
+    }
+    // Too long for `data`: taken into a buffer of its own, then refused.
+    std::vector<at::Tensor> body{bytes <= capacity
+                                     ? Blob(data, bytes)
+                                     : at::empty({static_cast<int64_t>(bytes)}, at::kByte)};
+    c10::intrusive_ptr<c10d::Work> work;
+    MEMENTO_RETURN_IF_ERROR(Start(
+        "recv", [&] { return pg_->recv(body, peer, 2 * tag + 1); }, &work));
+    MEMENTO_RETURN_IF_ERROR(WaitWork("recv", work));
+    if (bytes > capacity) return TooLong(peer, tag, bytes, capacity);
+    return static_cast<size_t>(bytes);
+  }
+
+  static Status TooLong(int peer, int tag, uint64_t bytes, size_t capacity) {
+    return Status::InvalidArgument("gloo transport: message of " + std::to_string(bytes) +
+                                   " bytes from rank " + std::to_string(peer) + " tag " +
+                                   std::to_string(tag) + " exceeds the receive capacity " +
+                                   std::to_string(capacity));
+  }
+
+  Status SendSelf(int tag, const void* data, size_t bytes) {
+    std::lock_guard<std::mutex> lock(self_mu_);
+    self_box_[tag].emplace_back(static_cast<const uint8_t*>(data),
+                                static_cast<const uint8_t*>(data) + bytes);
+    self_cv_.notify_all();
     return Status::Ok();
   }
 
@@ -155,39 +350,56 @@ class GlooTransport final : public Transport {
     return t[0].item<int64_t>();
   }
 
-  // Runs a gloo operation and waits for it; a failure breaks the transport
-  // when `breaks` (collectives, timed-out receives).
+  // A gloo failure as a Status. A collective's failure or any timeout breaks
+  // the transport (gloo's own timeout has already failed every operation of
+  // its context); a point-to-point operation that failed otherwise (a peer
+  // gone) does not by itself.
+  Status Failure(const char* what, const std::exception& e, bool collective) {
+    const std::string msg = e.what();
+    const bool timed_out =
+        msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
+    if (collective || timed_out) broken_.store(true);
+    const std::string text =
+        std::string("gloo transport: ") + what + " failed: " + msg.substr(0, msg.find('\n'));
+    return timed_out ? Status::Timeout(text) : Status::Unavailable(text);
+  }
+
+  // Posts a point-to-point operation; its work goes to *work.
   template <typename F>
-  Status Run(const char* what, F&& start, bool collective) {
+  Status Start(const char* what, F&& start, c10::intrusive_ptr<c10d::Work>* work) {
     if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");
-    c10::intrusive_ptr<c10d::Work> work;
     try {
-      work = start();
+      *work = start();
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Failure(what, e, false);
+    }
+  }
+
+  // Waits for a posted point-to-point operation.
+  Status WaitWork(const char* what, const c10::intrusive_ptr<c10d::Work>& work) {
+    try {
       work->wait(timeout_);
       return Status::Ok();
     } catch (const std::exception& e) {
-      const std::string msg = e.what();
-      const bool timed_out =
-          msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
-      if (collective || timed_out) broken_.store(true);
-      if (work && !collective) {
-        try {
-          work->abort();
-        } catch (const std::exception&) {
-        }
+      try {
+        work->abort();
+      } catch (const std::exception&) {
       }
-      const std::string text =
-          std::string("gloo transport: ") + what + " failed: " + msg.substr(0, msg.find('\n'));
-      return timed_out ? Status::Timeout(text) : Status::Unavailable(text);
+      return Failure(what, e, false);
     }
   }
+
+  // Runs a collective and waits for it.
   template <typename F>
   Status Collective(const char* what, F&& start) {
-    return Run(what, std::forward<F>(start), true);
-  }
-  template <typename F>
-  Status PointToPoint(const char* what, F&& start) {
-    return Run(what, std::forward<F>(start), false);
+    if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");
+    try {
+      start()->wait(timeout_);
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return Failure(what, e, true);
+    }
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
@@ -195,8 +407,11 @@ class GlooTransport final : public Transport {
   const std::chrono::milliseconds timeout_;
   std::atomic<bool> broken_{false};
   std::vector<std::mutex> send_mu_;
-  std::mutex map_mu_;
-  std::map<std::pair<int, int>, std::mutex> recv_mu_;
+  // Per peer: the leads (and inline messages) sent, oldest first, until
+  // reclaimed (under send_mu_[peer]).
+  std::vector<std::deque<c10::intrusive_ptr<c10d::Work>>> eager_;
+  std::mutex channels_mu_;
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels_;
   std::mutex self_mu_;
   std::condition_variable self_cv_;
   std::map<int, std::deque<std::vector<uint8_t>>> self_box_;
@@ -228,13 +443,12 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
     return Status::InvalidArgument("torchrun launch: RANK " + std::to_string(o.rank) +
                                    " is not below WORLD_SIZE " + std::to_string(o.size));
   }
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  o.agent_store = agent != nullptr && std::string(agent) == "True";
-  // Without the agent's store, rank 0 hosts one at MASTER_PORT + 1.
-  if (o.master_port < 1 || o.master_port > (o.agent_store ? 65535 : 65534)) {
+  if (o.master_port < 1 || o.master_port > 65535) {
     return Status::InvalidArgument("torchrun launch: MASTER_PORT " + std::to_string(o.master_port) +
                                    " is not a port");
   }
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  o.agent_store = agent != nullptr && std::string(agent) == "True";
   const char* addr = std::getenv("MASTER_ADDR");
   if (addr == nullptr || *addr == '\0') {
     return Status::InvalidArgument("torchrun launch: MASTER_ADDR is not set");
@@ -248,25 +462,46 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
 
 Result<std::shared_ptr<runtime::Transport>> CreateGlooTransport(
     const GlooTransportOptions& options) {
+  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
   try {
     c10d::TCPStoreOptions so;
-    so.port = static_cast<std::uint16_t>(options.agent_store ? options.master_port
-                                                             : options.master_port + 1);
+    so.port = static_cast<std::uint16_t>(options.master_port);
+    // Without the agent's store, rank 0 serves the store at MASTER_PORT as
+    // torch's env:// rendezvous does, multi-tenant: the application's own
+    // init_process_group in the same process, before or after this, shares
+    // that server instead of binding the port a second time.
     so.isServer = !options.agent_store && options.rank == 0;
+    so.multiTenant = so.isServer;
     so.numWorkers = options.size;
     so.waitWorkers = false;
     so.timeout = options.timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, so);
-    // The n-th transport a process creates under a prefix meets the other
-    // ranks' n-th (creation is collective) under keys of its own: a later
-    // one (a second Checkpointer, or one opened again after close) would
-    // otherwise read the addresses an earlier one left in the store.
+    tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, so);
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    const std::string how =
+        options.agent_store
+            ? "as a client of torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True)"
+        : options.rank == 0 ? "hosting it (TORCHELASTIC_USE_AGENT_STORE is not True: rank 0 "
+                              "serves the store there, shared with the application's own "
+                              "process group; another process holds the port?)"
+                            : "as a client of rank 0's store";
+    return Status::Unavailable("gloo transport: cannot open the store at MASTER_ADDR:MASTER_PORT " +
+                               where + " " + how + ": " + msg.substr(0, msg.find('\n')));
+  }
+  try {
+    // The n-th transport a process creates for a rank under a prefix meets
+    // the other ranks' n-th (creation is collective) under keys of its own: a
+    // later one (a second Checkpointer, or one opened again after close)
+    // would otherwise read the addresses an earlier one left in the store.
+    // Counted per rank too, so that ranks that are threads of one process
+    // (tests) count alike.
     int n = 0;
     {
       static std::mutex mu;
-      static std::map<std::string, int> created;
+      static std::map<std::pair<std::string, int>, int> created;
       std::lock_guard<std::mutex> lock(mu);
-      n = created[options.prefix]++;
+      n = created[{options.prefix, options.rank}]++;
     }
     auto store =
         c10::make_intrusive<c10d::PrefixStore>(options.prefix + std::to_string(n) + "/", tcp);
@@ -282,8 +517,9 @@ Result<std::shared_ptr<runtime::Transport>> CreateGlooTransport(
         std::move(pg), options.rank, options.size, options.timeout));
   } catch (const std::exception& e) {
     std::string msg = e.what();
-    return Status::Unavailable("gloo transport: cannot join the process group at " +
-                               options.master_addr + ": " + msg.substr(0, msg.find('\n')));
+    return Status::Unavailable(
+        "gloo transport: cannot join the process group through the store at " + where + ": " +
+        msg.substr(0, msg.find('\n')));
   }
 }
 

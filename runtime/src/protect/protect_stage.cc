@@ -38,6 +38,14 @@ constexpr uint64_t kParityPieceBytes = 256 << 10;
 // chunk streams while the last one is still landing, as the MPI ring's
 // messages do (all posted up front).
 constexpr size_t kPartsInFlight = 4;
+// Where transfers cannot be tested (gloo), a holder receives one part at a
+// time and each costs a round trip (its payload's receive is posted once its
+// header is in), whatever its size: the sender gathers replica parts that are
+// adjacent in the holder's region (consecutive entries, mostly) into one part
+// of up to this many bytes, a copy on the sender instead of round trips.
+// Measured under torchrun (4 ranks of 75 MiB in 512 tensors, 2 cores): one
+// part of 400 KiB cost ~4 ms, one of 4 KiB ~1 ms.
+constexpr uint64_t kGatherBytes = 1 << 20;
 
 }  // namespace
 
@@ -108,41 +116,92 @@ void ProtectStage::SenderLoop(int dest) {
   // Parts whose payload is on the wire, oldest first. Where transfers can be
   // tested (MPI), up to kPartsInFlight of them move at once, as the holder
   // keeps as many receives posted; elsewhere each send finishes in StartSend.
-  std::deque<std::pair<Part, std::unique_ptr<Transport::PendingTransfer>>> flight;
-  auto account = [&](const Status& s) {  // under out_mu_
+  struct InFlight {
+    Part part;
+    size_t parts = 1;  // queued parts it stands for (gathered)
+    std::unique_ptr<Transport::PendingTransfer> payload;
+  };
+  std::deque<InFlight> flight;
+  auto account = [&](const Status& s, size_t parts) {  // under out_mu_
     if (!s.ok()) {
       box.failed = true;
       if (send_status_.ok()) send_status_ = s;
     }
-    if (--out_pending_ == 0) sent_cv_.notify_all();
+    out_pending_ -= parts;
+    if (out_pending_ == 0) sent_cv_.notify_all();
   };
+  const bool gather = !transport_->TestsTransfers();
+  std::vector<Part> run;
   std::unique_lock<std::mutex> lock(out_mu_);
   for (;;) {
     if (flight.empty()) box.cv.wait(lock, [&] { return out_stop_ || !box.parts.empty(); });
     if (box.parts.empty() || flight.size() >= kPartsInFlight) {
       if (flight.empty()) return;  // out_stop_ and nothing left
-      auto [part, payload] = std::move(flight.front());
+      InFlight f = std::move(flight.front());
       flight.pop_front();
       lock.unlock();
-      Status s = FinishPart(dest, part, payload.get());
-      payload.reset();
+      Status s = FinishPart(dest, f.part, f.payload.get());
+      f.payload.reset();
       lock.lock();
-      account(s);
+      account(s, f.parts);
       continue;
     }
-    const Part part = box.parts.front();
+    Part part = box.parts.front();
     box.parts.pop_front();
     const bool drop = box.failed;
+    const size_t parts = gather && !drop ? TakeAdjacent(&box, &part, &run) : 1;
     lock.unlock();
+    if (parts > 1) Gather(&box, run, &part);
     std::unique_ptr<Transport::PendingTransfer> payload;
     Status s = drop ? Status::Ok() : StartPart(dest, part, &payload);
     lock.lock();
     if (payload != nullptr) {
-      flight.emplace_back(part, std::move(payload));
+      flight.push_back({part, parts, std::move(payload)});
     } else {
-      account(s);
+      account(s, parts);
     }
   }
+}
+
+size_t ProtectStage::TakeAdjacent(Outbox* box, Part* part, std::vector<Part>* run) {
+  run->clear();
+  if (part->kind != kReplicaPart || part->length >= kGatherBytes) return 1;
+  run->push_back(*part);
+  uint64_t end = part->offset + part->length;
+  for (;;) {
+    // Parts are queued in about the order the snapshot copies them, which
+    // may interleave its threads': the next one is looked for anywhere
+    // (never past the entry seals, which are queued after every part).
+    auto next = std::find_if(box->parts.begin(), box->parts.end(), [&](const Part& p) {
+      return p.kind == kReplicaPart && p.offset == end &&
+             p.length <= kGatherBytes - (end - part->offset);
+    });
+    if (next == box->parts.end()) break;
+    run->push_back(*next);
+    end += next->length;
+    box->parts.erase(next);
+  }
+  if (run->size() == 1) return 1;
+  part->length = end - part->offset;
+  return run->size();
+}
+
+void ProtectStage::Gather(Outbox* box, const std::vector<Part>& run, Part* part) {
+  // A buffer is reused kPartsInFlight gathers later: by then the part sent
+  // from it has finished (at most kPartsInFlight parts are in flight).
+  if (box->gathered.empty()) {
+    box->gathered.assign(kPartsInFlight, std::vector<uint8_t>(kGatherBytes));
+  }
+  uint8_t* to = box->gathered[box->gathers++ % kPartsInFlight].data();
+  uint64_t at = 0;
+  uint32_t crc = 0;
+  for (const Part& p : run) {
+    std::memcpy(to + at, p.data, p.length);
+    crc = at == 0 ? p.crc : Crc32cCombine(crc, p.crc, p.length);
+    at += p.length;
+  }
+  part->data = to;
+  part->crc = crc;
 }
 
 void ProtectStage::WaitSent() {

@@ -174,7 +174,19 @@ class ProtectStage final : public ChunkStage {
     std::condition_variable cv;  // a part was queued, or out_stop_ (guarded by out_mu_)
     std::thread thread;
     bool failed = false;  // a send to it failed in this version: drop the rest
+    // Where adjacent replica parts are gathered into one (transports whose
+    // transfers cannot be tested): kPartsInFlight buffers, made on first
+    // use and kept; the sender thread's alone.
+    std::vector<std::vector<uint8_t>> gathered;
+    uint64_t gathers = 0;
   };
+  // Takes from `box` (under out_mu_) the queued replica parts that continue
+  // `*part` in its holder's region, up to kGatherBytes in all; returns how
+  // many parts *part now stands for. Their bytes are copied together later
+  // (Gather), outside the lock.
+  size_t TakeAdjacent(Outbox* box, Part* part, std::vector<Part>* run);
+  // Copies `run` into one of `box`'s buffers and makes *part point there.
+  void Gather(Outbox* box, const std::vector<Part>& run, Part* part);
   std::vector<std::unique_ptr<Outbox>> outboxes_;  // per destination rank, made on first use
   std::mutex out_mu_;
   std::condition_variable sent_cv_;  // out_pending_ reached 0

@@ -1,11 +1,13 @@
 // GlooTransport: a runtime::Transport over libtorch's c10d ProcessGroupGloo,
 // for jobs launched by torchrun (no MPI).
 //
-// Store. Ranks meet through a c10d TCPStore at MASTER_ADDR. Under torchrun
-// (TORCHELASTIC_USE_AGENT_STORE=True) that is the elastic agent's store at
-// MASTER_PORT, which lives as long as the job; otherwise rank 0 hosts one at
-// MASTER_PORT + 1 (MASTER_PORT is left to the application's own
-// init_process_group). memento's keys live under their own prefix
+// Store. Ranks meet through the c10d TCPStore at MASTER_ADDR:MASTER_PORT and
+// bind no other port. Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True)
+// that is the elastic agent's store, which lives as long as the job: every
+// rank is a client. Otherwise rank 0 serves it there, multi-tenant, as
+// torch's env:// rendezvous does: the application's own init_process_group in
+// the same process shares that server, whichever of the two comes first.
+// memento's keys live under their own prefix
 // "memento/<job>/<restart count>/<n>/" (the process's n-th transport of the
 // job), so they never meet the application's or an earlier transport's.
 // The process group is memento's own, never the application's default group.
@@ -15,13 +17,22 @@
 //     of one int64 (AllTrue = MIN of 0/1).
 //   Allgather: an allgather of the lengths, then of the byte strings padded
 //     to the longest.
-//   Send / Recv: a gloo send of the length (gloo tag 2*tag), then of the
-//     payload (tag 2*tag + 1). A sender holds a per-peer lock so that the two
-//     halves of concurrent sends never interleave; a receiver holds a per
-//     (peer, tag) lock. Messages to oneself go through an in-memory mailbox.
+//   Send / Recv: a message is a lead on gloo tag 2*tag (its length, and the
+//     bytes themselves up to 1016 of them), then, when longer, its payload
+//     on tag 2*tag + 1, received in place. A small message is copied and
+//     sent eagerly: Send returns before it is received (MPI's eager
+//     protocol). A receiver keeps a few lead receives posted on every
+//     (peer, tag) it has received on, so that leads land as they arrive;
+//     taking a message then costs the payload's one round trip at most.
+//   StartSend posts the message and returns; Wait waits for the payload.
+//   StartRecv posts the (peer, tag)'s lead receives; the message is taken
+//     when waited for (dropped unwaited, it takes none). TestsTransfers() is
+//     false: gloo's operations cannot be tested without blocking.
+//   Messages to oneself go through an in-memory mailbox.
 // Failures: a gloo error or a wait longer than the timeout is Unavailable /
 // Timeout; after a failed collective or a timed-out send or receive the
 // transport is broken and answers Unavailable (as the MPI transport).
+// Destruction delivers the eager sends still in flight (within the timeout).
 //
 // Thread-safety: as transport.h.
 #pragma once
@@ -40,8 +51,9 @@ struct GlooTransportOptions {
   int size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // true: MASTER_PORT is torchrun's agent store (client on every rank);
-  // false: rank 0 hosts a store at master_port + 1.
+  // true: MASTER_PORT is torchrun's agent store (a client on every rank);
+  // false: rank 0 serves the store at master_port (multi-tenant, shared with
+  // the application's own process group in that process).
   bool agent_store = false;
   // Key prefix of memento's keys in the store.
   std::string prefix = "memento/";
@@ -55,8 +67,10 @@ struct GlooTransportOptions {
 Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
                                                 std::chrono::milliseconds timeout);
 
-// Connects to the store and builds the process group (blocks until every
-// rank joined or the timeout passed).
+// Connects to the store (serving it on rank 0 without an agent store) and
+// builds the process group (blocks until every rank joined or the timeout
+// passed). Unavailable naming MASTER_ADDR:MASTER_PORT when the store cannot
+// be reached or served there.
 Result<std::shared_ptr<runtime::Transport>> CreateGlooTransport(
     const GlooTransportOptions& options);
 

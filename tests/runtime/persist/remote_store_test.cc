@@ -69,6 +69,42 @@ class DirectoryRemoteStoreTest : public ::testing::Test {
   std::string root_;
 };
 
+// The finished mark: written atomically, read back, refused when damaged,
+// removed only for the run it names, and never pruned with the versions.
+TEST_F(DirectoryRemoteStoreTest, FinishedMark) {
+  DirectoryRemoteStore store(root_, "job1");
+  auto none = store.ReadFinished();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  Persist(store, 1, 2);
+  Persist(store, 2, 2);
+  ASSERT_TRUE(store.WriteFinished({0xabcdef, 2, 77}).ok());
+  ASSERT_TRUE(store.Prune(1).ok());
+  auto mark = store.ReadFinished();
+  ASSERT_TRUE(mark.ok() && mark->has_value()) << mark.status().ToString();
+  EXPECT_EQ((*mark)->lineage, 0xabcdefu);
+  EXPECT_EQ((*mark)->version, 2u);
+  EXPECT_EQ((*mark)->unix_ns, 77u);
+  ASSERT_TRUE(store.ClearFinished(0x1).ok());
+  EXPECT_TRUE(store.ReadFinished()->has_value()) << "another run's clear leaves it";
+  {
+    std::fstream f(store.FinishedPath(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(30);
+    f.put('X');
+  }
+  auto damaged = store.ReadFinished();
+  EXPECT_EQ(damaged.status().code(), StatusCode::kCorruption) << damaged.status().ToString();
+  EXPECT_NE(damaged.status().message().find("FINISHED"), std::string::npos);
+  ASSERT_TRUE(store.WriteFinished({0xabcdef, 2, 77}).ok());
+  ASSERT_TRUE(store.ClearFinished(0xabcdef).ok());
+  EXPECT_FALSE(fs::exists(store.FinishedPath()));
+  DirectoryRemoteStore other(root_, "job2");
+  ASSERT_TRUE(other.WriteFinished({5, 1, 0}).ok());
+  fs::copy_file(other.FinishedPath(), store.FinishedPath());
+  EXPECT_EQ(store.ReadFinished().status().code(), StatusCode::kCorruption)
+      << "another job's mark is refused";
+}
+
 TEST_F(DirectoryRemoteStoreTest, RoundTrip) {
   DirectoryRemoteStore store(root_, "job1");
   Persist(store, 100, 3);

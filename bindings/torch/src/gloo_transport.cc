@@ -135,6 +135,9 @@ class GlooTransport final : public Transport {
     return Take(peer, tag, data, capacity);
   }
 
+  // Each message costs a round trip (see PrefersFewerMessages in transport.h).
+  bool PrefersFewerMessages() const override { return true; }
+
   // A send is posted at once: small messages are copied and left in flight,
   // a large payload moves while the caller goes on, until Wait.
   Result<std::unique_ptr<PendingTransfer>> StartSend(int peer, int tag, const void* data,

@@ -38,11 +38,12 @@ constexpr uint64_t kParityPieceBytes = 256 << 10;
 // chunk streams while the last one is still landing, as the MPI ring's
 // messages do (all posted up front).
 constexpr size_t kPartsInFlight = 4;
-// Where transfers cannot be tested (gloo), a holder receives one part at a
-// time and each costs a round trip (its payload's receive is posted once its
-// header is in), whatever its size: the sender gathers replica parts that are
-// adjacent in the holder's region (consecutive entries, mostly) into one part
-// of up to this many bytes, a copy on the sender instead of round trips.
+// Where every message costs a round trip whatever its size
+// (Transport::PrefersFewerMessages: gloo, whose holder receives one part at
+// a time, posting its payload's receive once its header is in), the sender
+// gathers replica parts that are adjacent in the holder's region
+// (consecutive entries, mostly) into one part of up to this many bytes: a
+// copy on the sender instead of round trips.
 // Measured under torchrun (4 ranks of 75 MiB in 512 tensors, 2 cores): one
 // part of 400 KiB cost ~4 ms, one of 4 KiB ~1 ms.
 constexpr uint64_t kGatherBytes = 1 << 20;
@@ -130,7 +131,7 @@ void ProtectStage::SenderLoop(int dest) {
     out_pending_ -= parts;
     if (out_pending_ == 0) sent_cv_.notify_all();
   };
-  const bool gather = !transport_->TestsTransfers();
+  const bool gather = transport_->PrefersFewerMessages();
   std::vector<Part> run;
   std::unique_lock<std::mutex> lock(out_mu_);
   for (;;) {
@@ -165,7 +166,9 @@ void ProtectStage::SenderLoop(int dest) {
 
 size_t ProtectStage::TakeAdjacent(Outbox* box, Part* part, std::vector<Part>* run) {
   run->clear();
-  if (part->kind != kReplicaPart || part->length >= kGatherBytes) return 1;
+  // Never longer than a chunk: a holder refuses longer parts.
+  const uint64_t most = std::min(kGatherBytes, chunk_bytes_);
+  if (part->kind != kReplicaPart || part->length >= most) return 1;
   run->push_back(*part);
   uint64_t end = part->offset + part->length;
   for (;;) {
@@ -173,8 +176,7 @@ size_t ProtectStage::TakeAdjacent(Outbox* box, Part* part, std::vector<Part>* ru
     // may interleave its threads': the next one is looked for anywhere
     // (never past the entry seals, which are queued after every part).
     auto next = std::find_if(box->parts.begin(), box->parts.end(), [&](const Part& p) {
-      return p.kind == kReplicaPart && p.offset == end &&
-             p.length <= kGatherBytes - (end - part->offset);
+      return p.kind == kReplicaPart && p.offset == end && p.length <= most - (end - part->offset);
     });
     if (next == box->parts.end()) break;
     run->push_back(*next);
@@ -190,7 +192,8 @@ void ProtectStage::Gather(Outbox* box, const std::vector<Part>& run, Part* part)
   // A buffer is reused kPartsInFlight gathers later: by then the part sent
   // from it has finished (at most kPartsInFlight parts are in flight).
   if (box->gathered.empty()) {
-    box->gathered.assign(kPartsInFlight, std::vector<uint8_t>(kGatherBytes));
+    box->gathered.assign(kPartsInFlight,
+                         std::vector<uint8_t>(std::min(kGatherBytes, chunk_bytes_)));
   }
   uint8_t* to = box->gathered[box->gathers++ % kPartsInFlight].data();
   uint64_t at = 0;

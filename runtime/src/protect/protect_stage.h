@@ -174,9 +174,9 @@ class ProtectStage final : public ChunkStage {
     std::condition_variable cv;  // a part was queued, or out_stop_ (guarded by out_mu_)
     std::thread thread;
     bool failed = false;  // a send to it failed in this version: drop the rest
-    // Where adjacent replica parts are gathered into one (transports whose
-    // transfers cannot be tested): kPartsInFlight buffers, made on first
-    // use and kept; the sender thread's alone.
+    // Where adjacent replica parts are gathered into one (transports that
+    // prefer fewer messages): kPartsInFlight buffers, made on first use and
+    // kept; the sender thread's alone.
     std::vector<std::vector<uint8_t>> gathered;
     uint64_t gathers = 0;
   };

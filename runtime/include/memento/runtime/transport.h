@@ -135,6 +135,14 @@ class Transport {
   // inside Wait).
   virtual bool TestsTransfers() const { return false; }
 
+  // Whether every message costs about a round trip between the ranks
+  // whatever its size (gloo: a receive into the caller's memory is posted
+  // only once the message's length is in, and the sender writes only then),
+  // so that callers should send fewer, larger messages where they can: the
+  // protect stage then gathers replica parts that are adjacent in their
+  // holder's region into one. Default: no.
+  virtual bool PrefersFewerMessages() const { return false; }
+
   // How long a blocking call waits for a peer before it gives up with
   // Timeout; zero for no limit. A caller that polls transfers with Test
   // gives up after the same time without progress.
@@ -172,6 +180,7 @@ class ForwardingTransport : public Transport {
     return inner_->Recv(peer, tag, data, capacity);
   }
   void Progress() override { inner_->Progress(); }
+  bool PrefersFewerMessages() const override { return inner_->PrefersFewerMessages(); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   // StartSend / StartRecv are not forwarded: the defaults go through this
   // object's Send / Recv, so a subclass that changes those (a fault, a

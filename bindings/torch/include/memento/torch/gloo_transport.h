@@ -27,7 +27,8 @@
 //   StartSend posts the message and returns; Wait waits for the payload.
 //   StartRecv posts the (peer, tag)'s lead receives; the message is taken
 //     when waited for (dropped unwaited, it takes none). TestsTransfers() is
-//     false: gloo's operations cannot be tested without blocking.
+//     false: gloo's operations cannot be tested without blocking; and
+//     PrefersFewerMessages() is true (a payload's receive waits for its lead).
 //   Messages to oneself go through an in-memory mailbox.
 // Failures: a gloo error or a wait longer than the timeout is Unavailable /
 // Timeout; after a failed collective or a timed-out send or receive the

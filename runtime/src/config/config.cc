@@ -189,13 +189,34 @@ Status ValidateJobId(const std::string& job) {
   return Status::Ok();
 }
 
+namespace {
+
+// A random (version 4) UUID in canonical form: what `torchrun --standalone`
+// draws as its run id at every invocation, so not the same for a relaunch.
+bool IsRandomUuid(const std::string& s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return s[14] == '4' && (s[19] == '8' || s[19] == '9' || s[19] == 'a' || s[19] == 'b');
+}
+
+}  // namespace
+
 std::string JobIdFromLauncher(std::string* source) {
   if (source != nullptr) source->clear();
   std::string id, from;
   // torchrun's --rdzv-id (the same for every restart of the job); its
-  // default is the literal "none", which names no job.
+  // default is the literal "none", which names no job, and --standalone's a
+  // random UUID drawn per invocation, which a relaunch would not find again.
   if (const char* run_id = std::getenv("TORCHELASTIC_RUN_ID");
-      run_id != nullptr && *run_id != '\0' && std::string(run_id) != "none") {
+      run_id != nullptr && *run_id != '\0' && std::string(run_id) != "none" &&
+      !IsRandomUuid(run_id)) {
     id = run_id;
     from = "TORCHELASTIC_RUN_ID";
   } else if (const char* slurm = std::getenv("SLURM_JOB_ID"); slurm != nullptr && *slurm != '\0') {

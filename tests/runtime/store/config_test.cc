@@ -400,6 +400,8 @@ TEST(Config, JobIdFromTheLauncher) {
   EXPECT_EQ(source, "");
   ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", "none", 1), 0);
   EXPECT_EQ(JobIdFromLauncher(), "") << "torchrun's default run id names no job";
+  ASSERT_EQ(setenv("TORCHELASTIC_RUN_ID", "3f2b8c1e-9d4a-4b7e-a1c2-5e6f7a8b9c0d", 1), 0);
+  EXPECT_EQ(JobIdFromLauncher(), "") << "--standalone's run id is drawn anew per torchrun";
   ASSERT_EQ(setenv("SLURM_JOB_ID", "4242", 1), 0);
   EXPECT_EQ(JobIdFromLauncher(&source), "4242");
   EXPECT_EQ(source, "SLURM_JOB_ID");

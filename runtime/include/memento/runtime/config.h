@@ -48,7 +48,8 @@ struct Config {
   // when relaunching a job that should restore. FromEnv() without
   // MEMENTO_JOB takes it from a launcher whose id is stable across relaunches
   // of the same job: torchrun's TORCHELASTIC_RUN_ID (its --rdzv-id; the
-  // default "none" is ignored), else Slurm's SLURM_JOB_ID (kept across a
+  // default "none" and --standalone's random UUID, drawn anew by every
+  // torchrun, are ignored), else Slurm's SLURM_JOB_ID (kept across a
   // requeue); characters outside the set become '_', and an id longer than
   // 48 keeps its first 39 characters, '-' and 8 hex digits of its crc32c
   // (JobIdFromLauncher). mpirun gives no such id: "memento" there, and a
@@ -228,7 +229,8 @@ struct Config {
 };
 
 // The job id a launcher gives this process when MEMENTO_JOB is unset (see
-// Config::job): from TORCHELASTIC_RUN_ID (unless "none" or empty), else
+// Config::job): from TORCHELASTIC_RUN_ID (unless "none", empty or a random
+// UUID, as `torchrun --standalone` draws per invocation), else
 // SLURM_JOB_ID, mapped to ValidateJobId's rules; `source` (optional) names
 // the variable. Empty when neither is set.
 std::string JobIdFromLauncher(std::string* source = nullptr);

@@ -107,3 +107,27 @@ function(memento_install_package)
     ${PROJECT_BINARY_DIR}/mementoConfigVersion.cmake
     DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/memento)
 endfunction()
+
+# memento_torch_pch(<target> [SKIP <source>...])
+# With MEMENTO_TORCH_PCH, <target>'s sources compile with the libtorch headers that
+# memento_torch precompiles (REUSE_FROM: built once, not once per target); SKIP
+# names the sources that include no libtorch header (loading the precompiled
+# header costs a few seconds a file). GCC uses a precompiled header only under the
+# flags it was built with, -fPIC among them: memento_torch is position-independent
+# (it is linked into the Python module) and an executable would otherwise be
+# -fPIE, so <target> compiles with -fPIC. Another mismatch is reported by
+# -Winvalid-pch and the headers are then parsed as without it.
+function(memento_torch_pch target)
+  cmake_parse_arguments(ARG "" "" "SKIP" ${ARGN})
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "memento_torch_pch(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT MEMENTO_TORCH_PCH)
+    return()
+  endif()
+  target_precompile_headers(${target} REUSE_FROM memento_torch)
+  target_compile_options(${target} PRIVATE -fPIC)
+  if(ARG_SKIP)
+    set_source_files_properties(${ARG_SKIP} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+  endif()
+endfunction()

@@ -204,7 +204,10 @@ def prefetching_run(job, steps, stop_at=None, carry_batch=True):
             opt.zero_grad()
             ck.save(step + 1)
         if attempt == "first" and stop_at:
-            for _ in range(2):  # the work a failure loses
+            # The work a failure loses; like any training it waits for the last snapshot
+            # before it modifies the registered tensors.
+            ck.wait_snapshot()
+            for _ in range(2):
                 carry["batch"] = stream.next_batch()
                 model(carry["batch"]).sum().backward()
                 opt.step()

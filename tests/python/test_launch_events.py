@@ -115,5 +115,7 @@ def test_the_stage_fault_hook_kills_the_rank_at_the_named_stage(job, tmp_path):
     with open(tmp_path / "fault.a2") as f:
         fault = json.load(f)
     assert fault["stage"] == "snapshot" and fault["version"] == 3 and fault["rank"] == 0
-    # It died inside save(3): steps 1 and 2 were reported, 3 was not.
-    assert [e["step"] for e in events(tmp_path) if e["event"] == "step"] == [1, 2]
+    # It died at the snapshot of v3, which runs behind save(3) on a worker thread:
+    # step 3 may have been reported, step 4 (whose save waits for v3) never.
+    steps = [e["step"] for e in events(tmp_path) if e["event"] == "step"]
+    assert steps in ([1, 2], [1, 2, 3]), steps

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "extra_state.h"
+#include "generator_state.h"
 #include "launch_progress.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
@@ -39,8 +40,6 @@ namespace {
 
 constexpr const char* kExtraEntry = "__memento__";
 constexpr const char* kStepKey = "memento.step";
-constexpr const char* kCpuRngKey = "memento.rng.cpu";
-constexpr const char* kCudaRngKey = "memento.rng.cuda.";
 constexpr const char* kUserPrefix = "user.";
 // The exchange of replicated ranges after a restore: its tag and message size.
 constexpr int kReplicatedTag = runtime::kFirstApplicationTag;
@@ -89,17 +88,6 @@ std::string U64Bytes(uint64_t v) { return std::string(reinterpret_cast<const cha
 
 at::Tensor ByteView(void* data, int64_t bytes, at::Device device) {
   return at::from_blob(data, {bytes}, at::TensorOptions().dtype(at::kByte).device(device));
-}
-
-std::string TensorBytes(const at::Tensor& t) {
-  at::Tensor c = t.contiguous().cpu();
-  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-}
-
-at::Tensor BytesTensor(const std::string& bytes) {
-  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
-  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
 }
 
 }  // namespace
@@ -611,21 +599,7 @@ class TorchCheckpointer::Impl {
   Status WriteExtra(uint64_t step) {
     std::map<std::string, std::string> records;
     records[kStepKey] = U64Bytes(step);
-    if (options_.save_rng) {
-      {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        records[kCpuRngKey] = TensorBytes(gen.get_state());
-      }
-      if (torch::cuda::is_available()) {
-        for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
-          auto gen = at::globalContext().defaultGenerator(
-              at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
-          std::lock_guard<std::mutex> lock(gen.mutex());
-          records[kCudaRngKey + std::to_string(i)] = TensorBytes(gen.get_state());
-        }
-      }
-    }
+    if (options_.save_rng) SaveGenerators(&records);
     for (const auto& [key, hooks] : extras_) records[key] = hooks.save();
     for (const auto& [key, bytes] : user_) records[kUserPrefix + key] = bytes;
     return EncodeExtraState(records, extra_buf_.data(), extra_buf_.size());
@@ -635,23 +609,7 @@ class TorchCheckpointer::Impl {
     MEMENTO_ASSIGN_OR_RETURN(auto records, DecodeExtraState(extra_buf_.data(), extra_buf_.size()));
     auto it = records.find(kStepKey);
     if (it != records.end() && it->second.size() == 8) std::memcpy(step, it->second.data(), 8);
-    if (options_.save_rng) {
-      if (auto c = records.find(kCpuRngKey); c != records.end()) {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(BytesTensor(c->second));
-      }
-      if (torch::cuda::is_available()) {
-        for (int i = 0; i < static_cast<int>(torch::cuda::device_count()); ++i) {
-          auto c = records.find(kCudaRngKey + std::to_string(i));
-          if (c == records.end()) continue;
-          auto gen = at::globalContext().defaultGenerator(
-              at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
-          std::lock_guard<std::mutex> lock(gen.mutex());
-          gen.set_state(BytesTensor(c->second));
-        }
-      }
-    }
+    if (options_.save_rng) RestoreGenerators(records);
     for (auto& [key, hooks] : extras_) {
       auto r = records.find(key);
       if (r == records.end()) {
@@ -909,13 +867,9 @@ Result<std::optional<RestoreResult>> TorchCheckpointer::Restore() {
   Result<std::optional<RestoreResult>> r = impl_->Restore();
   impl_->NoteNode();
   if (progress_) {
-    if (!r.ok()) {
-      progress_->Restored(r.status());
-    } else if (!r->has_value()) {
-      progress_->Restored(Status::NotFound("nothing to restore"));
-    } else {
-      progress_->Restored((*r)->report);
-    }
+    progress_->Restored(!r.ok()            ? Result<runtime::RestoreReport>(r.status())
+                        : r->has_value() ? Result<runtime::RestoreReport>((*r)->report)
+                                         : Status::NotFound("nothing to restore"));
   }
   return r;
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <random>
 
 #include "engine/checkpointer_impl.h"
 #include "memento/common/check.h"
@@ -375,22 +374,6 @@ Status Checkpointer::Impl::GatherCatalogs(int lane) {
     catalog.ranks.push_back(new_catalogs_[static_cast<size_t>(owner) * pl.lanes() + lane]);
   }
   store_catalog_ = wire::EncodeJobCatalog(catalog);
-  return Status::Ok();
-}
-
-Status Checkpointer::Impl::StartLineage() {
-  // Rank 0's start time (ns), its low bits random: distinct per run and
-  // growing with the time a run started, which is how Restore picks the newest.
-  const uint64_t now = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  const uint64_t mine = (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
-  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
-  if (all.empty() || all[0].size() != sizeof(lineage_)) {
-    return Status::Internal("Prepare: malformed lineage from rank 0");
-  }
-  std::memcpy(&lineage_, all[0].data(), sizeof(lineage_));
   return Status::Ok();
 }
 

@@ -1,10 +1,12 @@
-// The end of a run (Checkpointer::Finish) and what a later Restore makes of
+// A run's start and end under one job id: its lineage, drawn when it first
+// saves or restores; Checkpointer::Finish, and what a later Restore makes of
 // it: a run that finished normally is marked so, in its node stores and on
 // the remote tier, and a later run under the same job id starts fresh
 // instead of continuing it, unless Config::resume_finished.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "engine/checkpointer_impl.h"
@@ -12,6 +14,23 @@
 #include "memento/runtime/shm_segment.h"
 
 namespace memento::runtime {
+
+Status Checkpointer::Impl::StartLineage() {
+  // Rank 0's start time (ns), its low bits random: distinct per run and
+  // growing with the time a run started, which is how Restore picks the newest.
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  const uint64_t mine = (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
+  if (all.empty() || all[0].size() != sizeof(lineage_)) {
+    return Status::Internal("Prepare: malformed lineage from rank 0");
+  }
+  std::memcpy(&lineage_, all[0].data(), sizeof(lineage_));
+  return Status::Ok();
+}
+
 namespace {
 
 using RunVersion = std::pair<uint64_t, uint64_t>;  // (lineage, version)

@@ -15,7 +15,7 @@ usage: launch_test.py SCENARIO
   stale-pid-file  a pid file naming another process: the launcher does not kill it
   interrupt-backoff
                   Ctrl-C during the backoff before a relaunch: 1 launch counted
-  bad-scheme | bad-node | bad-command | failing-job
+  bad-scheme | bad-node | bad-command | bad-launcher | failing-job
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
@@ -328,6 +328,17 @@ def run(scenario, job, remote):
         print(p.stdout)
         if p.returncode != 2 or "command not found: 'no-such-command-xyz'" not in p.stdout:
             fail("exit %d; expected 2 and 'command not found'" % p.returncode)
+        print("PASS")
+    elif scenario == "bad-launcher":
+        cases = [(["--launcher", "srun"], "--launcher"),
+                 (["--launcher", "torchrun", "--torchrun", "/no/such/torchrun"],
+                  "torchrun not found: '/no/such/torchrun'")]
+        for extra, want in cases:
+            cmd = [CLI, "launch", "-n", "2", "--job", job] + extra + ["--", DEMO]
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            print(p.stdout)
+            if p.returncode == 0 or want not in p.stdout:
+                fail("%s: exit %d; expected an error naming %r" % (extra, p.returncode, want))
         print("PASS")
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")

@@ -5,7 +5,7 @@ import types
 
 import torch
 
-from . import _compat, _logs, _memento, launch_events, optim, placement, stateful
+from . import _compat, _logs, _memento, dcp, launch_events, optim, placement, stateful
 from ._logs import flush_logs as _flush_logs
 from ._memento import FailedPreconditionError, InvalidArgumentError, MementoError  # noqa: F401
 from .report import RestoreReport
@@ -74,6 +74,8 @@ class Checkpointer:
         self._counts = {"model": 0, "optimizer": 0, "lr_scheduler": 0, "stateful": 0}
         self._placer = placement.Placer()
         self._dtensor_slots = []  # DTensorSlots of the last _entries(), in its order
+        # remote_format="dcp": the values and paths the runtime's DCP writer needs.
+        self._dcp = dcp.Records() if self._impl.remote_format == "dcp" else None
         _flush_logs()
 
     # ---- registration ----------------------------------------------------------------------
@@ -363,16 +365,29 @@ class Checkpointer:
                 self._impl.set_loss(float(loss))
             if self._impl.would_save(int(step)):
                 states = self._module_states()
-                self._impl.set_tensors(self._entries(states))
-                self._impl.set_user_state(pickle.dumps(self._extra_state(states), protocol=4))
+                entries = self._entries(states)
+                self._impl.set_tensors(entries)
+                extra = self._extra_state(states)
+                self._impl.set_user_state(pickle.dumps(extra, protocol=4))
+                if self._dcp is not None:
+                    self._dcp.set(self._impl, self._sources, states, [e[0] for e in entries],
+                                  extra, step)
             # The training thread's time in Python's part of save() is stall too.
             self._impl.add_caller_stall(time.perf_counter() - t0)
             self._impl.save(int(step))
         finally:
             _flush_logs()
 
-    def restore(self):
+    def restore(self, from_dcp=None, step=None):
         """Collective. Restores the newest complete checkpoint in place.
+
+        from_dcp: a torch.distributed.checkpoint directory (default MEMENTO_RESTORE_FROM /
+        restore_from=) to start from when memento holds no version of this job (memory
+        and its remote tier): a project switching to memento keeps its progress. Loaded
+        with torch.distributed.checkpoint.load onto this world size and these placements,
+        under the names of a plain dcp.save({"model": model.state_dict(), "optimizer":
+        optimizer.state_dict()}); returns a RestoreReport with source "dcp" and the step
+        (`step`, else the one memento wrote, else the number ending the directory name).
 
         Returns a RestoreReport (usable as the int step), or None when the job never committed
         a checkpoint (a fresh start) or its last run finished (close(); logged at warning,
@@ -389,7 +404,7 @@ class Checkpointer:
             self._impl.set_tensors(self._entries())
             report = self._impl.restore()
             if report is None:
-                return None
+                return self._restore_from_dcp(from_dcp, step)
             blob = self._impl.user_state()
             if blob is not None:
                 self._apply_extra_state(pickle.loads(blob))
@@ -398,6 +413,20 @@ class Checkpointer:
             return RestoreReport(report)
         finally:
             _flush_logs()
+
+    def _restore_from_dcp(self, path, step):
+        path = path or self._impl.restore_from
+        if not path:
+            return None
+        t0 = time.perf_counter()
+        step = dcp.load(self, path, step)  # every replica loaded, nothing to fill
+        seconds = time.perf_counter() - t0
+        _logs.logger.info("restore: started from the DCP checkpoint %s at step %d (%.2f s)",
+                          path, step, seconds)
+        return RestoreReport({
+            "step": step, "version": step, "source": "dcp", "dcp_path": path, "entries": [],
+            "lost_nodes": [], "elastic": False, "notes": [], "restore_s": seconds,
+            "summary": "v%d from the DCP checkpoint %s, %.2f s" % (step, path, seconds)})
 
     def wait_snapshot(self):
         """Returns when registered tensors may be modified again (call before optimizer.step)."""

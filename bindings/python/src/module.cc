@@ -147,6 +147,9 @@ class PyCheckpointer {
     auto tensors = tensors_;
     Check(ck_->RegisterSource([tensors] { return *tensors; }));
     config_ = config.ToString();
+    // The remote tier's format when there is one ("" without a remote tier).
+    remote_format_ = config.remote_dir.empty() ? "" : config.remote_format;
+    restore_from_ = config.restore_from;
   }
 
   // (name, tensor, replicated, global_shape or None, offsets or None,
@@ -169,6 +172,12 @@ class PyCheckpointer {
   }
 
   void SetUserState(const py::bytes& b) { ck().SetUserState("python", std::string(b)); }
+  // A record of the extra state beside Python's own: "dcp.items" / "dcp.paths"
+  // (the values and paths the dcp remote format writes).
+  void SetUserRecord(const std::string& key, const py::bytes& b) {
+    if (key == "python") throw py::value_error("set_user_record: 'python' is set_user_state's");
+    ck().SetUserState(key, std::string(b));
+  }
   py::object UserState() {
     auto s = ck().UserState("python");
     if (!s) return py::none();
@@ -214,6 +223,8 @@ class PyCheckpointer {
   }
   const std::string& launcher() const { return launcher_; }
   const std::string& config() const { return config_; }
+  const std::string& remote_format() const { return remote_format_; }
+  const std::string& restore_from() const { return restore_from_; }
 
   // A getter: f on the engine without the GIL, under the call lock (so a
   // close() on another thread waits for it); "closed" after close().
@@ -302,6 +313,8 @@ class PyCheckpointer {
   std::shared_ptr<std::vector<NamedTensor>> tensors_ = std::make_shared<std::vector<NamedTensor>>();
   std::string launcher_;
   std::string config_;
+  std::string remote_format_;
+  std::string restore_from_;
 };
 
 const char* ExceptionName(StatusCode code) {
@@ -438,6 +451,7 @@ void BindCheckpointer(py::module_& m) {
            })
       .def("set_tensors", &PyCheckpointer::SetTensors)
       .def("set_user_state", &PyCheckpointer::SetUserState)
+      .def("set_user_record", &PyCheckpointer::SetUserRecord)
       .def("user_state", &PyCheckpointer::UserState)
       .def("save", &PyCheckpointer::Save)
       .def("restore", &PyCheckpointer::Restore)
@@ -474,7 +488,9 @@ void BindCheckpointer(py::module_& m) {
       .def_property_readonly("rank", Getter(&TorchCheckpointer::rank, &LastValues::rank))
       .def_property_readonly("size", Getter(&TorchCheckpointer::size, &LastValues::size))
       .def_property_readonly("launcher", &PyCheckpointer::launcher)
-      .def_property_readonly("config", &PyCheckpointer::config);
+      .def_property_readonly("config", &PyCheckpointer::config)
+      .def_property_readonly("remote_format", &PyCheckpointer::remote_format)
+      .def_property_readonly("restore_from", &PyCheckpointer::restore_from);
 }
 
 }  // namespace
@@ -485,6 +501,16 @@ PYBIND11_MODULE(_memento, m) {
   m.doc() = "memento extension (use the `memento` package)";
   BindExceptions(m);
   BindLogs(m);
+  m.def("dcp_check_file", [](const std::string& path) {
+    bool memento = false;
+    memento::Status s;
+    {
+      py::gil_scoped_release release;
+      s = memento::torch_adapter::CheckDcpFile(path, &memento);
+    }
+    Check(s);
+    return memento;
+  });
   m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
   m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
   BindCheckpointer(m);

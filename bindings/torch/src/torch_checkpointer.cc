@@ -24,7 +24,9 @@
 #include <sstream>
 #include <thread>
 
+#include "dcp/dcp_format.h"
 #include "extra_state.h"
+#include "memento/runtime/directory_remote_store.h"
 #include "generator_state.h"
 #include "launch_progress.h"
 #include "memento/erasure/crc32c.h"
@@ -516,7 +518,14 @@ class TorchCheckpointer::Impl {
     extra_buf_.assign(options_.extra_capacity, 0);
 
     planned_ = PlanEntries();
-    auto engine = runtime::Checkpointer::Create(config, transport_, nullptr, options_.hooks);
+    std::shared_ptr<runtime::RemoteStore> remote;
+    if (!config.remote_dir.empty() && config.remote_format == "dcp") {
+      runtime::DirectoryRemoteStore::Options o;
+      o.format = std::make_shared<dcp::DcpFormat>(DcpTensors(), kExtraEntry);
+      MEMENTO_ASSIGN_OR_RETURN(
+          remote, runtime::DirectoryRemoteStore::Open(config.remote_dir, config.job, o));
+    }
+    auto engine = runtime::Checkpointer::Create(config, transport_, remote, options_.hooks);
     if (!engine.ok()) return engine.status();
     std::unique_ptr<runtime::Checkpointer> e = std::move(engine).value();
     if (continued) e->ContinueRun(*continued);
@@ -531,6 +540,43 @@ class TorchCheckpointer::Impl {
     entry_names_ = std::move(names);
     engine_ = std::move(e);
     return Status::Ok();
+  }
+
+  // How torch.distributed.checkpoint sees each tracked tensor (the dcp remote
+  // format): its kind, dtype, sizes and the strides of its bytes in the slot.
+  std::map<std::string, dcp::DcpTensor> DcpTensors() const {
+    std::map<std::string, dcp::DcpTensor> out;
+    for (const Tracked& t : tracked_) {
+      dcp::DcpTensor d;
+      d.kind = t.entry.replicated ? dcp::DcpTensor::Kind::kReplicated
+               : t.shard          ? dcp::DcpTensor::Kind::kShard
+                                  : dcp::DcpTensor::Kind::kWhole;
+      d.dtype = t.dtype;
+      d.sizes = t.sizes;
+      d.strides = t.in_place ? t.strides : t.staging.strides().vec();
+      out[t.entry.name] = std::move(d);
+    }
+    return out;
+  }
+
+  // Where rank k's byte range of the replicated tensors' concatenation
+  // (`total` bytes over n ranks) begins: k/n of the way, moved back to the
+  // start of the element it falls in, so that every range holds whole
+  // elements (a persisted piece is then a block of the tensor, which
+  // torch.distributed.checkpoint can describe).
+  uint64_t ReplicatedBoundary(uint64_t total, uint64_t k, uint64_t n) const {
+    const uint64_t at = total * k / n;
+    uint64_t offset = 0;
+    for (const Tracked& t : tracked_) {
+      if (!t.entry.replicated) continue;
+      const uint64_t end = offset + static_cast<uint64_t>(t.nbytes);
+      if (at < end) {
+        const uint64_t element = at::elementSize(t.dtype);
+        return offset + (at - offset) / element * element;
+      }
+      offset = end;
+    }
+    return at;
   }
 
   // The engine's entries for tracked_ (and pieces_): whole tensors, slices of
@@ -564,8 +610,8 @@ class TorchCheckpointer::Impl {
     // Replicated tensors: this rank's byte range of their concatenation.
     pieces_.clear();
     const uint64_t n = transport_->size(), r = transport_->rank();
-    range_begin_ = replicated_total * r / n;
-    range_end_ = replicated_total * (r + 1) / n;
+    range_begin_ = ReplicatedBoundary(replicated_total, r, n);
+    range_end_ = ReplicatedBoundary(replicated_total, r + 1, n);
     uint64_t offset = 0;
     for (size_t i = 0; i < tracked_.size(); ++i) {
       const Tracked& t = tracked_[i];
@@ -665,7 +711,8 @@ class TorchCheckpointer::Impl {
     std::vector<uint8_t> theirs;
     for (int k = 1; k < n && received.ok(); ++k) {
       const int peer = (me - k + n) % n;
-      const uint64_t lo = total * peer / n, hi = total * (peer + 1) / n;
+      const uint64_t lo = ReplicatedBoundary(total, peer, n);
+      const uint64_t hi = ReplicatedBoundary(total, peer + 1, n);
       theirs.resize(hi - lo);
       for (uint64_t off = 0; off < theirs.size() && received.ok(); off += kGatherChunk) {
         const uint64_t want = std::min<uint64_t>(kGatherChunk, theirs.size() - off);

@@ -28,6 +28,8 @@ constexpr char kScheme[] = "MEMENTO_SCHEME";
 constexpr char kSlots[] = "MEMENTO_SLOTS";
 constexpr char kRemote[] = "MEMENTO_REMOTE";
 constexpr char kPersistEvery[] = "MEMENTO_PERSIST_EVERY";
+constexpr char kRemoteFormat[] = "MEMENTO_REMOTE_FORMAT";
+constexpr char kRestoreFrom[] = "MEMENTO_RESTORE_FROM";
 constexpr char kPersistKeep[] = "MEMENTO_PERSIST_KEEP";
 constexpr char kLog[] = "MEMENTO_LOG";
 constexpr char kChunkBytes[] = "MEMENTO_CHUNK_BYTES";
@@ -281,7 +283,7 @@ const std::vector<std::string>& Config::VariableNames() {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
       kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
       kBackgroundReprotect, kShmDir,
-      kResumeFinished,      kKeepFinished};
+      kResumeFinished,      kKeepFinished, kRemoteFormat, kRestoreFrom};
   return names;
 }
 
@@ -314,6 +316,9 @@ Status Config::Validate() const {
   }
   if (Status s = ValidateSchemeSyntax(scheme); !s.ok()) return s;
   if (slots < 2 || slots > 64) return Bad(kSlots, std::to_string(slots), "2..64");
+  if (remote_format != "memento" && remote_format != "dcp") {
+    return Bad(kRemoteFormat, remote_format, "memento or dcp");
+  }
   if (persist_every < 0) {
     return Bad(kPersistEvery, std::to_string(persist_every), "0 (never) or a positive integer");
   }
@@ -357,6 +362,14 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       c.slots = static_cast<int>(*v);
     } else if (var == kRemote) {
       c.remote_dir = value;
+    } else if (var == kRemoteFormat) {
+      if (value != "memento" && value != "dcp") {
+        return Bad(var, value, "memento (memento's rank files) or dcp (torch.distributed.checkpoint)");
+      }
+      c.remote_format = value;
+    } else if (var == kRestoreFrom) {
+      if (value.find('\0') != std::string::npos) return Bad(var, value, "a directory");
+      c.restore_from = value;
     } else if (var == kShmDir) {
       if (value.empty() || value[0] != '/' || value.find('\0') != std::string::npos) {
         return Bad(var, value, "an absolute path of a directory on a tmpfs");
@@ -502,7 +515,8 @@ std::string Config::ToString() const {
   std::ostringstream os;
   os << kJob << "=" << job << " " << kNode << "=" << node << " " << kRanksPerNode << "="
      << ranks_per_node << " " << kScheme << "=" << scheme << " " << kSlots << "=" << slots << " "
-     << kRemote << "=" << remote_dir << " " << kPersistEvery << "=" << persist_every << " "
+     << kRemote << "=" << remote_dir << " " << kRemoteFormat << "=" << remote_format << " "
+     << kPersistEvery << "=" << persist_every << " "
      << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level) << " "
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
      << "=" << timeout_s << " " << kStale << "="

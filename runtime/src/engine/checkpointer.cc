@@ -36,6 +36,13 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(Config config,
   MEMENTO_RETURN_IF_ERROR(config.Validate());
   if (!transport) return Status::InvalidArgument("Checkpointer::Create: transport is null");
   MEMENTO_RETURN_IF_ERROR(config.CheckShmDir());
+  if (!remote && !config.remote_dir.empty() && config.remote_format != "memento") {
+    // The format lives above the runtime (the torch adapter brings "dcp").
+    return Status::InvalidArgument(
+        "MEMENTO_REMOTE_FORMAT=" + config.remote_format +
+        " needs the torch adapter (memento::torch or the Python package), which writes that "
+        "format; this Checkpointer was given no remote store for it");
+  }
   if (!remote && !config.remote_dir.empty()) {
     // Checked now (a file, a read-only or pseudo file system, a missing
     // parent), not at the first persist; a relative path is resolved once.

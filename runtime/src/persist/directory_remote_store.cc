@@ -83,7 +83,7 @@ std::string Parent(const std::string& path) {
 // Writes a file under a temporary name, fsyncs it, renames it over `path` and
 // fsyncs the folder; the temporary file is removed on any failure. Tracks the
 // crc32c and size of everything written.
-class AtomicFileWriter {
+class AtomicFileWriter : public RemoteFileSink {
  public:
   AtomicFileWriter(std::string path, bool sync) : path_(std::move(path)), sync_(sync) {}
   ~AtomicFileWriter() {
@@ -104,7 +104,7 @@ class AtomicFileWriter {
     return Status::Ok();
   }
 
-  Status Write(const void* data, uint64_t n) {
+  Status Write(const void* data, uint64_t n) override {
     const uint8_t* p = static_cast<const uint8_t*>(data);
     while (n > 0) {
       const uint64_t piece = std::min(n, kIoChunk);
@@ -139,7 +139,7 @@ class AtomicFileWriter {
     return Status::Ok();
   }
 
-  uint64_t size() const { return size_; }
+  uint64_t size() const override { return size_; }
   uint32_t crc() const { return crc_.value(); }
 
  private:
@@ -464,12 +464,38 @@ std::string DirectoryRemoteStore::VersionDir(uint64_t version) const {
 std::string DirectoryRemoteStore::RankFilePath(uint64_t version, int rank, uint64_t lineage) const {
   char buf[64];
   if (lineage == 0) {
-    std::snprintf(buf, sizeof(buf), "rank-%06d.mck", rank);
+    std::snprintf(buf, sizeof(buf), "rank-%06d", rank);
   } else {
-    std::snprintf(buf, sizeof(buf), "rank-%06d.%016llx.mck", rank,
+    std::snprintf(buf, sizeof(buf), "rank-%06d.%016llx", rank,
                   static_cast<unsigned long long>(lineage));
   }
-  return VersionDir(version) + "/" + buf;
+  return VersionDir(version) + "/" + buf + (options_.format ? options_.format->RankFileSuffix() : ".mck");
+}
+
+Status DirectoryRemoteStore::WriteFileAtomically(const std::string& path, const std::string& bytes,
+                                                 bool fsync) {
+  AtomicFileWriter w(path, fsync);
+  MEMENTO_RETURN_IF_ERROR(w.Open());
+  MEMENTO_RETURN_IF_ERROR(w.Write(bytes.data(), bytes.size()));
+  return w.Commit();
+}
+
+std::vector<std::string> DirectoryRemoteStore::FormatFiles() const {
+  return options_.format ? options_.format->VersionFiles() : std::vector<std::string>{};
+}
+
+Status DirectoryRemoteStore::RemoveFormatFiles(uint64_t version) {
+  bool removed = false;
+  for (const std::string& f : FormatFiles()) {
+    const std::string path = VersionDir(version) + "/" + f;
+    if (unlink(path.c_str()) == 0) {
+      removed = true;
+    } else if (errno != ENOENT) {
+      return IoErr("unlink", path, errno);
+    }
+  }
+  if (removed && options_.fsync) return FsyncDir(VersionDir(version));
+  return Status::Ok();
 }
 
 Result<std::string> DirectoryRemoteStore::RankFileOf(uint64_t version, int rank) {
@@ -550,6 +576,14 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
   MEMENTO_RETURN_IF_ERROR(WithdrawManifestNaming(version, path));
   AtomicFileWriter w(path, options_.fsync);
   MEMENTO_RETURN_IF_ERROR(w.Open());
+  if (options_.format) {
+    MEMENTO_RETURN_IF_ERROR(
+        options_.format->WriteRankFile({job_, version, rank, path}, entries, &w));
+    MEMENTO_RETURN_IF_ERROR(w.Commit());
+    Log(LogLevel::kDebug, "remote: wrote " + path + " (" + std::to_string(w.size()) + " bytes, " +
+                              options_.format->Name() + ")");
+    return RankFileInfo{rank, path.substr(path.find_last_of('/') + 1), w.size(), w.crc()};
+  }
   std::string header(kRankMagic, 8);
   Put<uint32_t>(&header, kRankFormat);
   Put<uint32_t>(&header, static_cast<uint32_t>(job_.size()));
@@ -606,6 +640,7 @@ Status DirectoryRemoteStore::WithdrawManifestNaming(uint64_t version, const std:
   if (unlink(manifest_path.c_str()) != 0 && errno != ENOENT) {
     return IoErr("unlink", manifest_path, errno);
   }
+  MEMENTO_RETURN_IF_ERROR(RemoveFormatFiles(version));
   Log(LogLevel::kInfo, "remote: v" + std::to_string(version) +
                            " is persisted again; its earlier manifest is withdrawn until the "
                            "new one");
@@ -648,6 +683,13 @@ Status DirectoryRemoteStore::WriteManifest(uint64_t version, int world_size,
     }
   }
   MEMENTO_RETURN_IF_ERROR(CheckRankFiles(version, ranks));
+  if (options_.format) {
+    RemoteManifest m{job_, version, lineage, world_size, ranks};
+    MEMENTO_RETURN_IF_ERROR(
+        options_.format->WriteVersionFiles(VersionDir(version), m, options_.fsync)
+            .WithContext("remote: the " + options_.format->Name() + " files of version " +
+                         std::to_string(version)));
+  }
   std::ostringstream os;
   os << kManifestFirstLine << "\n"
      << "job " << job_ << "\n"
@@ -762,6 +804,7 @@ Result<std::optional<uint64_t>> DirectoryRemoteStore::NewestComplete() {
 
 Result<std::vector<RemoteEntryInfo>> DirectoryRemoteStore::ListEntries(uint64_t version, int rank) {
   MEMENTO_ASSIGN_OR_RETURN(std::string path, RankFileOf(version, rank));
+  if (options_.format) return options_.format->ListEntries({job_, version, rank, path});
   FileReader in(path);
   MEMENTO_RETURN_IF_ERROR(in.Open());
   RankHeader h;
@@ -798,6 +841,7 @@ Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
     return Status::Corruption(where + ": " + std::to_string(in.size()) + " bytes, manifest says " +
                               std::to_string(expect.bytes));
   }
+  if (options_.format) return options_.format->ReadRankFile({job_, version, rank, path}, targets);
   RankHeader h;
   MEMENTO_RETURN_IF_ERROR(ReadRankHeader(in, &h));
   if (h.job != job_ || h.version != version || h.rank != static_cast<uint32_t>(rank)) {
@@ -884,8 +928,9 @@ void DirectoryRemoteStore::RemoveForeignRankFiles(uint64_t version,
   for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
   const std::string dir = VersionDir(version);
   for (const auto& f : files) {
-    const bool rank_file =
-        f.rfind("rank-", 0) == 0 && f.size() > 9 && f.compare(f.size() - 4, 4, ".mck") == 0;
+    const std::string suffix = options_.format ? options_.format->RankFileSuffix() : ".mck";
+    const bool rank_file = f.rfind("rank-", 0) == 0 && f.size() > 5 + suffix.size() &&
+                           f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0;
     if (!rank_file || named.count(f)) continue;
     // Another run's file of this version number: it may still be writing
     // it (its manifest would then replace this one); it goes once idle.
@@ -973,8 +1018,14 @@ Status DirectoryRemoteStore::Prune(int keep) {
         Result<RemoteManifest> manifest = ReadManifest(v);
         if (!manifest.ok()) continue;  // changed since ListComplete; the next Prune looks again
         for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
+        for (const std::string& f : FormatFiles()) named.insert(f);
       }
-      // The manifest first: the version stops being complete atomically.
+      // The format's files and the manifest first: the version stops being
+      // complete (for memento and for the format's readers) atomically.
+      if (Status s = RemoveFormatFiles(v); !s.ok()) {
+        failed(s);
+        continue;
+      }
       if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
         if (Status s = FsyncDir(dir); !s.ok()) {
           failed(s);

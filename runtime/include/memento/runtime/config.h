@@ -88,6 +88,17 @@ struct Config {
   // serve is unrecoverable.
   std::string remote_dir;
 
+  // MEMENTO_REMOTE_FORMAT. How persisted versions are written: "memento"
+  // (default: memento's rank files) or "dcp" (torch.distributed.checkpoint's
+  // layout, readable by dcp.load without memento; needs the torch adapter,
+  // which supplies the format: runtime/include/memento/runtime/remote_format.h).
+  std::string remote_format = "memento";
+
+  // MEMENTO_RESTORE_FROM. A torch.distributed.checkpoint directory to start
+  // from when neither memory nor the remote tier holds a version of the job
+  // (the Python package's restore(); the C++ runtime only carries it).
+  std::string restore_from;
+
   // MEMENTO_SHM_DIR. The directory of the node stores: empty (default)
   // /dev/shm, else an absolute path of a directory on a tmpfs (e.g. one
   // mounted with huge=within_size: 2 MiB pages for the stores, without

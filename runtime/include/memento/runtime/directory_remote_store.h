@@ -33,6 +33,11 @@
 // optional "lineage <16 hex digits>" line, one "rank file bytes crc" line per
 // rank, "crc <crc32c of the lines above>").
 //
+// With Options::format set, the rank files are that format's
+// (rank-<rank>.<lineage><suffix>; e.g. torch.distributed.checkpoint's, from
+// the torch adapter) and the format's own files of a version are written
+// just before its manifest; everything else stays as described here.
+//
 // Thread-safety: as RemoteStore; the object holds no mutable state.
 #pragma once
 
@@ -40,6 +45,7 @@
 #include <memory>
 #include <string>
 
+#include "memento/runtime/remote_format.h"
 #include "memento/runtime/remote_store.h"
 
 namespace memento::runtime {
@@ -52,6 +58,8 @@ class DirectoryRemoteStore : public RemoteStore {
     double stale_temp_seconds = 3600.0;
     // fsync files and folders (off only in benchmarks measuring its cost).
     bool fsync = true;
+    // The rank files' format; null: memento's own (above).
+    std::shared_ptr<RemoteFormat> format;
   };
 
   // The checked way to make one: `root` resolved against the working
@@ -61,6 +69,11 @@ class DirectoryRemoteStore : public RemoteStore {
   static Result<std::shared_ptr<DirectoryRemoteStore>> Open(std::string root, std::string job);
   static Result<std::shared_ptr<DirectoryRemoteStore>> Open(std::string root, std::string job,
                                                             Options options);
+
+  // Writes `bytes` to `path` under a temporary name, fsyncs (when `fsync`),
+  // renames and fsyncs the folder: the old file or the new one, never a part.
+  static Status WriteFileAtomically(const std::string& path, const std::string& bytes,
+                                    bool fsync);
 
   // `root` itself if absolute, else <working directory>/<root>.
   static Result<std::string> ResolveRoot(const std::string& root);
@@ -132,6 +145,10 @@ class DirectoryRemoteStore : public RemoteStore {
   // Removes version `version`'s manifest when it names the rank file at
   // `path`, which is about to be replaced (the version is persisted again).
   Status WithdrawManifestNaming(uint64_t version, const std::string& path);
+  // The format's files of a version folder (none for memento's own).
+  std::vector<std::string> FormatFiles() const;
+  // Removes `version`'s format files (before its manifest goes or is replaced).
+  Status RemoveFormatFiles(uint64_t version);
 
   std::string root_;
   std::string job_;

@@ -315,6 +315,12 @@ int PrimeOptimizerState(torch::optim::Optimizer& optimizer);
 // "float32", "float16", "bfloat16", "int64", "bool", ...
 std::string DTypeName(at::ScalarType type);
 
+// Checks every entry's crc32c in a rank file of a version persisted with
+// MEMENTO_REMOTE_FORMAT=dcp (a `.distcp` file carrying memento's index):
+// Corruption naming the file and the entry on a mismatch. A file without
+// memento's index (written by dcp.save) is left alone: *memento = false, OK.
+Status CheckDcpFile(const std::string& path, bool* memento);
+
 // For programs that prefer exceptions (examples, scripts): the value, or a
 // std::runtime_error carrying the status text.
 template <typename T>

@@ -1,0 +1,240 @@
+"""torch.distributed.checkpoint (DCP) interop.
+
+Writing (remote_format="dcp" / MEMENTO_REMOTE_FORMAT=dcp): the runtime writes every
+persisted version as a DCP checkpoint; this module hands it what only Python knows,
+with each save: the non-tensor values of the state under the names a plain
+``dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()})`` uses
+(optimizer param_groups, modules' extra state, stateful objects, extra= values), each
+torch.save'd, and every item's path in the nested state dict (DCP's planner_data).
+
+Reading (restore(from_dcp=PATH) / MEMENTO_RESTORE_FROM): when memento holds no
+version of the job, the registered modules, optimizers, tensors and stateful objects
+are loaded from a DCP checkpoint with torch.distributed.checkpoint.load itself, which
+reshards onto this world size and these placements (DTensor / FSDP2, DDP).
+"""
+import io
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping
+
+import torch
+
+from . import _memento, optim
+from ._memento import InvalidArgumentError, MementoError
+
+STEP_KEY = "memento.step"  # the step of a version memento persisted as DCP
+_ITEMS_RECORD = "dcp.items"
+_PATHS_RECORD = "dcp.paths"
+
+
+def _terminal(values):
+    """As torch.distributed.checkpoint's traversal: a list is a leaf unless it holds a
+    tensor or a container that is not one."""
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return False
+        if isinstance(v, Mapping):
+            return False
+        if isinstance(v, list) and not _terminal(v):
+            return False
+    return True
+
+
+def flatten(value, path, out):
+    """{path tuple: leaf} of a nested state dict, the way dcp.save flattens it."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            flatten(v, path + (k,), out)
+    elif isinstance(value, list) and not _terminal(value):
+        for i, v in enumerate(value):
+            flatten(v, path + (i,), out)
+    else:
+        out[path] = value
+    return out
+
+
+def fqn(path):
+    return ".".join(str(p) for p in path)
+
+
+def _json_key(k):
+    return k if isinstance(k, (int, str)) and not isinstance(k, bool) else str(k)
+
+
+def _torch_saved(value):
+    buf = io.BytesIO()
+    # The legacy format: what torch.load reads too, and 2-3x cheaper to write for a
+    # small value than a zip archive.
+    torch.save(value, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue()
+
+
+def _name(prefix):
+    return prefix[:-1] if prefix.endswith(".") else prefix
+
+
+def tensor_paths(sources, states):
+    """{entry name: path} of the registered tensors in the nested state dict."""
+    paths = {}
+    for kind, prefix, obj, _, _ in sources:
+        if kind == "module":
+            for key in states[prefix]:
+                paths[prefix + key] = [_name(prefix), key]
+        elif kind == "optimizer":
+            for i, p in enumerate(optim.optimizer_params(obj)):
+                for key in obj.state.get(p, {}):
+                    paths["%sstate.%d.%s" % (prefix, i, key)] = [_name(prefix), "state", i, key]
+        elif kind == "tensor":
+            paths[prefix] = [prefix]
+    return paths
+
+
+def values(sources, extra_state, step):
+    """{path: value} of the state's non-tensor values (see the module docstring)."""
+    out = {("memento", "step"): int(step)}
+    for kind, prefix, obj, _, _ in sources:
+        if kind != "optimizer":
+            continue
+        name = _name(prefix)
+        saved = extra_state["optimizers"].get(prefix, {})
+        for (i, key), value in saved.get("scalars", {}).items():
+            out[(name, "state", i, key)] = value
+        start = 0
+        for g, (group, live) in enumerate(zip(saved.get("groups", []), obj.param_groups)):
+            # optimizer.state_dict()'s form: the group's settings and its params as indices.
+            packed = dict(group)
+            packed["params"] = list(range(start, start + len(live["params"])))
+            start += len(live["params"])
+            flatten(packed, (name, "param_groups", g), out)
+    for prefix, module_values in extra_state.get("modules", {}).items():
+        for key, value in module_values.items():
+            out[(_name(prefix), key)] = value
+    for name, state in extra_state.get("stateful", {}).items():
+        flatten(state, (name,), out)
+    for extra in extra_state.get("extra", []):
+        for key, (kind, value) in extra.items():
+            flatten(value, (key,), out) if kind == "state_dict" else out.__setitem__((key,), value)
+    return out
+
+
+class Records:
+    """The two records of the extra state the dcp format reads (set before each save)."""
+
+    def __init__(self):
+        self._paths_key = None
+        self._paths_blob = None
+
+    def set(self, impl, sources, states, entry_names, extra_state, step):
+        items = bytearray()
+        paths = {}
+        for path, value in values(sources, extra_state, step).items():
+            name = fqn(path).encode()
+            blob = _torch_saved(value)
+            items += struct.pack("<I", len(name)) + name + struct.pack("<Q", len(blob)) + blob
+            paths[fqn(path)] = [_json_key(k) for k in path]
+        key = (tuple(entry_names), tuple(sorted(paths)))
+        if key != self._paths_key:  # the tensors' paths change only with registrations
+            tensors = tensor_paths(sources, states)
+            tensors = {n: [_json_key(k) for k in p] for n, p in tensors.items()
+                       if n in set(entry_names)}
+            tensors.update(paths)
+            self._paths_blob = json.dumps(tensors).encode()
+            self._paths_key = key
+        impl.set_user_record(_ITEMS_RECORD, bytes(items))
+        impl.set_user_record(_PATHS_RECORD, self._paths_blob)
+
+
+# ---- reading a DCP checkpoint ------------------------------------------------------------
+
+def _step_from_name(path):
+    m = re.search(r"(\d+)$", os.path.basename(os.path.normpath(path)))
+    return int(m.group(1)) if m else None
+
+
+def _check_files(path, metadata):
+    """Every file the metadata names is there and long enough; rank files memento wrote
+    pass their crc32c. Raises naming the file."""
+    needed = {}
+    for info in metadata.storage_data.values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for rel, end in sorted(needed.items()):
+        full = os.path.join(path, rel)
+        try:
+            size = os.path.getsize(full)
+        except OSError as e:
+            raise MementoError("from_dcp: %s: data file %s is missing (%s)" % (path, rel, e))
+        if size < end:
+            raise MementoError("from_dcp: %s: data file %s is truncated: %d bytes, the "
+                               "metadata needs %d" % (path, rel, size, end))
+        _memento.dcp_check_file(full)
+
+
+def _init_process_group_free():
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
+def load(ck, path, step=None):
+    """Loads the registered state from the DCP checkpoint at `path` in place. Returns the
+    step to resume after: `step`, else the one memento recorded, else the number that
+    ends the directory's name (step-1000)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not os.path.isdir(path):
+        raise InvalidArgumentError("from_dcp=%r: not a directory" % path)
+    try:
+        metadata = FileSystemReader(path).read_metadata()
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable .metadata
+        raise InvalidArgumentError("from_dcp=%r: not a torch.distributed.checkpoint checkpoint "
+                                   "(its .metadata: %s)" % (path, e))
+    keys = set(metadata.state_dict_metadata)
+    _check_files(path, metadata)
+
+    target, statefuls = {}, {}
+    for kind, prefix, obj, _, _ in ck._sources:
+        if kind in ("module", "optimizer"):
+            target[_name(prefix)] = obj.state_dict()
+        elif kind == "tensor":
+            target[prefix] = obj
+    required = [fqn(p) for p in flatten(target, (), {})]
+    missing = [k for k in required if k not in keys]
+    if missing:
+        raise InvalidArgumentError(
+            "from_dcp=%r: the checkpoint has no %s (%d of the %d values registered; it holds "
+            "%s ...)" % (path, ", ".join(missing[:8]), len(missing), len(required),
+                         ", ".join(sorted(keys)[:8])))
+    # Stateful objects and modules' extra state come along when the checkpoint has them.
+    for name, obj in ck._statefuls.items():
+        state = {name: obj.state_dict()}
+        if all(fqn(p) in keys for p in flatten(state, (), {})):
+            target.update(state)
+            statefuls[name] = obj
+    recorded = STEP_KEY in keys and step is None
+    if recorded:
+        target["memento"] = {"step": 0}
+    try:
+        dcp.load(target, checkpoint_id=path, no_dist=_init_process_group_free())
+    except Exception as e:  # noqa: BLE001 - DCP raises CheckpointException and others
+        raise MementoError("from_dcp: loading %s failed: %s" % (path, e))
+    for kind, prefix, obj, _, _ in ck._sources:
+        if kind == "optimizer":
+            obj.load_state_dict(target[_name(prefix)])
+        elif kind == "module":
+            # In place already; extra state (get_extra_state) goes back through the module.
+            extra = {k: v for k, v in target[_name(prefix)].items()
+                     if not isinstance(v, torch.Tensor)}
+            if extra:
+                obj.load_state_dict({**obj.state_dict(), **extra})
+    for name, obj in statefuls.items():
+        obj.load_state_dict(target[name])
+    if step is None:
+        step = target["memento"]["step"] if recorded else _step_from_name(path)
+    if step is None:
+        raise InvalidArgumentError(
+            "from_dcp=%r: which step is this checkpoint's? memento did not write it and its "
+            "directory name does not end in a number: pass restore(from_dcp=..., step=N)"
+            % path)
+    return int(step)

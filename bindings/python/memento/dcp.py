@@ -43,10 +43,11 @@ def _terminal(values):
 
 
 def flatten(value, path, out):
-    """{path tuple: leaf} of a nested state dict, the way dcp.save flattens it."""
+    """{path tuple: leaf} of a nested state dict, the way dcp.save flattens it (mapping
+    keys as strings, list positions as ints)."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            flatten(v, path + (k,), out)
+            flatten(v, path + (str(k),), out)
     elif isinstance(value, list) and not _terminal(value):
         for i, v in enumerate(value):
             flatten(v, path + (i,), out)
@@ -85,7 +86,8 @@ def tensor_paths(sources, states):
         elif kind == "optimizer":
             for i, p in enumerate(optim.optimizer_params(obj)):
                 for key in obj.state.get(p, {}):
-                    paths["%sstate.%d.%s" % (prefix, i, key)] = [_name(prefix), "state", i, key]
+                    paths["%sstate.%d.%s" % (prefix, i, key)] = [_name(prefix), "state", str(i),
+                                                                 key]
         elif kind == "tensor":
             paths[prefix] = [prefix]
     return paths
@@ -100,7 +102,7 @@ def values(sources, extra_state, step):
         name = _name(prefix)
         saved = extra_state["optimizers"].get(prefix, {})
         for (i, key), value in saved.get("scalars", {}).items():
-            out[(name, "state", i, key)] = value
+            out[(name, "state", str(i), key)] = value
         start = 0
         for g, (group, live) in enumerate(zip(saved.get("groups", []), obj.param_groups)):
             # optimizer.state_dict()'s form: the group's settings and its params as indices.

@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/config.h"
@@ -85,13 +86,16 @@ std::string Parent(const std::string& path) {
 // crc32c and size of everything written.
 class AtomicFileWriter : public RemoteFileSink {
  public:
-  AtomicFileWriter(std::string path, bool sync) : path_(std::move(path)), sync_(sync) {}
+  // bytes_per_s > 0: writes are paced to that rate (an emulated file system).
+  AtomicFileWriter(std::string path, bool sync, double bytes_per_s = 0)
+      : path_(std::move(path)), sync_(sync), bytes_per_s_(bytes_per_s) {}
   ~AtomicFileWriter() {
     if (fd_ >= 0) close(fd_);
     if (!tmp_.empty()) unlink(tmp_.c_str());
   }
 
   Status Open() {
+    opened_ = std::chrono::steady_clock::now();
     static std::atomic<uint64_t> counter{0};
     tmp_ = path_ + ".tmp." + HostName() + "." + std::to_string(getpid()) + "." +
            std::to_string(counter++);
@@ -121,6 +125,12 @@ class AtomicFileWriter : public RemoteFileSink {
       size_ += piece;
       p += piece;
       n -= piece;
+      if (bytes_per_s_ > 0) {
+        std::this_thread::sleep_until(opened_ + std::chrono::duration_cast<
+                                                    std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(
+                                                        static_cast<double>(size_) / bytes_per_s_)));
+      }
     }
     return Status::Ok();
   }
@@ -145,6 +155,8 @@ class AtomicFileWriter : public RemoteFileSink {
  private:
   std::string path_;
   bool sync_;
+  double bytes_per_s_;
+  std::chrono::steady_clock::time_point opened_;
   std::string tmp_;
   int fd_ = -1;
   uint64_t size_ = 0;
@@ -574,7 +586,7 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
 
   const std::string path = RankFilePath(version, rank, lineage);
   MEMENTO_RETURN_IF_ERROR(WithdrawManifestNaming(version, path));
-  AtomicFileWriter w(path, options_.fsync);
+  AtomicFileWriter w(path, options_.fsync, options_.emulated_write_bytes_per_s);
   MEMENTO_RETURN_IF_ERROR(w.Open());
   if (options_.format) {
     MEMENTO_RETURN_IF_ERROR(

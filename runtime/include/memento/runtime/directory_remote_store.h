@@ -58,6 +58,9 @@ class DirectoryRemoteStore : public RemoteStore {
     double stale_temp_seconds = 3600.0;
     // fsync files and folders (off only in benchmarks measuring its cost).
     bool fsync = true;
+    // Benchmarks: > 0 paces the writes of each rank file to this many bytes
+    // per second, a rank's share of an emulated shared file system.
+    double emulated_write_bytes_per_s = 0;
     // The rank files' format; null: memento's own (above).
     std::shared_ptr<RemoteFormat> format;
   };

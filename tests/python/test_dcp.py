@@ -1,0 +1,260 @@
+"""torch.distributed.checkpoint (DCP) interop, both directions, under torchrun and mpirun
+(MEMENTO_TEST_MPIRUN or mpirun on PATH), gloo on the CPU:
+
+- memento -> DCP: a 4-rank job (FSDP2 model + replicated MLP, AdamW each) persists with
+  remote_format="dcp"; with every node store gone, memento restores from that tier, and a
+  script without memento (dcp_plain.py) dcp.load()s it on 1, 2 and 4 ranks: every tensor
+  bit-identical to memento's restore, which is bit-identical to what the job held;
+- DCP -> memento: a plain 4-rank FSDP2 job dcp.save()s; memento restores it with
+  restore(from_dcp=) on 2 and 4 ranks, bit-identical to dcp.load on the same world size;
+- damage: a flipped byte in a memento-written data file is named (by memento's own restore,
+  which falls back to the older version, and by from_dcp); a truncated dcp.save file is
+  named; a version whose persist was cut short is never chosen.
+"""
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RANKS = os.path.join(HERE, "dcp_ranks.py")
+PLAIN = os.path.join(HERE, "dcp_plain.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script, n, *args, job="", launcher="torchrun"):
+    """Runs `script` on n ranks (one virtual node each); n == 1 without a launcher for
+    the plain script."""
+    port = free_port()
+    env = dict(os.environ, MEMENTO_JOB=job, DCP_NODES=",".join("n%d" % i for i in range(n)),
+               MEMENTO_SCHEME="replica:2" if n > 1 else "none", MEMENTO_TIMEOUT_S="120",
+               OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    env.pop("MEMENTO_RANKS_PER_NODE", None)
+    build = os.environ.get("MEMENTO_TEST_PYTHON_PATH")  # else the installed package
+    if build:
+        env["PYTHONPATH"] = build
+    if n == 1 and script == PLAIN:
+        cmd = [sys.executable, script]
+    elif launcher == "mpirun":
+        cmd = [os.environ.get("MEMENTO_TEST_MPIRUN") or shutil.which("mpirun"),
+               "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable, script]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
+               "--master_port", str(port), "--max_restarts", "0", script]
+    r = subprocess.run(cmd + list(args), env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=600)
+    print(r.stdout[-6000:])
+    assert r.returncode == 0, "%s %s on %d ranks exited %d" % (
+        launcher, os.path.basename(script), n, r.returncode)
+    return r.stdout
+
+
+def same_bits(a, b):
+    return (a.dtype == b.dtype and a.shape == b.shape and
+            torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
+def assert_same(want_path, got_path, what):
+    want, got = torch.load(want_path), torch.load(got_path)
+    assert set(want) == set(got), "%s: %s" % (what, sorted(set(want) ^ set(got)))
+    for k in want:
+        assert same_bits(want[k], got[k]), "%s: %s differs" % (what, k)
+    return len(want)
+
+
+@pytest.fixture
+def job():
+    from conftest import remove_segments
+    name = "dcp-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+    remove_segments(name)
+    yield name
+    remove_segments(name)
+
+
+def newest_version(remote, job):
+    versions = sorted(glob.glob(os.path.join(remote, job, "v*")))
+    assert versions, "nothing persisted under %s" % remote
+    return versions[-1]
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_memento_persists_dcp_that_plain_dcp_load_reads_on_1_2_4_ranks(job, tmp_path,
+                                                                       launcher):
+    from conftest import remove_segments
+    remote = str(tmp_path / "remote")
+    launch(RANKS, 4, "--phase", "persist", "--remote", remote, "--out",
+           str(tmp_path / "held.pt"), job=job, launcher=launcher)
+    version = newest_version(remote, job)
+    assert os.path.exists(os.path.join(version, ".metadata"))
+    remove_segments(job)  # every node's memory is gone: only the DCP-format tier is left
+    launch(RANKS, 4, "--phase", "restore", "--remote", remote, "--out",
+           str(tmp_path / "restored.pt"), job=job, launcher=launcher)
+    n = assert_same(tmp_path / "held.pt", tmp_path / "restored.pt", "memento's restore")
+    for ranks in (1, 2, 4):
+        out = str(tmp_path / ("plain%d.pt" % ranks))
+        launch(PLAIN, ranks, "--phase", "load", "--dir", version, "--out", out,
+               launcher=launcher)
+        assert_same(tmp_path / "restored.pt", out, "dcp.load on %d ranks" % ranks)
+    assert n > 20  # parameters, AdamW moments and steps, learning rates
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_memento_restores_a_plain_fsdp2_dcp_checkpoint_on_2_and_4_ranks(tmp_path, launcher):
+    from conftest import remove_segments
+    ckpt = str(tmp_path / "step-3")
+    launch(PLAIN, 4, "--phase", "save", "--steps", "3", "--dir", ckpt, launcher=launcher)
+    for ranks in (2, 4):
+        ref = str(tmp_path / ("dcp%d.pt" % ranks))
+        launch(PLAIN, ranks, "--phase", "load", "--dir", ckpt, "--out", ref, launcher=launcher)
+        job = "dcpin-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+        try:
+            out = str(tmp_path / ("memento%d.pt" % ranks))
+            launch(RANKS, ranks, "--phase", "from-dcp", "--steps", "3", "--dir", ckpt,
+                   "--remote", str(tmp_path / ("remote%d" % ranks)), "--out", out, job=job,
+                   launcher=launcher)
+            assert_same(ref, out, "from_dcp on %d ranks" % ranks)
+        finally:
+            remove_segments(job)
+
+
+# ---- one rank, in this process ------------------------------------------------------------
+
+def small_job(tmp_path, job, steps):
+    import memento
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    ck = memento.Checkpointer(job=job, scheme="none", remote=str(tmp_path / "remote"),
+                              remote_format="dcp", persist_every=1, persist_keep=3)
+    ck.register(model, opt)
+    held = {}
+    for step in range(1, steps + 1):
+        model(torch.randn(3, 4)).sum().backward()
+        ck.wait_snapshot()
+        opt.step()
+        opt.zero_grad()
+        ck.save(step)
+        ck.wait()
+        ck.wait_persist()
+        held[step] = {k: v.clone() for k, v in model.state_dict().items()}
+    return ck, model, held
+
+
+def flip_payload_byte(path):
+    """Flips a byte of the first tensor's bytes in a memento-written .distcp file."""
+    import json
+    import struct
+    with open(path, "r+b") as f:
+        f.seek(-20, os.SEEK_END)
+        length, = struct.unpack("<Q", f.read(8))
+        f.seek(-20 - length, os.SEEK_END)
+        index = json.loads(f.read(length))
+        entry = next(e for e in index["entries"] if e["segments"])
+        at = entry["segments"][0][1] + 1
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return entry["name"]
+
+
+def test_a_damaged_dcp_data_file_is_named_and_the_older_version_restored(job, tmp_path):
+    from conftest import remove_segments
+    import memento
+    ck, model, held = small_job(tmp_path, job, 2)
+    ck.close()
+    remove_segments(job)
+    newest = newest_version(str(tmp_path / "remote"), job)
+    data = glob.glob(os.path.join(newest, "*.distcp"))
+    assert len(data) == 1
+    entry = flip_payload_byte(data[0])
+    other = memento.Checkpointer(job=job + "x", scheme="none").register(model)
+    with pytest.raises(memento.MementoError) as e:
+        other.restore(from_dcp=newest)
+    other.close()
+    assert os.path.basename(data[0]) in str(e.value) and entry in str(e.value), str(e.value)
+    ck2 = memento.Checkpointer(job=job, scheme="none", remote=str(tmp_path / "remote"),
+                               remote_format="dcp")
+    ck2.register(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    report = ck2.restore()
+    assert int(report) == 1, report  # v2 passed over, v1 from the remote tier
+    assert any(os.path.basename(data[0]) in note for note in report.notes), report.notes
+    for k, v in held[1].items():
+        assert same_bits(v, model.state_dict()[k]), k
+    ck2.close()
+
+
+def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(tmp_path):
+    import memento
+    import torch.distributed.checkpoint as dcp
+    model = torch.nn.Linear(5, 3)
+    ckpt = str(tmp_path / "step-7")
+    dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt, no_dist=True)
+    data = glob.glob(os.path.join(ckpt, "*.distcp"))
+    with open(data[0], "r+b") as f:
+        f.truncate(os.path.getsize(data[0]) // 2)
+    ck = memento.Checkpointer(job="dcp-trunc-%s" % uuid.uuid4().hex[:8], scheme="none")
+    ck.register(model)
+    with pytest.raises(memento.MementoError) as e:
+        ck.restore(from_dcp=ckpt)
+    assert os.path.basename(data[0]) in str(e.value) and "truncated" in str(e.value)
+    # A version folder without .metadata (its persist cut short) is not a checkpoint.
+    os.unlink(os.path.join(ckpt, ".metadata"))
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=ckpt)
+    assert ".metadata" in str(e.value)
+    # A checkpoint without the registered names is refused, naming them.
+    other = str(tmp_path / "other-1")
+    dcp.save({"net": model.state_dict()}, checkpoint_id=other, no_dist=True)
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=other)
+    assert "model.weight" in str(e.value)
+    ck.close()
+
+
+def test_from_dcp_reads_the_step_and_what_memento_wrote_matches_dcp_save(job, tmp_path):
+    """The metadata memento writes equals dcp.save's for the same state (names, sizes,
+    chunks, dtypes, nested paths), and restore(from_dcp=) of it takes memento's step."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    ck, model, held = small_job(tmp_path, job, 3)
+    opt = ck._sources[1][2]
+    version = newest_version(str(tmp_path / "remote"), job)
+    mine = FileSystemReader(version).read_metadata()
+    ref_dir = str(tmp_path / "ref")
+    dcp.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
+             checkpoint_id=ref_dir, no_dist=True)
+    theirs = FileSystemReader(ref_dir).read_metadata()
+    extra = set(mine.state_dict_metadata) - set(theirs.state_dict_metadata)
+    assert extra == {"memento.step"}, extra
+    for key, md in theirs.state_dict_metadata.items():
+        got = mine.state_dict_metadata[key]
+        assert type(got) is type(md), key
+        if hasattr(md, "chunks"):
+            assert (got.size, got.chunks) == (md.size, md.chunks), key
+            # Strides are left out of the properties (the form torch < 2.8 reads too).
+            for field in ("dtype", "layout", "requires_grad", "memory_format", "pin_memory"):
+                assert getattr(got.properties, field) == getattr(md.properties, field), key
+        assert mine.planner_data[key] == theirs.planner_data[key], key
+    ck.close()
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ck2 = memento.Checkpointer(job=job + "-b", scheme="none")
+    ck2.register(fresh, torch.optim.AdamW(fresh.parameters(), lr=0.01))
+    report = ck2.restore(from_dcp=version)
+    assert report.source == "dcp" and int(report) == 3, report
+    for k, v in held[3].items():
+        assert same_bits(v, fresh.state_dict()[k]), k
+    ck2.close()

@@ -197,6 +197,7 @@ Status Checkpointer::Impl::AgreeOnSettings() {
       {"MEMENTO_NODE_MTBF_H",
        c.interval == Config::kAutoInterval ? std::to_string(c.node_mtbf_h) : "(unused)"},
       {"MEMENTO_REMOTE", remote_ ? "(set)" : "(none)"},
+      {"MEMENTO_REMOTE_FORMAT", remote_ ? c.remote_format : "(unused)"},
       {"MEMENTO_PERSIST_EVERY", std::to_string(c.persist_every)},
       {"MEMENTO_ELASTIC", c.elastic ? "1" : "0"},
       {"MEMENTO_BACKGROUND_REPROTECT", c.background_reprotect ? "1" : "0"},

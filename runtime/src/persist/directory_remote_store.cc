@@ -126,10 +126,13 @@ class AtomicFileWriter : public RemoteFileSink {
       p += piece;
       n -= piece;
       if (bytes_per_s_ > 0) {
-        std::this_thread::sleep_until(opened_ + std::chrono::duration_cast<
-                                                    std::chrono::steady_clock::duration>(
-                                                    std::chrono::duration<double>(
-                                                        static_cast<double>(size_) / bytes_per_s_)));
+        // Sleeps only once ahead by a millisecond: a sleep per small write
+        // would add the timer's slack to every call, not model a link.
+        const auto due = opened_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(size_ / bytes_per_s_));
+        if (due - std::chrono::steady_clock::now() > std::chrono::milliseconds(1)) {
+          std::this_thread::sleep_until(due);
+        }
       }
     }
     return Status::Ok();

@@ -146,19 +146,34 @@ Status WriteArchive(const uint8_t* data, const Block& b, at::ScalarType dtype,
     pickler.protocol();
     pickler.pushIValue(t);
     pickler.stop();
+    // The archive's small records (headers, data.pkl, version, ...) are
+    // gathered and written in one piece before and after the tensor's bytes,
+    // which go straight from the slot: a write per record would cost a system
+    // call each, tens per tensor.
+    std::string small;
+    auto flush = [&] {
+      if (io.ok() && !small.empty()) io = out->Write(small.data(), small.size());
+      small.clear();
+    };
     // No zip crc32: memento's crc32c covers the bytes (torch.load does not
     // check the zip's; torch.serialization.config.save.compute_crc32 = False).
     caffe2::serialize::PyTorchStreamWriter writer(
         [&](const void* p, size_t n) -> size_t {
           if (!io.ok()) return 0;
-          if (p == data && n == b.bytes && found == UINT64_MAX) found = out->size();
-          io = out->Write(p, n);
+          if (p == data && n == b.bytes && b.bytes > 0 && found == UINT64_MAX) {
+            flush();
+            found = out->size();
+            if (io.ok()) io = out->Write(p, n);
+          } else {
+            small.append(static_cast<const char*>(p), n);
+          }
           return io.ok() ? n : 0;
         },
         /*compute_crc32=*/false);
     ::torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(),
                                          pickler.tensorData(), writer);
     writer.writeEndOfFile();
+    flush();
   } catch (const std::exception& e) {
     if (!io.ok()) return io;
     return Status::Internal(std::string("writing a torch.save archive: ") + e.what());
@@ -369,8 +384,10 @@ Status DcpFormat::WriteRankFile(const RankFileContext& file,
   return out->Write(footer, kFooterBytes);
 }
 
-Result<std::vector<RemoteEntryInfo>> DcpFormat::ListEntries(const RankFileContext& file) {
-  MEMENTO_ASSIGN_OR_RETURN(json index, ParseIndex(file.path));
+namespace {
+
+// The entries `index` records, checked against the file it should be.
+Result<std::vector<RemoteEntryInfo>> EntriesOf(const json& index, const RankFileContext& file) {
   std::vector<RemoteEntryInfo> out;
   try {
     if (index.at("job") != file.job || index.at("version") != file.version ||
@@ -397,10 +414,17 @@ Result<std::vector<RemoteEntryInfo>> DcpFormat::ListEntries(const RankFileContex
   return out;
 }
 
+}  // namespace
+
+Result<std::vector<RemoteEntryInfo>> DcpFormat::ListEntries(const RankFileContext& file) {
+  MEMENTO_ASSIGN_OR_RETURN(json index, ParseIndex(file.path));
+  return EntriesOf(index, file);
+}
+
 Status DcpFormat::ReadRankFile(const RankFileContext& file,
                                const std::vector<RemoteEntryTarget>& targets) {
-  MEMENTO_ASSIGN_OR_RETURN(std::vector<RemoteEntryInfo> listed, ListEntries(file));
   MEMENTO_ASSIGN_OR_RETURN(json index, ParseIndex(file.path));
+  MEMENTO_ASSIGN_OR_RETURN(std::vector<RemoteEntryInfo> listed, EntriesOf(index, file));
   const std::string where = "remote file " + file.path;
   std::map<std::string, const RemoteEntryTarget*> by_name;
   for (const auto& t : targets) by_name[t.name] = &t;

@@ -258,3 +258,54 @@ def test_from_dcp_reads_the_step_and_what_memento_wrote_matches_dcp_save(job, tm
     for k, v in held[3].items():
         assert same_bits(v, fresh.state_dict()[k]), k
     ck2.close()
+
+
+def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
+    """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
+    dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""
+    import json
+    import signal
+    import textwrap
+    from conftest import remove_segments
+    import memento
+    from torch.distributed.checkpoint import FileSystemReader
+    remote = str(tmp_path / "remote")
+    script = textwrap.dedent("""
+        import torch, memento
+        torch.manual_seed(3)
+        model = torch.nn.Linear(4, 3)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        ck = memento.Checkpointer(launcher="single", scheme="none", remote=%r,
+                                  remote_format="dcp", persist_every=1, persist_keep=5)
+        ck.register(model, opt)
+        for step in range(1, 6):
+            model(torch.ones(2, 4)).sum().backward()
+            ck.wait_snapshot(); opt.step(); opt.zero_grad()
+            ck.save(step); ck.wait(); ck.wait_persist()
+            if step == 2:
+                torch.save(model.state_dict(), %r)
+        print("survived")
+    """ % (remote, str(tmp_path / "v2.pt")))
+    env = dict(os.environ, MEMENTO_JOB=job, MEMENTO_LAUNCH_DIR=str(tmp_path),
+               MEMENTO_LAUNCH_ATTEMPT="1", MEMENTO_LAUNCH_FAULT="manifest:3:0")
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr)
+    with open(tmp_path / "fault.a1") as f:
+        assert json.load(f)["stage"] == "manifest"
+    v3 = os.path.join(remote, job, "v%020d" % 3)
+    assert glob.glob(os.path.join(v3, "*.distcp")), os.listdir(v3)
+    assert not os.path.exists(os.path.join(v3, ".metadata"))
+    assert not os.path.exists(os.path.join(v3, "MANIFEST"))
+    with pytest.raises(Exception):
+        FileSystemReader(v3).read_metadata()
+    remove_segments(job)
+    model = torch.nn.Linear(4, 3)
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", remote=remote,
+                              remote_format="dcp")
+    ck.register(model, torch.optim.AdamW(model.parameters(), lr=0.01))
+    report = ck.restore()
+    assert int(report) == 2 and set(report.sources().values()) == {"remote"}, report
+    for k, v in torch.load(str(tmp_path / "v2.pt")).items():
+        assert same_bits(v, model.state_dict()[k]), k
+    ck.close()

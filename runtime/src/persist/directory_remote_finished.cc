@@ -1,10 +1,10 @@
 // DirectoryRemoteStore's finished mark (remote_store.h): <root>/<job>/FINISHED,
-// a text file written to a temporary name, fsynced and renamed into place.
+// a text file written to a temporary name, fsynced and renamed into place
+// (WriteFileAtomically).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,64 +13,17 @@
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/log.h"
-#include "memento/runtime/node_identity.h"
+#include "persist/remote_files.h"
 
 namespace memento::runtime {
 namespace {
 
 constexpr char kFirstLine[] = "memento-finished 1";
 
-Status IoErr(const std::string& what, const std::string& path, int err) {
-  return Status::IoError(what + " " + path + ": " + std::strerror(err) + " (errno " +
-                         std::to_string(err) + ")");
-}
-
-std::string Hex(uint64_t v, int digits) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%0*llx", digits, static_cast<unsigned long long>(v));
-  return buf;
-}
-
-Status WriteAll(int fd, const std::string& text, const std::string& path) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return IoErr("write", path, errno);
-    }
-    done += static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-Status FsyncDir(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoErr("open directory", dir, errno);
-  const int rc = fsync(fd);
-  const int err = errno;
-  close(fd);
-  return rc == 0 ? Status::Ok() : IoErr("fsync directory", dir, err);
-}
-
-// `text` at `path`, atomically: a temporary beside it, fsync, rename, folder fsync.
-Status WriteAtomically(const std::string& dir, const std::string& path, const std::string& text,
-                       bool sync) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + HostName() + "." + std::to_string(getpid()) + "." +
-                          std::to_string(counter++);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return IoErr("create", tmp, errno);
-  Status s = WriteAll(fd, text, tmp);
-  if (s.ok() && sync && fsync(fd) != 0) s = IoErr("fsync", tmp, errno);
-  if (close(fd) != 0 && s.ok()) s = IoErr("close", tmp, errno);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = IoErr("rename to", path, errno);
-  if (!s.ok()) {
-    unlink(tmp.c_str());
-    return s;
-  }
-  return sync ? FsyncDir(dir) : Status::Ok();
-}
+using remote_files::FsyncDir;
+using remote_files::Hex;
+using remote_files::Hex64;
+using remote_files::IoErr;
 
 }  // namespace
 
@@ -83,13 +36,13 @@ Status DirectoryRemoteStore::WriteFinished(const FinishedRun& run) {
   std::ostringstream os;
   os << kFirstLine << "\n"
      << "job " << job_ << "\n"
-     << "lineage " << Hex(run.lineage, 16) << "\n"
+     << "lineage " << Hex64(run.lineage) << "\n"
      << "version " << run.version << "\n"
      << "unix_ns " << run.unix_ns << "\n";
   std::string text = os.str();
-  text += "crc " + Hex(erasure::Crc32c(text.data(), text.size()), 8) + "\n";
-  MEMENTO_RETURN_IF_ERROR(WriteAtomically(job_dir_, FinishedPath(), text, options_.fsync));
-  Log(LogLevel::kInfo, "remote: marked run " + Hex(run.lineage, 16) + " finished at v" +
+  text += "crc " + Hex(erasure::Crc32c(text.data(), text.size())) + "\n";
+  MEMENTO_RETURN_IF_ERROR(WriteFileAtomically(FinishedPath(), text, options_.fsync));
+  Log(LogLevel::kInfo, "remote: marked run " + Hex64(run.lineage) + " finished at v" +
                            std::to_string(run.version) + " in " + FinishedPath());
   return Status::Ok();
 }
@@ -123,7 +76,7 @@ Result<std::optional<FinishedRun>> DirectoryRemoteStore::ReadFinished() {
   if (text.size() > 4096 || crc_pos == std::string::npos || text.back() != '\n') {
     return bad("no crc line");
   }
-  if (text.substr(crc_pos) != "crc " + Hex(erasure::Crc32c(text.data(), crc_pos), 8) + "\n") {
+  if (text.substr(crc_pos) != "crc " + Hex(erasure::Crc32c(text.data(), crc_pos)) + "\n") {
     return bad("crc mismatch");
   }
   std::istringstream is(text.substr(0, crc_pos));

@@ -22,215 +22,32 @@
 #include "memento/runtime/config.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_identity.h"
+#include "persist/remote_files.h"
 
 namespace memento::runtime {
 namespace {
 
 using erasure::Crc32c;
 using erasure::Crc32cStream;
+using remote_files::AtomicFileWriter;
+using remote_files::Errno;
+using remote_files::FileReader;
+using remote_files::FsyncDir;
+using remote_files::Hex;
+using remote_files::Hex64;
+using remote_files::IoErr;
+using remote_files::kIoChunk;
+using remote_files::kManifestName;
+using remote_files::ListDir;
+using remote_files::MakeDir;
+using remote_files::Parent;
+using remote_files::ParseVersionDir;
 
 constexpr char kRankMagic[8] = {'M', 'C', 'K', 'R', 'A', 'N', 'K', '1'};
 constexpr uint32_t kRankFormat = 1;
 constexpr uint32_t kEntryMagic = 0x31544E45u;    // "ENT1"
 constexpr uint32_t kTrailerMagic = 0x444E454Du;  // "MEND"
-constexpr char kManifestName[] = "MANIFEST";
 constexpr char kManifestFirstLine[] = "memento-manifest 1";
-constexpr uint64_t kIoChunk = 4ull << 20;
-
-std::string Errno(int err) {
-  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
-
-Status IoErr(const std::string& what, const std::string& path, int err) {
-  return Status::IoError(what + " " + path + ": " + Errno(err));
-}
-
-std::string Hex(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%08x", v);
-  return buf;
-}
-
-std::string Hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-Status MakeDir(const std::string& path, bool* created) {
-  if (mkdir(path.c_str(), 0755) == 0) {
-    if (created != nullptr) *created = true;
-    return Status::Ok();
-  }
-  if (errno == EEXIST) return Status::Ok();
-  return IoErr("mkdir", path, errno);
-}
-
-Status FsyncDir(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoErr("open directory", path, errno);
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0) return IoErr("fsync directory", path, err);
-  return Status::Ok();
-}
-
-std::string Parent(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-}
-
-// Writes a file under a temporary name, fsyncs it, renames it over `path` and
-// fsyncs the folder; the temporary file is removed on any failure. Tracks the
-// crc32c and size of everything written.
-class AtomicFileWriter : public RemoteFileSink {
- public:
-  // bytes_per_s > 0: writes are paced to that rate (an emulated file system).
-  AtomicFileWriter(std::string path, bool sync, double bytes_per_s = 0)
-      : path_(std::move(path)), sync_(sync), bytes_per_s_(bytes_per_s) {}
-  ~AtomicFileWriter() {
-    if (fd_ >= 0) close(fd_);
-    if (!tmp_.empty()) unlink(tmp_.c_str());
-  }
-
-  Status Open() {
-    opened_ = std::chrono::steady_clock::now();
-    static std::atomic<uint64_t> counter{0};
-    tmp_ = path_ + ".tmp." + HostName() + "." + std::to_string(getpid()) + "." +
-           std::to_string(counter++);
-    fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      int err = errno;
-      tmp_.clear();
-      return IoErr("create", path_ + ".tmp.*", err);
-    }
-    return Status::Ok();
-  }
-
-  Status Write(const void* data, uint64_t n) override {
-    const uint8_t* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      const uint64_t piece = std::min(n, kIoChunk);
-      crc_.Update(p, piece);
-      uint64_t done = 0;
-      while (done < piece) {
-        ssize_t w = ::write(fd_, p + done, piece - done);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          return IoErr("write", tmp_, errno);
-        }
-        done += static_cast<uint64_t>(w);
-      }
-      size_ += piece;
-      p += piece;
-      n -= piece;
-      if (bytes_per_s_ > 0) {
-        // Sleeps only once ahead by a millisecond: a sleep per small write
-        // would add the timer's slack to every call, not model a link.
-        const auto due = opened_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                       std::chrono::duration<double>(size_ / bytes_per_s_));
-        if (due - std::chrono::steady_clock::now() > std::chrono::milliseconds(1)) {
-          std::this_thread::sleep_until(due);
-        }
-      }
-    }
-    return Status::Ok();
-  }
-
-  // fsync + rename + folder fsync; after success the file is visible.
-  Status Commit() {
-    if (sync_ && fsync(fd_) != 0) return IoErr("fsync", tmp_, errno);
-    if (close(fd_) != 0) {
-      fd_ = -1;
-      return IoErr("close", tmp_, errno);
-    }
-    fd_ = -1;
-    if (rename(tmp_.c_str(), path_.c_str()) != 0) return IoErr("rename to", path_, errno);
-    tmp_.clear();
-    if (sync_) MEMENTO_RETURN_IF_ERROR(FsyncDir(Parent(path_)));
-    return Status::Ok();
-  }
-
-  uint64_t size() const override { return size_; }
-  uint32_t crc() const { return crc_.value(); }
-
- private:
-  std::string path_;
-  bool sync_;
-  double bytes_per_s_;
-  std::chrono::steady_clock::time_point opened_;
-  std::string tmp_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-  Crc32cStream crc_;
-};
-
-// Sequential reader of a file with a running crc32c of what was read.
-class FileReader {
- public:
-  explicit FileReader(std::string path) : path_(std::move(path)) {}
-  ~FileReader() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Status Open() {
-    fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      int err = errno;
-      if (err == ENOENT) return Status::NotFound("remote file " + path_ + " does not exist");
-      return IoErr("open", path_, err);
-    }
-    struct stat st;
-    if (fstat(fd_, &st) != 0) return IoErr("fstat", path_, errno);
-    size_ = static_cast<uint64_t>(st.st_size);
-    return Status::Ok();
-  }
-  // Reads exactly n bytes; Corruption if the file ends first.
-  Status Read(void* out, uint64_t n) {
-    if (n > size_ - pos_) {
-      return Status::Corruption("remote file " + path_ + ": truncated at byte " +
-                                std::to_string(pos_) + " (needs " + std::to_string(n) +
-                                " more, size " + std::to_string(size_) + ")");
-    }
-    uint8_t* p = static_cast<uint8_t*>(out);
-    uint64_t done = 0;
-    while (done < n) {
-      ssize_t r = ::read(fd_, p + done, std::min(n - done, kIoChunk));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return IoErr("read", path_, errno);
-      }
-      if (r == 0) return Status::Corruption("remote file " + path_ + ": unexpected end");
-      done += static_cast<uint64_t>(r);
-    }
-    crc_.Update(p, n);
-    pos_ += n;
-    return Status::Ok();
-  }
-  // Moves past n bytes without reading them (crc() then no longer covers
-  // the file); Corruption if the file ends first.
-  Status Skip(uint64_t n) {
-    if (n > size_ - pos_) {
-      return Status::Corruption("remote file " + path_ + ": truncated at byte " +
-                                std::to_string(pos_) + " (skips " + std::to_string(n) +
-                                " more, size " + std::to_string(size_) + ")");
-    }
-    if (lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0) return IoErr("lseek", path_, errno);
-    pos_ += n;
-    return Status::Ok();
-  }
-  const std::string& path() const { return path_; }
-  uint64_t pos() const { return pos_; }
-  uint64_t size() const { return size_; }
-  uint32_t crc() const { return crc_.value(); }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-  uint64_t pos_ = 0;
-  Crc32cStream crc_;
-};
 
 // Little helpers to build / parse the binary records.
 template <typename T>
@@ -327,72 +144,6 @@ Status ReadRankHeader(FileReader& in, RankHeader* out) {
   if (stored != crc_so_far) return Status::Corruption(where + ": header crc mismatch");
   *out = std::move(h);
   return Status::Ok();
-}
-
-bool ParseVersionDir(const std::string& name, uint64_t* version) {
-  if (name.size() != 21 || name[0] != 'v') return false;
-  uint64_t v = 0;
-  for (size_t i = 1; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    const uint64_t digit = static_cast<uint64_t>(name[i] - '0');
-    if (v > (UINT64_MAX - digit) / 10) return false;  // not a name this store writes
-    v = v * 10 + digit;
-  }
-  *version = v;
-  return true;
-}
-
-Result<std::vector<std::string>> ListDir(const std::string& path) {
-  DIR* d = opendir(path.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return std::vector<std::string>{};
-    return IoErr("opendir", path, errno);
-  }
-  std::vector<std::string> names;
-  for (;;) {
-    errno = 0;
-    struct dirent* e = readdir(d);
-    if (e == nullptr) break;
-    std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
-  }
-  const int err = errno;  // a listing cut short must not look complete
-  closedir(d);
-  if (err != 0) return IoErr("readdir", path, err);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// "<final>.tmp.<host>.<pid>.<n>": is the writer gone (or the file old)?
-bool IsStaleTemp(const std::string& dir, const std::string& name, double stale_seconds) {
-  const size_t tmp = name.find(".tmp.");
-  if (tmp == std::string::npos) return false;
-  const std::string path = dir + "/" + name;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return false;
-  const double age =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-      static_cast<double>(st.st_mtime);
-  if (age > stale_seconds) return true;
-  // host may contain dots: parse pid and counter from the right.
-  const size_t last = name.find_last_of('.');
-  if (last == std::string::npos || last <= tmp + 5) return false;
-  const size_t before = name.find_last_of('.', last - 1);
-  if (before == std::string::npos || before <= tmp + 4) return false;
-  const std::string host = name.substr(tmp + 5, before - (tmp + 5));
-  const std::string pid_text = name.substr(before + 1, last - before - 1);
-  if (host != HostName() || pid_text.empty() || pid_text.size() > 9 ||
-      pid_text.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
-  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-double AgeSeconds(const struct stat& st) {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-             .count() -
-         static_cast<double>(st.st_mtime);
 }
 
 }  // namespace
@@ -716,10 +467,7 @@ Status DirectoryRemoteStore::WriteManifest(uint64_t version, int world_size,
   }
   std::string text = os.str();
   text += "crc " + Hex(Crc32c(text.data(), text.size())) + "\n";
-  AtomicFileWriter w(ManifestPath(version), options_.fsync);
-  MEMENTO_RETURN_IF_ERROR(w.Open());
-  MEMENTO_RETURN_IF_ERROR(w.Write(text.data(), text.size()));
-  MEMENTO_RETURN_IF_ERROR(w.Commit());
+  MEMENTO_RETURN_IF_ERROR(WriteFileAtomically(ManifestPath(version), text, options_.fsync));
   Log(LogLevel::kInfo,
       "remote: version " + std::to_string(version) + " complete in " + VersionDir(version));
   return Status::Ok();
@@ -932,160 +680,6 @@ Status DirectoryRemoteStore::ReadRankFile(uint64_t version, int rank,
     }
   }
   return Status::Ok();
-}
-
-void DirectoryRemoteStore::RemoveForeignRankFiles(uint64_t version,
-                                                  const std::vector<std::string>& files,
-                                                  Status* first_error) {
-  Result<RemoteManifest> manifest = ReadManifest(version);
-  if (!manifest.ok()) return;  // changed since ListComplete; the next Prune looks again
-  std::set<std::string> named;
-  for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
-  const std::string dir = VersionDir(version);
-  for (const auto& f : files) {
-    const std::string suffix = options_.format ? options_.format->RankFileSuffix() : ".mck";
-    const bool rank_file = f.rfind("rank-", 0) == 0 && f.size() > 5 + suffix.size() &&
-                           f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if (!rank_file || named.count(f)) continue;
-    // Another run's file of this version number: it may still be writing
-    // it (its manifest would then replace this one); it goes once idle.
-    struct stat st;
-    const std::string path = dir + "/" + f;
-    if (stat(path.c_str(), &st) != 0 || AgeSeconds(st) <= options_.stale_temp_seconds) continue;
-    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-      if (first_error->ok()) *first_error = IoErr("unlink", path, errno);
-      continue;
-    }
-    Log(LogLevel::kDebug, "remote: removed " + path + " (not in the manifest of version " +
-                              std::to_string(version) + ")");
-  }
-}
-
-Status DirectoryRemoteStore::Prune(int keep) {
-  if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
-  MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());
-  // Keep the `keep` most recently completed versions (manifest time, then
-  // number): a run that reuses the job id with lower step numbers keeps its
-  // own versions instead of losing them to an older run's higher numbers.
-  std::vector<std::pair<int64_t, uint64_t>> by_age;  // (manifest mtime ns, version)
-  for (uint64_t v : complete) {
-    struct stat st;
-    // A manifest that cannot be stat'ed now counts as the newest (kept).
-    int64_t mtime = std::numeric_limits<int64_t>::max();
-    if (stat(ManifestPath(v).c_str(), &st) == 0) {
-      mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    }
-    by_age.emplace_back(mtime, v);
-  }
-  std::sort(by_age.begin(), by_age.end());
-  std::vector<uint64_t> kept;
-  for (size_t i = by_age.size() - std::min(by_age.size(), static_cast<size_t>(keep));
-       i < by_age.size(); ++i) {
-    kept.push_back(by_age[i].second);
-  }
-  MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(job_dir_));
-  // One version that cannot be removed does not stop the others: the first
-  // error is returned at the end.
-  Status first_error;
-  auto failed = [&](Status s) {
-    if (first_error.ok()) first_error = std::move(s);
-  };
-  for (const auto& n : names) {
-    uint64_t v = 0;
-    if (!ParseVersionDir(n, &v)) continue;
-    const std::string dir = job_dir_ + "/" + n;
-    const bool is_complete = std::find(complete.begin(), complete.end(), v) != complete.end();
-    const bool is_kept = std::find(kept.begin(), kept.end(), v) != kept.end();
-    Result<std::vector<std::string>> listed = ListDir(dir);
-    if (!listed.ok()) {
-      failed(listed.status());
-      continue;
-    }
-    const std::vector<std::string>& files = *listed;
-    bool remove = is_complete && !is_kept;
-    if (!is_complete) {
-      // A version with a manifest that did not validate here (a read error,
-      // a format this build does not read, damage) may be a committed one:
-      // it is never pruned, only reported. One without a manifest may still
-      // be written by other ranks (of this run or of another run under the
-      // same job id): it goes only once nothing in it has changed for
-      // stale_temp_seconds.
-      struct stat st;
-      if (lstat(ManifestPath(v).c_str(), &st) == 0 || errno != ENOENT) {
-        Log(LogLevel::kWarn, "remote: not pruning version " + std::to_string(v) +
-                                 ": it has a manifest but is not complete (see the warning "
-                                 "above); remove " +
-                                 dir + " by hand once it is not needed");
-        continue;
-      }
-      double newest_age = stat(dir.c_str(), &st) == 0 ? AgeSeconds(st) : 0;
-      for (const auto& f : files) {
-        if (stat((dir + "/" + f).c_str(), &st) == 0) newest_age = std::min(newest_age, AgeSeconds(st));
-      }
-      remove = newest_age > options_.stale_temp_seconds;
-    }
-    if (remove) {
-      // A complete version takes its manifest's files with it; any other
-      // file (another run's rank file or temporary of this version number,
-      // maybe being written now) only once idle, as below.
-      std::set<std::string> named;
-      if (is_complete) {
-        Result<RemoteManifest> manifest = ReadManifest(v);
-        if (!manifest.ok()) continue;  // changed since ListComplete; the next Prune looks again
-        for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
-        for (const std::string& f : FormatFiles()) named.insert(f);
-      }
-      // The format's files and the manifest first: the version stops being
-      // complete (for memento and for the format's readers) atomically.
-      if (Status s = RemoveFormatFiles(v); !s.ok()) {
-        failed(s);
-        continue;
-      }
-      if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
-        if (Status s = FsyncDir(dir); !s.ok()) {
-          failed(s);
-          continue;
-        }
-      }
-      bool emptied = true;
-      for (const auto& f : files) {
-        if (f == kManifestName) continue;
-        struct stat st;
-        const std::string path = dir + "/" + f;
-        if (is_complete && !named.count(f) && stat(path.c_str(), &st) == 0 &&
-            AgeSeconds(st) <= options_.stale_temp_seconds) {
-          emptied = false;
-          continue;
-        }
-        if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-          failed(IoErr("unlink", path, errno));
-          emptied = false;
-        }
-      }
-      if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
-        failed(IoErr("rmdir", dir, errno));
-      }
-      Log(LogLevel::kDebug, "remote: pruned version " + std::to_string(v));
-      continue;
-    }
-    if (is_complete) RemoveForeignRankFiles(v, files, &first_error);
-    for (const auto& f : files) {
-      if (IsStaleTemp(dir, f, options_.stale_temp_seconds)) {
-        if (unlink((dir + "/" + f).c_str()) != 0 && errno != ENOENT) {
-          failed(IoErr("unlink", dir + "/" + f, errno));
-          continue;
-        }
-        Log(LogLevel::kDebug, "remote: removed stale temporary " + dir + "/" + f);
-      }
-    }
-  }
-  if (options_.fsync) {
-    struct stat st;
-    if (stat(job_dir_.c_str(), &st) == 0) {
-      if (Status s = FsyncDir(job_dir_); !s.ok()) failed(s);
-    }
-  }
-  return first_error;
 }
 
 }  // namespace memento::runtime

@@ -53,8 +53,13 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_BACKGROUND_REPROTECT", "0"},
                             {"MEMENTO_SHM_DIR", "/mnt/huge-shm"},
                             {"MEMENTO_RESUME_FINISHED", "1"},
-                            {"MEMENTO_KEEP_FINISHED", "1"}});
+                            {"MEMENTO_KEEP_FINISHED", "1"},
+                            {"MEMENTO_REMOTE_FORMAT", "dcp"},
+                            {"MEMENTO_RESTORE_FROM", "/ckpt/step-100"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->remote_format, "dcp");
+  EXPECT_EQ(Config().remote_format, "memento") << "the default";
+  EXPECT_EQ(c->restore_from, "/ckpt/step-100");
   EXPECT_TRUE(c->resume_finished);
   EXPECT_TRUE(c->keep_finished);
   EXPECT_TRUE(c->elastic);
@@ -76,7 +81,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
   EXPECT_EQ(c->shm_dir, "/mnt/huge-shm");  // FromMap checks the form only, FromEnv the directory
-  EXPECT_EQ(Config::VariableNames().size(), 20u);
+  EXPECT_EQ(Config::VariableNames().size(), 22u);
 }
 
 // A bad value names the variable, the value and the accepted forms.

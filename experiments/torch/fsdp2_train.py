@@ -65,6 +65,27 @@ def dump(path, model, optimizer):
                 "draws": (torch.rand(8), np.random.rand(4), random.random())}, path)
 
 
+# FSDP2's forward needs streams with events; torch.cpu.Stream has them from torch 2.7
+# on. Before, tests give the model's DTensor parameters gradients by hand.
+FSDP2_RUNS_ON_CPU = hasattr(torch.cpu.Stream(), "record_event")
+
+
+def test_gradients(model, g):
+    """Gradients for one step of the tests, drawn from generator `g`: a forward and
+    backward pass of a batch where FSDP2 runs on the CPU, else random gradients placed
+    like the parameters (DTensors) or whole (a plain module)."""
+    if FSDP2_RUNS_ON_CPU or not any(hasattr(p, "device_mesh") for p in model.parameters()):
+        tokens = torch.randint(0, 37, (4, 9), generator=g)
+        logits = model(tokens[:, :-1])
+        torch.nn.functional.cross_entropy(logits.reshape(-1, 37),
+                                          tokens[:, 1:].reshape(-1)).backward()
+        return
+    from torch.distributed.tensor import distribute_tensor
+    for p in model.parameters():
+        p.grad = distribute_tensor(torch.randn(p.shape, generator=g), p.device_mesh,
+                                   p.placements)
+
+
 def build(seed, rank, world):
     ddp_common.seed(seed, rank)  # the same initial weights everywhere; per-rank data
     mesh = init_device_mesh("cpu", (world,))

@@ -23,11 +23,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "experiments", "torch"))
 import fsdp2_train  # noqa: E402
 
-# FSDP2's forward needs streams with events; torch.cpu.Stream has them from torch 2.7
-# on. Before, the FSDP2 model's DTensor parameters are trained by hand.
-FSDP2_RUNS_ON_CPU = hasattr(torch.cpu.Stream(), "record_event")
-
-
 def distributed():
     return dist.is_available() and dist.is_initialized()
 
@@ -59,18 +54,9 @@ def prime(optimizer):
 def train(gpt, opt_g, mlp, opt_m, first, last):
     """Steps first+1..last; yields each step once taken. The MLP gets the same gradients
     on every rank (replicated)."""
-    from torch.distributed.tensor import distribute_tensor
     for step in range(first + 1, last + 1):
         g = torch.Generator().manual_seed(100 + step)
-        if FSDP2_RUNS_ON_CPU or not distributed():
-            tokens = torch.randint(0, 37, (4, 9), generator=g)
-            logits = gpt(tokens[:, :-1])
-            torch.nn.functional.cross_entropy(logits.reshape(-1, 37),
-                                              tokens[:, 1:].reshape(-1)).backward()
-        else:
-            for p in gpt.parameters():
-                p.grad = distribute_tensor(torch.randn(p.shape, generator=g), p.device_mesh,
-                                           p.placements)
+        fsdp2_train.test_gradients(gpt, g)
         opt_g.step()
         opt_g.zero_grad()
         x = torch.randn(5, 6, generator=g)
@@ -125,7 +111,7 @@ def main():
         prime(opt_g)
         prime(opt_m)
         sd = state_dict(gpt, opt_g, mlp, opt_m)
-        dcp.load(sd, checkpoint_id=args.dir, no_dist=not distributed())
+        dcp.load(sd, checkpoint_id=args.dir)
         opt_g.load_state_dict(sd["optimizer"])
         opt_m.load_state_dict(sd["ddp_optimizer"])
         state = whole(gpt, opt_g, mlp, opt_m)

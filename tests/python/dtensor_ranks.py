@@ -53,9 +53,6 @@ def meshes_for(world):
     return {"1d": init_device_mesh("cpu", (world,)), "2d": init_device_mesh("cpu", two)}
 
 
-# FSDP2's forward needs streams with events; torch.cpu.Stream has them from torch 2.7
-# on. Before, the FSDP2 model's DTensor parameters are trained by hand like Placed's.
-FSDP2_RUNS_ON_CPU = hasattr(torch.cpu.Stream(), "record_event")
 
 
 def train(placed, opt_p, gpt, opt_g, steps, first=0):
@@ -67,15 +64,7 @@ def train(placed, opt_p, gpt, opt_g, steps, first=0):
                                        p.placements)
         opt_p.step()
         opt_p.zero_grad()
-        if FSDP2_RUNS_ON_CPU:
-            tokens = torch.randint(0, 37, (4, 9), generator=g)
-            logits = gpt(tokens[:, :-1])
-            torch.nn.functional.cross_entropy(logits.reshape(-1, 37),
-                                              tokens[:, 1:].reshape(-1)).backward()
-        else:
-            for p in gpt.parameters():
-                p.grad = distribute_tensor(torch.randn(p.shape, generator=g), p.device_mesh,
-                                           p.placements)
+        fsdp2_train.test_gradients(gpt, g)
         opt_g.step()
         opt_g.zero_grad()
         yield step + 1

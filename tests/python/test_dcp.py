@@ -201,7 +201,7 @@ def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(
     import torch.distributed.checkpoint as dcp
     model = torch.nn.Linear(5, 3)
     ckpt = str(tmp_path / "step-7")
-    dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt, no_dist=True)
+    dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt)
     data = glob.glob(os.path.join(ckpt, "*.distcp"))
     with open(data[0], "r+b") as f:
         f.truncate(os.path.getsize(data[0]) // 2)
@@ -217,7 +217,7 @@ def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(
     assert ".metadata" in str(e.value)
     # A checkpoint without the registered names is refused, naming them.
     other = str(tmp_path / "other-1")
-    dcp.save({"net": model.state_dict()}, checkpoint_id=other, no_dist=True)
+    dcp.save({"net": model.state_dict()}, checkpoint_id=other)
     with pytest.raises(memento.InvalidArgumentError) as e:
         ck.restore(from_dcp=other)
     assert "model.weight" in str(e.value)
@@ -236,7 +236,7 @@ def test_from_dcp_reads_the_step_and_what_memento_wrote_matches_dcp_save(job, tm
     mine = FileSystemReader(version).read_metadata()
     ref_dir = str(tmp_path / "ref")
     dcp.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
-             checkpoint_id=ref_dir, no_dist=True)
+             checkpoint_id=ref_dir)
     theirs = FileSystemReader(ref_dir).read_metadata()
     extra = set(mine.state_dict_metadata) - set(theirs.state_dict_metadata)
     assert extra == {"memento.step"}, extra

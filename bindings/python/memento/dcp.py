@@ -174,10 +174,6 @@ def _check_files(path, metadata):
         _memento.dcp_check_file(full)
 
 
-def _init_process_group_free():
-    return not (torch.distributed.is_available() and torch.distributed.is_initialized())
-
-
 def load(ck, path, step=None):
     """Loads the registered state from the DCP checkpoint at `path` in place. Returns the
     step to resume after: `step`, else the one memento recorded, else the number that
@@ -218,7 +214,7 @@ def load(ck, path, step=None):
     if recorded:
         target["memento"] = {"step": 0}
     try:
-        dcp.load(target, checkpoint_id=path, no_dist=_init_process_group_free())
+        dcp.load(target, checkpoint_id=path)
     except Exception as e:  # noqa: BLE001 - DCP raises CheckpointException and others
         raise MementoError("from_dcp: loading %s failed: %s" % (path, e))
     for kind, prefix, obj, _, _ in ck._sources:

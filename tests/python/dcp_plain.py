@@ -120,6 +120,8 @@ def main():
     assert "memento" not in sys.modules, "this job must not use memento"
     print("rank %d: plain %s on %d ranks done" % (rank, args.phase, world), flush=True)
     if distributed():
+        # No rank tears gloo down while a peer may still use its connections.
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -81,6 +81,8 @@ def main():
         assert ck.latest_committed() == args.steps + 2
     ck.close()
     print("rank %d: %s on %d ranks done" % (rank, args.phase, world), flush=True)
+    # No rank tears gloo down while a peer may still use its connections.
+    dist.barrier()
     dist.destroy_process_group()
 
 

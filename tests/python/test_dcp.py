@@ -215,6 +215,19 @@ def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(
     with pytest.raises(memento.InvalidArgumentError) as e:
         ck.restore(from_dcp=ckpt)
     assert ".metadata" in str(e.value)
+    # Bad input, each refused by name.
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=str(tmp_path / "nowhere"))
+    assert "nowhere" in str(e.value) and "not a directory" in str(e.value)
+    nameless = str(tmp_path / "latest")
+    dcp.save({"model": model.state_dict()}, checkpoint_id=nameless)
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=nameless)
+    assert "step=" in str(e.value), str(e.value)
+    assert int(ck.restore(from_dcp=nameless, step=11)) == 11
+    with pytest.raises(memento.MementoError) as e:
+        memento.Checkpointer(job="dcp-bad", remote=str(tmp_path / "r"), remote_format="safetensors")
+    assert "MEMENTO_REMOTE_FORMAT" in str(e.value)
     # A checkpoint without the registered names is refused, naming them.
     other = str(tmp_path / "other-1")
     dcp.save({"net": model.state_dict()}, checkpoint_id=other)

@@ -64,7 +64,38 @@ def _json_key(k):
     return k if isinstance(k, (int, str)) and not isinstance(k, bool) else str(k)
 
 
+_SCALARS = (bool, int, float, str, type(None))
+_saved_cache = {}  # (type, value) -> torch.save bytes, for immutable scalar values
+
+
+def _cacheable(value):
+    if isinstance(value, tuple):
+        return all(_cacheable(v) for v in value)
+    return isinstance(value, _SCALARS)
+
+
+def _key(value):
+    """Tells apart values that compare equal but save differently (1, 1.0, True)."""
+    if isinstance(value, tuple):
+        return (tuple,) + tuple(_key(v) for v in value)
+    return (type(value), value)
+
+
 def _torch_saved(value):
+    """torch.save(value) as bytes; the same bytes again for an immutable scalar value seen
+    before (an optimizer group's betas, eps, flags: most of what a save hands over)."""
+    if _cacheable(value):
+        key = _key(value)
+        blob = _saved_cache.get(key)
+        if blob is None:
+            if len(_saved_cache) > 4096:
+                _saved_cache.clear()
+            blob = _saved_cache[key] = _torch_save_bytes(value)
+        return blob
+    return _torch_save_bytes(value)
+
+
+def _torch_save_bytes(value):
     buf = io.BytesIO()
     # The legacy format: what torch.load reads too, and 2-3x cheaper to write for a
     # small value than a zip archive.

@@ -26,7 +26,7 @@
 
 #include "dcp/dcp_format.h"
 #include "extra_state.h"
-#include "memento/runtime/directory_remote_store.h"
+#include "replicated_ranges.h"
 #include "generator_state.h"
 #include "launch_progress.h"
 #include "memento/erasure/crc32c.h"
@@ -518,12 +518,14 @@ class TorchCheckpointer::Impl {
     extra_buf_.assign(options_.extra_capacity, 0);
 
     planned_ = PlanEntries();
-    std::shared_ptr<runtime::RemoteStore> remote;
+    std::shared_ptr<runtime::RemoteStore> remote;  // null: the engine opens memento's own
     if (!config.remote_dir.empty() && config.remote_format == "dcp") {
-      runtime::DirectoryRemoteStore::Options o;
-      o.format = std::make_shared<dcp::DcpFormat>(DcpTensors(), kExtraEntry);
-      MEMENTO_ASSIGN_OR_RETURN(
-          remote, runtime::DirectoryRemoteStore::Open(config.remote_dir, config.job, o));
+      std::map<std::string, dcp::DcpTensor> tensors;
+      for (const Tracked& t : tracked_) {
+        tensors[t.entry.name] = dcp::Describe(t.in_place ? t.entry.tensor : t.staging,
+                                              t.entry.replicated, t.shard.has_value());
+      }
+      MEMENTO_ASSIGN_OR_RETURN(remote, dcp::OpenRemote(config, std::move(tensors), kExtraEntry));
     }
     auto engine = runtime::Checkpointer::Create(config, transport_, remote, options_.hooks);
     if (!engine.ok()) return engine.status();
@@ -542,41 +544,13 @@ class TorchCheckpointer::Impl {
     return Status::Ok();
   }
 
-  // How torch.distributed.checkpoint sees each tracked tensor (the dcp remote
-  // format): its kind, dtype, sizes and the strides of its bytes in the slot.
-  std::map<std::string, dcp::DcpTensor> DcpTensors() const {
-    std::map<std::string, dcp::DcpTensor> out;
+  // The replicated tracked tensors, in order (replicated_ranges.h).
+  std::vector<ReplicatedBytes> Replicated() const {
+    std::vector<ReplicatedBytes> out;
     for (const Tracked& t : tracked_) {
-      dcp::DcpTensor d;
-      d.kind = t.entry.replicated ? dcp::DcpTensor::Kind::kReplicated
-               : t.shard          ? dcp::DcpTensor::Kind::kShard
-                                  : dcp::DcpTensor::Kind::kWhole;
-      d.dtype = t.dtype;
-      d.sizes = t.sizes;
-      d.strides = t.in_place ? t.strides : t.staging.strides().vec();
-      out[t.entry.name] = std::move(d);
+      if (t.entry.replicated) out.push_back({static_cast<uint64_t>(t.nbytes), at::elementSize(t.dtype)});
     }
     return out;
-  }
-
-  // Where rank k's byte range of the replicated tensors' concatenation
-  // (`total` bytes over n ranks) begins: k/n of the way, moved back to the
-  // start of the element it falls in, so that every range holds whole
-  // elements (a persisted piece is then a block of the tensor, which
-  // torch.distributed.checkpoint can describe).
-  uint64_t ReplicatedBoundary(uint64_t total, uint64_t k, uint64_t n) const {
-    const uint64_t at = total * k / n;
-    uint64_t offset = 0;
-    for (const Tracked& t : tracked_) {
-      if (!t.entry.replicated) continue;
-      const uint64_t end = offset + static_cast<uint64_t>(t.nbytes);
-      if (at < end) {
-        const uint64_t element = at::elementSize(t.dtype);
-        return offset + (at - offset) / element * element;
-      }
-      offset = end;
-    }
-    return at;
   }
 
   // The engine's entries for tracked_ (and pieces_): whole tensors, slices of
@@ -584,12 +558,8 @@ class TorchCheckpointer::Impl {
   // extra state.
   std::vector<PlannedEntry> PlanEntries() {
     std::vector<PlannedEntry> out;
-    uint64_t replicated_total = 0;
     for (const Tracked& t : tracked_) {
-      if (t.entry.replicated) {
-        replicated_total += t.nbytes;
-        continue;
-      }
+      if (t.entry.replicated) continue;
       PlannedEntry p{t.entry.name, t.source(), static_cast<uint64_t>(t.nbytes), {}};
       p.layout.shape = t.sizes;
       if (t.shard) {
@@ -610,8 +580,9 @@ class TorchCheckpointer::Impl {
     // Replicated tensors: this rank's byte range of their concatenation.
     pieces_.clear();
     const uint64_t n = transport_->size(), r = transport_->rank();
-    range_begin_ = ReplicatedBoundary(replicated_total, r, n);
-    range_end_ = ReplicatedBoundary(replicated_total, r + 1, n);
+    const std::vector<ReplicatedBytes> replicated = Replicated();
+    range_begin_ = ReplicatedRangeBegin(replicated, r, n);
+    range_end_ = ReplicatedRangeBegin(replicated, r + 1, n);
     uint64_t offset = 0;
     for (size_t i = 0; i < tracked_.size(); ++i) {
       const Tracked& t = tracked_[i];
@@ -683,11 +654,8 @@ class TorchCheckpointer::Impl {
   Status GatherReplicated() {
     const int n = transport_->size(), me = transport_->rank();
     if (n == 1) return Status::Ok();
-    uint64_t total = 0;
-    for (const Tracked& t : tracked_) {
-      if (t.entry.replicated) total += t.nbytes;
-    }
-    if (total == 0) return Status::Ok();
+    const std::vector<ReplicatedBytes> replicated = Replicated();
+    if (ReplicatedRangeBegin(replicated, n, n) == 0) return Status::Ok();  // none
     std::vector<uint8_t> mine(range_end_ - range_begin_);
     uint64_t pos = 0;
     for (const Piece& p : pieces_) {
@@ -711,8 +679,8 @@ class TorchCheckpointer::Impl {
     std::vector<uint8_t> theirs;
     for (int k = 1; k < n && received.ok(); ++k) {
       const int peer = (me - k + n) % n;
-      const uint64_t lo = ReplicatedBoundary(total, peer, n);
-      const uint64_t hi = ReplicatedBoundary(total, peer + 1, n);
+      const uint64_t lo = ReplicatedRangeBegin(replicated, peer, n);
+      const uint64_t hi = ReplicatedRangeBegin(replicated, peer + 1, n);
       theirs.resize(hi - lo);
       for (uint64_t off = 0; off < theirs.size() && received.ok(); off += kGatherChunk) {
         const uint64_t want = std::min<uint64_t>(kGatherChunk, theirs.size() - off);

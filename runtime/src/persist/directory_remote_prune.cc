@@ -49,12 +49,11 @@ void DirectoryRemoteStore::RemoveForeignRankFiles(uint64_t version,
   }
 }
 
-Status DirectoryRemoteStore::Prune(int keep) {
-  if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
-  MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());
-  // Keep the `keep` most recently completed versions (manifest time, then
-  // number): a run that reuses the job id with lower step numbers keeps its
-  // own versions instead of losing them to an older run's higher numbers.
+std::vector<uint64_t> DirectoryRemoteStore::RecentlyCompleted(const std::vector<uint64_t>& complete,
+                                                               int keep) const {
+  // By manifest time, then number: a run that reuses the job id with lower
+  // step numbers keeps its own versions instead of losing them to an older
+  // run's higher numbers.
   std::vector<std::pair<int64_t, uint64_t>> by_age;  // (manifest mtime ns, version)
   for (uint64_t v : complete) {
     struct stat st;
@@ -71,6 +70,55 @@ Status DirectoryRemoteStore::Prune(int keep) {
        i < by_age.size(); ++i) {
     kept.push_back(by_age[i].second);
   }
+  return kept;
+}
+
+Status DirectoryRemoteStore::RemoveVersion(uint64_t v, const std::vector<std::string>& files,
+                                           bool is_complete) {
+  const std::string dir = VersionDir(v);
+  // A complete version takes its manifest's files with it; any other file
+  // (another run's rank file or temporary of this version number, maybe
+  // being written now) only once idle, as in Prune.
+  std::set<std::string> named;
+  if (is_complete) {
+    Result<RemoteManifest> manifest = ReadManifest(v);
+    if (!manifest.ok()) return Status::Ok();  // changed since ListComplete; the next Prune looks
+    for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
+    for (const std::string& f : FormatFiles()) named.insert(f);
+  }
+  // The format's files and the manifest first: the version stops being
+  // complete (for memento and for the format's readers) atomically.
+  MEMENTO_RETURN_IF_ERROR(RemoveFormatFiles(v));
+  if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
+    MEMENTO_RETURN_IF_ERROR(FsyncDir(dir));
+  }
+  Status first_error;
+  bool emptied = true;
+  for (const auto& f : files) {
+    if (f == kManifestName) continue;
+    struct stat st;
+    const std::string path = dir + "/" + f;
+    if (is_complete && !named.count(f) && stat(path.c_str(), &st) == 0 &&
+        AgeSeconds(st) <= options_.stale_temp_seconds) {
+      emptied = false;
+      continue;
+    }
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      if (first_error.ok()) first_error = IoErr("unlink", path, errno);
+      emptied = false;
+    }
+  }
+  if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
+    if (first_error.ok()) first_error = IoErr("rmdir", dir, errno);
+  }
+  Log(LogLevel::kDebug, "remote: pruned version " + std::to_string(v));
+  return first_error;
+}
+
+Status DirectoryRemoteStore::Prune(int keep) {
+  if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
+  MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());
+  const std::vector<uint64_t> kept = RecentlyCompleted(complete, keep);
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(job_dir_));
   // One version that cannot be removed does not stop the others: the first
   // error is returned at the end.
@@ -113,47 +161,7 @@ Status DirectoryRemoteStore::Prune(int keep) {
       remove = newest_age > options_.stale_temp_seconds;
     }
     if (remove) {
-      // A complete version takes its manifest's files with it; any other
-      // file (another run's rank file or temporary of this version number,
-      // maybe being written now) only once idle, as below.
-      std::set<std::string> named;
-      if (is_complete) {
-        Result<RemoteManifest> manifest = ReadManifest(v);
-        if (!manifest.ok()) continue;  // changed since ListComplete; the next Prune looks again
-        for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
-        for (const std::string& f : FormatFiles()) named.insert(f);
-      }
-      // The format's files and the manifest first: the version stops being
-      // complete (for memento and for the format's readers) atomically.
-      if (Status s = RemoveFormatFiles(v); !s.ok()) {
-        failed(s);
-        continue;
-      }
-      if (unlink((dir + "/" + kManifestName).c_str()) == 0 && options_.fsync) {
-        if (Status s = FsyncDir(dir); !s.ok()) {
-          failed(s);
-          continue;
-        }
-      }
-      bool emptied = true;
-      for (const auto& f : files) {
-        if (f == kManifestName) continue;
-        struct stat st;
-        const std::string path = dir + "/" + f;
-        if (is_complete && !named.count(f) && stat(path.c_str(), &st) == 0 &&
-            AgeSeconds(st) <= options_.stale_temp_seconds) {
-          emptied = false;
-          continue;
-        }
-        if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-          failed(IoErr("unlink", path, errno));
-          emptied = false;
-        }
-      }
-      if (emptied && rmdir(dir.c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
-        failed(IoErr("rmdir", dir, errno));
-      }
-      Log(LogLevel::kDebug, "remote: pruned version " + std::to_string(v));
+      failed(RemoveVersion(v, files, is_complete));
       continue;
     }
     if (is_complete) RemoveForeignRankFiles(v, files, &first_error);

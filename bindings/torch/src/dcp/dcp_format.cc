@@ -187,6 +187,52 @@ Status WriteArchive(const uint8_t* data, const Block& b, at::ScalarType dtype,
   return Status::Ok();
 }
 
+// The non-tensor values the Python package put in the extra state's record
+// kItemsRecord (fqn, torch.save'd bytes) as DCP bytes items, and the nested
+// paths of every item (kPathsRecord).
+Status WriteValueItems(const uint8_t* extra, uint64_t bytes, runtime::RemoteFileSink* out,
+                       json* items, json* paths) {
+  auto records = DecodeExtraState(extra, bytes);
+  if (!records.ok()) return Status::Ok();  // not yet written: nothing to add
+  auto found = records->find(kItemsRecord);
+  if (found != records->end()) {
+    const std::string& framed = found->second;
+    size_t at = 0;
+    auto take = [&](size_t n, std::string* s) {
+      if (framed.size() - at < n) return false;
+      *s = framed.substr(at, n);
+      at += n;
+      return true;
+    };
+    while (at < framed.size()) {
+      std::string len_bytes, fqn, value;
+      uint32_t name_len = 0;
+      uint64_t value_len = 0;
+      if (!take(4, &len_bytes)) break;
+      std::memcpy(&name_len, len_bytes.data(), 4);
+      if (!take(name_len, &fqn) || !take(8, &len_bytes)) break;
+      std::memcpy(&value_len, len_bytes.data(), 8);
+      if (!take(value_len, &value)) break;
+      items->push_back({{"fqn", fqn}, {"kind", "bytes"}, {"offset", out->size()},
+                        {"length", value.size()}});
+      MEMENTO_RETURN_IF_ERROR(out->Write(value.data(), value.size()));
+    }
+    if (at != framed.size()) {
+      return Status::InvalidArgument("dcp: the record " + std::string(kItemsRecord) +
+                                     " of the extra state is malformed");
+    }
+  }
+  found = records->find(kPathsRecord);
+  if (found != records->end()) {
+    *paths = json::parse(found->second, nullptr, false);
+    if (paths->is_discarded() || !paths->is_object()) {
+      return Status::InvalidArgument("dcp: the record " + std::string(kPathsRecord) +
+                                     " of the extra state is not a JSON object");
+    }
+  }
+  return Status::Ok();
+}
+
 json LayoutJson(const runtime::EntryLayout& l) {
   return {{"dtype", l.dtype}, {"global_shape", l.global_shape}, {"shape", l.shape},
           {"offsets", l.offsets}};
@@ -261,6 +307,27 @@ Result<std::string> ReadIndex(const std::string& path) {
   return text;
 }
 
+DcpTensor Describe(const at::Tensor& stored, bool replicated, bool shard) {
+  DcpTensor d;
+  d.kind = replicated ? DcpTensor::Kind::kReplicated
+           : shard    ? DcpTensor::Kind::kShard
+                      : DcpTensor::Kind::kWhole;
+  d.dtype = stored.scalar_type();
+  d.sizes = stored.sizes().vec();
+  d.strides = stored.strides().vec();
+  return d;
+}
+
+Result<std::shared_ptr<runtime::RemoteStore>> OpenRemote(const runtime::Config& config,
+                                                         std::map<std::string, DcpTensor> tensors,
+                                                         std::string extra_entry) {
+  runtime::DirectoryRemoteStore::Options o;
+  o.format = std::make_shared<DcpFormat>(std::move(tensors), std::move(extra_entry));
+  MEMENTO_ASSIGN_OR_RETURN(auto store,
+                           runtime::DirectoryRemoteStore::Open(config.remote_dir, config.job, o));
+  return std::shared_ptr<runtime::RemoteStore>(std::move(store));
+}
+
 DcpFormat::DcpFormat(std::map<std::string, DcpTensor> tensors, std::string extra_entry)
     : tensors_(std::move(tensors)), extra_entry_(std::move(extra_entry)) {}
 
@@ -324,47 +391,7 @@ Status DcpFormat::WriteRankFile(const RankFileContext& file,
         MEMENTO_RETURN_IF_ERROR(out->Write(e.data, e.bytes));
       }
       if (e.name == extra_entry_ && file.rank == 0) {
-        // The non-tensor values (torch.save'd by the Python package) as DCP
-        // bytes items, and the nested paths of every item.
-        auto records = DecodeExtraState(data, e.bytes);
-        if (records.ok()) {
-          auto found = records->find(kItemsRecord);
-          if (found != records->end()) {
-            const std::string& framed = found->second;
-            size_t at = 0;
-            auto take = [&](size_t n, std::string* s) {
-              if (framed.size() - at < n) return false;
-              *s = framed.substr(at, n);
-              at += n;
-              return true;
-            };
-            while (at < framed.size()) {
-              std::string len_bytes, fqn, value;
-              uint32_t name_len = 0;
-              uint64_t value_len = 0;
-              if (!take(4, &len_bytes)) break;
-              std::memcpy(&name_len, len_bytes.data(), 4);
-              if (!take(name_len, &fqn) || !take(8, &len_bytes)) break;
-              std::memcpy(&value_len, len_bytes.data(), 8);
-              if (!take(value_len, &value)) break;
-              items.push_back({{"fqn", fqn}, {"kind", "bytes"}, {"offset", out->size()},
-                               {"length", value.size()}});
-              MEMENTO_RETURN_IF_ERROR(out->Write(value.data(), value.size()));
-            }
-            if (at != framed.size()) {
-              return Status::InvalidArgument("dcp: the record " + std::string(kItemsRecord) +
-                                             " of the extra state is malformed");
-            }
-          }
-          found = records->find(kPathsRecord);
-          if (found != records->end()) {
-            paths = json::parse(found->second, nullptr, false);
-            if (paths.is_discarded() || !paths.is_object()) {
-              return Status::InvalidArgument("dcp: the record " + std::string(kPathsRecord) +
-                                             " of the extra state is not a JSON object");
-            }
-          }
-        }
+        MEMENTO_RETURN_IF_ERROR(WriteValueItems(data, e.bytes, out, &items, &paths));
       }
     }
     jentries.push_back({{"name", e.name}, {"bytes", e.bytes}, {"crc", crc},

@@ -37,9 +37,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "memento/runtime/config.h"
 #include "memento/runtime/remote_format.h"
 
 namespace memento::torch_adapter::dcp {
@@ -67,6 +69,10 @@ std::vector<Block> BlocksOfRange(const std::vector<int64_t>& sizes,
                                  const std::vector<int64_t>& strides, int64_t first, int64_t last,
                                  uint64_t element_bytes);
 
+// How DCP sees a registered tensor whose bytes the slot holds as `stored`
+// laid out (the tensor itself when registered in place, else its staging copy).
+DcpTensor Describe(const at::Tensor& stored, bool replicated, bool shard);
+
 class DcpFormat : public runtime::RemoteFormat {
  public:
   // `tensors`: by entry name. `extra_entry`: the entry holding memento's extra
@@ -91,6 +97,12 @@ class DcpFormat : public runtime::RemoteFormat {
   const std::map<std::string, DcpTensor> tensors_;
   const std::string extra_entry_;
 };
+
+// config's remote tier (MEMENTO_REMOTE) in this format: a DirectoryRemoteStore
+// with a DcpFormat of `tensors` (by entry name).
+Result<std::shared_ptr<runtime::RemoteStore>> OpenRemote(const runtime::Config& config,
+                                                         std::map<std::string, DcpTensor> tensors,
+                                                         std::string extra_entry);
 
 // The pickled DCP Metadata of the rank files' indexes (dcp_metadata.cc);
 // InvalidArgument naming an fqn whose chunks disagree.

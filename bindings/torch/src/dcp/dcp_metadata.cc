@@ -2,7 +2,6 @@
 // the memento indexes of its rank files (what each file holds, where).
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "dcp/dcp_format.h"
 #include "dcp/pickle_writer.h"
@@ -85,130 +84,160 @@ void StorageInfo(PickleWriter& w, const std::string& file, uint64_t offset, uint
   });
 }
 
-}  // namespace
-
-Result<std::string> BuildMetadata(const std::vector<std::string>& indexes,
-                                  const std::vector<std::string>& files) {
-  std::vector<std::string> order;  // fqns, first seen first
+// Every item of a version, from its rank files' indexes; fqns in the order
+// first seen.
+struct Items {
+  std::vector<std::string> order;
   std::map<std::string, TensorItem> tensors;
   std::map<std::string, BytesItem> bytes;
   json paths = json::object();
+};
+
+Status AddItem(const json& item, const std::string& file, Items* out) {
+  const std::string fqn = item.at("fqn");
+  const uint64_t offset = item.at("offset"), length = item.at("length");
+  const bool is_bytes = item.at("kind") == "bytes";
+  if (is_bytes ? out->tensors.count(fqn) : out->bytes.count(fqn)) {
+    return Status::InvalidArgument("dcp: '" + fqn + "' is a tensor and a value");
+  }
+  if (is_bytes) {
+    if (out->bytes.emplace(fqn, BytesItem{file, offset, length}).second) {
+      out->order.push_back(fqn);
+    }
+    return Status::Ok();
+  }
+  Chunk c{item.at("offsets").get<std::vector<int64_t>>(),
+          item.at("sizes").get<std::vector<int64_t>>(), file, offset, length};
+  const std::string dtype = item.at("dtype");
+  const std::vector<int64_t> size = item.at("size").get<std::vector<int64_t>>();
+  auto [it, added] = out->tensors.try_emplace(fqn, TensorItem{dtype, size, {}});
+  if (added) out->order.push_back(fqn);
+  if (it->second.dtype != dtype || it->second.size != size) {
+    return Status::InvalidArgument("dcp: the parts of '" + fqn + "' disagree: " +
+                                   it->second.dtype + " vs " + dtype + " of size " +
+                                   json(it->second.size).dump() + " vs " + json(size).dump());
+  }
+  // The same block on several ranks (a whole tensor each rank holds): kept
+  // once, as dcp.save's dedup does.
+  for (const Chunk& o : it->second.chunks) {
+    if (o.offsets == c.offsets) return Status::Ok();
+  }
+  it->second.chunks.push_back(std::move(c));
+  return Status::Ok();
+}
+
+Result<Items> CollectItems(const std::vector<std::string>& indexes,
+                           const std::vector<std::string>& files) {
+  Items items;
   try {
     for (size_t r = 0; r < indexes.size(); ++r) {
       const json index = json::parse(indexes[r]);
       for (const json& item : index.at("items")) {
-        const std::string fqn = item.at("fqn");
-        const uint64_t offset = item.at("offset"), length = item.at("length");
-        if (item.at("kind") == "bytes") {
-          if (tensors.count(fqn)) {
-            return Status::InvalidArgument("dcp: '" + fqn + "' is a tensor and a value");
-          }
-          if (bytes.emplace(fqn, BytesItem{files[r], offset, length}).second) order.push_back(fqn);
-          continue;
-        }
-        if (bytes.count(fqn)) return Status::InvalidArgument("dcp: '" + fqn + "' is a tensor and a value");
-        Chunk c{item.at("offsets").get<std::vector<int64_t>>(),
-                item.at("sizes").get<std::vector<int64_t>>(), files[r], offset, length};
-        const std::string dtype = item.at("dtype");
-        const std::vector<int64_t> size = item.at("size").get<std::vector<int64_t>>();
-        auto [it, added] = tensors.try_emplace(fqn, TensorItem{dtype, size, {}});
-        if (added) order.push_back(fqn);
-        if (it->second.dtype != dtype || it->second.size != size) {
-          return Status::InvalidArgument("dcp: the parts of '" + fqn + "' disagree: " +
-                                         it->second.dtype + " vs " + dtype + " of size " +
-                                         json(it->second.size).dump() + " vs " +
-                                         json(size).dump());
-        }
-        // The same block on several ranks (a whole tensor each rank holds):
-        // kept once, as dcp.save's dedup does.
-        bool dup = false;
-        for (const Chunk& o : it->second.chunks) dup = dup || o.offsets == c.offsets;
-        if (!dup) it->second.chunks.push_back(std::move(c));
+        MEMENTO_RETURN_IF_ERROR(AddItem(item, files[r], &items));
       }
       for (const auto& [fqn, path] : index.at("paths").items()) {
-        if (!paths.contains(fqn)) paths[fqn] = path;
+        if (!items.paths.contains(fqn)) items.paths[fqn] = path;
       }
     }
   } catch (const json::exception& ex) {
     return Status::Corruption(std::string("dcp: a rank file's memento index: ") + ex.what());
   }
+  return items;
+}
 
+// Metadata.state_dict_metadata: fqn -> TensorStorageMetadata | BytesStorageMetadata.
+void StateDictMetadata(PickleWriter& w, const Items& items) {
+  w.EmptyDict();
+  w.Mark();
+  for (const std::string& fqn : items.order) {
+    w.Str(fqn);
+    auto t = items.tensors.find(fqn);
+    if (t == items.tensors.end()) {
+      w.Global(kMetadataModule, "BytesStorageMetadata");
+      w.EmptyTuple();
+      w.NewObj();
+      continue;
+    }
+    w.Object(kMetadataModule, "TensorStorageMetadata", [&] {
+      w.Str("properties");
+      Properties(w, t->second.dtype);
+      w.Str("size");
+      w.TorchSize(t->second.size);
+      w.Str("chunks");
+      w.EmptyList();
+      w.Mark();
+      for (const Chunk& c : t->second.chunks) {
+        w.Object(kMetadataModule, "ChunkStorageMetadata", [&] {
+          w.Str("offsets");
+          w.TorchSize(c.offsets);
+          w.Str("sizes");
+          w.TorchSize(c.sizes);
+        });
+      }
+      w.Appends();
+    });
+  }
+  w.SetItems();
+}
+
+// Metadata.planner_data: fqn -> its path in the nested state dict
+// (flatten_state_dict's mapping); a flat key where none was recorded.
+void PlannerData(PickleWriter& w, const Items& items) {
+  w.EmptyDict();
+  w.Mark();
+  for (const std::string& fqn : items.order) {
+    w.Str(fqn);
+    w.Mark();
+    if (items.paths.contains(fqn) && items.paths[fqn].is_array()) {
+      for (const json& key : items.paths[fqn]) {
+        if (key.is_number_integer()) {
+          w.Int(key.get<int64_t>());
+        } else {
+          w.Str(key.is_string() ? key.get<std::string>() : key.dump());
+        }
+      }
+    } else {
+      w.Str(fqn);
+    }
+    w.Tuple();
+  }
+  w.SetItems();
+}
+
+// Metadata.storage_data: MetadataIndex -> _StorageInfo, per chunk and value.
+void StorageData(PickleWriter& w, const Items& items) {
+  w.EmptyDict();
+  w.Mark();
+  for (const std::string& fqn : items.order) {
+    auto t = items.tensors.find(fqn);
+    if (t == items.tensors.end()) {
+      const BytesItem& b = items.bytes.at(fqn);
+      Index(w, fqn, nullptr, -1);
+      StorageInfo(w, b.file, b.offset, b.length);
+      continue;
+    }
+    for (size_t i = 0; i < t->second.chunks.size(); ++i) {
+      const Chunk& c = t->second.chunks[i];
+      Index(w, fqn, &c.offsets, static_cast<int64_t>(i));
+      StorageInfo(w, c.file, c.offset, c.length);
+    }
+  }
+  w.SetItems();
+}
+
+}  // namespace
+
+Result<std::string> BuildMetadata(const std::vector<std::string>& indexes,
+                                  const std::vector<std::string>& files) {
+  MEMENTO_ASSIGN_OR_RETURN(Items items, CollectItems(indexes, files));
   PickleWriter w;
   w.Object(kMetadataModule, "Metadata", [&] {
     w.Str("state_dict_metadata");
-    w.EmptyDict();
-    w.Mark();
-    for (const std::string& fqn : order) {
-      w.Str(fqn);
-      auto t = tensors.find(fqn);
-      if (t == tensors.end()) {
-        w.Global(kMetadataModule, "BytesStorageMetadata");
-        w.EmptyTuple();
-        w.NewObj();
-        continue;
-      }
-      w.Object(kMetadataModule, "TensorStorageMetadata", [&] {
-        w.Str("properties");
-        Properties(w, t->second.dtype);
-        w.Str("size");
-        w.TorchSize(t->second.size);
-        w.Str("chunks");
-        w.EmptyList();
-        w.Mark();
-        for (const Chunk& c : t->second.chunks) {
-          w.Object(kMetadataModule, "ChunkStorageMetadata", [&] {
-            w.Str("offsets");
-            w.TorchSize(c.offsets);
-            w.Str("sizes");
-            w.TorchSize(c.sizes);
-          });
-        }
-        w.Appends();
-      });
-    }
-    w.SetItems();
-
-    // fqn -> its path in the nested state dict (flatten_state_dict's mapping).
+    StateDictMetadata(w, items);
     w.Str("planner_data");
-    w.EmptyDict();
-    w.Mark();
-    for (const std::string& fqn : order) {
-      w.Str(fqn);
-      w.Mark();
-      if (paths.contains(fqn) && paths[fqn].is_array()) {
-        for (const json& key : paths[fqn]) {
-          if (key.is_number_integer()) {
-            w.Int(key.get<int64_t>());
-          } else {
-            w.Str(key.is_string() ? key.get<std::string>() : key.dump());
-          }
-        }
-      } else {
-        w.Str(fqn);
-      }
-      w.Tuple();
-    }
-    w.SetItems();
-
+    PlannerData(w, items);
     w.Str("storage_data");
-    w.EmptyDict();
-    w.Mark();
-    for (const std::string& fqn : order) {
-      auto t = tensors.find(fqn);
-      if (t == tensors.end()) {
-        const BytesItem& b = bytes.at(fqn);
-        Index(w, fqn, nullptr, -1);
-        StorageInfo(w, b.file, b.offset, b.length);
-        continue;
-      }
-      for (size_t i = 0; i < t->second.chunks.size(); ++i) {
-        const Chunk& c = t->second.chunks[i];
-        Index(w, fqn, &c.offsets, static_cast<int64_t>(i));
-        StorageInfo(w, c.file, c.offset, c.length);
-      }
-    }
-    w.SetItems();
-
+    StorageData(w, items);
     w.Str("storage_meta");
     w.Object(kMetadataModule, "StorageMeta", [&] {
       w.Str("checkpoint_id");

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memento/runtime/remote_format.h"
 #include "memento/runtime/remote_store.h"
@@ -148,6 +149,11 @@ class DirectoryRemoteStore : public RemoteStore {
   // Removes version `version`'s manifest when it names the rank file at
   // `path`, which is about to be replaced (the version is persisted again).
   Status WithdrawManifestNaming(uint64_t version, const std::string& path);
+  // The `keep` most recently completed of `complete` (by manifest time).
+  std::vector<uint64_t> RecentlyCompleted(const std::vector<uint64_t>& complete, int keep) const;
+  // Removes version `version`'s folder (a Prune decided): the format's files
+  // and the manifest first, then `files` (those of other runs only once idle).
+  Status RemoveVersion(uint64_t version, const std::vector<std::string>& files, bool is_complete);
   // The format's files of a version folder (none for memento's own).
   std::vector<std::string> FormatFiles() const;
   // Removes `version`'s format files (before its manifest goes or is replaced).

@@ -264,9 +264,10 @@ def test_from_dcp_reads_the_step_and_what_memento_wrote_matches_dcp_save(job, tm
         assert mine.planner_data[key] == theirs.planner_data[key], key
     ck.close()
     fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    ck2 = memento.Checkpointer(job=job + "-b", scheme="none")
+    # restore_from= is MEMENTO_RESTORE_FROM as a keyword: restore() reads it.
+    ck2 = memento.Checkpointer(job=job + "-b", scheme="none", restore_from=version)
     ck2.register(fresh, torch.optim.AdamW(fresh.parameters(), lr=0.01))
-    report = ck2.restore(from_dcp=version)
+    report = ck2.restore()
     assert report.source == "dcp" and int(report) == 3, report
     for k, v in held[3].items():
         assert same_bits(v, fresh.state_dict()[k]), k

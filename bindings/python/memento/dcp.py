@@ -148,7 +148,10 @@ def values(sources, extra_state, step):
         flatten(state, (name,), out)
     for extra in extra_state.get("extra", []):
         for key, (kind, value) in extra.items():
-            flatten(value, (key,), out) if kind == "state_dict" else out.__setitem__((key,), value)
+            if kind == "state_dict":
+                flatten(value, (key,), out)
+            else:
+                out[(key,)] = value
     return out
 
 
@@ -169,9 +172,9 @@ class Records:
             paths[fqn(path)] = [_json_key(k) for k in path]
         key = (tuple(entry_names), tuple(sorted(paths)))
         if key != self._paths_key:  # the tensors' paths change only with registrations
-            tensors = tensor_paths(sources, states)
-            tensors = {n: [_json_key(k) for k in p] for n, p in tensors.items()
-                       if n in set(entry_names)}
+            stored = set(entry_names)
+            tensors = {n: [_json_key(k) for k in p]
+                       for n, p in tensor_paths(sources, states).items() if n in stored}
             tensors.update(paths)
             self._paths_blob = json.dumps(tensors).encode()
             self._paths_key = key

@@ -91,6 +91,18 @@ void AddLaunchCommand(CLI::App& app) {
                   "the mpirun command line, split at spaces (default mpirun)");
   sub->add_option("--torchrun", args->torchrun,
                   "the torchrun command line, split at spaces (default torchrun)");
+  sub->add_option("--recovery", o.recovery,
+                  "relaunch (default): every failure relaunches the job; in-job: the survivors "
+                  "keep running and re-form the group with replacements (the job uses "
+                  "memento.resilient)");
+  sub->add_option("--spares", o.spares,
+                  "in-job: warm spares started ahead (program loaded) to take lost places; "
+                  "when none is left, a failure relaunches the job (default 0: fresh "
+                  "replacements)")
+      ->transform(DecimalInteger());
+  sub->add_option("--injob-timeout", o.injob_timeout_s,
+                  "in-job: a recovery that has not restored after this many seconds is "
+                  "relaunched (default 60)");
   sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");
   sub->add_option("--records", o.records_path, "also write the JSON records to this file");
   sub->add_option("--status-dir", o.status_dir,

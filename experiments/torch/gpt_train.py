@@ -13,7 +13,9 @@ Runs under `memento launch` (mpirun or torchrun), plain torchrun, or plain mpiru
         --inject 1@6,0@9:snapshot -- .venv/bin/python experiments/torch/gpt_train.py --steps 16
 
 Under `memento launch` it reports its steps and loss and takes part in stage fault
-injection through memento itself: nothing launcher-specific is in this file.
+injection through memento itself: nothing launcher-specific is in this file. Its training
+runs inside memento.resilient, so `memento launch --recovery in-job [--spares K]` recovers
+it without restarting the surviving processes.
 --out FILE: rank 0 writes a digest of the final parameters, optimizer state, the batch it
 carries, the loader's state and the next random draws (for bit comparisons).
 """
@@ -100,15 +102,13 @@ def corpus(n, vocab, seed):
     return torch.where(keep, base, noise)
 
 
-def init_distributed():
-    """env:// under torchrun and `memento launch`; Open MPI's variables under plain mpirun."""
+def mpirun_env():
+    """Under plain mpirun: torch.distributed's env:// variables from Open MPI's."""
     if "RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" in os.environ:
         os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
         os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29500")
-    dist.init_process_group("gloo")
-    return dist.get_rank(), dist.get_world_size()
 
 
 def digest(model, optimizer, loader, carry):
@@ -131,10 +131,22 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--out", default="")
+    p.add_argument("--pids", default="",
+                   help="append 'rank pid attempt' here each time training (re)starts")
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    rank, world = init_distributed()
+    mpirun_env()
+    # The process group is resilient()'s: under `memento launch --recovery in-job` a lost
+    # node's ranks are replaced and train() runs again in the surviving processes.
+    memento.resilient(train, args)
+
+
+def train(args):
+    rank = dist.get_rank()
+    if args.pids:
+        with open(args.pids, "a") as f:
+            f.write("%d %d %s\n" % (rank, os.getpid(), os.environ.get("MEMENTO_LAUNCH_ATTEMPT", "0")))
     torch.manual_seed(args.seed)  # same initial weights on every rank
     vocab = 32
     model = GPT(vocab, args.context, args.dim, 4, args.blocks, dropout=0.1)
@@ -183,7 +195,6 @@ def main():
         if args.out:
             with open(args.out, "w") as f:
                 f.write(final + "\n")
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

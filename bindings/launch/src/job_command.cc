@@ -37,6 +37,12 @@ std::vector<std::vector<std::string>> JobCommands(const LaunchOptions& o,
   if (geteuid() == 0 && std::find(args.begin(), args.end(), "--allow-run-as-root") == args.end()) {
     args.push_back("--allow-run-as-root");
   }
+  // In-job recovery: the survivors outlive a lost rank (Open MPI ends the
+  // whole job otherwise).
+  if (o.recovery == "in-job" &&
+      std::find(args.begin(), args.end(), "--enable-recovery") == args.end()) {
+    args.push_back("--enable-recovery");
+  }
   args.insert(args.end(), {"-np", std::to_string(o.np)});
   args.insert(args.end(), rank_exec.begin(), rank_exec.end());
   args.insert(args.end(), o.command.begin(), o.command.end());

@@ -149,7 +149,9 @@ json Launcher::TimeLost(const json& restore, const Attempt& a) const {
                                 ? a.t_restore_begin - first.value("t_exit_abs", a.t_launch) -
                                       (detection - first.value("detection_s", 0.0))
                                 : 0.0;
-  lost["relaunch_s"] = std::max(0.0, relaunch_s);
+  // In-job: from the loss seen to the restore's start, the survivors running on.
+  lost["recovery"] = a.t_injob > 0 ? "in-job" : "relaunch";
+  lost[a.t_injob > 0 ? "rejoin_s" : "relaunch_s"] = std::max(0.0, relaunch_s);
   lost["restore_s"] = restore.value("restore_s", 0.0);
   lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
   lost["recompute_s"] =
@@ -186,6 +188,11 @@ void Launcher::RecordRestore(Attempt* a, bool attempt_over) {
 // unrecoverable, too many failures) or relaunch.
 Launcher::Next Launcher::AfterExit(Attempt* a) {
   if (a->unrecoverable) return Next::kStop;
+  if (a->injob_fallback && !a->fallback_reason.empty() && !g_interrupted) {
+    // The failure is recorded and open: the relaunch's restore closes it.
+    backoff_ = o_.backoff_s;
+    return Next::kRelaunch;
+  }
   double median_step_s = 0;
   if (!a->step_times.empty()) {
     std::sort(a->step_times.begin(), a->step_times.end());
@@ -297,9 +304,10 @@ json Launcher::Summary(int segments_removed) const {
                   {"exit_code", exit_code_},   {"final_step", final_step_},
                   {"state_hash", final_hash_}, {"failures", failures_},
                   {"launches", launches_},     {"segments_removed", segments_removed},
+                  {"injob_recoveries", injob_recoveries_},
                   {"wall_s", Now() - t0_}};
   if (!message_.empty()) summary["message"] = message_;
-  double totals[5] = {0, 0, 0, 0, 0};
+  double totals[6] = {0, 0, 0, 0, 0, 0};
   uint64_t steps_lost = 0;
   for (const json& r : records_) {
     if (r.value("record", std::string()) != "restore" || !r.contains("lost")) continue;
@@ -310,13 +318,15 @@ json Launcher::Summary(int segments_removed) const {
     totals[2] += l.value("restore_s", 0.0);
     totals[3] += l.value("reprotect_s", 0.0);
     totals[4] += l.value("recompute_s", 0.0);
+    totals[5] += l.value("rejoin_s", 0.0);
   }
   summary["steps_lost"] = steps_lost;
   summary["time_lost_s"] = {{"detection", totals[0]},
                             {"relaunch", totals[1]},
                             {"restore", totals[2]},
                             {"reprotect", totals[3]},
-                            {"recompute", totals[4]}};
+                            {"recompute", totals[4]},
+                            {"rejoin", totals[5]}};
   return summary;
 }
 

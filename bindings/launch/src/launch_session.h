@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "memento/launch/inject_spec.h"
@@ -97,6 +98,13 @@ class Launcher {
     // The restore record is written once every rank reported (or at the end).
     bool restore_recorded = false;
     bool unrecoverable = false;
+    // In-job recovery: processes whose exit status says nothing about the job
+    // (a lost node's torchrun agent, killed replacements).
+    std::set<pid_t> ignore_status;
+    double t_injob = 0;            // when the running in-job recovery began; 0: none
+    bool injob_fallback = false;   // an in-job recovery failed: relaunch
+    std::string fallback_reason;
+    double t_next_death_check = 0;
   };
   enum class Next { kRelaunch, kStop };
 
@@ -139,6 +147,22 @@ class Launcher {
   void WaitProcesses(Attempt* a);
   void TearDownBrokenTorchrun(Attempt* a);
   bool Spawn(Attempt* a);
+  // The environment every process of the job gets (in the child, before exec).
+  void SetJobEnv(int attempt, const std::string& fault, int port) const;
+  // Forks `args` in a process group of its own with the job's environment,
+  // output to the attempt's log; `extra` sets more variables. -1 on failure.
+  pid_t ForkJobProcess(const std::vector<std::string>& args, int attempt, const std::string& fault,
+                       int port, const std::vector<std::pair<std::string, std::string>>& extra);
+  // In-job recovery (injob.cc).
+  bool InJob() const { return o_.recovery == "in-job"; }
+  void StartSpares(int attempt);
+  void StopSpares();
+  void WatchInJob(Attempt* a);
+  void RecoverInJob(Attempt* a, const json& fault);
+  bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
+  void FallBack(Attempt* a, const std::string& reason);
+  bool RankDied(Attempt* a, int* rank);
+  std::string PendingFaultEnv() const;
   void Progress(bool final_line);
   void Record(json record);
   void ReadRestores(int attempt, json* restore);
@@ -153,6 +177,9 @@ class Launcher {
   std::vector<json> records_;
   double t0_ = 0;
   EventTail tail_;
+  int next_index_ = 0;            // the next attempt index (launches and in-job recoveries)
+  std::vector<pid_t> spares_;     // warm spares not handed a rank yet
+  int injob_recoveries_ = 0;
 
   // Across attempts.
   int unplanned_ = 0;  // consecutive failures nobody injected

@@ -155,7 +155,8 @@ bool Launcher::IsRankOf(pid_t pid, int attempt) const {
     has_dir = has_dir || var == dir;
     has_index = has_index || var == index;
   }
-  return has_dir && has_index;
+  // In-job recovery: a survivor keeps the attempt it was started in.
+  return has_dir && (has_index || InJob());
 }
 
 void Launcher::KillAllRanks(int attempt) {
@@ -223,7 +224,7 @@ void Launcher::ReapExited(Attempt* a) {
     }
     a->reaped[i] = true;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && !a->failed_status) {
+    if (!ok && !a->failed_status && a->ignore_status.count(a->pids[i]) == 0) {
       a->status = status;
       a->failed_status = true;
     }
@@ -245,7 +246,8 @@ void Launcher::WaitProcesses(Attempt* a) {
     int status = 0;
     waitpid(a->pids[i], &status, 0);
     a->reaped[i] = true;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !a->failed_status) {
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !a->failed_status &&
+        a->ignore_status.count(a->pids[i]) == 0) {
       a->status = status;
       a->failed_status = true;
     }
@@ -258,11 +260,84 @@ void Launcher::WaitProcesses(Attempt* a) {
 // the other nodes' ranks would wait on it until a timeout. The whole job is
 // stopped at once, as mpirun stops every rank when one dies.
 void Launcher::TearDownBrokenTorchrun(Attempt* a) {
-  if (o_.launcher != "torchrun" || a->exited) return;
+  if (o_.launcher != "torchrun" || a->exited || InJob()) return;
   const bool fault_fired = access((dir_ + "/fault.a" + std::to_string(a->index)).c_str(), F_OK) == 0;
   if (!a->failed_status && !a->killed_by_launcher && !fault_fired) return;
   KillAllRanks(a->index);
   KillProcesses(a, SIGKILL);
+}
+
+// The job's environment, set in a child before it execs.
+void Launcher::SetJobEnv(int attempt, const std::string& fault, int port) const {
+  setenv("MEMENTO_JOB", o_.job.c_str(), 1);
+  setenv("MEMENTO_SCHEME", o_.scheme.c_str(), 1);
+  setenv("MEMENTO_RANKS_PER_NODE", std::to_string(o_.ranks_per_node).c_str(), 1);
+  if (!o_.remote_dir.empty()) setenv("MEMENTO_REMOTE", o_.remote_dir.c_str(), 1);
+  if (o_.persist_every >= 0) {
+    setenv("MEMENTO_PERSIST_EVERY", std::to_string(o_.persist_every).c_str(), 1);
+  }
+  setenv("MEMENTO_LAUNCH_DIR", dir_.c_str(), 1);
+  setenv("MEMENTO_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
+  if (fault.empty()) {
+    unsetenv("MEMENTO_LAUNCH_FAULT");
+  } else {
+    setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
+  }
+  if (InJob()) {
+    setenv("MEMENTO_LAUNCH_RECOVERY", "in-job", 1);
+    setenv("MEMENTO_LAUNCH_GENERATION", std::to_string(attempt).c_str(), 1);
+    setenv("MEMENTO_LAUNCH_INJOB_WAIT_S", std::to_string(o_.injob_timeout_s).c_str(), 1);
+  }
+  // The rendezvous port of an mpirun job's own torch.distributed (the exec
+  // wrapper sets MASTER_ADDR / MASTER_PORT from it unless they are set).
+  if (port > 0) setenv("MEMENTO_LAUNCH_MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  // When a rank dies, Open MPI sends the others SIGCONT, waits this many
+  // seconds, sends SIGTERM, waits again, then SIGKILL. A memento job has
+  // nothing to flush on SIGTERM (its checkpoints are in shared memory and
+  // outlive the ranks), so the default 1 s grace only delays the relaunch.
+  setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
+}
+
+pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt,
+                               const std::string& fault, int port,
+                               const std::vector<std::pair<std::string, std::string>>& extra) {
+  const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: its own process group (Ctrl-C reaches the launcher only), the
+  // job's environment, then the command.
+  setpgid(0, 0);
+  // A launcher killed outright (SIGKILL, a closed terminal) cannot stop the
+  // job: mpirun / torchrun get SIGTERM from the kernel and end the ranks.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != launcher) _exit(1);  // it died before the line above
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (!o_.show_output) {
+    // Appended to by every process of the attempt.
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) {
+      dup2(null_fd, STDIN_FILENO);
+      close(null_fd);
+    }
+  }
+  SetJobEnv(attempt, fault, port);
+  for (const auto& [name, value] : extra) setenv(name.c_str(), value.c_str(), 1);
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& arg : copy) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "memento launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
 }
 
 // Starts the attempt's processes (one mpirun, or a torchrun agent per node),
@@ -274,86 +349,36 @@ bool Launcher::Spawn(Attempt* a) {
     std::ofstream nodes(dir_ + "/nodes", std::ios::trunc);
     for (int k = 0; k < nodes_; ++k) nodes << NodeBase(generation_[k]) << "\n";
   }
-  std::string fault;
-  if (const InjectEvent* ev = Pending(); ev != nullptr && ev->stage != InjectStage::kStep) {
-    const bool any = ev->stage == InjectStage::kRecovery || ev->stage == InjectStage::kReprotect;
-    fault = std::string(EngineStageName(ev->stage)) + ":" +
-            (any ? std::string("*") : std::to_string(ev->step)) + ":" +
-            std::to_string(ev->nodes.front() * o_.ranks_per_node);
-  }
+  const std::string fault = PendingFaultEnv();
   const int port = FreePort();
   const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
   if (!o_.show_output) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) close(fd);
   }
-  const pid_t launcher = getpid();
   for (std::vector<std::string>& args : JobCommands(o_, dir_, port)) {
-    const pid_t pid = fork();
+    const pid_t pid = ForkJobProcess(args, attempt, fault, port, {});
     if (pid < 0) {
       KillProcesses(a, SIGKILL);
       WaitProcesses(a);
       return false;
     }
-    if (pid != 0) {
-      a->pids.push_back(pid);
-      a->reaped.push_back(false);
-      continue;
-    }
-    // Child: its own process group (Ctrl-C reaches the launcher only), the
-    // job's environment, then mpirun or torchrun.
-    setpgid(0, 0);
-    // A launcher killed outright (SIGKILL, a closed terminal) cannot stop the
-    // job: mpirun / torchrun get SIGTERM from the kernel and end the ranks.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != launcher) _exit(1);  // it died before the line above
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    if (!o_.show_output) {
-      // Appended to by every process of the attempt.
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
-      }
-      const int null_fd = open("/dev/null", O_RDONLY);
-      if (null_fd >= 0) {
-        dup2(null_fd, STDIN_FILENO);
-        close(null_fd);
-      }
-    }
-    setenv("MEMENTO_JOB", o_.job.c_str(), 1);
-    setenv("MEMENTO_SCHEME", o_.scheme.c_str(), 1);
-    setenv("MEMENTO_RANKS_PER_NODE", std::to_string(o_.ranks_per_node).c_str(), 1);
-    if (!o_.remote_dir.empty()) setenv("MEMENTO_REMOTE", o_.remote_dir.c_str(), 1);
-    if (o_.persist_every >= 0) {
-      setenv("MEMENTO_PERSIST_EVERY", std::to_string(o_.persist_every).c_str(), 1);
-    }
-    setenv("MEMENTO_LAUNCH_DIR", dir_.c_str(), 1);
-    setenv("MEMENTO_LAUNCH_ATTEMPT", std::to_string(attempt).c_str(), 1);
-    if (fault.empty()) {
-      unsetenv("MEMENTO_LAUNCH_FAULT");
-    } else {
-      setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
-    }
-    // The rendezvous port of an mpirun job's own torch.distributed (the exec
-    // wrapper sets MASTER_ADDR / MASTER_PORT from it unless they are set).
-    if (port > 0) setenv("MEMENTO_LAUNCH_MASTER_PORT", std::to_string(port).c_str(), 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-    // When a rank dies, Open MPI sends the others SIGCONT, waits this many
-    // seconds, sends SIGTERM, waits again, then SIGKILL. A memento job has
-    // nothing to flush on SIGTERM (its checkpoints are in shared memory and
-    // outlive the ranks), so the default 1 s grace only delays the relaunch.
-    setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "memento launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+    a->pids.push_back(pid);
+    a->reaped.push_back(false);
   }
+  if (InJob()) StartSpares(attempt);
   return true;
+}
+
+// MEMENTO_LAUNCH_FAULT for the next injection when it is a stage event
+// ("STAGE:VERSION:RANK"), else empty.
+std::string Launcher::PendingFaultEnv() const {
+  const InjectEvent* ev = Pending();
+  if (ev == nullptr || ev->stage == InjectStage::kStep) return "";
+  const bool any = ev->stage == InjectStage::kRecovery || ev->stage == InjectStage::kReprotect;
+  return std::string(EngineStageName(ev->stage)) + ":" +
+         (any ? std::string("*") : std::to_string(ev->step)) + ":" +
+         std::to_string(ev->nodes.front() * o_.ranks_per_node);
 }
 
 // A file the launcher or the job's reporter writes into the status folder.
@@ -430,12 +455,14 @@ void Launcher::Watch(Attempt* a) {
     Progress(false);
     InjectStepEvent(a);
     TearDownBrokenTorchrun(a);
+    if (InJob()) WatchInJob(a);
     StopOnInterrupt(a);
     KillStuckMpirun(a);
     if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   a->t_exit = Now();
   KillAllRanks(a->index);  // nothing of this attempt may outlive it
+  StopSpares();
   if (!a->restore_recorded) RecordRestore(a, true);
 }
 
@@ -509,9 +536,9 @@ int Launcher::Run() {
   // reaped by the kernel and waitpid could never report mpirun's status.
   signal(SIGCHLD, SIG_DFL);
   RecordJob();
-  for (int index = 0;; ++index) {
+  while (true) {
     Attempt a;
-    a.index = index;
+    a.index = next_index_++;
     if (!StartAttempt(&a)) break;
     Watch(&a);
     if (AfterExit(&a) == Next::kStop) break;
@@ -571,6 +598,16 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
                                  : ""));
   }
   if (o.max_restarts < 0) return Status::InvalidArgument("--max-restarts must be >= 0");
+  if (o.recovery != "relaunch" && o.recovery != "in-job") {
+    return Status::InvalidArgument("--recovery '" + o.recovery +
+                                   "' (accepted: relaunch, in-job)");
+  }
+  if (o.spares < 0) return Status::InvalidArgument("--spares must be >= 0");
+  if (o.spares > 0 && o.recovery != "in-job") {
+    return Status::InvalidArgument("--spares " + std::to_string(o.spares) +
+                                   " needs --recovery in-job (a relaunch starts every rank anew)");
+  }
+  if (!(o.injob_timeout_s > 0)) return Status::InvalidArgument("--injob-timeout must be > 0");
   if (!(o.backoff_s >= 0)) return Status::InvalidArgument("--backoff must be >= 0");
   return Status::Ok();
 }

@@ -103,12 +103,28 @@ std::string RenderTimeline(const std::vector<json>& records) {
         const json& l = r["lost"];
         os << "            failure(s) " << Join(l.value("failures", json::array()), "+") << " cost "
            << l.value("steps_lost", 0) << " step(s): detection "
-           << Fmt("%.2f", l.value("detection_s", 0.0)) << " s, relaunch "
-           << Fmt("%.2f", l.value("relaunch_s", 0.0)) << " s, restore "
+           << Fmt("%.2f", l.value("detection_s", 0.0)) << " s, "
+           << (l.contains("rejoin_s") ? "in-job rejoin " : "relaunch ")
+           << Fmt("%.2f", l.value(l.contains("rejoin_s") ? "rejoin_s" : "relaunch_s", 0.0))
+           << " s, restore "
            << Fmt("%.2f", l.value("restore_s", 0.0)) << " s, re-protect "
            << Fmt("%.2f", l.value("reprotect_s", 0.0)) << " s, recompute "
            << Fmt("%.2f", l.value("recompute_s", 0.0)) << " s\n";
       }
+    } else if (kind == "injob") {
+      os << t << "in-job recovery (attempt " << r.value("attempt", 0) << "): replacement "
+         << Join(r.value("replaced", json::array()), ", ") << "; "
+         << (r.value("from_spares", 0) > 0
+                 ? std::to_string(r.value("from_spares", 0)) + " from warm spares, " +
+                       std::to_string(r.value("spares_left", 0)) + " left"
+                 : std::string("fresh process(es)"));
+      if (!r.value("fault_env", std::string()).empty()) {
+        os << "; armed: " << r.value("fault_env", std::string());
+      }
+      os << "\n";
+    } else if (kind == "injob_fallback") {
+      os << t << "in-job recovery abandoned: " << r.value("reason", std::string())
+         << "; the job is relaunched\n";
     } else if (kind == "mpirun_stuck") {
       os << t << "mpirun of launch " << r.value("attempt", 0) + 1 << " killed: still running "
          << Fmt("%.1f", r.value("after_s", 0.0)) << " s after every rank had ended\n";
@@ -118,6 +134,7 @@ std::string RenderTimeline(const std::vector<json>& records) {
     } else if (kind == "summary") {
       const json& tl = r["time_lost_s"];
       const double total = tl.value("detection", 0.0) + tl.value("relaunch", 0.0) +
+                           tl.value("rejoin", 0.0) +
                            tl.value("restore", 0.0) + tl.value("reprotect", 0.0) +
                            tl.value("recompute", 0.0);
       os << t << "job " << r.value("outcome", std::string()) << " at step "
@@ -128,7 +145,11 @@ std::string RenderTimeline(const std::vector<json>& records) {
       os << "\nsummary: " << r.value("failures", 0) << " failure(s), " << r.value("launches", 1)
          << " launch(es), " << r.value("steps_lost", 0) << " step(s) lost; time lost "
          << Fmt("%.2f", total) << " s = detection " << Fmt("%.2f", tl.value("detection", 0.0))
-         << " + relaunch " << Fmt("%.2f", tl.value("relaunch", 0.0)) << " + restore "
+         << " + relaunch " << Fmt("%.2f", tl.value("relaunch", 0.0))
+         << (r.value("injob_recoveries", 0) > 0
+                 ? " + in-job rejoin " + Fmt("%.2f", tl.value("rejoin", 0.0))
+                 : std::string())
+         << " + restore "
          << Fmt("%.2f", tl.value("restore", 0.0)) << " + re-protect "
          << Fmt("%.2f", tl.value("reprotect", 0.0)) << " + recompute "
          << Fmt("%.2f", tl.value("recompute", 0.0)) << " s; wall "

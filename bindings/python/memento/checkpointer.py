@@ -2,6 +2,7 @@
 import pickle
 import time
 import types
+import weakref
 
 import torch
 
@@ -45,6 +46,14 @@ def _alias_key(t):
     return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
 
+_OPEN = weakref.WeakSet()  # Checkpointers not closed yet (in-job recovery closes them)
+
+
+def open_checkpointers():
+    """The Checkpointers of this process that are not closed."""
+    return list(_OPEN)
+
+
 class Checkpointer:
     """In-memory checkpoints of torch tensors, modules and optimizers."""
 
@@ -76,6 +85,7 @@ class Checkpointer:
         self._dtensor_slots = []  # DTensorSlots of the last _entries(), in its order
         # remote_format="dcp": the values and paths the runtime's DCP writer needs.
         self._dcp = dcp.Records() if self._impl.remote_format == "dcp" else None
+        _OPEN.add(self)
         _flush_logs()
 
     # ---- registration ----------------------------------------------------------------------
@@ -493,6 +503,7 @@ class Checkpointer:
         self._close(finished=True)
 
     def _close(self, finished):
+        _OPEN.discard(self)
         try:
             failure = None
             if finished and launch_events.active():

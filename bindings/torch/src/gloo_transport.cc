@@ -459,6 +459,10 @@ Result<GlooTransportOptions> GlooOptionsFromEnv(const std::string& job,
   o.master_addr = addr;
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   o.prefix = "memento/" + job + "/" + (restart != nullptr ? restart : "0") + "/";
+  // In-job recovery: each membership of the job forms its transports anew.
+  if (const char* generation = std::getenv("MEMENTO_LAUNCH_GENERATION"); generation != nullptr) {
+    o.prefix += std::string("g") + generation + "/";
+  }
   o.timeout = timeout;
   return o;
 }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string>
 
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/mpi_transport.h"
@@ -40,6 +41,14 @@ Result<Launcher> ParseLauncher(const std::string& name) {
 }
 
 Launcher DetectLauncher() {
+  // In-job recovery replaces lost ranks with processes mpirun did not start, and
+  // an MPI world without fault tolerance does not outlive a rank: gloo serves
+  // every launcher there.
+  const char* recovery = std::getenv("MEMENTO_LAUNCH_RECOVERY");
+  if (recovery != nullptr && std::string(recovery) == "in-job" && Set("RANK") &&
+      Set("WORLD_SIZE")) {
+    return Launcher::kTorchrun;
+  }
   if (Set("OMPI_COMM_WORLD_SIZE") || Set("PMIX_RANK") || Set("PMI_RANK")) return Launcher::kMpi;
   if (Set("RANK") && Set("WORLD_SIZE")) return Launcher::kTorchrun;
   return Launcher::kSingle;

@@ -67,6 +67,14 @@ struct LaunchOptions {
   bool quiet = false;        // no progress line
   bool show_output = false;  // job output to the terminal instead of per-attempt logs
   bool keep_segments = false;
+  // "relaunch": every failure relaunches the whole job. "in-job": the
+  // survivors keep running; the lost ranks are replaced (by a warm spare when
+  // there are spares, else by a fresh process) and the job re-forms its
+  // process group (memento.resilient); a recovery that cannot go in-job
+  // falls back to a relaunch (see injob.cc).
+  std::string recovery = "relaunch";
+  int spares = 0;              // in-job: processes started ahead to take lost places
+  double injob_timeout_s = 60;  // in-job: a recovery not restored by then is relaunched
 };
 
 // Checks the options (scheme, node count, --inject, command and mpirun found)

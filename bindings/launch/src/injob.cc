@@ -1,0 +1,249 @@
+// In-job recovery (`memento launch --recovery in-job [--spares K]`): a lost
+// node's ranks are replaced while the survivors keep running.
+//
+// How a recovery goes (the job side is memento.resilient):
+//   1. The loss: a step event (the launcher kills the node's ranks) or a stage
+//      event (the rank kills itself, fault.aA appears; the launcher kills the
+//      rest of its node). The launcher waits until the node's ranks are gone,
+//      records the failure and unlinks the node's segments (its memory goes
+//      with it), as for a relaunch.
+//   2. A new attempt index A' (the in-job "generation") and a fresh rendezvous
+//      port. injob.json in the status folder (written to a temporary name,
+//      then renamed) announces them: {"attempt": A', "master_addr",
+//      "master_port", "world_size", "ranks_per_node", "ranks": {R: {"node":
+//      identity, "local_rank", "spare_pid"}}, "fault": MEMENTO_LAUNCH_FAULT of
+//      the next stage event}. The survivors' watcher threads see it, abort the
+//      old group's connections and re-form the group with the same rank numbers
+//      (rank 0, survivor or replacement, serves the new store).
+//   3. The lost ranks are taken by warm spares (started with the launch,
+//      MEMENTO_LAUNCH_SPARE=1: the program loaded, waiting for a rank in
+//      injob.json) or, without --spares, by fresh processes started through the
+//      exec wrapper with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_* set.
+//   4. Every rank restores (attempt A': restore.aA'.rR.json); the restore
+//      record closes the failure, its "lost" time split into detection, rejoin
+//      (loss seen -> rank 0's restore begins), restore, re-protect, recompute.
+// Fallback to a full relaunch (the job is stopped, the failure stays open and
+// the next launch's restore closes it): --spares given and none left, the
+// recovery not restored within --injob-timeout, or a rank that ended without an
+// injection (then counted as an unplanned failure).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
+#include "job_command.h"
+#include "launch_session.h"
+#include "memento/launch/json_text.h"
+
+namespace memento::launch::detail {
+namespace {
+
+// Whether `pid` has ended (gone, or a zombie its parent has not reaped).
+bool Ended(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return stat.empty() ||
+         (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
+}
+
+bool WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+void Launcher::StartSpares(int attempt) {
+  for (int i = 0; i < o_.spares; ++i) {
+    const pid_t pid = ForkJobProcess(o_.command, attempt, "", 0, {{"MEMENTO_LAUNCH_SPARE", "1"}});
+    if (pid > 0) spares_.push_back(pid);
+  }
+}
+
+void Launcher::StopSpares() {
+  for (const pid_t pid : spares_) kill(-pid, SIGKILL);
+  for (const pid_t pid : spares_) waitpid(pid, nullptr, 0);
+  spares_.clear();
+}
+
+// A rank of the running attempt that ended before the job reported done
+// (checked 4 times a second); false while every rank runs.
+bool Launcher::RankDied(Attempt* a, int* rank) {
+  const double now = Now();
+  if (now < a->t_next_death_check || a->reported_done) return false;
+  a->t_next_death_check = now + 0.25;
+  for (int r = 0; r < o_.np; ++r) {
+    const pid_t pid = RankPid(a->index, r);
+    if (pid <= 0 || !Ended(pid)) continue;
+    PollEvents(a);  // a rank ends normally only after the done event
+    if (a->reported_done) return false;
+    *rank = r;
+    return true;
+  }
+  return false;
+}
+
+void Launcher::FallBack(Attempt* a, const std::string& reason) {
+  Record({{"record", "injob_fallback"}, {"attempt", a->index}, {"reason", reason}});
+  a->injob_fallback = true;
+  a->fallback_reason = reason;
+  KillAllRanks(a->index);
+  KillProcesses(a, SIGKILL);
+}
+
+void Launcher::WatchInJob(Attempt* a) {
+  if (a->exited || a->injob_fallback) return;
+  const InjectEvent* ev = Pending();
+  if (ev != nullptr && ev->stage != InjectStage::kStep) {
+    const json fault =
+        json::parse(ReadFile(dir_ + "/fault.a" + std::to_string(a->index)), nullptr, false);
+    if (!fault.is_discarded() && fault.is_object()) return RecoverInJob(a, fault);
+  }
+  if (a->killed_by_launcher) return RecoverInJob(a, json());
+  if (a->t_injob > 0 && a->restore_recorded) a->t_injob = 0;
+  if (a->t_injob > 0 && Now() - a->t_injob > o_.injob_timeout_s) {
+    char reason[128];
+    std::snprintf(reason, sizeof(reason), "the in-job recovery did not restore within %.0f s",
+                  o_.injob_timeout_s);
+    return FallBack(a, reason);
+  }
+  int rank = 0;
+  if (RankDied(a, &rank)) {
+    // Nobody injected it: not a loss the launcher planned for; the job is
+    // relaunched (and counted) as after any unplanned failure.
+    FallBack(a, "rank " + std::to_string(rank) + " ended without an injected failure");
+    a->fallback_reason.clear();  // AfterExit: an unplanned failure
+    if (!a->failed_status) {
+      a->failed_status = true;
+      a->status = 1 << 8;  // as "exit status 1"
+    }
+  }
+}
+
+void Launcher::RecoverInJob(Attempt* a, const json& fault) {
+  const std::vector<int> nodes = Pending()->nodes;
+  // Every rank of the lost nodes ends before its place is handed on.
+  KillRanks(a->index, nodes);
+  std::vector<pid_t> lost;
+  for (int node : nodes) {
+    for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+      const pid_t pid = RankPid(a->index, node * o_.ranks_per_node + lane);
+      if (pid > 0) lost.push_back(pid);
+    }
+    // torchrun: the node's agent fails with its workers.
+    if (o_.launcher == "torchrun" && node < static_cast<int>(a->pids.size())) {
+      a->ignore_status.insert(a->pids[node]);
+    }
+  }
+  a->ignore_status.insert(lost.begin(), lost.end());
+  for (const double until = Now() + 10; Now() < until;) {
+    ReapExited(a);
+    if (std::all_of(lost.begin(), lost.end(), Ended)) break;
+    SleepFor(0.005);
+  }
+  a->t_exit = Now();
+  double median_step_s = 0;
+  if (!a->step_times.empty()) {
+    std::vector<double> times = a->step_times;
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    median_step_s = times[times.size() / 2];
+  }
+  RecordInjectedFailure(*a, fault, median_step_s);  // the node's memory goes
+  const int old_index = a->index;
+  a->index = next_index_++;
+  attempt_ = a->index;
+  for (int r = 0; r < o_.np; ++r) {
+    if (std::find(nodes.begin(), nodes.end(), r / o_.ranks_per_node) != nodes.end()) continue;
+    std::ofstream(PidPath(a->index, r)) << RankPid(old_index, r) << "\n";
+  }
+  {
+    std::ofstream names(dir_ + "/nodes", std::ios::trunc);
+    for (int k = 0; k < nodes_; ++k) names << NodeBase(generation_[k]) << "\n";
+  }
+  const int port = FreePort();
+  const size_t spares_before = spares_.size();
+  if (!ReplaceRanks(a, nodes, port)) return;
+  ++injob_recoveries_;
+  Record({{"record", "injob"},
+          {"attempt", a->index},
+          {"replaced", replaced_},
+          {"from_spares", static_cast<int>(spares_before - spares_.size())},
+          {"spares_left", static_cast<int>(spares_.size())},
+          {"master_port", port},
+          {"fault_env", PendingFaultEnv()}});
+  replaced_.clear();
+  a->killed_by_launcher = false;
+  a->t_restore_begin = 0;
+  a->restore_recorded = false;
+  a->rank_pids.clear();
+  a->t_launch = a->t_injob = Now();
+  a->reached_before = furthest_;
+}
+
+// Announces the new membership and starts (or hands to spares) the lost
+// ranks; false when it fell back to a relaunch.
+bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port) {
+  const size_t needed = nodes.size() * static_cast<size_t>(o_.ranks_per_node);
+  if (o_.spares > 0 && spares_.size() < needed) {
+    FallBack(a, "no warm spare left for " + std::to_string(needed) + " lost rank(s)");
+    return false;
+  }
+  const std::string fault = PendingFaultEnv();
+  json ranks = json::object();
+  for (int node : nodes) {
+    for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+      const int rank = node * o_.ranks_per_node + lane;
+      json place = {{"node", Identity(node)}, {"local_rank", lane}, {"spare_pid", 0}};
+      if (o_.spares > 0) {
+        const pid_t pid = spares_.front();
+        spares_.erase(spares_.begin());
+        place["spare_pid"] = pid;
+        std::ofstream(PidPath(a->index, rank)) << pid << "\n";
+        a->pids.push_back(pid);
+        a->reaped.push_back(false);
+      }
+      ranks[std::to_string(rank)] = place;
+    }
+  }
+  const json membership = {{"attempt", a->index},    {"master_addr", "127.0.0.1"},
+                           {"master_port", port},    {"world_size", o_.np},
+                           {"ranks_per_node", o_.ranks_per_node},
+                           {"ranks", ranks},          {"fault", fault}};
+  if (!WriteAtomically(dir_ + "/injob.json", JsonText(membership))) {
+    FallBack(a, "cannot write " + dir_ + "/injob.json");
+    return false;
+  }
+  if (o_.spares > 0) return true;
+  std::vector<std::string> args = {o_.self_exe, "launch", "--rank-exec", dir_, "--"};
+  args.insert(args.end(), o_.command.begin(), o_.command.end());
+  for (const auto& [rank, place] : ranks.items()) {
+    const pid_t pid = ForkJobProcess(
+        args, a->index, fault, 0,
+        {{"RANK", rank},
+         {"WORLD_SIZE", std::to_string(o_.np)},
+         {"LOCAL_RANK", std::to_string(place["local_rank"].get<int>())},
+         {"LOCAL_WORLD_SIZE", std::to_string(o_.ranks_per_node)},
+         {"MASTER_ADDR", "127.0.0.1"},
+         {"MASTER_PORT", std::to_string(port)}});
+    if (pid < 0) {
+      FallBack(a, "cannot start a replacement for rank " + rank);
+      return false;
+    }
+    a->pids.push_back(pid);
+    a->reaped.push_back(false);
+  }
+  return true;
+}
+
+}  // namespace memento::launch::detail

@@ -1,0 +1,253 @@
+"""In-job recovery: survive a lost node without restarting the surviving processes.
+
+    def train():
+        model = DDP(build_model())             # built on the group resilient() made
+        ck = memento.Checkpointer(...)
+        ck.register(model, optimizer, ...)
+        start = ck.restore()
+        for step in range(start or 0, steps): ...
+        ck.close()
+
+    memento.resilient(train)
+
+resilient(train) creates torch.distributed's default process group (init_process_group
+with `backend`, env://), runs train(), and destroys the group afterwards. Under
+`memento launch --recovery in-job` it also survives node losses: when ranks are lost,
+the launcher starts replacements for them (or hands their places to warm spares started
+ahead with --spares) and announces the job's new membership in its status folder
+(injob.json: the attempt, a fresh rendezvous port, the replaced ranks). Every survivor
+then
+  1. aborts the communicators of the old membership: a watcher thread shuts down the TCP
+     connections this process opened since the group was formed (gloo's pairs, the
+     store's), so that a rank blocked in a collective with the lost one fails at once
+     instead of waiting for a timeout (gloo's own abort does not wake a blocked wait);
+  2. lets the exception leave train(), closes the Checkpointers train() left open
+     (without marking the run finished) and destroys the old group;
+  3. forms the new group with the same rank numbers (rank 0, survivor or replacement,
+     serves the new store) and calls train() again in the same process: the libraries,
+     the data and the interpreter stay; the Checkpointer made there restores the
+     survivors from their own memory and the replacements from their peers.
+A spare runs the same program: resilient() waits until the launcher gives it a rank,
+then joins as that rank. An exception that no membership change explains (a bug, a
+failure the launcher hands to a full relaunch) leaves resilient() as it came.
+
+Sockets: the connections shut down at a loss are the TCP connections (not listening
+sockets) this process opened while the lost membership's group existed; a train() that
+opens its own connections to other services should open them before resilient().
+"""
+import gc
+import json
+import os
+import socket
+import threading
+import time
+
+import torch.distributed as dist
+
+from . import _logs
+from . import checkpointer as _checkpointer
+
+MEMBERSHIP_FILE = "injob.json"
+POLL_S = 0.02
+
+
+def in_job():
+    """True when `memento launch --recovery in-job` runs this process."""
+    return os.environ.get("MEMENTO_LAUNCH_RECOVERY") == "in-job" and bool(
+        os.environ.get("MEMENTO_LAUNCH_DIR"))
+
+
+def _socket_inodes():
+    """{fd: 'socket:[inode]'} of this process's sockets."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out[int(fd)] = link
+    return out
+
+
+def shutdown_connections_since(before):
+    """Shuts down (both ways, without closing the descriptors) the TCP connections opened
+    since `before` (a _socket_inodes() result); listening sockets stay. Returns how many."""
+    count = 0
+    for fd, link in _socket_inodes().items():
+        if before.get(fd) == link:
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if (s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM
+                    and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
+                s.shutdown(socket.SHUT_RDWR)
+                count += 1
+        except OSError:
+            pass  # not connected (any more)
+        finally:
+            s.close()  # the duplicate only
+    return count
+
+
+class Membership:
+    """The launcher's announcements (MEMENTO_LAUNCH_DIR/injob.json, replaced atomically)."""
+
+    def __init__(self, directory):
+        self.path = os.path.join(directory, MEMBERSHIP_FILE)
+
+    def read(self):
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def newer_than(self, attempt):
+        m = self.read()
+        return m if m is not None and int(m["attempt"]) > attempt else None
+
+    def wait_newer(self, attempt, timeout_s):
+        end = time.monotonic() + timeout_s
+        while True:
+            m = self.newer_than(attempt)
+            if m is not None or time.monotonic() > end:
+                return m
+            time.sleep(POLL_S)
+
+    def wait_assignment(self, pid):
+        """A spare: waits until an announcement hands this process a rank; (rank, it)."""
+        while True:
+            m = self.read()
+            if m is not None:
+                for rank, place in m.get("ranks", {}).items():
+                    if int(place.get("spare_pid", 0)) == pid:
+                        return int(rank), m
+            time.sleep(POLL_S)
+
+
+def _adopt(membership, rank=None):
+    """The environment of the new membership's group and Checkpointers."""
+    env = os.environ
+    env["MASTER_ADDR"] = membership.get("master_addr", "127.0.0.1")
+    env["MASTER_PORT"] = str(membership["master_port"])
+    env["MEMENTO_LAUNCH_ATTEMPT"] = str(membership["attempt"])
+    # memento's own transport keys its store entries by it (the n-th transport of a
+    # process counts per generation).
+    env["MEMENTO_LAUNCH_GENERATION"] = str(membership["attempt"])
+    fault = membership.get("fault", "")
+    if fault:
+        env["MEMENTO_LAUNCH_FAULT"] = fault
+    else:
+        env.pop("MEMENTO_LAUNCH_FAULT", None)
+    # No torchrun agent serves the new store: rank 0 does.
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    if rank is not None:
+        place = membership["ranks"][str(rank)]
+        env["RANK"] = str(rank)
+        env["WORLD_SIZE"] = str(membership["world_size"])
+        env["LOCAL_RANK"] = str(place["local_rank"])
+        env["LOCAL_WORLD_SIZE"] = str(membership["ranks_per_node"])
+        env["MEMENTO_NODE"] = place["node"]
+        env.pop("MEMENTO_LAUNCH_SPARE", None)
+
+
+class _Watcher(threading.Thread):
+    """Aborts this generation's connections once the launcher announces a newer one."""
+
+    def __init__(self, membership, attempt, before):
+        super().__init__(name="memento-injob-watcher", daemon=True)
+        self.membership, self.attempt, self.before = membership, attempt, before
+        self.stopped = threading.Event()
+        self.fired = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self):
+        while not self.stopped.wait(POLL_S):
+            if self.membership.newer_than(self.attempt) is not None:
+                self.abort()
+                return
+
+    def abort(self):
+        with self.lock:
+            if not self.fired.is_set():
+                n = shutdown_connections_since(self.before)
+                self.fired.set()
+                _logs.logger.info("in-job recovery: membership changed; %d connection(s) of "
+                                  "attempt %d shut down", n, self.attempt)
+
+    def stop(self):
+        self.stopped.set()
+
+
+def _leave_generation(watcher, opened):
+    """After a loss: the old group's connections down, its Checkpointers closed unfinished,
+    the group destroyed."""
+    watcher.abort()
+    watcher.stop()
+    for ck in list(_checkpointer.open_checkpointers()):
+        if ck not in opened:
+            try:
+                ck._close(finished=False)
+            except Exception as e:  # the transport is gone: expected
+                _logs.logger.info("in-job recovery: closing a checkpointer: %s", e)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
+def resilient(train, *args, backend="gloo", wait_s=None, **kwargs):
+    """Runs train(*args, **kwargs) on a fresh default process group; under `memento launch
+    --recovery in-job`, again on the new membership after each node loss (see the module's
+    documentation). Returns what train() returned.
+
+    wait_s: how long an exception waits for the launcher to announce a new membership
+    before it is taken for the job's own (MEMENTO_LAUNCH_INJOB_WAIT_S, default 30 s)."""
+    if not in_job():
+        created = not dist.is_initialized()
+        if created:
+            dist.init_process_group(backend)
+        try:
+            return train(*args, **kwargs)
+        finally:
+            if created and dist.is_initialized():
+                dist.destroy_process_group()
+    if wait_s is None:
+        wait_s = float(os.environ.get("MEMENTO_LAUNCH_INJOB_WAIT_S", "30"))
+    membership = Membership(os.environ["MEMENTO_LAUNCH_DIR"])
+    if os.environ.get("MEMENTO_LAUNCH_SPARE") == "1":
+        rank, m = membership.wait_assignment(os.getpid())
+        _adopt(m, rank)
+        _logs.logger.info("in-job recovery: spare takes rank %d (attempt %s)", rank, m["attempt"])
+    elif os.environ.get("MEMENTO_LAUNCH_GENERATION") is None:
+        os.environ["MEMENTO_LAUNCH_GENERATION"] = os.environ.get("MEMENTO_LAUNCH_ATTEMPT", "0")
+    while True:
+        attempt = int(os.environ.get("MEMENTO_LAUNCH_ATTEMPT", "0"))
+        before = _socket_inodes()
+        opened = set(_checkpointer.open_checkpointers())
+        watcher = _Watcher(membership, attempt, before)
+        failure = None
+        try:
+            dist.init_process_group(backend)
+            watcher.start()
+            result = train(*args, **kwargs)
+        except Exception as exc:
+            # Whatever failed, the peers blocked with this rank learn it at once.
+            watcher.abort()
+            newer = membership.wait_newer(attempt, wait_s)
+            if newer is None:
+                watcher.stop()
+                raise
+            failure = "%s: %s" % (type(exc).__name__, str(exc).split("\n")[0][:200])
+        if failure is None:
+            watcher.stop()
+            dist.destroy_process_group()
+            return result
+        # Outside the except block: its traceback (train()'s frames, the old group's
+        # users) is released before the group is destroyed.
+        _logs.logger.info("in-job recovery: attempt %d ended by %s", attempt, failure)
+        _leave_generation(watcher, opened)
+        _adopt(newer)

@@ -231,7 +231,10 @@ def resilient(train, *args, backend="gloo", wait_s=None, **kwargs):
         watcher = _Watcher(membership, attempt, before)
         failure = None
         try:
+            t = time.monotonic()
             dist.init_process_group(backend)
+            _logs.logger.info("in-job recovery: rank %d joined attempt %d in %.3f s",
+                              dist.get_rank(), attempt, time.monotonic() - t)
             watcher.start()
             result = train(*args, **kwargs)
         except Exception as exc:

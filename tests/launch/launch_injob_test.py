@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""`memento launch --recovery in-job` with a Python DDP job (ctest labels fault, python).
+
+usage: launch_injob_test.py spares_mpirun|fresh_torchrun|fallback_mpirun
+
+The job is experiments/torch/gpt_train.py (a small GPT, DDP over gloo, AdamW, an LR
+schedule, a stateful loader, a batch carried across steps), whose training runs inside
+memento.resilient; 4 nodes of one rank, replica:2. Each rank appends "rank pid attempt"
+to a file every time its training (re)starts.
+
+spares_mpirun: 4 warm spares; a node at a step (1@4), at the snapshot and protect stages
+   (2@7:snapshot, 0@10:protect) and while the job recovers from that (3@recovery).
+fresh_torchrun: no spares (fresh replacements); rank 0's node at a step (0@4), a node at
+   the commit stage (2@8:commit).
+fallback_mpirun: 1 spare for two losses (1@4, 2@8): the first in-job, the second, with no
+   spare left, by a full relaunch.
+Required: every event fired, one launch (two for fallback), an in-job record per
+recovery, the survivors' process ids unchanged across in-job recoveries and every lost
+rank's changed, every restore from memory with the steps lost counted, and the final
+digest and state hash equal to the failure-free run's ($REFERENCE, written by the
+launch_python reference run).
+Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_PYTHON, MEMENTO_TEST_TORCHRUN, PYTHONPATH,
+REFERENCE.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "experiments", "torch", "gpt_train.py")
+CLI = os.environ["MEMENTO_TEST_CLI"]
+PYTHON = os.environ["MEMENTO_TEST_PYTHON"]
+TORCHRUN = os.environ.get("MEMENTO_TEST_TORCHRUN", "torchrun")
+REFERENCE = os.environ["REFERENCE"]
+STEPS = 20
+SCENARIOS = {
+    # launcher, spares, inject, in-job recoveries, launches, failure stages
+    "spares_mpirun": ("mpirun", 4, "1@4,2@7:snapshot,0@10:protect,3@recovery", 4, 1,
+                      ["step", "snapshot", "protect", "recovery"]),
+    "fresh_torchrun": ("torchrun", 0, "0@4,2@8:commit", 2, 1, ["step", "commit"]),
+    "fallback_mpirun": ("mpirun", 1, "1@4,2@8", 1, 2, ["step", "step"]),
+}
+
+
+def fail(msg):
+    print("FAIL:", msg, flush=True)
+    sys.exit(1)
+
+
+def of(recs, kind):
+    return [r for r in recs if r["record"] == kind]
+
+
+def launch(scenario, job, work):
+    launcher, spares, inject = SCENARIOS[scenario][:3]
+    records, out, pids = (os.path.join(work, n) for n in ("records", "out", "pids"))
+    cmd = [CLI, "launch", "-n", "4", "--ranks-per-node", "1", "--scheme", "replica:2",
+           "--job", job, "--records", records, "--quiet", "--backoff", "0.1",
+           "--launcher", launcher, "--torchrun", TORCHRUN, "--recovery", "in-job",
+           "--spares", str(spares), "--inject", inject,
+           "--", PYTHON, SCRIPT, "--steps", str(STEPS), "--out", out, "--pids", pids]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=600)
+    print(p.stdout, flush=True)
+    if p.returncode != 0:
+        fail("launch exited %d" % p.returncode)
+    with open(records) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    with open(out) as f:
+        digest = f.read().split()[0]
+    starts = {}  # attempt -> {rank: pid}
+    with open(pids) as f:
+        for line in f:
+            rank, pid, attempt = (int(x) for x in line.split())
+            starts.setdefault(attempt, {})[rank] = pid
+    return recs, digest, starts
+
+
+def check_processes(recs, starts):
+    """Across each in-job recovery the survivors keep their process, the lost ranks do not."""
+    for rec in of(recs, "injob"):
+        attempt = rec["attempt"]
+        replaced = {int(r.split()[1]) for r in rec["replaced"]}  # "node K -> identity"
+        before = starts.get(attempt - 1)
+        after = starts.get(attempt)
+        if before is None or after is None or len(after) != 4:
+            fail("attempt %d: training starts %s (before: %s)" % (attempt, after, before))
+        for rank in range(4):
+            if rank not in before:
+                continue  # that rank died in attempt - 1 before training (re)started
+            same = before[rank] == after[rank]
+            if rank in replaced and same:
+                fail("attempt %d: lost rank %d kept process %d" % (attempt, rank, after[rank]))
+            if rank not in replaced and not same:
+                fail("attempt %d: surviving rank %d changed process %d -> %d"
+                     % (attempt, rank, before[rank], after[rank]))
+
+
+def check(scenario, recs, digest, starts, ref_digest, ref_state):
+    injobs, launches, stages = SCENARIOS[scenario][3:]
+    summary = of(recs, "summary")[-1]
+    if summary["outcome"] != "finished" or summary["final_step"] != STEPS:
+        fail("run: %s" % summary)
+    if of(recs, "not_fired"):
+        fail("events never fired: %s" % of(recs, "not_fired"))
+    failures = of(recs, "failure")
+    if [f["stage"] for f in failures] != stages or not all(f["injected"] for f in failures):
+        fail("failures %s, expected injected %s" % ([f["stage"] for f in failures], stages))
+    if summary["launches"] != launches or summary["injob_recoveries"] != injobs:
+        fail("%d launch(es) and %d in-job recoveries, expected %d and %d"
+             % (summary["launches"], summary["injob_recoveries"], launches, injobs))
+    if len(of(recs, "injob")) != injobs:
+        fail("in-job records: %s" % of(recs, "injob"))
+    if launches > 1 and not of(recs, "injob_fallback"):
+        fail("a relaunch without an injob_fallback record")
+    check_processes(recs, starts)
+    if digest != ref_digest or summary["state_hash"] != ref_state:
+        fail("final digest %s / state %s differ from the failure-free run's %s / %s"
+             % (digest, summary["state_hash"], ref_digest, ref_state))
+    restores = [r for r in of(recs, "restore") if r.get("ok") and "lost" in r]
+    steps_lost = 0
+    for r in restores:
+        if not r["from_memory"] or r["ranks_reported"] != 4:
+            fail("attempt %d restored from %s (%d ranks)" % (r["attempt"], r["entries_by_source"],
+                                                           r["ranks_reported"]))
+        closed = [f for f in failures if f["index"] in r["lost"]["failures"]]
+        last = max(f["last_step"] for f in closed)
+        if r["lost"]["steps_lost"] != last - r["version"]:
+            fail("attempt %d: steps lost %d, expected %d - %d"
+                 % (r["attempt"], r["lost"]["steps_lost"], last, r["version"]))
+        steps_lost += r["lost"]["steps_lost"]
+    in_job = [r for r in restores if r["lost"]["recovery"] == "in-job"]
+    # A loss during a recovery is closed with it by one restore.
+    want = injobs - stages.count("recovery")
+    if len(in_job) != want or not all(r["lost"]["rejoin_s"] > 0 for r in in_job):
+        fail("%d in-job restores with a rejoin time, expected %d: %s"
+             % (len(in_job), want, [r["lost"] for r in in_job]))
+    if summary["steps_lost"] != steps_lost:
+        fail("summary counts %d steps lost, the restores %d" % (summary["steps_lost"], steps_lost))
+    print("PASS: %s: %d failures, %d in-job recoveries, %d launch(es); rejoin %s s; final "
+          "state %s bit-identical to the failure-free run" % (
+              scenario, len(failures), injobs, launches,
+              ["%.2f" % r["lost"]["rejoin_s"] for r in in_job], digest), flush=True)
+
+
+def main():
+    scenario = sys.argv[1] if len(sys.argv) == 2 else ""
+    if scenario not in SCENARIOS:
+        fail("usage: launch_injob_test.py %s" % "|".join(SCENARIOS))
+    with open(REFERENCE) as f:
+        ref_digest, ref_state = f.read().split()
+    work = tempfile.mkdtemp(prefix="memento-injob-")
+    job = "injob-%s-%d-%s" % (scenario, os.getpid(), uuid.uuid4().hex[:6])
+    try:
+        recs, digest, starts = launch(scenario, job, work)
+        check(scenario, recs, digest, starts, ref_digest, ref_state)
+    finally:
+        subprocess.run(["rm", "-rf", work])
+        subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main()

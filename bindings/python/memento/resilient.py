@@ -155,6 +155,30 @@ def _adopt(membership, rank=None):
         env.pop("MEMENTO_LAUNCH_SPARE", None)
 
 
+def _wait_for_store(timeout_s):
+    """Until rank 0's store at MASTER_ADDR:MASTER_PORT accepts connections. torch's store
+    client retries a refused connection only after a back-off of about half a second; a
+    rank of a new membership usually comes before rank 0 has its store up."""
+    address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(address, timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.005)
+
+
+def warm_up():
+    """What a spare does while it waits: imports that the training's first DDP / FSDP
+    construction would otherwise pay for (torch._dynamo: about a second), so that the
+    membership it joins does not wait for them."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # an optional speed-up only
+        pass
+
+
 class _Watcher(threading.Thread):
     """Aborts this generation's connections once the launcher announces a newer one."""
 
@@ -199,13 +223,15 @@ def _leave_generation(watcher, opened):
     gc.collect()
 
 
-def resilient(train, *args, backend="gloo", wait_s=None, **kwargs):
+def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, **kwargs):
     """Runs train(*args, **kwargs) on a fresh default process group; under `memento launch
     --recovery in-job`, again on the new membership after each node loss (see the module's
     documentation). Returns what train() returned.
 
     wait_s: how long an exception waits for the launcher to announce a new membership
-    before it is taken for the job's own (MEMENTO_LAUNCH_INJOB_WAIT_S, default 30 s)."""
+    before it is taken for the job's own (MEMENTO_LAUNCH_INJOB_WAIT_S, default 30 s).
+    spare_warm_up: called by a warm spare before it waits for a rank (default: warm_up();
+    a job can pass a function that also builds what its train() builds first)."""
     if not in_job():
         created = not dist.is_initialized()
         if created:
@@ -219,6 +245,8 @@ def resilient(train, *args, backend="gloo", wait_s=None, **kwargs):
         wait_s = float(os.environ.get("MEMENTO_LAUNCH_INJOB_WAIT_S", "30"))
     membership = Membership(os.environ["MEMENTO_LAUNCH_DIR"])
     if os.environ.get("MEMENTO_LAUNCH_SPARE") == "1":
+        if spare_warm_up is not None:
+            spare_warm_up()
         rank, m = membership.wait_assignment(os.getpid())
         _adopt(m, rank)
         _logs.logger.info("in-job recovery: spare takes rank %d (attempt %s)", rank, m["attempt"])
@@ -232,6 +260,8 @@ def resilient(train, *args, backend="gloo", wait_s=None, **kwargs):
         failure = None
         try:
             t = time.monotonic()
+            if os.environ.get("RANK") != "0":
+                _wait_for_store(wait_s)
             dist.init_process_group(backend)
             _logs.logger.info("in-job recovery: rank %d joined attempt %d in %.3f s",
                               dist.get_rank(), attempt, time.monotonic() - t)

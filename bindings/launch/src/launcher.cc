@@ -474,13 +474,17 @@ void Launcher::PollEvents(Attempt* a) {
     } else if (kind == "restore_begin") {
       a->t_restore_begin = ev.value("t", 0.0);
     } else if (kind == "step") {
+      const uint64_t previous = a->last_step;
       step_ = a->last_step = ev.value("step", uint64_t{0});
       reached_ = a->last_step;
       furthest_ = std::max(furthest_, reached_);
       loss_ = ev.value("loss", 0.0);
       step_s_ = ev.value("step_s", 0.0);
       stall_s_ = ev.value("stall_s", 0.0);
-      a->step_times.push_back(step_s_);
+      // A job that saves every K steps reports every K steps: its step_s spans
+      // them (the time recomputing one step costs is the share of one).
+      const uint64_t spanned = previous > 0 && step_ > previous ? step_ - previous : 1;
+      a->step_times.push_back(step_s_ / static_cast<double>(spanned));
     } else if (kind == "done") {
       a->reported_done = true;
       final_step_ = ev.value("step", uint64_t{0});

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The main experiment: what memento is worth against checkpoints on a shared file system.
+
+    PYTHONPATH=build/python .venv/bin/python experiments/goodput/run_main.py \\
+        [--reps 2] [--steps 400] [--failures 3] [--mib 64] [--step-s 0.05] [--fs-mibps 256]
+
+One job (experiments/torch/goodput_job.py, N=4 virtual nodes of one rank, --mib MiB of state
+per node, a --step-s step of accelerator compute, a gradient allreduce per step) under
+`memento launch`, with the same --failures node losses (steps and nodes drawn from --seed),
+in three set-ups:
+  remote-only, relaunch   every K steps each rank writes its state synchronously to an
+                          emulated shared file system at its fair share of --fs-mibps
+                          (--fs-mibps / N per node); a failure relaunches the job, which
+                          reads the last complete checkpoint back at that rate;
+  memento, relaunch       memento replica:2 (memory of the nodes); a failure relaunches;
+  memento, in-job         the same, --recovery in-job with a warm spare per failure.
+The state and step are sized as in LLM training: one remote write of the state takes >= 20
+steps (64 MiB at 64 MiB/s = 1 s = 20 steps of 50 ms by default).
+
+Each set-up checkpoints at its own goodput-optimal interval: a first pass measures its costs
+(stall per save, time lost per failure by component); `memento advise` then gives the
+optimal save interval for those costs at the failure rate of the run (F failures over the
+run's compute), and --reps runs at that interval are measured. Reported per set-up: time
+lost per failure by component (the launcher's records), goodput = compute / wall of the
+training (from the first restore to the end), the model's prediction for the same F
+failures (wall = compute / (1 - stall share) + F x the model's cost of one failure), and
+the ratios to the remote-only baseline. Results go to experiments/results/main_experiment.*.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB = os.path.join(ROOT, "experiments", "torch", "goodput_job.py")
+NODES = 4
+SETUPS = ("remote-only, relaunch", "memento, relaunch", "memento, in-job")
+
+
+def launch(a, setup, save_every, inject, tag):
+    work = tempfile.mkdtemp(prefix="memento-main-")
+    records, out = os.path.join(work, "records"), os.path.join(work, "out")
+    job = "main-%s" % uuid.uuid4().hex[:8]
+    cmd = [a.cli, "launch", "-n", str(NODES), "--scheme", "replica:2", "--job", job,
+           "--quiet", "--backoff", "0", "--records", records]
+    if inject:
+        cmd += ["--inject", inject]
+    if setup == "memento, in-job":
+        cmd += ["--recovery", "in-job", "--spares", str(max(1, a.failures))]
+    cmd += ["--", sys.executable, JOB, "--mib", str(a.mib), "--step-s", repr(a.step_s),
+            "--steps", str(a.steps), "--save-every", str(save_every), "--out", out]
+    if setup.startswith("remote"):
+        cmd += ["--mode", "remote", "--remote-dir", os.path.join(work, "fs"),
+                "--remote-mibps", repr(a.fs_mibps / NODES)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        if p.returncode != 0:
+            sys.exit("%s (%s): launch failed (%d):\n%s" % (setup, tag, p.returncode,
+                                                           p.stdout[-4000:]))
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        with open(out) as f:
+            result = json.load(f)
+    finally:
+        subprocess.run(["rm", "-rf", work])
+        subprocess.run([a.cli, "clean", "--job", job], capture_output=True)
+    summary = [r for r in recs if r["record"] == "summary"][-1]
+    first = [r for r in recs if r["record"] == "restore"][0]
+    run = {"setup": setup, "save_every": save_every, "tag": tag,
+           "failures": summary["failures"], "launches": summary["launches"],
+           "injob_recoveries": summary.get("injob_recoveries", 0),
+           "wall_s": summary["wall_s"], "train_wall_s": summary["t"] - first["t"],
+           "lost": summary["time_lost_s"], "steps_lost": summary["steps_lost"],
+           "digest": result["digest"], "stall_s": result["stall_s"], "saves": result["saves"]}
+    run["compute_s"] = a.steps * a.step_s
+    run["goodput"] = run["compute_s"] / run["train_wall_s"]
+    return run
+
+
+def per_failure(run):
+    f = max(1, run["failures"])
+    lost = run["lost"]
+    return {k: (lost.get(k, 0.0) or 0.0) / f for k in
+            ("detection", "relaunch", "rejoin", "restore", "reprotect", "recompute")}
+
+
+def advise(a, setup, costs, save_every=None):
+    """memento advise's plan for the set-up (its optimum, or the given interval)."""
+    compute = a.steps * a.step_s
+    mtbf_h = NODES * compute / max(1, a.failures) / 3600.0
+    remote_only = setup.startswith("remote")
+    args = [a.cli, "advise", "--nodes", str(NODES), "--shard", "%dM" % a.mib,
+            "--step-s", repr(a.step_s), "--node-mtbf-h", repr(mtbf_h), "--memory-budget", "2",
+            "--schemes", "replica:2", "--node-remote-gibps", repr(a.fs_mibps / NODES / 1024),
+            "--fs-write-gibps", repr(a.fs_mibps / 1024), "--fs-read-gibps",
+            repr(a.fs_mibps / 1024), "--relaunch-s", repr(costs["relaunch_s"]),
+            "--stall-s", repr(costs["stall_s"]), "--protect-s", repr(costs["stall_s"]),
+            "--persist-s", repr(costs["stall_s"])]
+    for src in ("local", "replica", "decode", "remote"):
+        args += ["--recover-%s-s" % src, repr(costs["restore_s"])]
+    if save_every is not None:
+        args += ["--save-every-steps", str(save_every), "--persist-every-saves", "1"]
+    p = subprocess.run(args + ["--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("memento advise failed: %s\n%s" % (" ".join(args), p.stderr))
+    j = json.loads(p.stdout)
+    return j["remote_only"] if remote_only else j["schemes"][0]
+
+
+def costs_of(run, a):
+    pf = per_failure(run)
+    saves = max(1, run["saves"])
+    return {"relaunch_s": pf["detection"] + pf["relaunch"] + pf["rejoin"],
+            "restore_s": max(1e-3, pf["restore"] + pf["reprotect"]),
+            "stall_s": max(1e-4, run["stall_s"] / saves)}
+
+
+def predict(a, setup, costs, save_every):
+    """Wall of the training for F failures (conditional on F, as the runs inject them)."""
+    e = advise(a, setup, costs, save_every)["estimate"]
+    cost = (e["recovery_s_per_day"] + e["lost_s_per_day"]) / e["failures_per_day"]
+    e0 = 1 - e["stall_s_per_day"] / 86400.0
+    compute = a.steps * a.step_s
+    return compute / (compute / e0 + a.failures * cost), cost
+
+
+def schedule(a):
+    rng = random.Random(a.seed)
+    gap = a.steps // (a.failures + 1)
+    events = []
+    for i in range(a.failures):
+        step = gap * (i + 1) + rng.randint(-gap // 4, gap // 4)
+        events.append("%d@%d" % (rng.randrange(NODES), step))
+    return ",".join(events)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--failures", type=int, default=3)
+    p.add_argument("--mib", type=int, default=64)
+    p.add_argument("--step-s", type=float, default=0.05)
+    p.add_argument("--fs-mibps", type=float, default=256, help="shared FS, all nodes")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cli", default=os.path.join(ROOT, "build", "bindings", "cli", "memento"))
+    p.add_argument("--out", default=os.path.join(ROOT, "experiments", "results",
+                                                 "main_experiment.jsonl"))
+    a = p.parse_args()
+    inject = schedule(a)
+    write_s = a.mib / (a.fs_mibps / NODES)
+    print("job: %d nodes x %d MiB, step %.3f s, %d steps; remote write %.2f s = %.0f steps; "
+          "failures %s" % (NODES, a.mib, a.step_s, a.steps, write_s, write_s / a.step_s, inject),
+          flush=True)
+    rows = []
+    plans = {}
+    for setup in SETUPS:  # first pass: the set-up's costs at a first guess of the interval
+        guess = 100 if setup.startswith("remote") else 10
+        run = launch(a, setup, guess, inject, "calibrate")
+        rows.append(run)
+        costs = costs_of(run, a)
+        plan = advise(a, setup, costs)
+        plans[setup] = {"costs": costs, "save_every": plan["save_every_steps"],
+                        "advise_goodput": plan["estimate"]["goodput"]}
+        print("%-22s calibrate (every %d): costs %s -> optimal every %d steps" % (
+            setup, guess, {k: round(v, 3) for k, v in costs.items()},
+            plan["save_every_steps"]), flush=True)
+    measured = {s: [] for s in SETUPS}
+    for rep in range(a.reps):
+        for setup in SETUPS:
+            run = launch(a, setup, plans[setup]["save_every"], inject, "rep%d" % rep)
+            rows.append(run)
+            measured[setup].append(run)
+            print("%-22s rep %d: goodput %.3f, lost per failure %.2f s" % (
+                setup, rep, run["goodput"], sum(per_failure(run).values())), flush=True)
+    digests = {r["digest"] for r in rows}
+    summary = {}
+    for setup in SETUPS:
+        runs = measured[setup]
+        goodputs = [r["goodput"] for r in runs]
+        costs = costs_of(runs[0], a)
+        costs = {k: statistics.median(costs_of(r, a)[k] for r in runs) for k in costs}
+        pred, cost = predict(a, setup, costs, plans[setup]["save_every"])
+        pf = {k: statistics.median(per_failure(r)[k] for r in runs) for k in per_failure(runs[0])}
+        summary[setup] = {"save_every": plans[setup]["save_every"], "goodput": goodputs,
+                          "goodput_median": statistics.median(goodputs),
+                          "predicted": pred, "model_cost_per_failure_s": cost,
+                          "lost_per_failure": pf, "lost_per_failure_s": sum(pf.values()),
+                          "agree": min(goodputs) * 0.95 <= pred <= max(goodputs) * 1.05}
+    base = summary[SETUPS[0]]
+    print("\nsame final state in every run: %s" % ("yes" if len(digests) == 1 else digests))
+    print("%-22s %6s %8s %8s %8s %7s %8s %8s %8s %9s %6s" % (
+        "set-up", "every", "lost/f s", "relaunch", "rejoin", "restore", "recomp", "goodput",
+        "predict", "÷ remote", "agree"))
+    for setup, s in summary.items():
+        pf = s["lost_per_failure"]
+        print("%-22s %6d %8.2f %8.2f %8.2f %7.2f %8.2f %8.3f %8.3f %9.2f %6s" % (
+            setup, s["save_every"], s["lost_per_failure_s"], pf["relaunch"], pf["rejoin"],
+            pf["restore"], pf["recompute"], s["goodput_median"], s["predicted"],
+            s["goodput_median"] / base["goodput_median"], "yes" if s["agree"] else "NO"))
+    injob = summary["memento, in-job"]
+    print("time lost per failure, in-job ÷ relaunch (memento): %.3f; goodput in-job ÷ "
+          "remote-only: %.2f (model %.2f)" % (
+              injob["lost_per_failure_s"] / summary["memento, relaunch"]["lost_per_failure_s"],
+              injob["goodput_median"] / base["goodput_median"],
+              injob["predicted"] / base["predicted"]))
+    with open(a.out, "w") as f:
+        f.write(json.dumps({"record": "job", "args": vars(a), "inject": inject}) + "\n")
+        for r in rows:
+            f.write(json.dumps(dict(r, record="run")) + "\n")
+        f.write(json.dumps({"record": "summary", "setups": summary,
+                            "same_state": len(digests) == 1}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Time lost per node failure: in-job recovery against a full relaunch, same job, same run.
+
+    PYTHONPATH=build/python .venv/bin/python experiments/torch/bench_injob.py \\
+        [--reps 3] [--steps 20] [--inject 1@8] [--launcher mpirun] [--cli build/bindings/cli/memento]
+
+Runs experiments/torch/gpt_train.py (a small GPT, DDP over gloo, AdamW) on 4 virtual
+nodes of one rank (replica:2) under `memento launch` with one injected node loss, in
+three modes, interleaved --reps times:
+  relaunch       --recovery relaunch: every rank is killed and the job started again;
+  in-job fresh   --recovery in-job: the survivors keep running, a fresh process takes
+                 the lost place (it pays the interpreter's and torch's start-up);
+  in-job spare   --recovery in-job --spares 1: a warm spare (started ahead, torch
+                 imported) takes it.
+Time lost per failure is the launcher's own account (summary.time_lost_s): detection +
+relaunch (or in-job rejoin) + restore + re-protect + recompute. Prints the medians per
+mode, the ratios to the relaunch, and one JSON line with every run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODES = {"relaunch": [], "in-job fresh": ["--recovery", "in-job"],
+         "in-job spare": ["--recovery", "in-job", "--spares", "1"]}
+PARTS = ("detection", "relaunch", "rejoin", "restore", "reprotect", "recompute")
+
+
+def run(args, mode):
+    records = tempfile.mktemp(prefix="memento-bench-injob-")
+    out = tempfile.mktemp(prefix="memento-bench-injob-out-")
+    job = "bench-injob-%s" % uuid.uuid4().hex[:8]
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cmd = [args.cli, "launch", "-n", "4", "--scheme", "replica:2", "--job", job, "--quiet",
+           "--backoff", "0", "--records", records, "--launcher", args.launcher,
+           "--torchrun", torchrun, "--inject", args.inject] + MODES[mode] + \
+          ["--", sys.executable, os.path.join(HERE, "gpt_train.py"), "--steps",
+           str(args.steps), "--out", out]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        if p.returncode != 0:
+            sys.exit("%s: launch failed (%d):\n%s" % (mode, p.returncode, p.stdout[-3000:]))
+        with open(records) as f:
+            summary = [json.loads(line) for line in f if '"summary"' in line][-1]
+        with open(out) as f:
+            digest = f.read().split()[0]
+    finally:
+        for path in (records, out):
+            if os.path.exists(path):
+                os.unlink(path)
+    lost = summary["time_lost_s"]
+    row = {k: lost.get(k, 0.0) for k in PARTS}
+    row["total"] = sum(row.values())
+    row["wall"] = summary["wall_s"]
+    row["digest"] = digest
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--inject", default="1@8")
+    p.add_argument("--launcher", default="mpirun", choices=("mpirun", "torchrun"))
+    p.add_argument("--cli", default=os.path.join(HERE, "..", "..", "build", "bindings", "cli",
+                                                  "memento"))
+    args = p.parse_args()
+    rows = {m: [] for m in MODES}
+    for rep in range(args.reps):
+        for mode in MODES:
+            rows[mode].append(run(args, mode))
+            r = rows[mode][-1]
+            print("rep %d %-13s lost %.2f s (%s)" % (rep, mode, r["total"], ", ".join(
+                "%s %.2f" % (k, r[k]) for k in PARTS if r[k] > 0)), flush=True)
+    digests = {r["digest"] for rs in rows.values() for r in rs}
+    if len(digests) != 1:
+        sys.exit("the modes ended in different states: %s" % digests)
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total", "wall")}
+           for m, rs in rows.items()}
+    base = med["relaunch"]["total"]
+    print("\nmedians of %d runs, %s, one loss (%s), state %s in every run" % (
+        args.reps, args.launcher, args.inject, digests.pop()))
+    print("%-13s %9s %9s %9s %9s %9s %9s %9s" % ("mode", "lost s", "relaunch", "rejoin",
+                                                 "restore", "detect", "recomp", "÷ relaunch"))
+    for m, v in med.items():
+        print("%-13s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.3f" % (
+            m, v["total"], v["relaunch"], v["rejoin"], v["restore"], v["detection"],
+            v["recompute"], v["total"] / base if base > 0 else float("nan")))
+    print(json.dumps({"launcher": args.launcher, "inject": args.inject, "medians": med,
+                      "ratio_fresh": med["in-job fresh"]["total"] / base,
+                      "ratio_spare": med["in-job spare"]["total"] / base, "runs": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -35,6 +35,8 @@ examples:
   memento launch -n 8 --scheme rs:4+2 --inject 3@10 -- build/experiments/demo/memento_demo
   memento launch -n 4 --scheme replica:2 --launcher torchrun --inject 1@5,2@recovery \
       -- python train.py
+  memento launch -n 4 --scheme replica:2 --recovery in-job --spares 1 --inject 1@5 \
+      -- python train.py        # train.py runs its training in memento.resilient(train)
   memento launch -n 8 --ranks-per-node 2 --scheme replica:2 --inject rand@5-15:rand \
       --remote /tmp/ckpt --json -- ./train
 )";

@@ -8,12 +8,15 @@ schedule, a stateful loader, a batch carried across steps), whose training runs 
 memento.resilient; 4 nodes of one rank, replica:2. Each rank appends "rank pid attempt"
 to a file every time its training (re)starts.
 
-spares_mpirun: 4 warm spares; a node at a step (1@4), at the snapshot and protect stages
-   (2@7:snapshot, 0@10:protect) and while the job recovers from that (3@recovery).
-fresh_torchrun: no spares (fresh replacements); rank 0's node at a step (0@4), a node at
-   the commit stage (2@8:commit).
+spares_mpirun: 5 warm spares; a node at a step (1@4), the spare that takes its place while
+   it restores (1@recovery), nodes at the snapshot and protect stages (2@9:snapshot,
+   0@12:protect) and a survivor while the job recovers from that (3@recovery).
+fresh_torchrun: no spares (fresh replacements); rank 0's node at a step (0@4), two nodes at
+   once, one of each replica pair, at the commit stage (1+3@8:commit).
 fallback_mpirun: 1 spare for two losses (1@4, 2@8): the first in-job, the second, with no
    spare left, by a full relaunch.
+remote_mpirun: both nodes of a replica pair at once (0+1@6): memory cannot serve them; the
+   in-job recovery restores them from the remote tier (persisted every save).
 Required: every event fired, one launch (two for fallback), an in-job record per
 recovery, the survivors' process ids unchanged across in-job recoveries and every lost
 rank's changed, every restore from memory with the steps lost counted, and the final
@@ -38,10 +41,11 @@ REFERENCE = os.environ["REFERENCE"]
 STEPS = 20
 SCENARIOS = {
     # launcher, spares, inject, in-job recoveries, launches, failure stages
-    "spares_mpirun": ("mpirun", 4, "1@4,2@7:snapshot,0@10:protect,3@recovery", 4, 1,
-                      ["step", "snapshot", "protect", "recovery"]),
-    "fresh_torchrun": ("torchrun", 0, "0@4,2@8:commit", 2, 1, ["step", "commit"]),
+    "spares_mpirun": ("mpirun", 5, "1@4,1@recovery,2@9:snapshot,0@12:protect,3@recovery", 5, 1,
+                      ["step", "recovery", "snapshot", "protect", "recovery"]),
+    "fresh_torchrun": ("torchrun", 0, "0@4,1+3@8:commit", 2, 1, ["step", "commit"]),
     "fallback_mpirun": ("mpirun", 1, "1@4,2@8", 1, 2, ["step", "step"]),
+    "remote_mpirun": ("mpirun", 2, "0+1@6", 1, 1, ["step"]),
 }
 
 
@@ -60,8 +64,10 @@ def launch(scenario, job, work):
     cmd = [CLI, "launch", "-n", "4", "--ranks-per-node", "1", "--scheme", "replica:2",
            "--job", job, "--records", records, "--quiet", "--backoff", "0.1",
            "--launcher", launcher, "--torchrun", TORCHRUN, "--recovery", "in-job",
-           "--spares", str(spares), "--inject", inject,
-           "--", PYTHON, SCRIPT, "--steps", str(STEPS), "--out", out, "--pids", pids]
+           "--spares", str(spares), "--inject", inject]
+    if scenario == "remote_mpirun":
+        cmd += ["--remote", os.path.join(work, "remote"), "--persist-every", "1"]
+    cmd += ["--", PYTHON, SCRIPT, "--steps", str(STEPS), "--out", out, "--pids", pids]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
@@ -100,7 +106,7 @@ def check_processes(recs, starts):
                      % (attempt, rank, before[rank], after[rank]))
 
 
-def check(scenario, recs, digest, starts, ref_digest, ref_state):
+def check(scenario, recs, digest, starts, ref_digest, ref_state):  # noqa: C901
     injobs, launches, stages = SCENARIOS[scenario][3:]
     summary = of(recs, "summary")[-1]
     if summary["outcome"] != "finished" or summary["final_step"] != STEPS:
@@ -124,7 +130,11 @@ def check(scenario, recs, digest, starts, ref_digest, ref_state):
     restores = [r for r in of(recs, "restore") if r.get("ok") and "lost" in r]
     steps_lost = 0
     for r in restores:
-        if not r["from_memory"] or r["ranks_reported"] != 4:
+        if scenario == "remote_mpirun":
+            if not r["from_remote"] or "remote" not in r["entries_by_source"]:
+                fail("attempt %d: the lost replica pair was not served from the remote tier: %s"
+                     % (r["attempt"], r["entries_by_source"]))
+        elif not r["from_memory"] or r["ranks_reported"] != 4:
             fail("attempt %d restored from %s (%d ranks)" % (r["attempt"], r["entries_by_source"],
                                                            r["ranks_reported"]))
         closed = [f for f in failures if f["index"] in r["lost"]["failures"]]

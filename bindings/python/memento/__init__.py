@@ -128,7 +128,7 @@ from ._memento import (  # noqa: F401,E402  (re-exported)
 )
 from .checkpointer import Checkpointer  # noqa: E402
 from .report import RestoreReport  # noqa: E402
-from .resilient import resilient  # noqa: E402
+from .injob import resilient  # noqa: E402
 from .settings import settings_keywords  # noqa: E402
 
 __all__ = ["Checkpointer", "RestoreReport", "MementoError", "resilient", "settings_keywords"]

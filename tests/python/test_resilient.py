@@ -1,0 +1,140 @@
+"""memento.resilient's parts in one process: the group it owns, the connections it aborts
+at a loss, the launcher's announcements, and re-running the training on a new membership.
+The whole in-job recovery, with real node losses, is tests/launch/launch_injob_test.py."""
+import json
+import os
+import socket
+import threading
+
+import pytest
+import torch.distributed as dist
+
+import memento
+from memento import injob as rs
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def single_rank(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    for name in ("MEMENTO_LAUNCH_DIR", "MEMENTO_LAUNCH_RECOVERY", "MEMENTO_LAUNCH_ATTEMPT",
+                 "MEMENTO_LAUNCH_GENERATION", "MEMENTO_LAUNCH_SPARE"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def announce(directory, attempt, port, ranks=None):
+    m = {"attempt": attempt, "master_addr": "127.0.0.1", "master_port": port,
+         "world_size": 1, "ranks_per_node": 1, "ranks": ranks or {}, "fault": ""}
+    path = os.path.join(directory, "injob.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(m, f)
+    os.rename(path + ".tmp", path)
+
+
+def test_outside_the_launcher_it_owns_the_default_group(single_rank):
+    seen = []
+
+    def train(x):
+        seen.append((dist.is_initialized(), dist.get_world_size()))
+        return x + 1
+
+    assert memento.resilient(train, 41) == 42
+    assert seen == [(True, 1)]
+    assert not dist.is_initialized()
+    assert not rs.in_job()
+
+
+def test_a_group_made_before_is_left_alone(single_rank):
+    dist.init_process_group("gloo")
+    assert memento.resilient(lambda: dist.get_rank()) == 0
+    assert dist.is_initialized()
+
+
+def test_connections_opened_since_are_shut_down_listening_sockets_stay():
+    server = socket.create_server(("127.0.0.1", 0))
+    before = rs._socket_inodes()
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    assert rs.shutdown_connections_since(before) == 2  # both ends are this process's
+    assert client.recv(1) == b"" and peer.recv(1) == b""
+    late = socket.create_connection(server.getsockname())  # the listener still accepts
+    server.accept()[0].close()
+    for s in (late, client, peer, server):
+        s.close()
+
+
+def test_a_spare_takes_the_rank_the_launcher_hands_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMENTO_LAUNCH_SPARE", "1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MEMENTO_NODE", "MEMENTO_LAUNCH_FAULT"):
+        monkeypatch.delenv(name, raising=False)
+    m = rs.Membership(str(tmp_path))
+    announce(str(tmp_path), 3, 12345, {"2": {"node": "h-r1/2", "local_rank": 0,
+                                             "spare_pid": os.getpid() + 1}})
+    t = threading.Timer(0.1, announce, (str(tmp_path), 4, 23456, {
+        "2": {"node": "h-r2/2", "local_rank": 0, "spare_pid": os.getpid()}}))
+    t.start()
+    rank, membership = m.wait_assignment(os.getpid())  # not the other spare's place
+    t.join()
+    rs._adopt(membership, rank)
+    env = os.environ
+    assert (rank, env["RANK"], env["MASTER_PORT"], env["MEMENTO_NODE"]) == (2, "2", "23456",
+                                                                           "h-r2/2")
+    assert env["MEMENTO_LAUNCH_ATTEMPT"] == env["MEMENTO_LAUNCH_GENERATION"] == "4"
+    assert "MEMENTO_LAUNCH_SPARE" not in env
+
+
+def in_job(monkeypatch, directory):
+    monkeypatch.setenv("MEMENTO_LAUNCH_RECOVERY", "in-job")
+    monkeypatch.setenv("MEMENTO_LAUNCH_DIR", directory)
+    monkeypatch.setenv("MEMENTO_LAUNCH_ATTEMPT", "0")
+
+
+def test_an_exception_no_membership_change_explains_leaves(single_rank, tmp_path, monkeypatch):
+    in_job(monkeypatch, str(tmp_path))
+
+    def train():
+        raise ValueError("a bug in the training")
+
+    with pytest.raises(ValueError, match="a bug in the training"):
+        memento.resilient(train, wait_s=0.2)
+
+
+def test_a_new_membership_reruns_the_training_on_a_new_group(single_rank, tmp_path,
+                                                              monkeypatch, job):
+    """The launcher announces attempt 1 while train() runs: the watcher aborts the old
+    group's connections, train()'s exception gives way to a new group on the new port and
+    train() runs again in this process; the Checkpointer it left open is closed unfinished."""
+    in_job(monkeypatch, str(tmp_path))
+    monkeypatch.setenv("MEMENTO_JOB", job)
+    new_port = free_port()
+    calls, left_open = [], []
+
+    def train():
+        calls.append((os.environ["MEMENTO_LAUNCH_ATTEMPT"], os.environ["MASTER_PORT"],
+                      dist.is_initialized()))
+        if len(calls) == 1:
+            ck = memento.Checkpointer(launcher="torchrun")
+            left_open.append(ck)
+            announce(str(tmp_path), 1, new_port)
+            # A collective that would wait for ever on a lost peer: here, a receive that
+            # nobody sends; the watcher's shutdown of the group's connections ends it.
+            store = dist.distributed_c10d._get_default_store()
+            store.get("never-set")
+        return "done"
+
+    assert memento.resilient(train, wait_s=10) == "done"
+    assert [c[0] for c in calls] == ["0", "1"] and calls[1][1] == str(new_port)
+    assert all(c[2] for c in calls)
+    assert left_open[0] not in memento.checkpointer.open_checkpointers()
+    assert not dist.is_initialized()

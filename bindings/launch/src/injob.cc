@@ -11,7 +11,7 @@
 //      port. injob.json in the status folder (written to a temporary name,
 //      then renamed) announces them: {"attempt": A', "master_addr",
 //      "master_port", "world_size", "ranks_per_node", "ranks": {R: {"node":
-//      identity, "local_rank", "spare_pid"}}, "fault": MEMENTO_LAUNCH_FAULT of
+//      MEMENTO_NODE, "local_rank", "spare_pid"}}, "fault": MEMENTO_LAUNCH_FAULT of
 //      the next stage event}. The survivors' watcher threads see it, abort the
 //      old group's connections and re-form the group with the same rank numbers
 //      (rank 0, survivor or replacement, serves the new store).
@@ -204,7 +204,9 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
   for (int node : nodes) {
     for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
       const int rank = node * o_.ranks_per_node + lane;
-      json place = {{"node", Identity(node)}, {"local_rank", lane}, {"spare_pid", 0}};
+      // "node": MEMENTO_NODE as the exec wrapper sets it (the runtime adds
+      // "/<node index>" for virtual nodes).
+      json place = {{"node", NodeBase(generation_[node])}, {"local_rank", lane}, {"spare_pid", 0}};
       if (o_.spares > 0) {
         const pid_t pid = spares_.front();
         spares_.erase(spares_.begin());

@@ -20,7 +20,9 @@ then
   1. aborts the communicators of the old membership: a watcher thread shuts down the TCP
      connections this process opened since the group was formed (gloo's pairs, the
      store's), so that a rank blocked in a collective with the lost one fails at once
-     instead of waiting for a timeout (gloo's own abort does not wake a blocked wait);
+     instead of waiting for a timeout (gloo's own abort does not wake a blocked wait),
+     and aborts the transfers of memento's own transport (a receive gloo keeps pending
+     in its context outlives the connection);
   2. lets the exception leave train(), closes the Checkpointers train() left open
      (without marking the run finished) and destroys the old group;
   3. forms the new group with the same rank numbers (rank 0, survivor or replacement,
@@ -199,6 +201,10 @@ class _Watcher(threading.Thread):
         with self.lock:
             if not self.fired.is_set():
                 n = shutdown_connections_since(self.before)
+                # memento's own transfers: gloo keeps a posted receive in its context,
+                # where a closed connection does not end it.
+                for ck in _checkpointer.open_checkpointers():
+                    ck._impl.abort_transport()
                 self.fired.set()
                 _logs.logger.info("in-job recovery: membership changed; %d connection(s) of "
                                   "attempt %d shut down", n, self.attempt)

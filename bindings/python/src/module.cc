@@ -140,6 +140,7 @@ class PyCheckpointer {
       py::gil_scoped_release release;
       transport_ = Check(CreateLauncherTransport(l, config));
     }
+    abortable_ = transport_;
     Options options;
     options.extra_capacity = extra_capacity;
     options.total_steps = total_steps;
@@ -210,6 +211,19 @@ class PyCheckpointer {
   ~PyCheckpointer() { (void)Release(); }
   PyCheckpointer(const PyCheckpointer&) = delete;
   PyCheckpointer& operator=(const PyCheckpointer&) = delete;
+
+  // In-job recovery: the group the transport spans is gone. Ends the
+  // transfers the engine's threads wait for (runtime::Transport::Abort), so
+  // that the calls in flight and a close() return at once. Takes no call
+  // lock: it is what lets those calls return.
+  void AbortTransport() {
+    std::shared_ptr<runtime::Transport> t;
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      t = abortable_.lock();
+    }
+    if (t) t->Abort();
+  }
 
   // Waits for the checkpoint in flight, releases everything, then raises if
   // that checkpoint failed. A second Close does nothing. `finished`: the
@@ -308,6 +322,8 @@ class PyCheckpointer {
   // Shared by the calls that run without the GIL, exclusive in Release.
   std::shared_mutex call_mu_;
   std::shared_ptr<runtime::Transport> transport_;
+  std::mutex abort_mu_;
+  std::weak_ptr<runtime::Transport> abortable_;  // transport_, for AbortTransport
   std::unique_ptr<TorchCheckpointer> ck_;
   std::optional<LastValues> last_;  // set by the close() that released ck_
   std::shared_ptr<std::vector<NamedTensor>> tensors_ = std::make_shared<std::vector<NamedTensor>>();
@@ -459,6 +475,7 @@ void BindCheckpointer(py::module_& m) {
       .def("wait", &PyCheckpointer::Wait)
       .def("wait_persist", &PyCheckpointer::WaitPersist)
       .def("close", &PyCheckpointer::Close, py::arg("finished") = false)
+      .def("abort_transport", &PyCheckpointer::AbortTransport)
       .def("would_save",
            [](PyCheckpointer& c, uint64_t step) {
              runtime::Checkpointer* engine = c.ck().engine();

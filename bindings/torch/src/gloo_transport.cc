@@ -379,8 +379,45 @@ class GlooTransport final : public Transport {
     }
   }
 
+  // Aborts the receives and sends being waited for: gloo keeps a receive
+  // pending in its context, not on the pair, so a peer's closed connection
+  // does not end it; only its abort (or the timeout) does.
+  void Abort() override {
+    broken_.store(true);
+    std::lock_guard<std::mutex> lock(waiting_mu_);
+    for (const auto& [work, count] : waiting_) {
+      try {
+        work->abort();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+  // Registers `work` as waited for (Abort aborts it) for its lifetime.
+  class Waiting {
+   public:
+    Waiting(GlooTransport* t, const c10::intrusive_ptr<c10d::Work>& w) : t_(t), w_(w.get()) {
+      std::lock_guard<std::mutex> lock(t_->waiting_mu_);
+      aborted_ = t_->broken_.load();
+      if (!aborted_) ++t_->waiting_[w_];
+    }
+    ~Waiting() {
+      if (aborted_) return;
+      std::lock_guard<std::mutex> lock(t_->waiting_mu_);
+      if (--t_->waiting_[w_] == 0) t_->waiting_.erase(w_);
+    }
+    bool aborted() const { return aborted_; }
+
+   private:
+    GlooTransport* t_;
+    c10d::Work* w_;
+    bool aborted_ = false;
+  };
+
   // Waits for a posted point-to-point operation.
   Status WaitWork(const char* what, const c10::intrusive_ptr<c10d::Work>& work) {
+    Waiting waiting(this, work);
+    if (waiting.aborted()) return Status::Unavailable("gloo transport: aborted");
     try {
       work->wait(timeout_);
       return Status::Ok();
@@ -398,7 +435,10 @@ class GlooTransport final : public Transport {
   Status Collective(const char* what, F&& start) {
     if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");
     try {
-      start()->wait(timeout_);
+      c10::intrusive_ptr<c10d::Work> work = start();
+      Waiting waiting(this, work);
+      if (waiting.aborted()) return Status::Unavailable("gloo transport: aborted");
+      work->wait(timeout_);
       return Status::Ok();
     } catch (const std::exception& e) {
       return Failure(what, e, true);
@@ -409,6 +449,9 @@ class GlooTransport final : public Transport {
   const int rank_, size_;
   const std::chrono::milliseconds timeout_;
   std::atomic<bool> broken_{false};
+  // The point-to-point works being waited for (how many waiters each), for Abort.
+  std::mutex waiting_mu_;
+  std::map<c10d::Work*, int> waiting_;
   std::vector<std::mutex> send_mu_;
   // Per peer: the leads (and inline messages) sent, oldest first, until
   // reclaimed (under send_mu_[peer]).

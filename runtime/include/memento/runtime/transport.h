@@ -155,6 +155,13 @@ class Transport {
   // reason, with transfers of its own in flight, to call this now and then.
   // Default: nothing (the transfers need no help).
   virtual void Progress() {}
+
+  // The group this transport spans is gone (in-job recovery re-forms it
+  // without the lost ranks): every call waiting for a peer returns
+  // Unavailable now, and every later call at once. Any thread may call it,
+  // during calls of others. Default: nothing (such a transport's calls end
+  // on their own, by the peer's failure or the timeout).
+  virtual void Abort() {}
 };
 
 // Forwards every call to an inner Transport. Base of transports that wrap
@@ -180,6 +187,7 @@ class ForwardingTransport : public Transport {
     return inner_->Recv(peer, tag, data, capacity);
   }
   void Progress() override { inner_->Progress(); }
+  void Abort() override { inner_->Abort(); }
   bool PrefersFewerMessages() const override { return inner_->PrefersFewerMessages(); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   // StartSend / StartRecv are not forwarded: the defaults go through this

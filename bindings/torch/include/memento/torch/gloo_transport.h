@@ -34,6 +34,9 @@
 // Timeout; after a failed collective or a timed-out send or receive the
 // transport is broken and answers Unavailable (as the MPI transport).
 // Destruction delivers the eager sends still in flight (within the timeout).
+// Abort() (in-job recovery: the group is gone) aborts every operation being
+// waited for: gloo keeps a posted receive in its context, where a peer's
+// closed connection does not end it.
 //
 // Thread-safety: as transport.h.
 #pragma once

@@ -18,7 +18,11 @@
 //      unlink of the node's segments once the job has ended (mpirun ends every
 //      rank when one dies; under torchrun the launcher stops every node's
 //      agent and ranks once one node failed).
-//   4. Relaunch after a backoff; the job restores. Failures nobody injected
+//   4. Relaunch after a backoff; the job restores. With --recovery in-job
+//      (src/injob.cc) a node loss is instead recovered while the survivors
+//      run on: the lost ranks are replaced by warm spares or fresh processes
+//      and the job (memento.resilient) re-forms its group; what cannot be
+//      recovered in-job falls back to the relaunch. Failures nobody injected
 //      are relaunched too, at most max_restarts times in a row (a launch that
 //      trained past every step reported before starts a new row), with a
 //      doubling backoff.

@@ -34,6 +34,66 @@ std::string Sources(const json& by_source) {
   return out.empty() ? "no entries" : out + " (entries over all ranks)";
 }
 
+// A restore record: what was restored from where, and the time the failures it closes cost.
+void RenderRestore(const json& r, const std::string& t, std::ostringstream& os) {
+  os << t;
+  if (r.value("ok", false)) {
+    os << "restored v" << r.value("version", 0) << ": " << Sources(r["entries_by_source"]);
+    if (!r.value("lost_nodes", json::array()).empty()) {
+      os << "; lost node indices [" << Join(r["lost_nodes"], ",") << "]";
+    }
+    if (!r.value("source_detail", std::string()).empty()) {
+      os << "; rank 0: " << r.value("source_detail", std::string());
+    }
+    os << "; re-protect " << r.value("reprotect_mode", std::string("none")) << "; restore "
+       << Fmt("%.3f", r.value("restore_s", 0.0)) << " s, re-protect "
+       << Fmt("%.3f", r.value("reprotect_s", 0.0)) << " s\n";
+  } else if (r.value("nothing_to_restore", false)) {
+    os << "nothing to restore: the job starts from step 0\n";
+  } else {
+    os << "RESTORE FAILED: " << Join(r.value("errors", json::array()), "; ") << "\n";
+  }
+  if (r.contains("lost")) {
+    const json& l = r["lost"];
+    os << "            failure(s) " << Join(l.value("failures", json::array()), "+") << " cost "
+       << l.value("steps_lost", 0) << " step(s): detection "
+       << Fmt("%.2f", l.value("detection_s", 0.0)) << " s, "
+       << (l.contains("rejoin_s") ? "in-job rejoin " : "relaunch ")
+       << Fmt("%.2f", l.value(l.contains("rejoin_s") ? "rejoin_s" : "relaunch_s", 0.0))
+       << " s, restore "
+       << Fmt("%.2f", l.value("restore_s", 0.0)) << " s, re-protect "
+       << Fmt("%.2f", l.value("reprotect_s", 0.0)) << " s, recompute "
+       << Fmt("%.2f", l.value("recompute_s", 0.0)) << " s\n";
+  }
+}
+
+// The summary record: the outcome and the time lost by component.
+void RenderSummary(const json& r, const std::string& t, std::ostringstream& os) {
+  const json& tl = r["time_lost_s"];
+  const double total = tl.value("detection", 0.0) + tl.value("relaunch", 0.0) +
+                       tl.value("rejoin", 0.0) +
+                       tl.value("restore", 0.0) + tl.value("reprotect", 0.0) +
+                       tl.value("recompute", 0.0);
+  os << t << "job " << r.value("outcome", std::string()) << " at step "
+     << r.value("final_step", 0);
+  if (!r.value("state_hash", std::string()).empty()) {
+    os << " (state " << r.value("state_hash", std::string()) << ")";
+  }
+  os << "\nsummary: " << r.value("failures", 0) << " failure(s), " << r.value("launches", 1)
+     << " launch(es), " << r.value("steps_lost", 0) << " step(s) lost; time lost "
+     << Fmt("%.2f", total) << " s = detection " << Fmt("%.2f", tl.value("detection", 0.0))
+     << " + relaunch " << Fmt("%.2f", tl.value("relaunch", 0.0))
+     << (r.value("injob_recoveries", 0) > 0
+             ? " + in-job rejoin " + Fmt("%.2f", tl.value("rejoin", 0.0))
+             : std::string())
+     << " + restore "
+     << Fmt("%.2f", tl.value("restore", 0.0)) << " + re-protect "
+     << Fmt("%.2f", tl.value("reprotect", 0.0)) << " + recompute "
+     << Fmt("%.2f", tl.value("recompute", 0.0)) << " s; wall "
+     << Fmt("%.1f", r.value("wall_s", 0.0)) << " s; " << r.value("segments_removed", 0)
+     << " segment(s) cleaned\n";
+}
+
 }  // namespace
 
 std::string RenderTimeline(const std::vector<json>& records) {
@@ -82,35 +142,7 @@ std::string RenderTimeline(const std::vector<json>& records) {
         while (std::getline(tail, line)) os << "            | " << line << "\n";
       }
     } else if (kind == "restore") {
-      os << t;
-      if (r.value("ok", false)) {
-        os << "restored v" << r.value("version", 0) << ": " << Sources(r["entries_by_source"]);
-        if (!r.value("lost_nodes", json::array()).empty()) {
-          os << "; lost node indices [" << Join(r["lost_nodes"], ",") << "]";
-        }
-        if (!r.value("source_detail", std::string()).empty()) {
-          os << "; rank 0: " << r.value("source_detail", std::string());
-        }
-        os << "; re-protect " << r.value("reprotect_mode", std::string("none")) << "; restore "
-           << Fmt("%.3f", r.value("restore_s", 0.0)) << " s, re-protect "
-           << Fmt("%.3f", r.value("reprotect_s", 0.0)) << " s\n";
-      } else if (r.value("nothing_to_restore", false)) {
-        os << "nothing to restore: the job starts from step 0\n";
-      } else {
-        os << "RESTORE FAILED: " << Join(r.value("errors", json::array()), "; ") << "\n";
-      }
-      if (r.contains("lost")) {
-        const json& l = r["lost"];
-        os << "            failure(s) " << Join(l.value("failures", json::array()), "+") << " cost "
-           << l.value("steps_lost", 0) << " step(s): detection "
-           << Fmt("%.2f", l.value("detection_s", 0.0)) << " s, "
-           << (l.contains("rejoin_s") ? "in-job rejoin " : "relaunch ")
-           << Fmt("%.2f", l.value(l.contains("rejoin_s") ? "rejoin_s" : "relaunch_s", 0.0))
-           << " s, restore "
-           << Fmt("%.2f", l.value("restore_s", 0.0)) << " s, re-protect "
-           << Fmt("%.2f", l.value("reprotect_s", 0.0)) << " s, recompute "
-           << Fmt("%.2f", l.value("recompute_s", 0.0)) << " s\n";
-      }
+      RenderRestore(r, t, os);
     } else if (kind == "injob") {
       os << t << "in-job recovery (attempt " << r.value("attempt", 0) << "): replacement "
          << Join(r.value("replaced", json::array()), ", ") << "; "
@@ -132,29 +164,7 @@ std::string RenderTimeline(const std::vector<json>& records) {
       os << t << "not injected: " << r.value("event", std::string()) << " ("
          << r.value("what", std::string()) << ") was never reached\n";
     } else if (kind == "summary") {
-      const json& tl = r["time_lost_s"];
-      const double total = tl.value("detection", 0.0) + tl.value("relaunch", 0.0) +
-                           tl.value("rejoin", 0.0) +
-                           tl.value("restore", 0.0) + tl.value("reprotect", 0.0) +
-                           tl.value("recompute", 0.0);
-      os << t << "job " << r.value("outcome", std::string()) << " at step "
-         << r.value("final_step", 0);
-      if (!r.value("state_hash", std::string()).empty()) {
-        os << " (state " << r.value("state_hash", std::string()) << ")";
-      }
-      os << "\nsummary: " << r.value("failures", 0) << " failure(s), " << r.value("launches", 1)
-         << " launch(es), " << r.value("steps_lost", 0) << " step(s) lost; time lost "
-         << Fmt("%.2f", total) << " s = detection " << Fmt("%.2f", tl.value("detection", 0.0))
-         << " + relaunch " << Fmt("%.2f", tl.value("relaunch", 0.0))
-         << (r.value("injob_recoveries", 0) > 0
-                 ? " + in-job rejoin " + Fmt("%.2f", tl.value("rejoin", 0.0))
-                 : std::string())
-         << " + restore "
-         << Fmt("%.2f", tl.value("restore", 0.0)) << " + re-protect "
-         << Fmt("%.2f", tl.value("reprotect", 0.0)) << " + recompute "
-         << Fmt("%.2f", tl.value("recompute", 0.0)) << " s; wall "
-         << Fmt("%.1f", r.value("wall_s", 0.0)) << " s; " << r.value("segments_removed", 0)
-         << " segment(s) cleaned\n";
+      RenderSummary(r, t, os);
     }
   }
   return os.str();

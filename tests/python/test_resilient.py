@@ -19,6 +19,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """resilient adopts the launcher's variables into os.environ, as a rank must; these
+    tests share one process with others (the installed package's run), so every variable
+    comes back as it was, including ones that were absent."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def single_rank(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")

@@ -1,18 +1,43 @@
 #include "checkpoint_glue.h"
 
+#include <algorithm>
+#include <mutex>
+
+#include "memento/launch/resilient.h"
 #include "memento/runtime/config.h"
 #include "memento/torch/launcher.h"
 
 namespace memento::demo {
+namespace {
+
+std::mutex transports_mu;
+std::vector<std::weak_ptr<runtime::Transport>> transports;
+
+}  // namespace
+
+void AbortCheckpointerTransports() {
+  std::lock_guard<std::mutex> lock(transports_mu);
+  for (const auto& weak : transports) {
+    if (auto t = weak.lock()) t->Abort();
+  }
+}
 
 Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
     const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
     runtime::FaultHooks hooks) {
   auto config = runtime::Config::FromEnv();
   if (!config.ok()) return config.status();
-  auto transport =
-      torch_adapter::CreateLauncherTransport(torch_adapter::Launcher::kMpi, *config);
+  // In-job recovery: auto detects the launcher's gloo rendezvous.
+  auto transport = torch_adapter::CreateLauncherTransport(
+      launch::InJob() ? torch_adapter::Launcher::kAuto : torch_adapter::Launcher::kMpi, *config);
   if (!transport.ok()) return transport.status();
+  {
+    std::lock_guard<std::mutex> lock(transports_mu);
+    transports.erase(std::remove_if(transports.begin(), transports.end(),
+                                    [](const auto& weak) { return weak.expired(); }),
+                     transports.end());
+    transports.push_back(*transport);
+  }
   torch_adapter::Options options;
   // The demo draws its batches from (seed, step, rank) and uses the torch
   // generator only for the initial weights: nothing to keep.

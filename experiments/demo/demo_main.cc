@@ -13,6 +13,10 @@
 // Run under `memento launch` (progress, injected failures) or plain mpirun.
 // `--baseline-remote DIR` replaces memento with the usual synchronous
 // checkpoint to a directory (every rank writes its slice, fsync, barrier).
+// Under `memento launch --recovery in-job` the ranks do not initialize MPI:
+// the training's collectives and memento's transport run over gloo groups that
+// are formed again, in the same processes, after each node loss
+// (launch::Resilient); the results are bit-identical to the MPI run's.
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -29,9 +33,11 @@
 #include <vector>
 
 #include "checkpoint_glue.h"
+#include "collectives.h"
 #include "corpus.h"
 #include "gpt_model.h"
 #include "memento/launch/job_reporter.h"
+#include "memento/launch/resilient.h"
 #include "memento/runtime/restore_report.h"
 
 namespace memento::demo {
@@ -52,6 +58,7 @@ struct Args {
   std::string out;
   std::string hash_log;
   std::string baseline_remote;
+  std::string pids;
   bool quiet = false;
 };
 
@@ -69,7 +76,8 @@ std::string Hex(uint64_t v) {
 
 class Trainer {
  public:
-  Trainer(const Args& args, int rank, int size) : a_(args), rank_(rank), size_(size) {}
+  Trainer(const Args& args, Collectives& comm)
+      : a_(args), comm_(comm), rank_(comm.rank()), size_(comm.size()) {}
 
   int Run();
 
@@ -80,10 +88,7 @@ class Trainer {
   }
   // Collective: hash of every rank's shard, combined in rank order.
   std::string StateHash() const;
-  void GatherParams() {
-    MPI_Allgather(slice_.data_ptr<float>(), static_cast<int>(chunk_), MPI_FLOAT,
-                  flat_.data_ptr<float>(), static_cast<int>(chunk_), MPI_FLOAT, MPI_COMM_WORLD);
-  }
+  void GatherParams() { comm_.Allgather(slice_, flat_); }
   double TrainStep(uint64_t step);  // forward/backward/reduce-scatter; returns the mean loss
   void AdamUpdate(uint64_t step);
   Status BaselineSave(uint64_t step);
@@ -100,13 +105,14 @@ class Trainer {
   int Finish(const LoopStats& stats);
 
   Args a_;
+  Collectives& comm_;
   int rank_, size_;
   std::vector<int64_t> data_;
   int64_t vocab_ = 0;
   Gpt model_{nullptr};
   std::vector<torch::Tensor> params_;
   int64_t total_ = 0, chunk_ = 0;
-  torch::Tensor flat_, grad_flat_, grad_slice_, slice_, m_, v_, meta_;
+  torch::Tensor flat_, grad_flat_, grad_scratch_, grad_slice_, slice_, m_, v_, meta_;
   launch::JobReporter reporter_;
   std::unique_ptr<torch_adapter::TorchCheckpointer> ck_;  // null for --baseline-remote
 };
@@ -140,6 +146,7 @@ void Trainer::Build() {
     off += p.numel();
   }
   grad_flat_ = torch::zeros({chunk_ * size_});
+  grad_scratch_ = torch::zeros({chunk_ * size_});
   grad_slice_ = torch::zeros({chunk_});
   slice_ = flat_.narrow(0, rank_ * chunk_, chunk_).clone();
   m_ = torch::zeros({chunk_});
@@ -152,7 +159,7 @@ std::string Trainer::StateHash() const {
   uint64_t h = 1469598103934665603ull;
   for (const auto& [name, t] : Shard()) h = Fnv1a(t.data_ptr(), t.nbytes(), h);
   std::vector<uint64_t> all(size_);
-  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  comm_.AllgatherU64(h, all.data());
   return Hex(Fnv1a(all.data(), all.size() * sizeof(uint64_t)));
 }
 
@@ -180,12 +187,9 @@ double Trainer::TrainStep(uint64_t step) {
     grad_flat_.narrow(0, off, p.numel()).copy_(p.grad().reshape({-1}));
     off += p.numel();
   }
-  MPI_Reduce_scatter_block(grad_flat_.data_ptr<float>(), grad_slice_.data_ptr<float>(),
-                           static_cast<int>(chunk_), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  comm_.ReduceScatterSum(grad_flat_, grad_scratch_, grad_slice_);
   grad_slice_.div_(static_cast<double>(size_));
-  double l = loss.item<double>(), sum = 0;
-  MPI_Allreduce(&l, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return sum / size_;
+  return comm_.AllreduceSum(loss.item<double>()) / size_;
 }
 
 void Trainer::AdamUpdate(uint64_t step) {
@@ -215,12 +219,12 @@ Status Trainer::BaselineSave(uint64_t step) {
   ::close(fd);
   std::error_code ec;
   fs::rename(file + ".tmp", file, ec);
-  MPI_Barrier(MPI_COMM_WORLD);  // every rank's file is durable
+  comm_.Barrier();  // every rank's file is durable
   if (rank_ == 0) {
     std::ofstream(a_.baseline_remote + "/LATEST.tmp") << step << "\n";
     fs::rename(a_.baseline_remote + "/LATEST.tmp", a_.baseline_remote + "/LATEST", ec);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  comm_.Barrier();
   if (step > static_cast<uint64_t>(a_.ckpt_every)) {
     fs::remove(a_.baseline_remote + "/step" + std::to_string(step - a_.ckpt_every) + ".r" +
                    std::to_string(rank_),
@@ -248,8 +252,7 @@ void Trainer::ResumeBaseline(uint64_t* start) {
   std::filesystem::create_directories(a_.baseline_remote);
   reporter_.RestoreBegin();
   const double t0 = launch::JobReporter::Now();
-  uint64_t mine = BaselineRestore(), agreed = 0;
-  MPI_Allreduce(&mine, &agreed, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  const uint64_t agreed = comm_.AllreduceMin(BaselineRestore());
   *start = agreed;
   if (agreed == 0) slice_.copy_(flat_.narrow(0, rank_ * chunk_, chunk_));
   runtime::RestoreReport report;
@@ -410,6 +413,42 @@ int Trainer::Run() {
   return Finish(stats);
 }
 
+// Appends "rank pid attempt" to `path` (the in-job tests check that the
+// survivors keep their processes).
+void RecordProcess(const std::string& path, int rank) {
+  if (path.empty()) return;
+  const char* attempt = std::getenv("MEMENTO_LAUNCH_ATTEMPT");
+  std::ofstream(path, std::ios::app) << rank << " " << getpid() << " "
+                                     << (attempt != nullptr ? attempt : "0") << std::endl;
+}
+
+// Under `memento launch --recovery in-job`: every attempt forms a gloo group
+// of its own (rank 0 serves the store at the attempt's MASTER_PORT) and trains
+// on it; after a node loss launch::Resilient runs it again in this process.
+int RunInJob(const Args& a) {
+  const char* timeout_env = std::getenv("MEMENTO_TIMEOUT_S");
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(1000 * (timeout_env != nullptr ? std::atof(timeout_env) : 300.0)));
+  launch::ResilientOptions options;
+  options.abort = [] { AbortCheckpointerTransports(); };
+  try {
+    return launch::Resilient(
+        [&] {
+          const char* generation = std::getenv("MEMENTO_LAUNCH_GENERATION");
+          auto comm = GlooCollectives(
+              std::string("memento_demo/g") + (generation != nullptr ? generation : "0") + "/",
+              timeout);
+          RecordProcess(a.pids, comm->rank());
+          Trainer trainer(a, *comm);
+          return trainer.Run();
+        },
+        options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memento_demo: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 }  // namespace memento::demo
 
@@ -430,6 +469,7 @@ int main(int argc, char** argv) {
   app.add_option("--hash-log", a.hash_log, "rank 0 appends 'step state-hash' per step here");
   app.add_option("--baseline-remote", a.baseline_remote,
                  "no memento: checkpoint synchronously to this directory");
+  app.add_option("--pids", a.pids, "every rank appends 'rank pid attempt' here when it starts");
   app.add_flag("--quiet", a.quiet, "no per-step lines");
   CLI11_PARSE(app, argc, argv);
   if (a.dim % a.heads != 0) {
@@ -437,18 +477,20 @@ int main(int argc, char** argv) {
                  static_cast<long long>(a.dim), static_cast<long long>(a.heads));
     return 2;
   }
+  // In-job recovery: replacements join processes mpirun did not start, and an
+  // MPI world does not outlive a rank; gloo serves the whole job.
+  if (memento::launch::InJob()) return memento::demo::RunInJob(a);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   if (provided < MPI_THREAD_MULTIPLE) {
     std::fprintf(stderr, "memento_demo needs MPI_THREAD_MULTIPLE (got level %d)\n", provided);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   int rc = 0;
   {
-    memento::demo::Trainer trainer(a, rank, size);
+    auto comm = memento::demo::MpiCollectives();
+    memento::demo::RecordProcess(a.pids, comm->rank());
+    memento::demo::Trainer trainer(a, *comm);
     rc = trainer.Run();
   }
   if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);

@@ -103,7 +103,15 @@ void Launcher::FallBack(Attempt* a, const std::string& reason) {
 }
 
 void Launcher::WatchInJob(Attempt* a) {
-  if (a->exited || a->injob_fallback) return;
+  if (a->exited || a->injob_fallback || a->stopped_unrecoverable) return;
+  if (a->unrecoverable) {
+    // Neither memory nor the remote tier can serve the new membership; its
+    // ranks would wait for an announcement that never comes. AfterExit stops.
+    a->stopped_unrecoverable = true;
+    KillAllRanks(a->index);
+    KillProcesses(a, SIGKILL);
+    return;
+  }
   const InjectEvent* ev = Pending();
   if (ev != nullptr && ev->stage != InjectStage::kStep) {
     const json fault =
@@ -147,6 +155,12 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
     }
   }
   a->ignore_status.insert(lost.begin(), lost.end());
+  // A spare or replacement is the launcher's own child: its end at a stage
+  // fault may have been reaped as the job's failure before the fault was read.
+  if (a->failed_status && a->ignore_status.count(a->failed_pid) > 0) {
+    a->failed_status = false;
+    a->status = 0;
+  }
   for (const double until = Now() + 10; Now() < until;) {
     ReapExited(a);
     if (std::all_of(lost.begin(), lost.end(), Ended)) break;

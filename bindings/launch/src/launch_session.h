@@ -84,6 +84,7 @@ class Launcher {
     std::vector<bool> reaped;
     int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)
     bool failed_status = false;
+    pid_t failed_pid = 0;  // the process whose status is `status`
     bool exited = false;  // every process reaped
     bool killed_by_launcher = false;  // a step event fired
     bool reported_done = false;       // the job's "done" event arrived
@@ -104,6 +105,7 @@ class Launcher {
     double t_injob = 0;            // when the running in-job recovery began; 0: none
     bool injob_fallback = false;   // an in-job recovery failed: relaunch
     std::string fallback_reason;
+    bool stopped_unrecoverable = false;  // in-job: the ranks were stopped
     double t_next_death_check = 0;
   };
   enum class Next { kRelaunch, kStop };

@@ -3,9 +3,11 @@
 
     PYTHONPATH=build/python .venv/bin/python experiments/torch/bench_injob.py \\
         [--reps 3] [--steps 20] [--inject 1@8] [--launcher mpirun] [--cli build/bindings/cli/memento]
+        [--job python|demo] [--nodes 4] [--scheme replica:2]
 
-Runs experiments/torch/gpt_train.py (a small GPT, DDP over gloo, AdamW) on 4 virtual
-nodes of one rank (replica:2) under `memento launch` with one injected node loss, in
+Runs experiments/torch/gpt_train.py (a small GPT, DDP over gloo, AdamW; --job python) or
+the C++ demo GPT (build/experiments/demo/memento_demo, launch::Resilient; --job demo) on
+--nodes virtual nodes of one rank under `memento launch` with one injected node loss, in
 three modes, interleaved --reps times:
   relaunch       --recovery relaunch: every rank is killed and the job started again;
   in-job fresh   --recovery in-job: the survivors keep running, a fresh process takes
@@ -36,19 +38,26 @@ def run(args, mode):
     out = tempfile.mktemp(prefix="memento-bench-injob-out-")
     job = "bench-injob-%s" % uuid.uuid4().hex[:8]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    cmd = [args.cli, "launch", "-n", "4", "--scheme", "replica:2", "--job", job, "--quiet",
-           "--backoff", "0", "--records", records, "--launcher", args.launcher,
-           "--torchrun", torchrun, "--inject", args.inject] + MODES[mode] + \
-          ["--", sys.executable, os.path.join(HERE, "gpt_train.py"), "--steps",
-           str(args.steps), "--out", out]
+    cmd = [args.cli, "launch", "-n", str(args.nodes), "--ranks-per-node", "1", "--scheme",
+           args.scheme, "--job", job, "--quiet", "--backoff", "0", "--records", records,
+           "--launcher", args.launcher, "--torchrun", torchrun, "--inject", args.inject] + \
+        MODES[mode] + ["--"]
+    if args.job == "demo":
+        cmd += [args.demo, "--steps", str(args.steps), "--quiet"]
+    else:
+        cmd += [sys.executable, os.path.join(HERE, "gpt_train.py"), "--steps", str(args.steps),
+                "--out", out]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         if p.returncode != 0:
             sys.exit("%s: launch failed (%d):\n%s" % (mode, p.returncode, p.stdout[-3000:]))
         with open(records) as f:
             summary = [json.loads(line) for line in f if '"summary"' in line][-1]
-        with open(out) as f:
-            digest = f.read().split()[0]
+        if args.job == "demo":
+            digest = summary["state_hash"]
+        else:
+            with open(out) as f:
+                digest = f.read().split()[0]
     finally:
         for path in (records, out):
             if os.path.exists(path):
@@ -69,6 +78,11 @@ def main():
     p.add_argument("--launcher", default="mpirun", choices=("mpirun", "torchrun"))
     p.add_argument("--cli", default=os.path.join(HERE, "..", "..", "build", "bindings", "cli",
                                                   "memento"))
+    p.add_argument("--job", default="python", choices=("python", "demo"))
+    p.add_argument("--demo", default=os.path.join(HERE, "..", "..", "build", "experiments",
+                                                   "demo", "memento_demo"))
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--scheme", default="replica:2")
     args = p.parse_args()
     rows = {m: [] for m in MODES}
     for rep in range(args.reps):
@@ -83,15 +97,17 @@ def main():
     med = {m: {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total", "wall")}
            for m, rs in rows.items()}
     base = med["relaunch"]["total"]
-    print("\nmedians of %d runs, %s, one loss (%s), state %s in every run" % (
-        args.reps, args.launcher, args.inject, digests.pop()))
+    print("\nmedians of %d runs, %s job, %d nodes, %s, %s, one loss (%s), state %s in every run"
+          % (args.reps, args.job, args.nodes, args.scheme, args.launcher, args.inject,
+             digests.pop()))
     print("%-13s %9s %9s %9s %9s %9s %9s %9s" % ("mode", "lost s", "relaunch", "rejoin",
                                                  "restore", "detect", "recomp", "÷ relaunch"))
     for m, v in med.items():
         print("%-13s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.3f" % (
             m, v["total"], v["relaunch"], v["rejoin"], v["restore"], v["detection"],
             v["recompute"], v["total"] / base if base > 0 else float("nan")))
-    print(json.dumps({"launcher": args.launcher, "inject": args.inject, "medians": med,
+    print(json.dumps({"job": args.job, "nodes": args.nodes, "scheme": args.scheme,
+                      "launcher": args.launcher, "inject": args.inject, "medians": med,
                       "ratio_fresh": med["in-job fresh"]["total"] / base,
                       "ratio_spare": med["in-job spare"]["total"] / base, "runs": rows}))
 

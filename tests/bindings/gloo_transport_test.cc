@@ -101,6 +101,32 @@ std::string Check(const Result<size_t>& got, const std::vector<uint8_t>& want,
   return "";
 }
 
+// Allgather carries messages of every size, each rank's own, in rank order:
+// empty ones, ones that fit the single collective's slot (1 KiB at 3 ranks:
+// 1016 bytes after the length), one byte more, and long ones, mixed in one
+// call, so that only some ranks' messages take the second collective.
+TEST(GlooTransport, AllgatherCarriesEverySizeInRankOrder) {
+  const std::vector<std::vector<size_t>> rounds = {
+      {0, 0, 0}, {1, 0, 7}, {1016, 1016, 1016}, {1017, 3, 0}, {5000, 1016, 70000}};
+  auto errors = RunGlooRanks(3, std::chrono::seconds(60), [&](int rank, Transport& t) {
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      const auto mine = Pattern(rank, 0, 0, static_cast<int>(i), rounds[i][rank]);
+      auto all = t.Allgather(mine.data(), mine.size());
+      if (!all.ok()) return "round " + std::to_string(i) + ": " + all.status().ToString();
+      if (all->size() != 3) return std::string("not one message per rank");
+      for (int r = 0; r < 3; ++r) {
+        if ((*all)[r] != Pattern(r, 0, 0, static_cast<int>(i), rounds[i][r])) {
+          return "round " + std::to_string(i) + ": rank " + std::to_string(r) + "'s " +
+                 std::to_string(rounds[i][r]) + " bytes came back as " +
+                 std::to_string((*all)[r].size()) + " other bytes";
+        }
+      }
+    }
+    return std::string();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 // A started send returns before its receive is posted, and a small Send
 // before it is received: rank 1 takes the messages in another order than
 // rank 0 sends them. A transport whose sends wait for their receives

@@ -43,6 +43,14 @@ Status WaitedTwice() {
   return Status::FailedPrecondition("a started transfer was already waited for");
 }
 
+// Bytes per rank of Allgather's single-collective slot: 1 KiB up to 64
+// ranks, then shrinking so that a slot allgather receives at most 64 KiB
+// (never below 64 bytes).
+size_t AllgatherSlotBytes(int size) {
+  const size_t per_rank = (size_t{64} << 10) / static_cast<size_t>(std::max(size, 1));
+  return std::clamp<size_t>(per_rank, 64, 1024);
+}
+
 class GlooTransport final : public Transport {
  public:
   GlooTransport(c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int rank, int size,
@@ -94,29 +102,40 @@ class GlooTransport final : public Transport {
   Result<int64_t> AllReduceMin(int64_t mine) override { return Reduce(mine, c10d::ReduceOp::MIN); }
 
   Result<std::vector<std::vector<uint8_t>>> Allgather(const void* data, size_t bytes) override {
-    std::vector<at::Tensor> in{at::full({1}, static_cast<int64_t>(bytes), at::kLong)};
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (int r = 0; r < size_; ++r) out[0].push_back(at::empty({1}, at::kLong));
-    MEMENTO_RETURN_IF_ERROR(Collective("allgather", [&] { return pg_->allgather(out, in); }));
+    // One allgather of a fixed slot per rank: the length, then the message's
+    // first bytes. Only when a message did not fit does a second allgather
+    // carry the rest (padded to the longest rest). The engine's allgathers are
+    // mostly small, and a collective costs its latency, not its bytes.
+    const size_t slot = AllgatherSlotBytes(size_);
+    const size_t inline_bytes = slot - sizeof(int64_t);
+    const auto head_bytes = std::min(bytes, inline_bytes);
+    std::vector<at::Tensor> head{at::zeros({static_cast<int64_t>(slot)}, at::kByte)};
+    const int64_t length = static_cast<int64_t>(bytes);
+    std::memcpy(head[0].data_ptr(), &length, sizeof(length));
+    if (head_bytes != 0) std::memcpy(head[0].data_ptr<uint8_t>() + sizeof(length), data, head_bytes);
+    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> heads, GatherBytes(head));
     std::vector<size_t> lengths(size_);
     size_t longest = 0;
-    for (int r = 0; r < size_; ++r) {
-      lengths[r] = static_cast<size_t>(out[0][r].item<int64_t>());
-      longest = std::max(longest, lengths[r]);
-    }
     std::vector<std::vector<uint8_t>> result(size_);
-    if (longest == 0) return result;
-    std::vector<at::Tensor> payload{at::zeros({static_cast<int64_t>(longest)}, at::kByte)};
-    if (bytes != 0) std::memcpy(payload[0].data_ptr(), data, bytes);
-    std::vector<std::vector<at::Tensor>> gathered(1);
     for (int r = 0; r < size_; ++r) {
-      gathered[0].push_back(at::empty({static_cast<int64_t>(longest)}, at::kByte));
+      const uint8_t* p = heads[r].data_ptr<uint8_t>();
+      int64_t n = 0;
+      std::memcpy(&n, p, sizeof(n));
+      lengths[r] = static_cast<size_t>(n);
+      longest = std::max(longest, lengths[r]);
+      result[r].assign(p + sizeof(n), p + sizeof(n) + std::min(lengths[r], inline_bytes));
     }
-    MEMENTO_RETURN_IF_ERROR(
-        Collective("allgather", [&] { return pg_->allgather(gathered, payload); }));
+    if (longest <= inline_bytes) return result;
+    std::vector<at::Tensor> tail{at::zeros({static_cast<int64_t>(longest - inline_bytes)}, at::kByte)};
+    if (bytes > inline_bytes) {
+      std::memcpy(tail[0].data_ptr(), static_cast<const uint8_t*>(data) + inline_bytes,
+                  bytes - inline_bytes);
+    }
+    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> tails, GatherBytes(tail));
     for (int r = 0; r < size_; ++r) {
-      const uint8_t* p = gathered[0][r].data_ptr<uint8_t>();
-      result[r].assign(p, p + lengths[r]);
+      if (lengths[r] <= inline_bytes) continue;
+      const uint8_t* p = tails[r].data_ptr<uint8_t>();
+      result[r].insert(result[r].end(), p, p + (lengths[r] - inline_bytes));
     }
     return result;
   }
@@ -431,6 +450,14 @@ class GlooTransport final : public Transport {
   }
 
   // Runs a collective and waits for it.
+  // Every rank's `mine` (one byte tensor, the same length everywhere), in rank order.
+  Result<std::vector<at::Tensor>> GatherBytes(std::vector<at::Tensor>& mine) {
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(mine[0]));
+    MEMENTO_RETURN_IF_ERROR(Collective("allgather", [&] { return pg_->allgather(out, mine); }));
+    return std::move(out[0]);
+  }
+
   template <typename F>
   Status Collective(const char* what, F&& start) {
     if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");

@@ -15,8 +15,11 @@
 // Operations.
 //   Barrier / AllTrue / AllReduceMax / AllReduceMin: gloo barrier / allreduce
 //     of one int64 (AllTrue = MIN of 0/1).
-//   Allgather: an allgather of the lengths, then of the byte strings padded
-//     to the longest.
+//   Allgather: one allgather of a fixed slot per rank (the length and the
+//     message's first bytes; 1 KiB up to 64 ranks, at most 64 KiB in all);
+//     only when a message is longer, a second allgather of the rests padded
+//     to the longest. A collective costs its latency: the engine's small
+//     allgathers take one.
 //   Send / Recv: a message is a lead on gloo tag 2*tag (its length, and the
 //     bytes themselves up to 1016 of them), then, when longer, its payload
 //     on tag 2*tag + 1, received in place. A small message is copied and

@@ -16,8 +16,8 @@ usage: launch_test.py SCENARIO
   interrupt-backoff
                   Ctrl-C during the backoff before a relaunch: 1 launch counted
   bad-scheme | bad-node | bad-command | bad-launcher | failing-job
-                  (bad-launcher also: a bad --recovery, --spares without in-job, a zero
-                  --injob-timeout)
+                  (bad-launcher also: a bad --recovery, --spares without in-job or
+                  negative, a zero --injob-timeout)
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
@@ -337,6 +337,7 @@ def run(scenario, job, remote):
                   "torchrun not found: '/no/such/torchrun'"),
                  (["--recovery", "in-place"], "--recovery 'in-place'"),
                  (["--spares", "2"], "--spares 2 needs --recovery in-job"),
+                 (["--recovery", "in-job", "--spares", "-1"], "--spares must be >= 0"),
                  (["--recovery", "in-job", "--injob-timeout", "0"], "--injob-timeout")]
         for extra, want in cases:
             cmd = [CLI, "launch", "-n", "2", "--job", job] + extra + ["--", DEMO]

@@ -530,8 +530,10 @@ def plot(a, rows, trials):
             rs = [r for r in rows if r["nodes"] == nodes and r["scheme"] == scheme]
             fs = [r["f"] for r in rs]
             line = ax.errorbar(fs, [r["measured"] for r in rs],
-                               yerr=[[r["measured"] - r["ci95"][0] for r in rs],
-                                     [r["ci95"][1] - r["measured"] for r in rs]],
+                               # (clamped: Wilson's bound at 0 or 1 trials rounds a hair
+                               # inside the measured value)
+                               yerr=[[max(0.0, r["measured"] - r["ci95"][0]) for r in rs],
+                                     [max(0.0, r["ci95"][1] - r["measured"]) for r in rs]],
                                marker="o", capsize=3,
                                label="%s (%.2fx memory/node)" % (scheme, rs[0]["memory_per_node"]))
             ax.plot(fs, [r["exact"] for r in rs], linestyle=":", color=line[0].get_color())

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/checkpointer_impl.h"
@@ -167,17 +168,31 @@ Status Checkpointer::Impl::Prepare() {
   if (entries_.empty()) {
     return Status::FailedPrecondition("no buffer registered (RegisterBuffer before Save/Restore)");
   }
+  // Where Prepare's time goes (debug log): its collectives, and the store
+  // (a replacement creates and reserves a fresh one, survivors map theirs).
+  const auto t0 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(AgreeOnSettings());
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(GatherCatalogs(lane));
+  const auto t1 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
+  const auto t2 = Clock::now();
   if (continued_ && continued_->lineage != 0) {
     lineage_ = continued_->lineage;
   } else {
     MEMENTO_RETURN_IF_ERROR(StartLineage());
   }
   BuildStages();
+  if (LogEnabled(LogLevel::kDebug)) {
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "prepare: settings, topology and catalogs %.3f s, store %.3f s, lineage and "
+                  "stages %.3f s",
+                  std::chrono::duration<double>(t1 - t0).count(),
+                  std::chrono::duration<double>(t2 - t1).count(), SecondsSince(t2));
+    Log(LogLevel::kDebug, line);
+  }
   if (continued_ && continued_->latest) committer_->SetLatest(*continued_->latest);
   prepared_ = true;
   return Status::Ok();

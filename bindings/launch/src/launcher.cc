@@ -460,7 +460,9 @@ void Launcher::Watch(Attempt* a) {
     if (InJob()) WatchInJob(a);
     StopOnInterrupt(a);
     KillStuckMpirun(a);
-    if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Every loss is seen within this period (a loop costs a few reads of the
+    // status folder).
+    if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   a->t_exit = Now();
   KillAllRanks(a->index);  // nothing of this attempt may outlive it

@@ -2,14 +2,17 @@
 
 #include <dirent.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -24,7 +27,51 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+// How often the announcement is read when inotify is not available, and how
+// long a wait for it blocks between reads when it is (a safety net only).
 constexpr auto kPoll = std::chrono::milliseconds(20);
+constexpr auto kEventWait = std::chrono::milliseconds(1000);
+
+// Wakes a waiter when a file is renamed into the launcher's folder (the
+// launcher writes injob.json to a temporary name, then renames it), or when
+// Wake() is called. Without inotify, Wait returns after kPoll.
+class FolderEvents {
+ public:
+  explicit FolderEvents(const std::string& directory) {
+    fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd_ >= 0 && inotify_add_watch(fd_, directory.c_str(), IN_MOVED_TO) < 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+    if (pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
+  }
+  ~FolderEvents() {
+    for (int fd : {fd_, wake_[0], wake_[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  FolderEvents(const FolderEvents&) = delete;
+  FolderEvents& operator=(const FolderEvents&) = delete;
+
+  void Wait(std::chrono::milliseconds timeout) {
+    if (fd_ < 0) timeout = std::min(timeout, std::chrono::milliseconds(kPoll));
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};  // negative fds are skipped
+    if (poll(p, 2, static_cast<int>(timeout.count())) <= 0) return;
+    char buf[4096];
+    if (p[0].revents & POLLIN) {
+      while (read(fd_, buf, sizeof(buf)) > 0) {
+      }
+    }
+  }
+  // Ends every Wait from now on at once (the wake byte stays unread).
+  void Wake() {
+    if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
+  }
+
+ private:
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};
+};
 
 std::string Env(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
@@ -88,7 +135,11 @@ class Watcher {
  public:
   Watcher(const MembershipFile& file, int attempt, std::map<int, std::string> before,
           std::function<void()> abort)
-      : file_(file), attempt_(attempt), before_(std::move(before)), abort_(std::move(abort)) {
+      : file_(file),
+        attempt_(attempt),
+        before_(std::move(before)),
+        abort_(std::move(abort)),
+        events_(file.directory()) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Watcher() { Stop(); }
@@ -104,23 +155,19 @@ class Watcher {
   }
 
   void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopped_ = true;
-    }
-    cv_.notify_all();
+    stopped_.store(true);
+    events_.Wake();
     if (thread_.joinable()) thread_.join();
   }
 
  private:
   void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, kPoll, [this] { return stopped_; })) {
-      lock.unlock();
-      const bool newer = file_.NewerThan(attempt_).has_value();
-      if (newer) Abort();
-      lock.lock();
-      if (newer) return;
+    while (!stopped_.load()) {
+      if (file_.NewerThan(attempt_).has_value()) {
+        Abort();
+        return;
+      }
+      events_.Wait(kEventWait);
     }
   }
 
@@ -130,9 +177,8 @@ class Watcher {
   const std::function<void()> abort_;
   std::mutex abort_mu_;
   bool fired_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
+  std::atomic<bool> stopped_{false};
+  FolderEvents events_;  // watched before the first read: no announcement slips between
   std::thread thread_;
 };
 
@@ -143,7 +189,7 @@ bool InJob() {
 }
 
 MembershipFile::MembershipFile(std::string directory)
-    : path_(std::move(directory) + "/injob.json") {}
+    : directory_(std::move(directory)), path_(directory_ + "/injob.json") {}
 
 std::optional<Membership> MembershipFile::Read() const {
   std::ifstream in(path_);
@@ -163,21 +209,24 @@ std::optional<Membership> MembershipFile::NewerThan(int attempt) const {
 
 std::optional<Membership> MembershipFile::WaitNewer(int attempt, double timeout_s) const {
   const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
+  FolderEvents events(directory_);
   for (;;) {
     std::optional<Membership> m = NewerThan(attempt);
-    if (m || Clock::now() > end) return m;
-    std::this_thread::sleep_for(kPoll);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (m || left.count() <= 0) return m;
+    events.Wait(std::min(left + std::chrono::milliseconds(1), kEventWait));
   }
 }
 
 std::pair<int, Membership> MembershipFile::WaitAssignment(long pid) const {
+  FolderEvents events(directory_);
   for (;;) {
     if (std::optional<Membership> m = Read()) {
       for (const Membership::Place& p : m->ranks) {
         if (p.spare_pid == pid) return {p.rank, *m};
       }
     }
-    std::this_thread::sleep_for(kPoll);
+    events.Wait(kEventWait);
   }
 }
 

@@ -89,12 +89,15 @@ class MembershipFile {
   // The current announcement; nullopt when there is none or it cannot be read.
   std::optional<Membership> Read() const;
   std::optional<Membership> NewerThan(int attempt) const;
-  // Polls until an announcement newer than `attempt` appears or `timeout_s` passed.
+  // Waits (inotify on the folder; polling where it is missing) until an
+  // announcement newer than `attempt` appears or `timeout_s` passed.
   std::optional<Membership> WaitNewer(int attempt, double timeout_s) const;
-  // A spare: polls until an announcement hands process `pid` a rank.
+  // A spare: waits until an announcement hands process `pid` a rank.
   std::pair<int, Membership> WaitAssignment(long pid) const;
+  const std::string& directory() const { return directory_; }
 
  private:
+  std::string directory_;
   std::string path_;
 };
 

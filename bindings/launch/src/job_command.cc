@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 
 namespace memento::launch {
 
@@ -50,7 +51,44 @@ std::vector<std::vector<std::string>> JobCommands(const LaunchOptions& o,
   return out;
 }
 
+namespace {
+
+// Whether a TCP listener could bind `port` on every address now.
+bool Bindable(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int EphemeralPortsFrom() {
+  int lo = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo;
+  return lo;
+}
+
 int FreePort() {
+  // Below the kernel's ephemeral range: a port there is only ever taken by an
+  // explicit bind, so the sockets the job opens meanwhile (gloo binds its
+  // listeners and connections to ephemeral ports, many at once during an
+  // in-job recovery) cannot take it before rank 0 binds it. A port handed out
+  // by bind(0) could be, and the ranks then met a stranger's socket there.
+  const int first = 10000, last = EphemeralPortsFrom() - 1;
+  if (last - first >= 1000) {
+    std::mt19937 rng(std::random_device{}());
+    for (int i = 0; i < 200; ++i) {
+      const int port = first + static_cast<int>(rng() % static_cast<unsigned>(last - first + 1));
+      if (Bindable(port)) return port;
+    }
+  }
+  // A machine whose ephemeral range starts low: the kernel's pick.
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};

@@ -29,7 +29,10 @@ namespace memento::launch {
 std::vector<std::vector<std::string>> JobCommands(const LaunchOptions& options,
                                                   const std::string& status_dir, int port);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (0 when none could be had).
+// A TCP port that was free a moment ago on every address (0 when none could be
+// had), chosen below the kernel's ephemeral range when that leaves room.
 int FreePort();
+// The first port of the kernel's ephemeral range (ip_local_port_range).
+int EphemeralPortsFrom();
 
 }  // namespace memento::launch

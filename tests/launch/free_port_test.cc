@@ -12,6 +12,20 @@
 namespace memento::launch {
 namespace {
 
+// A listener on `port` (every address), or -1.
+int Listen(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 1) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 TEST(FreePort, IsBelowTheEphemeralRangeAndFreeToListenOn) {
   const int ephemeral = EphemeralPortsFrom();
   ASSERT_GT(ephemeral, 11000) << "this machine's ephemeral range leaves no room below it";
@@ -19,14 +33,9 @@ TEST(FreePort, IsBelowTheEphemeralRangeAndFreeToListenOn) {
     const int port = FreePort();
     ASSERT_GE(port, 10000);
     ASSERT_LT(port, ephemeral);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << "port " << port;
-    EXPECT_EQ(listen(fd, 1), 0);
-    close(fd);
+    const int fd = Listen(port);
+    EXPECT_GE(fd, 0) << "port " << port;
+    if (fd >= 0) close(fd);
   }
 }
 
@@ -36,13 +45,8 @@ TEST(FreePort, SkipsAPortInUse) {
   std::vector<int> fds;
   for (int i = 0; i < 50; ++i) {
     const int port = FreePort();
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << "port " << port;
-    ASSERT_EQ(listen(fd, 1), 0);
+    const int fd = Listen(port);
+    ASSERT_GE(fd, 0) << "port " << port;
     for (int h : held) ASSERT_NE(port, h) << "a port in use was handed out";
     held.push_back(port);
     fds.push_back(fd);

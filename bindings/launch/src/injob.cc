@@ -155,12 +155,6 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
     }
   }
   a->ignore_status.insert(lost.begin(), lost.end());
-  // A spare or replacement is the launcher's own child: its end at a stage
-  // fault may have been reaped as the job's failure before the fault was read.
-  if (a->failed_status && a->ignore_status.count(a->failed_pid) > 0) {
-    a->failed_status = false;
-    a->status = 0;
-  }
   for (const double until = Now() + 10; Now() < until;) {
     ReapExited(a);
     if (std::all_of(lost.begin(), lost.end(), Ended)) break;
@@ -258,6 +252,10 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
     }
     a->pids.push_back(pid);
     a->reaped.push_back(false);
+    // A replacement is a rank, not the job: its end says nothing of the job's
+    // outcome (a stage fault kills it before the fault file is read; an
+    // unplanned end is RankDied's to see).
+    a->ignore_status.insert(pid);
   }
   return true;
 }

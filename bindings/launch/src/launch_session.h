@@ -84,7 +84,6 @@ class Launcher {
     std::vector<bool> reaped;
     int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)
     bool failed_status = false;
-    pid_t failed_pid = 0;  // the process whose status is `status`
     bool exited = false;  // every process reaped
     bool killed_by_launcher = false;  // a step event fired
     bool reported_done = false;       // the job's "done" event arrived

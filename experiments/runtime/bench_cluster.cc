@@ -131,7 +131,8 @@
 //    unlink their segment (NodeStore::Destroy: the node's
 //    memory is gone) and scribble over their buffer; a new Checkpointer is
 //    created on every rank; Prepare() (timed apart: prepare_s, the lost node
-//    creates and zeroes a fresh store) then Restore() (timed: recover_s,
+//    creates a fresh store, whose pages are reserved in the background;
+//    survivors attach theirs, still mapped in this process) then Restore() (timed: recover_s,
 //    slowest rank, until it returns: training resumes) and Wait() (timed:
 //    protected_s, until the background re-protect committed). Over a link,
 //    resume_vs_link_bound / protected_vs_link_bound divide them by the time
@@ -147,7 +148,9 @@
 //    over a link). The restored buffers are
 //    checked against a checksum taken before the loss. Ratios: recover_s / remote_warm_s, recover_s
 //    / remote_cold_s and recover_vs_remote_link = recover_s / remote_link_s (the restore of the
-//    whole job through the emulated file system).
+//    whole job through the emulated file system). resume_incl_prepare_vs_transfer =
+//    (prepare_s + recover_s) / lost_transfer_s: the time to resume, the replacement's
+//    new store included, against the transfer into it.
 //
 // Output: rank 0 prints one JSON object (--json) or a readable block. Every
 // exit path unlinks this job's segments and removes its remote folder.
@@ -1359,6 +1362,8 @@ void PrintJson(const Options& opt, const Report& r, const Derived& d) {
   j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
   j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
   j["recover_incl_prepare_vs_remote_cold"] = (r.prepare_s + r.recover_s) / r.remote_cold_s;
+  j["resume_incl_prepare_vs_transfer"] =
+      r.lost_transfer_s > 0 ? (r.prepare_s + r.recover_s) / r.lost_transfer_s : 0.0;
   j["remote_gibps"] = r.remote_gibps;
   j["remote_gibps_auto"] = opt.remote_gibps < 0;
   j["remote_link_s"] = r.remote_link_s;

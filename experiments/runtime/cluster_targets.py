@@ -92,6 +92,7 @@ def link_metrics(r):
 def cpu_metrics(r):
     cpu = 1 / r["cpu_ratio"] if r["cpu_ratio"] > 0 else float("inf")
     out = [("transfer / ring", r["transfer_vs_ring"], GE, 0.8),
+           ("resume incl. store / transfer", r["resume_incl_prepare_vs_transfer"], LE, 1.1),
            ("protect / ring", r["protect_vs_mpi"], GE, 0.65),
            ("protect CPU / ring CPU", cpu, LE, 1.5)]
     if r.get("protect_vs_xor_ring", 0) > 0:
@@ -134,7 +135,7 @@ def cell(values, op, target):
 
 
 LINK_LABELS = ["resume / bound", "re-protect / bound", "resume / fs", "protect / ring"]
-CPU_LABELS = ["transfer / ring", "protect / ring", "protect CPU / ring CPU",
+CPU_LABELS = ["transfer / ring", "resume incl. store / transfer", "protect / ring", "protect CPU / ring CPU",
               "xor protect / XOR ring", "resume / fs"]
 
 

@@ -553,6 +553,7 @@ Status Checkpointer::Impl::WaitSnapshot() {
   if (!pipeline_) return Status::Ok();
   const auto t0 = Clock::now();
   const double start = schedule_.automatic() ? schedule_.Now() : 0;
+  buffer_hold_->WaitReleased();
   Status s = pipeline_->WaitCopied();
   blocked_seconds_.store(blocked_seconds_.load() + SecondsSince(t0));
   if (schedule_.automatic()) schedule_.AddBlocked(schedule_.Now() - start);
@@ -621,6 +622,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreNewest() {
   parts.chunk_bytes = config_.chunk_bytes;
   parts.hook = Hook();
   parts.background = config_.background_reprotect;
+  parts.buffers = buffer_hold_;
   // The restore adopts the lineage it restores from; a failed one leaves
   // this run's own.
   const uint64_t own_lineage = lineage_;

@@ -29,6 +29,7 @@
 #include "persist/persister.h"
 #include "protect/protect_stage.h"
 #include "protect/protection_layout.h"
+#include "recovery/buffer_hold.h"
 #include "snapshot/registered_entry.h"
 #include "snapshot/snapshot_pipeline.h"
 #include "store/slot_allocator.h"
@@ -178,6 +179,10 @@ class Checkpointer::Impl {
   // (commit thread); kReprotecting with the commit thread idle means the
   // background re-protect's version failed to commit.
   std::atomic<Protection> protection_state_{Protection::kProtected};
+
+  // Held while a restore's background re-protect still reads the registered
+  // buffers (a lost node's rank restored into them): WaitSnapshot waits.
+  std::shared_ptr<BufferHold> buffer_hold_ = std::make_shared<BufferHold>();
 
   // Written by the application thread only; any thread may read it.
   std::atomic<double> blocked_seconds_{0};

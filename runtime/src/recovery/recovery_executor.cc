@@ -327,39 +327,6 @@ Status RecoveryExecutor::TransferAndRestore() {
   return RestoreMyShard(own_copy ? &*own_copy : nullptr);
 }
 
-Status RecoveryExecutor::PrepareLanding() {
-  std::vector<uint64_t> sizes;
-  for (const RegisteredEntry& e : parts_.io->entries()) sizes.push_back(e.bytes);
-  if (!MyNodeLost()) {
-    landed_ = ShardLanding::InMemory(sizes);
-    landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
-    return Status::Ok();
-  }
-  // A lost node's store holds nothing of this run: the slot the re-protect
-  // fills is where the shard lands. Pinned until the re-protect ends, so
-  // that a Save issued meanwhile takes another one.
-  const int slot = parts_.slots->Acquire();
-  parts_.slots->Pin(slot);
-  Status begun = parts_.store->BeginWriteSlot(slot, plan_.version, lineage_);
-  if (!begun.ok()) {
-    parts_.slots->Unpin(slot);
-    return begun.WithContext("restore: slot for the rebuilt shard");
-  }
-  landed_ = ShardLanding::InSlot(parts_.store, slot, sizes);
-  landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
-  return Status::Ok();
-}
-
-void RecoveryExecutor::DropLanding() {
-  const int slot = landed_.slot();
-  if (slot >= 0) {
-    (void)parts_.store->Invalidate(slot);
-    parts_.slots->Unpin(slot);
-  }
-  landed_copy_.reset();
-  landed_ = ShardLanding();
-}
-
 Status RecoveryExecutor::SendReplica(size_t i) {
   const Transfer& t = transfers_[i];
   const int tag = TransferTag(i, 0);
@@ -623,40 +590,6 @@ Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
       return CheckAndCopyLanded();
   }
   return Status::Internal("unknown shard source");
-}
-
-Status RecoveryExecutor::CheckAndCopyLanded() {
-  auto it = seals_of_.find({pl_.node(), pl_.lane()});
-  if (it == seals_of_.end()) {
-    mismatch_ = Mismatch::kNoSeals;
-    return Status::Corruption("no entry seals of this shard survive: cannot check it end to end");
-  }
-  // Into the buffers, hashed as it lands (piece by piece during the
-  // transfer, else in one pass now), then checked.
-  std::vector<uint32_t> crcs;
-  uint32_t whole = 0;
-  if (!landed_copy_ || !landed_copy_->Finish(&crcs, &whole)) {
-    MEMENTO_RETURN_IF_ERROR(parts_.io->CopyLandedToBuffers(landed_, &crcs, &whole));
-  }
-  if (replica_seal_ && whole != replica_seal_->crc) {
-    // The holder's copy is bad: the plan is made again without it.
-    mismatch_ = Mismatch::kSealed;
-    return Status::Corruption("restore: " + replica_seal_->from + " fails its sealed crc32c");
-  }
-  Status s = parts_.io->CheckAgainstSeals(crcs, it->second);
-  if (!s.ok()) {
-    mismatch_ = Mismatch::kEndToEnd;
-    return s;
-  }
-  if (const int slot = landed_.slot(); slot >= 0) {
-    const std::vector<RegisteredEntry>& entries = parts_.io->entries();
-    for (size_t i = 0; i < entries.size(); ++i) {
-      MEMENTO_RETURN_IF_ERROR(
-          parts_.store->SealRegion(slot, static_cast<int>(i), entries[i].bytes, crcs[i]));
-    }
-  }
-  crcs_ = std::move(crcs);
-  return Status::Ok();
 }
 
 // ---- 4. agree ------------------------------------------------------------------------------
@@ -953,12 +886,6 @@ Status RecoveryExecutor::Reprotect() {
   return Status::Ok();
 }
 
-void RecoveryExecutor::ReleaseLanding() {
-  if (landed_.slot() >= 0) parts_.slots->Unpin(landed_.slot());
-  landed_copy_.reset();
-  landed_ = ShardLanding();
-}
-
 bool RecoveryExecutor::MyNodeLost() const {
   const auto& failed = plan_.failed_nodes;
   return std::find(failed.begin(), failed.end(), pl_.node()) != failed.end();
@@ -972,8 +899,12 @@ int RecoveryExecutor::ReprotectTagBase() const {
 Result<bool> RecoveryExecutor::MinimalAgreed(ReduceBytes* bytes, std::string* why) {
   const uint64_t version = report_.version;
   int slot = -1;
+  // A shard that landed in the buffers goes into the store first; failing
+  // that, this rank still takes part in the chains (and fails them).
+  const Status in_store = LandInStore();
   Status s = parts_.reprotector->Minimal(plan_, landed_.slot() >= 0 ? &landed_ : nullptr, seals_of_,
                                          ReprotectTagBase(), bytes, &slot);
+  if (!in_store.ok()) s = in_store;
   if (s.ok()) s = RunHook(Stage::kReprotect, version);
   MEMENTO_ASSIGN_OR_RETURN(bool agreed, parts_.transport->AllTrue(s.ok()));
   if (agreed) {
@@ -995,9 +926,14 @@ Result<bool> RecoveryExecutor::MinimalAgreed(ReduceBytes* bytes, std::string* wh
 void RecoveryExecutor::DeferMinimal() {
   const uint64_t version = report_.version;
   if (MyNodeLost()) {
-    // The slot the shard landed in, pinned since: a Save issued meanwhile
-    // takes another one.
-    MEMENTO_CHECK_GE(landed_.slot(), 0);
+    // The slot the shard landed in or is copied into, pinned since: a Save
+    // issued meanwhile takes another one. Landed in the buffers, they are
+    // held until that copy.
+    MEMENTO_CHECK(landed_.slot() >= 0 || landed_in_buffers_);
+    if (landed_in_buffers_) {
+      parts_.buffers->Hold();
+      holding_ = true;
+    }
   } else if (const std::optional<int> held = parts_.store->FindVersion(version, *parts_.lineage)) {
     // The survivor's copy is what the chains read: a Save must not rewrite it.
     parts_.slots->SetCommitted(*held);

@@ -69,6 +69,7 @@
 #include "memento/runtime/transport.h"
 #include "protect/protection_layout.h"
 #include "protect/reduce_chain.h"
+#include "recovery/buffer_hold.h"
 #include "recovery/partial_decode.h"
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
@@ -94,6 +95,9 @@ class RecoveryExecutor {
     uint64_t* lineage = nullptr;
     // Whether Run returns before the re-protect (step 5).
     bool background = false;
+    // Held while the background re-protect still reads the registered
+    // buffers (a lost node's rank restored into them); may be null.
+    std::shared_ptr<BufferHold> buffers;
   };
   explicit RecoveryExecutor(Parts parts);
   ~RecoveryExecutor();
@@ -152,12 +156,22 @@ class RecoveryExecutor {
   Status GatherEntrySeals();                               // 3 (collective part)
   Status TransferAndRestore();                             // 3
   // Where this rank's rebuilt shard lands (landed_): a lost node's rank
-  // begins writing a fresh slot of the plan's version (pinned), a survivor
-  // takes memory of its own. DropLanding invalidates and unpins the slot;
-  // ReleaseLanding only unpins it (the re-protect sealed or dropped it).
+  // lands it in its registered host buffers (its store is new, its pages
+  // still being reserved: the shard goes into a slot afterwards, LandInStore)
+  // or, with device entries, begins writing a fresh slot of the plan's
+  // version (pinned); a survivor takes memory of its own. DropLanding
+  // invalidates and unpins the slot; ReleaseLanding only unpins it (the
+  // re-protect sealed or dropped it). Both end the buffers' hold.
   Status PrepareLanding();
   void DropLanding();
   void ReleaseLanding();
+  // A shard landed in the buffers: copied into a fresh slot (pinned, its
+  // entries sealed with the restored crc32c) that becomes landed_, for the
+  // re-protect; then the buffers' hold ends. OK at once for any other
+  // landing. Corruption when the buffers no longer hold what was restored
+  // (written before WaitSnapshot()).
+  Status LandInStore();
+  void EndHold();
   Status ExchangeReplicas();
   Status SendReplica(size_t index);
   Status ReceiveReplica(size_t index);
@@ -251,6 +265,11 @@ class RecoveryExecutor {
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
+  // Landed in the buffers: the slot LandInStore fills (pinned from the
+  // landing on, so that a Save issued meanwhile takes another one).
+  bool landed_in_buffers_ = false;
+  int buffer_slot_ = -1;
+  bool holding_ = false;  // parts_.buffers is held by this executor
   // Copies landed_ into the buffers while it lands (with landed_).
   std::unique_ptr<LandedCopy> landed_copy_;
   // A replica's sealed crc32c, as its holder sent it, and whose it is.

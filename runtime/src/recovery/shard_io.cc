@@ -25,7 +25,8 @@ namespace {
 constexpr uint64_t kPiece = 256 << 10;
 
 // Copies n bytes from src into entry `e`'s buffer at offset `at`, piece by
-// piece, hashing them as they leave src into *crc and, when given, *also.
+// piece, hashing them as they leave src into *crc and, when given, *also
+// (src that is the buffer itself is only hashed).
 // Host buffers are written with streaming stores (Crc32cStream::UpdateCopy):
 // a restored shard is far larger than the cache.
 Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, uint64_t n,
@@ -33,7 +34,9 @@ Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, 
   for (uint64_t done = 0; done < n; done += kPiece) {
     const uint64_t k = std::min(kPiece, n - done);
     uint8_t* dst = e.data + at + done;
-    if (e.device()) {
+    if (dst == src + done) {
+      crc->Update(dst, k);  // landed in the buffer itself: only hashed
+    } else if (e.device()) {
       MEMENTO_RETURN_IF_ERROR(CopyDeviceBytes(dst, src + done, k, e.gpu));
       crc->Update(src + done, k);
     } else {

@@ -262,7 +262,9 @@ Result<NodeStore> NodeStore::Create(const StoreId& id, const StoreLayout& layout
                                    " (accepted: 2..64)");
   }
   const Geometry g = ComputeGeometry(layout, slots, catalog.size());
-  Result<ShmSegment> created = ShmSegment::Create(name, g.total_bytes);
+  // The header, layout, catalog and slot table now; the slots' data (nearly
+  // all of it) in the background, waited for by BeginWriteSlot.
+  Result<ShmSegment> created = ShmSegment::Create(name, g.total_bytes, g.slot_data_offset);
   if (!created.ok()) return NameTheOtherJob(id, name, created.status());
   ShmSegment seg = std::move(created).value();
   uint8_t* base = seg.data();
@@ -626,6 +628,10 @@ Status NodeStore::BeginWriteSlot(int slot, uint64_t version, uint64_t lineage) {
                                    std::to_string(slot) + " out of range");
   }
   MEMENTO_RETURN_IF_ERROR(Invalidate(slot));
+  // A new store's data pages may still be being reserved: writing them
+  // before would fault page by page (and SIGBUS if the file system filled).
+  MEMENTO_RETURN_IF_ERROR(segment_.WaitReserved().WithContext(
+      "node store " + segment_.name() + ": slot " + std::to_string(slot)));
   SlotPtrs p = SlotAt(SlotControl(slot));
   // Written once at Create; rewritten with every version so that a damaged
   // byte there costs one version, not every later one sealed over it.

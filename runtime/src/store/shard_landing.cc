@@ -34,6 +34,20 @@ ShardLanding ShardLanding::InMemory(const std::vector<uint64_t>& entry_bytes) {
   return l;
 }
 
+ShardLanding ShardLanding::InBuffers(const std::vector<uint8_t*>& data,
+                                     const std::vector<uint64_t>& entry_bytes) {
+  MEMENTO_CHECK_EQ(data.size(), entry_bytes.size());
+  ShardLanding l;
+  l.in_buffers_ = true;
+  for (size_t i = 0; i < entry_bytes.size(); ++i) {
+    l.entries_.push_back(data[i]);
+    l.bytes_.push_back(entry_bytes[i]);
+    l.base_.push_back(l.size_);
+    l.size_ += entry_bytes[i];
+  }
+  return l;
+}
+
 template <typename Fn>
 void ShardLanding::ForEachPart(uint64_t off, uint64_t len, Fn fn) const {
   const uint64_t end = off + len;
@@ -48,7 +62,7 @@ void ShardLanding::ForEachPart(uint64_t off, uint64_t len, Fn fn) const {
 
 uint8_t* ShardLanding::Span(uint64_t off, uint64_t len) {
   if (off + len > size_) return nullptr;
-  if (slot_ < 0) return memory_.data() + off;
+  if (slot_ < 0 && !in_buffers_) return memory_.data() + off;
   uint8_t* span = nullptr;
   ForEachPart(off, len, [&](size_t i, uint64_t at, uint64_t, uint64_t n) {
     if (n == len) span = entries_[i] + at;

@@ -19,6 +19,9 @@ namespace memento::runtime {
 //    slot the re-protect seals, so the shard is never copied in between).
 //  - In memory of its own (a survivor whose own copy failed: a slot of its
 //    store may hold a version another plan still needs).
+//  - In the registered buffers themselves (a lost node's rank: training
+//    resumes once they hold the shard; its new store's pages are reserved
+//    meanwhile, and the shard is copied into a slot after).
 class ShardLanding {
  public:
   ShardLanding() = default;
@@ -30,12 +33,16 @@ class ShardLanding {
   // `slot` of `store` between BeginWriteSlot and SealSlot; entry i is region i.
   static ShardLanding InSlot(NodeStore* store, int slot, const std::vector<uint64_t>& entry_bytes);
   static ShardLanding InMemory(const std::vector<uint64_t>& entry_bytes);
+  // Memory the caller owns, one span per entry (a lost node's registered
+  // buffers: the shard lands where training reads it).
+  static ShardLanding InBuffers(const std::vector<uint8_t*>& data,
+                                const std::vector<uint64_t>& entry_bytes);
 
   uint64_t size() const { return size_; }
   int slot() const { return slot_; }  // -1 in memory or when empty
   bool empty() const { return entries_.empty() && size_ == 0; }
   // The bytes [off, off + len) as one span, when they lie within one entry
-  // (always in memory); else null (Write copies across entries).
+  // (always in memory of its own); else null (Write copies across entries).
   uint8_t* Span(uint64_t off, uint64_t len);
   const uint8_t* Span(uint64_t off, uint64_t len) const {
     return const_cast<ShardLanding*>(this)->Span(off, len);
@@ -57,6 +64,7 @@ class ShardLanding {
   std::vector<uint8_t> memory_;
   uint64_t size_ = 0;
   int slot_ = -1;
+  bool in_buffers_ = false;
 };
 
 }  // namespace memento::runtime

@@ -20,7 +20,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
+
+#include "store/page_reservation.h"
 
 namespace memento::runtime {
 namespace {
@@ -189,6 +192,74 @@ Status CheckOwnership(const std::string& name, const struct stat& st) {
   return Status::Ok();
 }
 
+// Read-write mappings kept after their ShmSegment went (see the header's
+// Ownership), most recently parked last, with the object's descriptor.
+struct Parked {
+  uint64_t dev = 0, ino = 0;
+  uint8_t* data = nullptr;
+  uint64_t size = 0;
+  int fd = -1;
+  bool mapped = false;  // every page mapped (else the taker maps them again)
+};
+constexpr size_t kMaxParked = 8;
+std::mutex g_parked_mu;
+std::vector<Parked> g_parked;
+
+void Unmap(const Parked& p) {
+  munmap(p.data, p.size);
+  close(p.fd);
+}
+
+// Unmaps the parked mappings whose object is gone (unlinked by any process)
+// or resized, so that they hold no memory the file system has released.
+// Under g_parked_mu.
+void DropStaleParked() {
+  for (auto it = g_parked.begin(); it != g_parked.end();) {
+    struct stat st;
+    if (fstat(it->fd, &st) != 0 || st.st_nlink == 0 ||
+        static_cast<uint64_t>(st.st_size) != it->size) {
+      Unmap(*it);
+      it = g_parked.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// A parked mapping of the object `st` describes, taken out of the table
+// (its descriptor with it); nullopt if none.
+std::optional<Parked> TakeParked(const struct stat& st) {
+  std::lock_guard<std::mutex> lock(g_parked_mu);
+  DropStaleParked();
+  for (auto it = g_parked.begin(); it != g_parked.end(); ++it) {
+    if (it->dev == static_cast<uint64_t>(st.st_dev) && it->ino == static_cast<uint64_t>(st.st_ino) &&
+        it->size == static_cast<uint64_t>(st.st_size)) {
+      Parked p = *it;
+      g_parked.erase(it);
+      return p;
+    }
+  }
+  return std::nullopt;
+}
+
+// Keeps a read-write mapping for a later Open (unmapped instead when its
+// object is already gone); the oldest parked one makes room.
+void Park(uint8_t* data, uint64_t size, int fd, bool mapped) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_nlink == 0 || static_cast<uint64_t>(st.st_size) != size) {
+    Unmap(Parked{0, 0, data, size, fd, mapped});
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_parked_mu);
+  DropStaleParked();
+  if (g_parked.size() >= kMaxParked) {
+    Unmap(g_parked.front());
+    g_parked.erase(g_parked.begin());
+  }
+  g_parked.push_back(Parked{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                            data, size, fd, mapped});
+}
+
 }  // namespace
 
 std::string ShmSegment::Directory() {
@@ -287,6 +358,11 @@ Result<uint64_t> ShmSegment::FreeBytes() {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
+ShmSegment::ShmSegment(std::string name, uint8_t* data, uint64_t size, Access access)
+    : name_(std::move(name)), data_(data), size_(size), access_(access) {}
+
+ShmSegment::ShmSegment() = default;
+
 ShmSegment::~ShmSegment() { Reset(); }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
@@ -295,10 +371,14 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
       size_(other.size_),
       access_(other.access_),
       locked_(other.locked_),
-      lock_key_(other.lock_key_) {
+      lock_key_(other.lock_key_),
+      fd_(other.fd_),
+      reserving_(std::move(other.reserving_)),
+      reserving_allocates_(other.reserving_allocates_) {
   other.data_ = nullptr;
   other.size_ = 0;
   other.locked_ = false;
+  other.fd_ = -1;
 }
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
@@ -310,6 +390,10 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     access_ = other.access_;
     locked_ = other.locked_;
     lock_key_ = other.lock_key_;
+    fd_ = other.fd_;
+    reserving_ = std::move(other.reserving_);
+    reserving_allocates_ = other.reserving_allocates_;
+    other.fd_ = -1;
     other.data_ = nullptr;
     other.size_ = 0;
     other.locked_ = false;
@@ -318,18 +402,42 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
 }
 
 void ShmSegment::Reset() {
-  if (data_ != nullptr) munmap(data_, size_);
+  // Its thread works on the mapping: ended first. A mapping whose pages were
+  // not all reserved is not parked (the next Open would not wait for them).
+  const bool mapped = reserving_ == nullptr || reserving_->done();
+  const bool complete = mapped || !reserving_allocates_;
+  reserving_.reset();
+  reserving_allocates_ = false;
+  if (data_ != nullptr && fd_ >= 0 && complete) {
+    Park(data_, size_, fd_, mapped);
+  } else {
+    if (data_ != nullptr) munmap(data_, size_);
+    if (fd_ >= 0) close(fd_);
+  }
+  fd_ = -1;
   data_ = nullptr;
   size_ = 0;
   if (locked_) ReleaseLock(lock_key_);
   locked_ = false;
 }
 
-Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
+Status ShmSegment::WaitReserved() const {
+  if (reserving_ == nullptr || !reserving_allocates_) return Status::Ok();
+  return reserving_->Wait();
+}
+
+Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes,
+                                      uint64_t reserve_now) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
   if (bytes == 0) return Status::InvalidArgument("shm segment " + name + ": size 0");
   MEMENTO_RETURN_IF_ERROR(CheckDirectory());
   const std::string path = Directory() + name;
+  {
+    // A parked mapping of an object unlinked since holds memory the free
+    // space below would not count.
+    std::lock_guard<std::mutex> lock(g_parked_mu);
+    DropStaleParked();
+  }
   // Check free space first: a tmpfs that runs out later turns page faults into
   // SIGBUS in the middle of a snapshot.
   MEMENTO_ASSIGN_OR_RETURN(uint64_t free_bytes, FreeBytes());
@@ -373,17 +481,24 @@ Result<ShmSegment> ShmSegment::Create(const std::string& name, uint64_t bytes) {
     return fail(what, err);
   };
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail_locked("ftruncate", errno);
-  // Reserve the pages now (tmpfs supports fallocate): if another process takes
+  // Reserve the pages (tmpfs supports fallocate): if another process takes
   // the space between the check and here we fail cleanly instead of SIGBUS.
-  int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  // Those past `now` are the background reservation's.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t now = std::min(bytes, (std::min(reserve_now, bytes) + page - 1) / page * page);
+  int err = posix_fallocate(fd, 0, static_cast<off_t>(now));
   if (err != 0 && err != EOPNOTSUPP && err != EINVAL) return fail_locked("posix_fallocate", err);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail_locked("mmap", errno);
-  close(fd);
-  MapEveryPage(p, bytes);
+  MapEveryPage(p, now);
   ShmSegment seg(name, static_cast<uint8_t*>(p), bytes, Access::kReadWrite);
   seg.locked_ = true;
   seg.lock_key_ = key;
+  seg.fd_ = fd;
+  if (now < bytes) {
+    seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, now, bytes, fd);
+    seg.reserving_allocates_ = true;
+  }
   return seg;
 }
 
@@ -428,14 +543,34 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
         Status::Corruption("shm segment " + name + " is empty (creator died before sizing it)"));
   }
   const uint64_t bytes = static_cast<uint64_t>(st.st_size);
+  if (access == Access::kReadWrite) {
+    // This process's own mapping of it, parked: taken as it is.
+    if (std::optional<Parked> parked = TakeParked(st)) {
+      close(fd);
+      ShmSegment seg(name, parked->data, bytes, access);
+      seg.locked_ = true;
+      seg.lock_key_ = key;
+      seg.fd_ = parked->fd;
+      if (!parked->mapped) {
+        seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes, -1);
+      }
+      return seg;
+    }
+  }
   int prot = access == Access::kReadWrite ? PROT_READ | PROT_WRITE : PROT_READ;
   void* p = mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail(Status::IoError("mmap(" + name + "): " + Errno(errno)));
-  close(fd);
-  if (access == Access::kReadWrite) MapEveryPage(p, bytes);
   ShmSegment seg(name, static_cast<uint8_t*>(p), bytes, access);
   seg.locked_ = access == Access::kReadWrite;
   seg.lock_key_ = key;
+  if (access == Access::kReadWrite) {
+    seg.fd_ = fd;
+    // The pages exist: mapped in the background (an attaching survivor's
+    // restore starts at once; what it reads first costs a fault instead).
+    seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes, -1);
+  } else {
+    close(fd);
+  }
   return seg;
 }
 
@@ -447,6 +582,8 @@ Status ShmSegment::Unlink(const std::string& name) {
     if (err == ENOENT) return Status::NotFound("shm segment " + name + " does not exist");
     return Status::IoError("unlinking " + path + ": " + Errno(err));
   }
+  std::lock_guard<std::mutex> lock(g_parked_mu);
+  DropStaleParked();  // its memory goes now, not at this process's next store call
   return Status::Ok();
 }
 

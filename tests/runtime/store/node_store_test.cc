@@ -210,37 +210,6 @@ TEST(ShmSegment, DirectoryFromMementoShmDir) {
   EXPECT_EQ(rmdir(dir.c_str()), 0);
 }
 
-// Bytes of the mapping that starts at `p` which have a page table entry in
-// this process (the Rss line of /proc/self/smaps); -1 if there is no such
-// mapping.
-int64_t MappedBytes(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  char start[32];
-  std::snprintf(start, sizeof(start), "%lx-", reinterpret_cast<unsigned long>(p));
-  bool in = false;
-  for (std::string line; std::getline(smaps, line);) {
-    if (line.rfind(start, 0) == 0) in = true;
-    if (in && line.rfind("Rss:", 0) == 0) {
-      int64_t kib = 0;
-      std::istringstream(line.substr(4)) >> kib;
-      return kib * 1024;
-    }
-  }
-  return -1;
-}
-
-// Whether this kernel has MADV_POPULATE_WRITE (Linux 5.14).
-bool KernelPopulates() {
-  const size_t n = 4096;
-  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  const bool ok = p != MAP_FAILED && madvise(p, n, 23 /* MADV_POPULATE_WRITE */) == 0;
-  if (p != MAP_FAILED) munmap(p, n);
-  return ok;
-}
-
-// Created and read-write mappings come with every page mapped (no fault per
-// page at the first snapshot or recovery landing); read-only ones (inspection)
-// map only what they touch.
 // The page setting of the store directory's tmpfs comes from the mount that
 // contains it: the longest mount point, the last of equal ones, escapes
 // decoded; a tmpfs without huge= is "never".
@@ -273,25 +242,6 @@ TEST(ShmSegment, HugePagesFromTheMountThatHoldsTheDirectory) {
   const std::string here = ShmSegment::HugePages();
   EXPECT_TRUE(here == "never" || here == "always" || here == "within_size" || here == "advise")
       << here;
-}
-
-TEST(ShmSegment, ReadWriteMappingsHaveEveryPageMapped) {
-  ASSERT_TRUE(KernelPopulates()) << "this kernel lacks MADV_POPULATE_WRITE (Linux >= 5.14)";
-  const std::string name = "/memento.tshm-" + testing::ProcessTag() + ".pop";
-  const uint64_t bytes = 8 << 20;
-  auto seg = ShmSegment::Create(name, bytes);
-  ASSERT_TRUE(seg.ok()) << seg.status().ToString();
-  EXPECT_EQ(MappedBytes(seg->data()), static_cast<int64_t>(bytes));
-  auto rw = ShmSegment::Open(name, ShmSegment::Access::kReadWrite);
-  ASSERT_TRUE(rw.ok()) << rw.status().ToString();
-  EXPECT_EQ(MappedBytes(rw->data()), static_cast<int64_t>(bytes));
-  auto ro = ShmSegment::Open(name, ShmSegment::Access::kReadOnly);
-  ASSERT_TRUE(ro.ok()) << ro.status().ToString();
-  EXPECT_EQ(MappedBytes(ro->data()), 0);
-  EXPECT_EQ(ro->data()[bytes - 1], 0);  // a read maps that page (and a few around it)
-  EXPECT_GT(MappedBytes(ro->data()), 0);
-  EXPECT_LT(MappedBytes(ro->data()), static_cast<int64_t>(bytes) / 8);
-  EXPECT_TRUE(ShmSegment::Unlink(name).ok());
 }
 
 class NodeStoreTest : public ::testing::Test {

@@ -154,7 +154,10 @@ class Checkpointer {
   void SetDeviceStream(void* cuda_stream);
 
   // Returns when the registered memory may be modified again: the in-flight
-  // version's snapshot is complete (or there is none). Call it before writing
+  // version's snapshot is complete (or there is none), and on a lost node's
+  // rank after Restore, the restored shard's copy into its new node store
+  // (the restore landed it in the buffers and returned without waiting for
+  // the store's pages). Call it before writing
   // registered buffers. Returns the snapshot's status (a failed copy is
   // reported here and again by Wait()).
   Status WaitSnapshot();
@@ -186,6 +189,10 @@ class Checkpointer {
   // is done. The next Save does not wait for it unless it needs the slots it
   // reads or writes (a full re-protect, which snapshots the restored buffers
   // like a Save: WaitSnapshot() before writing them, as in the loop above).
+  // A lost node's rank likewise copies its restored buffers into its new
+  // store in the background: WaitSnapshot() before writing them (a shard
+  // changed before that copy is not sealed: the re-protect fails, reported
+  // by Wait(), and the next Save protects the job again).
   // A failure before it is done is survivable as far as the restored version
   // is still protected, else an older version or the remote tier serves.
   // When no version can be rebuilt from memory and none is complete

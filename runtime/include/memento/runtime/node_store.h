@@ -140,7 +140,9 @@ class NodeStore {
   // Creates a new store; every slot empty. AlreadyExists if the segment
   // exists (O_EXCL), ResourceExhausted if /dev/shm lacks the bytes,
   // InvalidArgument for a bad id/layout or slots < 2. Cost: allocating and
-  // zeroing SegmentBytes() of memory.
+  // zeroing SegmentBytes() of memory, nearly all of it (the slots' data) on
+  // a background thread that the first BeginWriteSlot waits for: a
+  // replacement node's restore lands in the registered buffers meanwhile.
   // `catalog`: opaque bytes kept with the store for its lifetime (the engine
   // records the job's catalog there: which ranks held which entries, for an
   // elastic restore on another topology); checked by a crc like the layout.
@@ -218,7 +220,10 @@ class NodeStore {
   // recorded in the slot header (SlotState::lineage; 0: none).
   Result<int> BeginWrite(uint64_t version, uint64_t lineage = 0);
   // Invalidates `slot` and marks it as being written with `version` of
-  // `lineage` (for the engine writing a version into a chosen slot).
+  // `lineage` (for the engine writing a version into a chosen slot). On a
+  // store Create made, first waits until its data pages are reserved
+  // (ShmSegment::WaitReserved; ResourceExhausted if the file system filled
+  // up meanwhile, and nothing is written).
   Status BeginWriteSlot(int slot, uint64_t version, uint64_t lineage = 0);
   // Clears the sealed and committed flags of `slot` (its data is then never
   // read as a checkpoint).

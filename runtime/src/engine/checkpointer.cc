@@ -171,7 +171,6 @@ Status Checkpointer::Impl::Prepare() {
   // Where Prepare's time goes (debug log): its collectives, and the store
   // (a replacement creates and reserves a fresh one, survivors map theirs).
   const auto t0 = Clock::now();
-  MEMENTO_RETURN_IF_ERROR(AgreeOnSettings());
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(GatherCatalogs(lane));
@@ -202,9 +201,7 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   const int rank = transport_->rank();
   // Node identities of every rank: this rank's lane and node index.
   node_ = NodeIdentity(config_, rank);
-  MEMENTO_ASSIGN_OR_RETURN(auto gathered, transport_->Allgather(node_.data(), node_.size()));
-  std::vector<std::string> identities;
-  for (const auto& g : gathered) identities.emplace_back(g.begin(), g.end());
+  MEMENTO_ASSIGN_OR_RETURN(const std::vector<std::string> identities, AgreeOnSettings(node_));
   for (size_t r = 0; r < identities.size(); ++r) {
     // The store names carry it (NodeStore::SegmentName); refused here, on
     // every rank alike, with the settings that made it.
@@ -260,12 +257,30 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
       }
     }
   }
-  auto blob = wire::EncodeRankRecord(record);
+  // This rank's entries ride along (GatherCatalogs): the record's length,
+  // the record, the catalog.
+  const std::vector<uint8_t> rec = wire::EncodeRankRecord(record);
+  const std::vector<uint8_t> cat = EncodeOwnCatalog(lane);
+  const uint32_t length = static_cast<uint32_t>(rec.size());
+  std::vector<uint8_t> blob(sizeof(length));
+  std::memcpy(blob.data(), &length, sizeof(length));
+  blob.insert(blob.end(), rec.begin(), rec.end());
+  blob.insert(blob.end(), cat.begin(), cat.end());
   MEMENTO_ASSIGN_OR_RETURN(auto records_raw, transport_->Allgather(blob.data(), blob.size()));
   std::vector<RankRecord> records;
-  for (const auto& raw : records_raw) {
-    MEMENTO_ASSIGN_OR_RETURN(RankRecord r, wire::DecodeRankRecord(raw));
+  gathered_catalogs_.clear();
+  for (size_t i = 0; i < records_raw.size(); ++i) {
+    const std::vector<uint8_t>& raw = records_raw[i];
+    uint32_t n = 0;
+    if (raw.size() >= sizeof(n)) std::memcpy(&n, raw.data(), sizeof(n));
+    if (raw.size() < sizeof(n) || raw.size() - sizeof(n) < n) {
+      return Status::Corruption("rank " + std::to_string(i) + "'s topology record is cut short");
+    }
+    const auto begin = raw.begin() + sizeof(n);
+    MEMENTO_ASSIGN_OR_RETURN(RankRecord r,
+                             wire::DecodeRankRecord(std::vector<uint8_t>(begin, begin + n)));
     records.push_back(std::move(r));
+    gathered_catalogs_.emplace_back(begin + n, raw.end());
   }
   MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
                            ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
@@ -313,17 +328,21 @@ Status Checkpointer::Impl::SetAsideOtherTopology(int nodes, int lanes, int lane)
   return Status::Ok();
 }
 
-Status Checkpointer::Impl::GatherCatalogs(int lane) {
+std::vector<uint8_t> Checkpointer::Impl::EncodeOwnCatalog(int lane) const {
   placement::RankCatalog mine;
-  mine.node = protection_->node();
+  mine.node = 0;  // the receivers know it (GatherCatalogs)
   mine.lane = lane;
   for (const auto& e : entries_) {
     mine.entries.push_back({e.name, e.bytes,
                             {e.layout.dtype, e.layout.global_shape, e.layout.shape,
                              e.layout.offsets}});
   }
-  const std::vector<uint8_t> blob = wire::EncodeRankCatalog(mine);
-  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(blob.data(), blob.size()));
+  return wire::EncodeRankCatalog(mine);
+}
+
+Status Checkpointer::Impl::GatherCatalogs(int lane) {
+  const std::vector<std::vector<uint8_t>> all = std::move(gathered_catalogs_);
+  gathered_catalogs_.clear();
   const ProtectionLayout& pl = *protection_;
   new_catalogs_.assign(static_cast<size_t>(pl.num_nodes()) * pl.lanes(), {});
   for (int node = 0; node < pl.num_nodes(); ++node) {

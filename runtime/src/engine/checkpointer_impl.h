@@ -63,19 +63,25 @@ class Checkpointer::Impl {
   const std::string& node() const { return node_; }
 
  private:
-  // Prepare, step by step: node identities and the protection layout (two
-  // allgathers); this rank's node store (one AllTrue); the chunk list, the
-  // stages and the threads that run them.
+  // Prepare, step by step: the settings and node identities (one
+  // allgather), the protection layout and every rank's entries (one more);
+  // this rank's node store (one AllTrue); the chunk list, the stages and the
+  // threads that run them. Few collectives: each costs milliseconds over gloo
+  // on a loaded node, and an in-job recovery pays Prepare on its way back.
   // Collective: InvalidArgument naming the setting when the ranks' settings
-  // that shape the protocol differ (the same error on every rank).
-  Status AgreeOnSettings();
+  // that shape the protocol differ (the same error on every rank); else
+  // every rank's node identity (`mine` is this rank's).
+  Result<std::vector<std::string>> AgreeOnSettings(const std::string& mine);
   Status LearnTopology(int* lane);
   // With Config::elastic: sets aside this node's stores written for another
   // topology than (nodes, lanes) that lane `lane` serves (ServingLane), and
   // collects those set aside by an earlier elastic relaunch.
   Status SetAsideOtherTopology(int nodes, int lanes, int lane);
-  // Every rank's entries (one allgather): new_catalogs_ and this store's catalog.
+  // Every rank's entries (gathered with the rank records by LearnTopology):
+  // new_catalogs_ and this store's catalog.
   Status GatherCatalogs(int lane);
+  std::vector<uint8_t> EncodeOwnCatalog(int lane) const;
+  std::vector<std::vector<uint8_t>> gathered_catalogs_;  // per rank, until GatherCatalogs
   Status OpenStore(int lane);
   // The elastic restore (recovery/elastic_restorer.h), then the snapshot of
   // the restored version under the new topology, protected and committed in

@@ -1,4 +1,6 @@
 // The settings every rank of a job must share, agreed on at Prepare.
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,7 +10,7 @@
 
 namespace memento::runtime {
 
-Status Checkpointer::Impl::AgreeOnSettings() {
+Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(const std::string& identity) {
   // Settings every rank must share: the protocol (who sends what, which
   // steps save, which collectives run where) follows from them, and a rank
   // that differs would leave the others waiting for the timeout instead.
@@ -30,7 +32,24 @@ Status Checkpointer::Impl::AgreeOnSettings() {
   };
   std::string record;
   for (const auto& [name, value] : mine) record += value + '\n';
-  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(record.data(), record.size()));
+  // The node identity rides along (no collective of its own): the record,
+  // then the identity, split at the record's length, sent first.
+  const uint32_t length = static_cast<uint32_t>(record.size());
+  std::string sent(reinterpret_cast<const char*>(&length), sizeof(length));
+  sent += record + identity;
+  MEMENTO_ASSIGN_OR_RETURN(auto raw, transport_->Allgather(sent.data(), sent.size()));
+  std::vector<std::vector<uint8_t>> all;
+  std::vector<std::string> identities;
+  for (size_t r = 0; r < raw.size(); ++r) {
+    uint32_t n = 0;
+    if (raw[r].size() >= sizeof(n)) std::memcpy(&n, raw[r].data(), sizeof(n));
+    if (raw[r].size() < sizeof(n) || raw[r].size() - sizeof(n) < n) {
+      return Status::Corruption("rank " + std::to_string(r) + "'s settings record is cut short");
+    }
+    const auto begin = raw[r].begin() + sizeof(n);
+    all.emplace_back(begin, begin + n);
+    identities.emplace_back(begin + n, raw[r].end());
+  }
   // Every rank sees the same records, so every rank fails alike.
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
@@ -47,7 +66,7 @@ Status Checkpointer::Impl::AgreeOnSettings() {
     return Status::InvalidArgument("the ranks' settings differ (rank 0 and rank " +
                                    std::to_string(r) + ")");
   }
-  return Status::Ok();
+  return identities;
 }
 
 }  // namespace memento::runtime

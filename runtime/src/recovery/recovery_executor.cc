@@ -68,6 +68,7 @@ Result<RestoreReport> RecoveryExecutor::Run() {
   auto t0 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(TakeInventory());
   report_.stats.inventory_s = SecondsSince(t0);
+  std::vector<std::vector<uint8_t>> agreed_counters;  // from the votes that agreed
   for (int attempt = 0;; ++attempt) {
     MEMENTO_ASSIGN_OR_RETURN(plan_, Plan());  // its errors name the problem already
     report_.plan_json = plan_.ToJson();
@@ -81,6 +82,7 @@ Result<RestoreReport> RecoveryExecutor::Run() {
     report_.stats.transfer_s += SecondsSince(t0);
     if (agreed.everyone) {
       report_.version = plan_.version;
+      agreed_counters = std::move(agreed.counters);
       break;
     }
     if (!local.ok()) {
@@ -116,8 +118,14 @@ Result<RestoreReport> RecoveryExecutor::Run() {
   }
   t0 = Clock::now();
   if (parts_.background) {
-    // Before the re-protect: its collectives run on the commit thread from now on.
-    MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
+    // Before the re-protect: its collectives run on the commit thread from
+    // now on. Where the plan's first run was agreed, the counters came with
+    // the votes (nothing was received since).
+    if (!agreed_counters.empty()) {
+      MEMENTO_RETURN_IF_ERROR(AddByteCounts(agreed_counters));
+    } else {
+      MEMENTO_RETURN_IF_ERROR(GatherByteCounts());
+    }
     MEMENTO_RETURN_IF_ERROR(Reprotect());
   } else {
     MEMENTO_RETURN_IF_ERROR(Reprotect());
@@ -596,11 +604,14 @@ Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
 
 Result<RecoveryExecutor::Agreement> RecoveryExecutor::Agree(const Status& local) {
   const uint8_t outcome = local.ok() ? kRestored : static_cast<uint8_t>(mismatch_);
-  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(&outcome, 1));
+  std::vector<uint8_t> mine = wire::EncodeCounters({received_, 0});
+  mine.insert(mine.begin(), outcome);
+  MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
   Agreement agreed;
   agreed.everyone = true;
   for (const auto& o : all) {
-    if (o.size() != 1) return Status::Corruption("restore outcome record");
+    if (o.size() != mine.size()) return Status::Corruption("restore outcome record");
+    agreed.counters.emplace_back(o.begin() + 1, o.end());
     agreed.everyone = agreed.everyone && o[0] == kRestored;
     agreed.other_failure = agreed.other_failure || o[0] == static_cast<uint8_t>(Mismatch::kNone);
     agreed.no_seals = agreed.no_seals || o[0] == static_cast<uint8_t>(Mismatch::kNoSeals);
@@ -974,6 +985,11 @@ Status RecoveryExecutor::GatherByteCounts() {
   const std::vector<uint8_t> mine =
       wire::EncodeCounters({st.bytes_received, st.reprotect_bytes_received});
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(mine.data(), mine.size()));
+  return AddByteCounts(all);
+}
+
+Status RecoveryExecutor::AddByteCounts(const std::vector<std::vector<uint8_t>>& all) {
+  RestoreStats& st = report_.stats;
   st.bytes_received_per_node.assign(pl_.num_nodes(), 0);
   st.reprotect_bytes_received_per_node.assign(pl_.num_nodes(), 0);
   for (int node = 0; node < pl_.num_nodes(); ++node) {

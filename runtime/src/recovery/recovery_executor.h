@@ -145,6 +145,10 @@ class RecoveryExecutor {
     bool other_failure = false;  // some failure is not a bad copy's
     bool no_seals = false;       // some rank's outcome is kNoSeals
     std::vector<uint8_t> outcomes;  // per rank: kRestored or a Mismatch
+    // Per rank: its byte counters when it voted (GatherByteCounts' record,
+    // the re-protect's still 0), so that a restore agreed at once needs no
+    // collective of its own for them.
+    std::vector<std::vector<uint8_t>> counters;
   };
 
   Status TakeInventory();                                  // 1
@@ -241,6 +245,7 @@ class RecoveryExecutor {
   int ReprotectTagBase() const;
   bool MyNodeLost() const;  // this rank's node is one of the plan's failed nodes
   Status GatherByteCounts();                               // 7
+  Status AddByteCounts(const std::vector<std::vector<uint8_t>>& per_rank);
 
   // Marks an item of the agreed inventory as not valid; true if it was valid.
   bool MarkBad(const placement::InventoryItem& bad);

@@ -104,10 +104,12 @@ class Checkpointer {
   // The stage must outlive the Checkpointer.
   Status AddChunkStage(ChunkStage* stage);
 
-  // Collective. Fixes the layout, learns every rank's node identity and lane
-  // (two allgathers), and creates or re-attaches this rank's node store with
-  // Config::slots slots (the only allocation: slots x (registered bytes + what
-  // the scheme holds for peers); cost: zeroing it once). Called by the first
+  // Collective. Agrees on the settings, fixes the layout, learns every rank's
+  // node identity, lane and entries (two allgathers), and creates or
+  // re-attaches this rank's node store with Config::slots slots (the only
+  // allocation: slots x (registered bytes + what the scheme holds for peers);
+  // cost: zeroing it once, in the background for a new store, whose first
+  // version waits for it). Called by the first
   // Save or Restore if not called before. FailedPrecondition when nothing is
   // registered or another rank failed; ElasticRestoreNeeded when the surviving
   // stores were written for another number of nodes or ranks per node and

@@ -62,6 +62,16 @@ class ClusterTargetsTest(unittest.TestCase):
         self.assertEqual(cells[8], "0.05 (0.05-0.05) ✓ 3/3")  # resume / fs, N = 8 losing one
         self.assertEqual(cells[9], "3/3")
 
+    def test_resume_including_the_store_only_where_it_was_measured(self):
+        p = run(record(resume_incl_prepare_vs_transfer=1.05),
+                record("xor:3", nodes=4, resume_incl_prepare_vs_transfer=1.2),
+                record("rs:4+2"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("resume incl. store / transfer (<= 1.1)", p.stdout)
+        self.assertIn("1.05 ✓", row(p.stdout, "replica:2"))
+        self.assertIn("1.20 ✗", row(p.stdout, "xor:3"))
+        self.assertNotIn("✓", " ".join(row(p.stdout, "rs:4+2")[6:7]))
+
     def test_a_miss_is_never_rounded_onto_its_target(self):
         p = run(record(protect_vs_mpi=0.6499))
         self.assertEqual(row(p.stdout, "replica:2")[6], "0.650 ✗")

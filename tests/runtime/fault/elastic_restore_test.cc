@@ -83,9 +83,11 @@ std::pair<int64_t, int64_t> Split(int64_t extent, int parts, int k) {
 }
 
 struct Rank {
-  std::unique_ptr<Checkpointer> ck;
+  // The buffers outlive the Checkpointer (declared first, destroyed last):
+  // its background work may still read them until it is destroyed.
   std::vector<float> rows, bias;
   std::vector<int16_t> cols;
+  std::unique_ptr<Checkpointer> ck;
   int64_t step = 0;
   int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
 };

@@ -196,8 +196,8 @@ int RunLoseOrFlip(Config config, const std::string& mode, const std::string& nod
 struct Worker {
   int rank = 0;
   std::shared_ptr<Transport> transport;
+  std::vector<std::vector<uint8_t>> bufs;  // outlives ck, whose background work reads it
   std::unique_ptr<Checkpointer> ck;
-  std::vector<std::vector<uint8_t>> bufs;
 
   void Fill(uint64_t step) {
     for (size_t e = 0; e < bufs.size(); ++e) {

@@ -95,7 +95,10 @@ class Checkpointer {
   // memory, or device memory when built with CUDA. Entries are checkpointed in
   // registration order. Only before Prepare(): FailedPrecondition afterwards
   // (the layout is fixed); InvalidArgument for a bad or repeated name, null
-  // data or an invalid layout.
+  // data or an invalid layout. The memory must stay valid until the
+  // Checkpointer is destroyed: a snapshot, and a restore's copy of a lost
+  // node's shard into its new store, read it in the background (Wait()
+  // returns when nothing does).
   Status RegisterBuffer(const std::string& name, void* data, uint64_t bytes,
                         EntryLayout layout = EntryLayout());
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "job_command.h"
+#include "socket_util.h"
 
 namespace memento::launch {
 namespace {
@@ -15,10 +16,7 @@ namespace {
 // A listener on `port` (every address), or -1.
 int Listen(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
+  sockaddr_in a = Ipv4Address(INADDR_ANY, port);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 1) != 0) {
     close(fd);
     return -1;

@@ -3,6 +3,7 @@
 // train() run again after one. The whole in-job recovery, with real node
 // losses, is launch_injob_test.py.
 #include "memento/launch/resilient.h"
+#include "socket_util.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -106,9 +107,7 @@ TEST_F(ResilientTest, AdoptingAMembershipSetsItsEnvironment) {
 
 int Listen(int* port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Ipv4Address(INADDR_LOOPBACK, 0);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   EXPECT_EQ(listen(fd, 4), 0);
   socklen_t len = sizeof(a);
@@ -119,11 +118,8 @@ int Listen(int* port) {
 
 int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const sockaddr_in a = Ipv4Address(INADDR_LOOPBACK, port);
+  EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)), 0);
   return fd;
 }
 

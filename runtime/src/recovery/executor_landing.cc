@@ -43,7 +43,6 @@ Status RecoveryExecutor::PrepareLanding() {
     std::vector<uint8_t*> data;
     for (const RegisteredEntry& e : entries) data.push_back(e.data);
     landed_ = ShardLanding::InBuffers(data, sizes);
-    landed_in_buffers_ = true;
     buffer_slot_ = slot;
     landed_copy_ = std::make_unique<LandedCopy>(&entries, &landed_);
     return Status::Ok();
@@ -64,10 +63,9 @@ void RecoveryExecutor::DropLanding() {
 }
 
 Status RecoveryExecutor::LandInStore() {
-  if (!landed_in_buffers_) return Status::Ok();
+  if (buffer_slot_ < 0) return Status::Ok();
   const std::vector<RegisteredEntry>& entries = parts_.io->entries();
   const int slot = buffer_slot_;
-  landed_in_buffers_ = false;
   buffer_slot_ = -1;
   landed_copy_.reset();
   landed_ = ShardLanding();
@@ -149,7 +147,6 @@ void RecoveryExecutor::ReleaseLanding() {
   if (landed_.slot() >= 0) parts_.slots->Unpin(landed_.slot());
   if (buffer_slot_ >= 0) parts_.slots->Unpin(buffer_slot_);
   buffer_slot_ = -1;
-  landed_in_buffers_ = false;
   landed_copy_.reset();
   landed_ = ShardLanding();
   EndHold();

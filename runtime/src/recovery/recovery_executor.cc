@@ -940,8 +940,8 @@ void RecoveryExecutor::DeferMinimal() {
     // The slot the shard landed in or is copied into, pinned since: a Save
     // issued meanwhile takes another one. Landed in the buffers, they are
     // held until that copy.
-    MEMENTO_CHECK(landed_.slot() >= 0 || landed_in_buffers_);
-    if (landed_in_buffers_) {
+    MEMENTO_CHECK(landed_.slot() >= 0 || buffer_slot_ >= 0);
+    if (buffer_slot_ >= 0) {
       parts_.buffers->Hold();
       holding_ = true;
     }

@@ -270,9 +270,8 @@ class RecoveryExecutor {
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
-  // Landed in the buffers: the slot LandInStore fills (pinned from the
-  // landing on, so that a Save issued meanwhile takes another one).
-  bool landed_in_buffers_ = false;
+  // Landed in the buffers (else -1): the slot LandInStore fills, pinned from
+  // the landing on, so that a Save issued meanwhile takes another one.
   int buffer_slot_ = -1;
   bool holding_ = false;  // parts_.buffers is held by this executor
   // Copies landed_ into the buffers while it lands (with landed_).

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -196,30 +197,52 @@ TEST_F(DeviceCheckpointTest, LostNodeOfDeviceShardsIsRebuiltFromPeers) {
 
 // The caller queues the step's last write on the producing stream behind
 // 200 ms of host work and calls Save at once: the snapshot must copy what the
-// stream produces, not what the buffer held when Save was called. Parameter:
-// false = the legacy default stream; true = a non-blocking stream of the
-// caller's, which the legacy stream does not cover, named by SetDeviceStream.
+// stream produces, not what the buffer held when Save was called. The fence:
+// the legacy default stream; a non-blocking stream of the caller's, which the
+// legacy stream does not cover, named by SetDeviceStream; or an event the
+// caller records on that stream, named by SetDeviceEvent (the torch adapter's way).
+enum class Fence { kLegacyDefault, kOwnStream, kCallersEvent };
+
+const char* FenceName(Fence f) {
+  switch (f) {
+    case Fence::kLegacyDefault: return "LegacyDefault";
+    case Fence::kOwnStream: return "NonBlockingStream";
+    case Fence::kCallersEvent: return "CallersEvent";
+  }
+  return "Unknown";
+}
+void PrintTo(Fence f, std::ostream* os) { *os << FenceName(f); }
+
 class ProducerStreamTest : public DeviceCheckpointTest,
-                           public ::testing::WithParamInterface<bool> {};
+                           public ::testing::WithParamInterface<Fence> {};
 
 TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
-  const bool own_stream = GetParam();
+  const Fence fence = GetParam();
   const Config config = MakeConfig("none");
   Launch(1, config);
   SaveAll(1);
   Fill(0, 1);
   cudaStream_t stream = nullptr;
-  if (own_stream) {
+  cudaEvent_t event = nullptr;
+  if (fence != Fence::kLegacyDefault) {
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cks_[0]->SetDeviceStream(stream);
   }
+  if (fence == Fence::kOwnStream) cks_[0]->SetDeviceStream(stream);
   CUDA_OK(cudaLaunchHostFunc(
       stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
       nullptr));
   for (size_t e = 0; e < kEntryBytes.size(); ++e) {
     CUDA_OK(cudaMemsetAsync(bufs_[0][e], 0x5A, kEntryBytes[e], stream));
   }
+  if (fence == Fence::kCallersEvent) {
+    CUDA_OK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    CUDA_OK(cudaEventRecord(event, stream));
+    cks_[0]->SetDeviceEvent(event);
+  }
   ASSERT_TRUE(cks_[0]->Save(2).ok());
+  // Save queues the copies behind the fence: the stream is still busy.
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "Save waited for the producing stream";
+  cudaGetLastError();
   ASSERT_TRUE(cks_[0]->Wait().ok());
   CUDA_OK(cudaDeviceSynchronize());
   Launch(1, config);
@@ -234,13 +257,15 @@ TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
                                << ": the snapshot ran ahead of the producing stream";
     }
   }
+  cks_.clear();  // the engine waits for the event no longer
+  if (event != nullptr) cudaEventDestroy(event);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-INSTANTIATE_TEST_SUITE_P(Streams, ProducerStreamTest, ::testing::Bool(),
-                         [](const auto& info) {
-                           return std::string(info.param ? "NonBlockingStream" : "LegacyDefault");
-                         });
+INSTANTIATE_TEST_SUITE_P(Fences, ProducerStreamTest,
+                         ::testing::Values(Fence::kLegacyDefault, Fence::kOwnStream,
+                                           Fence::kCallersEvent),
+                         [](const auto& info) { return std::string(FenceName(info.param)); });
 
 }  // namespace
 }  // namespace memento::runtime

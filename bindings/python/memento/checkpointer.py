@@ -151,7 +151,8 @@ class Checkpointer:
                 else:
                     raise InvalidArgumentError(
                         "register: %r is not a Module, an Optimizer, an object with state_dict()"
-                        " and load_state_dict(), or a (name, tensor) pair" % type(obj).__name__)
+                        " and load_state_dict(); register a tensor as register(name, tensor) or "
+                        "register(name=tensor)" % type(obj).__name__)
         for prefix, obj in named.items():
             if isinstance(obj, torch.nn.Module):
                 self._add("module", prefix + ".", obj, replicated)

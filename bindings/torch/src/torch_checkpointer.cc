@@ -1,7 +1,6 @@
 #include "memento/torch/torch_checkpointer.h"
 
 #include <ATen/MemoryOverlap.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/StringUtil.h>
 #include <c10/util/string_utils.h>
 #include <torch/cuda.h>
@@ -29,6 +28,7 @@
 #include "replicated_ranges.h"
 #include "generator_state.h"
 #include "launch_progress.h"
+#include "producer_fence.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/node_store.h"
@@ -221,7 +221,7 @@ class TorchCheckpointer::Impl {
       }
     }
     MEMENTO_RETURN_IF_ERROR(WriteExtra(step));
-    SyncProducingStreams();
+    MEMENTO_RETURN_IF_ERROR(fence_.BeforeSave(CudaDevices(), engine_.get()));
     return engine_->Save(step);
   }
 
@@ -243,7 +243,7 @@ class TorchCheckpointer::Impl {
     unreported_ = Status::Ok();  // as the engine's Restore, which waits for what is in flight
     // Restore writes device tensors on the engine's streams: after what the
     // producing streams have queued (initialisation, optimizer priming).
-    SyncProducingStreams();
+    ProducerFence::Synchronize(CudaDevices());
     Result<runtime::RestoreReport> report = engine_->Restore();
     if (!report.ok()) {
       const Status& s = report.status();
@@ -720,16 +720,13 @@ class TorchCheckpointer::Impl {
     return Status(first.code(), first.message() + "; then: " + now.ToString());
   }
 
-  // The engine's snapshot copies device tensors on its own streams: first
-  // wait for what the producing (current) stream of each device has queued.
-  void SyncProducingStreams() {
-    std::set<c10::DeviceIndex> done;
+  // The devices of the registered CUDA tensors.
+  std::set<c10::DeviceIndex> CudaDevices() const {
+    std::set<c10::DeviceIndex> devices;
     for (const Tracked& t : tracked_) {
-      if (!t.device.is_cuda() || !done.insert(t.device.index()).second) continue;
-      const c10::impl::DeviceGuardImplInterface* impl =
-          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-      impl->synchronizeStream(impl->getStream(t.device));
+      if (t.device.is_cuda()) devices.insert(t.device.index());
     }
+    return devices;
   }
 
   // Compares this rank's stored shard layout (the segment named in the
@@ -798,6 +795,7 @@ class TorchCheckpointer::Impl {
   std::vector<PlannedEntry> planned_;  // what the engine was given
   uint64_t range_begin_ = 0, range_end_ = 0;
   std::vector<uint8_t> extra_buf_;
+  ProducerFence fence_;  // before engine_: the engine's copies wait for its event
   // Written by the application thread (Reopen) under engine_mu_, held
   // exclusively; read by it without the lock, and by the getters of other
   // threads under it, shared.

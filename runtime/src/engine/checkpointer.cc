@@ -86,6 +86,7 @@ const char* ProtectionName(Protection state) {
   return "?";
 }
 void Checkpointer::SetDeviceStream(void* cuda_stream) { impl_->SetDeviceStream(cuda_stream); }
+void Checkpointer::SetDeviceEvent(void* cuda_event) { impl_->SetDeviceEvent(cuda_event); }
 double Checkpointer::BlockedSeconds() const { return impl_->BlockedSeconds(); }
 bool Checkpointer::WouldSave(uint64_t step) const { return impl_->WouldSave(step); }
 IntervalStats Checkpointer::Interval() const { return impl_->Interval(); }
@@ -561,7 +562,7 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
     }
   }
   committer_->Begin();
-  Status started = pipeline_->Start(version, slot, &tasks_, device_stream_);
+  Status started = pipeline_->Start(version, slot, &tasks_, device_stream_, device_event_);
   committer_->Submit(version, slot, persistable, Status::Ok());
   // A stage refusing to begin still goes through the commit thread, so that
   // this rank votes "false" in the version's commit collective.

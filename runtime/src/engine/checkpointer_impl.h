@@ -59,6 +59,7 @@ class Checkpointer::Impl {
   bool WouldSave(uint64_t step) const { return schedule_.WouldSave(step); }
   IntervalStats Interval() const { return schedule_.stats(); }
   void SetDeviceStream(void* cuda_stream) { device_stream_ = cuda_stream; }
+  void SetDeviceEvent(void* cuda_event) { device_event_ = cuda_event; }
   int rank() const { return transport_->rank(); }
   const std::string& node() const { return node_; }
 
@@ -193,6 +194,7 @@ class Checkpointer::Impl {
   // Written by the application thread only; any thread may read it.
   std::atomic<double> blocked_seconds_{0};
   void* device_stream_ = nullptr;  // cudaStream_t producing device buffers; application thread
+  void* device_event_ = nullptr;   // cudaEvent_t the caller records instead; application thread
 };
 
 }  // namespace memento::runtime

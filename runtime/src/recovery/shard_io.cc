@@ -37,14 +37,19 @@ Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, 
     if (dst == src + done) {
       crc->Update(dst, k);  // landed in the buffer itself: only hashed
     } else if (e.device()) {
-      MEMENTO_RETURN_IF_ERROR(CopyDeviceBytes(dst, src + done, k, e.gpu));
+      // Queued: the copy engine moves this piece while the next is hashed.
+      Status queued = QueueDeviceBytes(dst, src + done, k, e.gpu);
+      if (!queued.ok()) {
+        (void)WaitQueuedCopies(e.gpu);  // nothing queued may outlive src
+        return queued;
+      }
       crc->Update(src + done, k);
     } else {
       crc->UpdateCopy(dst, src + done, k);
     }
     if (also != nullptr) also->Update(src + done, k);
   }
-  return Status::Ok();
+  return e.device() ? WaitQueuedCopies(e.gpu) : Status::Ok();
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "memento/common/status.h"
 
@@ -55,11 +57,17 @@ class DeviceFence {
   // blocking stream's earlier work).
   Status Record(void* stream);
 
-  // The recorded event (a cudaEvent_t), or nullptr before the first Record.
+  // Takes `event` (a cudaEvent_t the caller recorded and keeps alive) as the
+  // point to wait for, until the next Record or Adopt.
+  Status Adopt(void* event);
+
+  // The event to wait for (a cudaEvent_t), or nullptr before the first
+  // Record or Adopt.
   void* event() const { return event_; }
 
  private:
-  void* event_ = nullptr;
+  void* own_ = nullptr;    // created by the first Record, destroyed with the fence
+  void* event_ = nullptr;  // own_ or an adopted event
 };
 
 // Copies `bytes` from `src` to `dst`, one of them memory of CUDA device
@@ -72,5 +80,26 @@ class DeviceFence {
 // without CUDA, FailedPrecondition.
 Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
                        const DeviceFence* after = nullptr);
+
+// Copies `bytes` from memory of device `gpu` to host memory `dst` (pinned:
+// PinHostMemory) as pieces of `piece` bytes, all queued at once on the
+// calling thread's side stream after `after` (may be null), and calls
+// `landed(offset, length)` for each piece in order as soon as it is in
+// place, while the copy engine moves the next ones: the caller hashes a piece
+// without leaving the engine idle. Returns when every piece landed and was
+// handed over (the first error otherwise; later pieces are then still waited
+// for, never left in flight).
+Status CopyFromDevice(uint8_t* dst, const uint8_t* src, size_t bytes, int gpu,
+                      const DeviceFence* after, size_t piece,
+                      const std::function<void(size_t, size_t)>& landed);
+
+// Queues a copy of `bytes` from `src` to `dst` (one of them memory of device
+// `gpu`) on the calling thread's side stream of `gpu` and returns at once;
+// `src` must stay unchanged and `dst` unread until WaitQueuedCopies(gpu)
+// returns. Copies of one thread to one device run in the order queued.
+Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu);
+
+// Returns when every copy the calling thread queued for device `gpu` is done.
+Status WaitQueuedCopies(int gpu);
 
 }  // namespace memento::runtime

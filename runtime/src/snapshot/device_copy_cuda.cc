@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "snapshot/device_copy.h"
 
@@ -40,6 +41,31 @@ Result<cudaStream_t> SideStream(int gpu) {
     }
   }
   return ts.stream;
+}
+
+// Events marking the pieces of one CopyFromDevice, per copying thread and
+// device (made on first use, reused for every call, destroyed with the thread).
+struct ThreadEvents {
+  std::vector<cudaEvent_t> events;
+  ThreadEvents() = default;
+  ThreadEvents(const ThreadEvents&) = delete;
+  ThreadEvents& operator=(const ThreadEvents&) = delete;
+  ~ThreadEvents() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+};
+
+// At least `n` events of the calling thread for `gpu` (its current device).
+Result<std::vector<cudaEvent_t>*> PieceEvents(int gpu, size_t n) {
+  thread_local std::map<int, ThreadEvents> pools;
+  std::vector<cudaEvent_t>& events = pools[gpu].events;
+  while (events.size() < n) {
+    cudaEvent_t e = nullptr;
+    cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (err != cudaSuccess) return CudaStatus(err, "cudaEventCreate for a copy's pieces");
+    events.push_back(e);
+  }
+  return &events;
 }
 
 thread_local bool t_runtime_thread = false;
@@ -133,19 +159,26 @@ void UnpinHostMemory(void* ptr) {
 }
 
 DeviceFence::~DeviceFence() {
-  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (own_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(own_));
 }
 
 Status DeviceFence::Record(void* stream) {
-  if (event_ == nullptr) {
+  if (own_ == nullptr) {
     cudaEvent_t event = nullptr;
     MEMENTO_RETURN_IF_ERROR(
         CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
-    event_ = event;
+    own_ = event;
   }
+  event_ = own_;
   cudaStream_t producer = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
   return CudaStatus(cudaEventRecord(static_cast<cudaEvent_t>(event_), producer),
                     "cudaEventRecord on the producing stream");
+}
+
+Status DeviceFence::Adopt(void* event) {
+  if (event == nullptr) return Status::InvalidArgument("DeviceFence::Adopt: no event given");
+  event_ = event;
+  return Status::Ok();
 }
 
 Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
@@ -162,6 +195,63 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
   }
   MEMENTO_RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync"));
+  return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+Status CopyFromDevice(uint8_t* dst, const uint8_t* src, size_t bytes, int gpu,
+                      const DeviceFence* after, size_t piece,
+                      const std::function<void(size_t, size_t)>& landed) {
+  if (bytes == 0) return Status::Ok();
+  if (gpu < 0) return Status::InvalidArgument("CopyFromDevice: no device given");
+  if (piece == 0) piece = bytes;
+  OnDevice on(gpu);
+  MEMENTO_RETURN_IF_ERROR(on.status());
+  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
+  if (after != nullptr && after->event() != nullptr) {
+    MEMENTO_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),
+                   "cudaStreamWaitEvent on the producing stream"));
+  }
+  const size_t pieces = (bytes + piece - 1) / piece;
+  MEMENTO_ASSIGN_OR_RETURN(std::vector<cudaEvent_t>* events, PieceEvents(gpu, pieces));
+  Status queued;
+  size_t in_flight = 0;
+  for (; in_flight < pieces && queued.ok(); ++in_flight) {
+    const size_t at = in_flight * piece, n = std::min(piece, bytes - at);
+    queued = CudaStatus(cudaMemcpyAsync(dst + at, src + at, n, cudaMemcpyDeviceToHost, stream),
+                        "cudaMemcpyAsync from the device");
+    if (queued.ok()) {
+      queued = CudaStatus(cudaEventRecord((*events)[in_flight], stream), "cudaEventRecord");
+    }
+    if (!queued.ok()) break;
+  }
+  // Every queued piece is waited for, even after an error: none may still
+  // be writing into dst when this returns.
+  Status status = queued;
+  for (size_t i = 0; i < in_flight; ++i) {
+    Status done = CudaStatus(cudaEventSynchronize((*events)[i]), "cudaEventSynchronize");
+    if (!done.ok() && status.ok()) status = done;
+    if (status.ok()) landed(i * piece, std::min(piece, bytes - i * piece));
+  }
+  if (!queued.ok() && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+  return status;
+}
+
+Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu) {
+  if (bytes == 0) return Status::Ok();
+  if (gpu < 0) return Status::InvalidArgument("QueueDeviceBytes: no device given");
+  OnDevice on(gpu);
+  MEMENTO_RETURN_IF_ERROR(on.status());
+  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
+  return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream),
+                    "cudaMemcpyAsync");
+}
+
+Status WaitQueuedCopies(int gpu) {
+  if (gpu < 0) return Status::InvalidArgument("WaitQueuedCopies: no device given");
+  OnDevice on(gpu);
+  MEMENTO_RETURN_IF_ERROR(on.status());
+  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 

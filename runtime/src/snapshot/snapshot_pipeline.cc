@@ -7,6 +7,12 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
+namespace {
+
+// A device chunk is copied in pieces of this size, hashed as each lands.
+constexpr size_t kDevicePiece = 1 << 20;
+
+}  // namespace
 
 SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
                                    std::function<Status(Stage, uint64_t)> hook)
@@ -26,7 +32,7 @@ SnapshotPipeline::~SnapshotPipeline() {
 }
 
 Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
-                               void* producer_stream) {
+                               void* producer_stream, void* producer_event) {
   // Every stage begins the version, even after one refused or before the
   // fence fails: the commit ends every stage, each for the version it began
   // (and a protect stage that began tells its peers the version failed).
@@ -37,7 +43,8 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
   }
   if (failed.ok() && std::any_of(tasks->begin(), tasks->end(),
                                  [](const CopyTask& t) { return t.gpu != kHostMemory; })) {
-    failed = fence_.Record(producer_stream);
+    failed = producer_event != nullptr ? fence_.Adopt(producer_event)
+                                       : fence_.Record(producer_stream);
   }
   if (!failed.ok()) return FailToStart(version, slot, failed);
   {
@@ -98,8 +105,12 @@ void SnapshotPipeline::RunTask(size_t index) {
   Status status;
   uint32_t crc = 0;
   if (task.gpu != kHostMemory) {
-    status = CopyDeviceBytes(task.dst, task.src, task.length, task.gpu, &fence_);
-    if (status.ok()) crc = erasure::Crc32c(task.dst, task.length);
+    // Each piece is hashed in the pinned destination as soon as it lands,
+    // while the copy engine moves the next ones.
+    erasure::Crc32cStream stream;
+    status = CopyFromDevice(task.dst, task.src, task.length, task.gpu, &fence_, kDevicePiece,
+                            [&](size_t at, size_t n) { stream.Update(task.dst + at, n); });
+    crc = stream.value();
   } else {
     // The store's copy is read next by the protect (from memory: a shard is
     // far larger than the cache), so it is written without reading its

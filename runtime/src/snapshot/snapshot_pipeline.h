@@ -51,10 +51,11 @@ class SnapshotPipeline {
   // WaitCopied returns) for `version` into `slot`. Calls every stage's Begin
   // first. Device copies start only after the work queued on
   // `producer_stream` (a cudaStream_t, nullptr = the legacy default stream)
-  // before this call. Precondition (a bug otherwise): the previous version
-  // was waited for.
+  // before this call, or, when `producer_event` (a cudaEvent_t the caller
+  // recorded) is given, only after that event. Precondition (a bug
+  // otherwise): the previous version was waited for.
   Status Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
-               void* producer_stream = nullptr);
+               void* producer_stream = nullptr, void* producer_event = nullptr);
 
   // Blocks until every chunk of the last started version has landed and been
   // handed to the stages; returns the first error of a copy or a stage

@@ -158,6 +158,16 @@ class Checkpointer {
   // without CUDA.
   void SetDeviceStream(void* cuda_stream);
 
+  // Device buffers, instead of a stream: a CUDA event (a cudaEvent_t) that the
+  // caller records on its producing stream(s) before each Save, after the
+  // work that writes the registered device buffers; the snapshot's device
+  // copies wait for it. For callers that hold events, not streams (a
+  // framework's stream abstraction). The caller owns the event and keeps it
+  // alive until the Checkpointer is gone or the event is replaced; nullptr
+  // goes back to the stream. Application thread; takes effect at the next
+  // Save. No-op without CUDA.
+  void SetDeviceEvent(void* cuda_event);
+
   // Returns when the registered memory may be modified again: the in-flight
   // version's snapshot is complete (or there is none), and on a lost node's
   // rank after Restore, the restored shard's copy into its new node store

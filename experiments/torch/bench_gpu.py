@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Device state through memento against plain torch copies of the same tensors,
+all measured in the same run (one process, one GPU).
+
+    PYTHONPATH=build/python python experiments/torch/bench_gpu.py [--device cuda|cpu]
+        [--mib 1100] [--tensors 320] [--reps 5] [--json FILE]
+
+State: --tensors tensors on the device, about --mib MiB in all, sizes spread
+over two decades and rounded to odd element counts, fp32 and bf16 alternating.
+
+  snapshot      save() until wait_snapshot() returns: the copy into the pinned
+                node store (median of --reps saves after a first one);
+  pinned copy   the same tensors copied by torch into preallocated pinned host
+                tensors (copy_(non_blocking=True), then one synchronize);
+                snapshot_speed_vs_pinned = pinned copy / snapshot (target >= 0.9);
+  blocked       a training loop whose step (matmuls on the device) is longer
+                than the snapshot: the time save() and wait_snapshot() hold the
+                training thread per save, over the snapshot's duration
+                (target <= 0.05);
+  restore       restore() of the same state after every tensor was overwritten,
+                bit-exact, over torch's copy from pinned host tensors back into
+                the device tensors (target <= 1.1);
+  device memory what the device lost while memento snapshots and restores
+                (torch.cuda.mem_get_info before and after, torch's own pool
+                excluded): memento's staging and streams.
+Prints the figures and one line "BENCH_GPU {json}" (also written to --json).
+--device cpu checks the script on a machine without a GPU (the figures then
+compare host copies and mean nothing for the targets).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+
+import torch
+
+import memento
+
+
+def make_state(count, total_bytes, device):
+    lo, hi = 1.0, 100.0
+    weights = [lo * (hi / lo) ** (i / max(1, count - 1)) for i in range(count)]
+    scale = total_bytes / sum(w * 3 for w in weights)  # fp32 and bf16 alternate: 3 bytes each
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    tensors = []
+    for i, w in enumerate(weights):
+        n = max(1, int(w * scale)) | 1  # odd element counts
+        dtype = torch.float32 if i % 2 == 0 else torch.bfloat16
+        tensors.append(torch.randn(n, generator=gen, dtype=torch.float32).to(dtype).to(device))
+    return tensors
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Timer:
+    def __init__(self, device):
+        self.sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def __call__(self, fn, reps):
+        times = []
+        for _ in range(reps + 1):  # the first warms up
+            self.sync()
+            t0 = time.perf_counter()
+            fn()
+            self.sync()
+            times.append(time.perf_counter() - t0)
+        return median(times[1:])
+
+
+def device_free(device):
+    if device != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    return torch.cuda.mem_get_info()[0] + (torch.cuda.memory_reserved() -
+                                           torch.cuda.memory_allocated())
+
+
+def run(args):
+    dev = args.device
+    if dev == "cuda":
+        torch.cuda.set_device(0)
+    timer = Timer(dev)
+    state = make_state(args.tensors, args.mib << 20, dev)
+    nbytes = sum(t.numel() * t.element_size() for t in state)
+    print("state: %d tensors, %.1f MiB on %s" % (len(state), nbytes / 2**20, dev))
+    pinned = [torch.empty_like(t, device="cpu", pin_memory=(dev == "cuda")) for t in state]
+
+    def to_host():
+        for h, t in zip(pinned, state):
+            h.copy_(t, non_blocking=True)
+
+    def to_device():
+        for h, t in zip(pinned, state):
+            t.copy_(h, non_blocking=True)
+
+    pinned_s = timer(to_host, args.reps)
+    h2d_s = timer(to_device, args.reps)
+
+    job = "bench-gpu-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
+    out = {"device": dev, "tensors": len(state), "state_mib": round(nbytes / 2**20, 1),
+           "gpu": torch.cuda.get_device_name(0) if dev == "cuda" else "",
+           "torch": torch.__version__}
+    with memento.Checkpointer(job=job, launcher="single", scheme="none", slots=2,
+                              persist_every=0) as ck:
+        ck.register(**{"t%03d" % i: t for i, t in enumerate(state)})
+        assert ck.restore() is None
+        free_before = device_free(dev)
+        # Snapshot alone.
+        snaps, saves = [], []
+        for step in range(args.reps + 1):
+            timer.sync()
+            t0 = time.perf_counter()
+            ck.save(step + 1)
+            saves.append(time.perf_counter() - t0)
+            ck.wait_snapshot()
+            snaps.append(time.perf_counter() - t0)
+            ck.wait()
+        snap_s = median(snaps[1:])
+
+        # A training loop whose step is longer than the snapshot.
+        side = 4096 if dev == "cuda" else 256
+        a = torch.randn(side, side, device=dev)
+        b = torch.randn(side, side, device=dev)
+        one = timer(lambda: torch.mm(a, b), 3)
+        mms = max(1, int(2.0 * snap_s / max(one, 1e-6)) + 1)
+        step_s = timer(lambda: [torch.mm(a, b) for _ in range(mms)], 2)
+        blocked, steps = [], args.reps + 1
+        base = len(snaps) + 1
+        for i in range(steps):
+            for _ in range(mms):  # forward and backward
+                torch.mm(a, b)
+            timer.sync()  # the step's loss.item()
+            t0 = time.perf_counter()
+            ck.wait_snapshot()
+            held = time.perf_counter() - t0
+            torch._foreach_mul_(state, 1.0)  # the optimizer writes the state in place
+            t0 = time.perf_counter()
+            ck.save(base + i)
+            held += time.perf_counter() - t0
+            blocked.append(held)
+        ck.wait()
+        blocked_s = median(blocked[1:])
+
+        # Restore after every tensor was overwritten.
+        timer.sync()
+        to_host()  # the committed state, to check the restore against
+        timer.sync()
+        expect = [h.clone() for h in pinned]
+        for t in state:
+            t.view(-1).view(torch.uint8).bitwise_not_()
+        timer.sync()
+        t0 = time.perf_counter()
+        report = ck.restore()
+        timer.sync()
+        restore_s = time.perf_counter() - t0
+        free_after = device_free(dev)
+        exact = all(torch.equal(t.cpu().view(torch.uint8), e.view(torch.uint8))
+                    for t, e in zip(state, expect))
+        out.update({"restored_step": int(report) if report is not None else None,
+                    "restore_bit_exact": exact})
+    out.update({
+        "snapshot_s": round(snap_s, 5), "save_call_s": round(median(saves[1:]), 5),
+        "pinned_copy_s": round(pinned_s, 5), "h2d_copy_s": round(h2d_s, 5),
+        "snapshot_gbps": round(nbytes / snap_s / 1e9, 2),
+        "pinned_gbps": round(nbytes / pinned_s / 1e9, 2),
+        "snapshot_speed_vs_pinned": round(pinned_s / snap_s, 3),
+        "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),
+        "blocked_vs_snapshot": round(blocked_s / snap_s, 4),
+        "restore_s": round(restore_s, 5), "restore_vs_h2d": round(restore_s / h2d_s, 3),
+        "device_mib_used_by_memento": round((free_before - free_after) / 2**20, 1),
+        "targets": {"snapshot_speed_vs_pinned": ">= 0.9", "blocked_vs_snapshot": "<= 0.05",
+                    "restore_vs_h2d": "<= 1.1"}})
+    print("snapshot %.1f ms (%.2f GB/s) vs pinned torch copy %.1f ms (%.2f GB/s): %.3f"
+          % (snap_s * 1e3, out["snapshot_gbps"], pinned_s * 1e3, out["pinned_gbps"],
+             out["snapshot_speed_vs_pinned"]))
+    print("blocked per save %.3f ms with a %.1f ms step: %.4f of the snapshot"
+          % (blocked_s * 1e3, step_s * 1e3, out["blocked_vs_snapshot"]))
+    print("restore %.1f ms vs pinned host-to-device copy %.1f ms: %.3f (bit-exact: %s)"
+          % (restore_s * 1e3, h2d_s * 1e3, out["restore_vs_h2d"], exact))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    choices=["cuda", "cpu"])
+    ap.add_argument("--mib", type=int, default=1100)
+    ap.add_argument("--tensors", type=int, default=320)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", help="also write the result here")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_gpu: --device cuda, but torch sees no GPU")
+    out = run(args)
+    line = json.dumps(out, sort_keys=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(line + "\n")
+    print("BENCH_GPU " + line)
+    return 0 if out.get("restore_bit_exact") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

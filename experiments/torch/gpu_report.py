@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Writes the Markdown report of a scripts/gpu-check run from its output folder.
+
+    python experiments/torch/gpu_report.py --out DIR [--output FILE]
+
+Reads DIR/env.txt (key=value), DIR/summary.txt (one "<step> rc=N s=S ..." line per
+step), DIR/roundtrip.json and DIR/bench.json (the last lines of
+experiments/torch/gpu_roundtrip.py and bench_gpu.py); every figure comes from
+those files. Exits 1 when env.txt or summary.txt is missing.
+"""
+import argparse
+import json
+import os
+import sys
+
+TARGETS = [  # (key in bench.json, what it is, target, whether higher is better)
+    ("snapshot_speed_vs_pinned", "snapshot speed / torch copy into pinned host tensors",
+     0.9, True),
+    ("blocked_vs_snapshot", "training blocked per save / snapshot duration", 0.05, False),
+    ("restore_vs_h2d", "restore / torch copy from pinned host tensors", 1.1, False),
+]
+
+
+def read_kv(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                out[k] = v
+    return out
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steps_table(summary_path):
+    rows = ["| step | rc | s | detail |", "| --- | --- | --- | --- |"]
+    with open(summary_path) as f:
+        for line in f:
+            parts = line.split(" ", 3)
+            if len(parts) < 3 or not parts[1].startswith("rc="):
+                continue
+            detail = parts[3].strip() if len(parts) > 3 else ""
+            if detail.startswith("{"):
+                detail = "(below)"
+            rows.append("| %s | %s | %s | %s |" % (parts[0], parts[1][3:], parts[2][2:],
+                                                   detail.replace("|", "/")))
+    return rows
+
+
+def report(out_dir):
+    env = read_kv(os.path.join(out_dir, "env.txt"))
+    on_gpu = env.get("torch_sees_gpu") == "True" and env.get("gpu", "none") != "none"
+    lines = ["# memento on a GPU (scripts/gpu-check)", ""]
+    if not on_gpu:
+        lines += ["**No GPU was visible: the CUDA tests were skipped and the figures below "
+                  "come from a small CPU check of the scripts; they say nothing about a GPU.**",
+                  ""]
+    lines += ["| machine | |", "| --- | --- |"]
+    for key in ("gpu", "gpus", "driver", "compute_capability", "nvcc", "torch", "torch_cuda",
+                "cpus", "host_memory_gib", "commit", "date"):
+        lines.append("| %s | %s |" % (key, env.get(key, "?")))
+    lines += ["", "Command: `scripts/gpu-check` (one run; each step's output is in its log).",
+              "", "## Steps", ""] + steps_table(os.path.join(out_dir, "summary.txt"))
+
+    rt = read_json(os.path.join(out_dir, "roundtrip.json"))
+    lines += ["", "## Round trip: transformer + AdamW (experiments/torch/gpu_roundtrip.py)", ""]
+    if rt is None:
+        lines.append("No result (the step failed before its last line; see the log).")
+    else:
+        lines += [
+            "%s M parameters on %s; %d tensors, %.1f MB of state; train, save every step, "
+            "invert every byte of every tensor, restore: **%s**%s."
+            % (rt.get("parameters_m"), rt.get("device"), rt.get("tensors", 0),
+               rt.get("state_mb", 0.0), rt.get("status"),
+               "" if not rt.get("problems") else " (" + "; ".join(rt["problems"][:3]) + ")"),
+            "", "| save() ms | snapshot ms | committed ms | restore ms |",
+            "| --- | --- | --- | --- |",
+            "| %s | %s | %s | %s |" % (rt.get("save_ms"), rt.get("snapshot_ms"),
+                                      rt.get("commit_ms"), rt.get("restore_ms"))]
+
+    b = read_json(os.path.join(out_dir, "bench.json"))
+    lines += ["", "## Device state against torch's own copies (experiments/torch/bench_gpu.py)",
+              ""]
+    if b is None:
+        lines.append("No result (the step failed before its last line; see the log).")
+    else:
+        lines += [
+            "%s tensors, %s MiB on %s, same run. Snapshot %.1f ms (%.2f GB/s), torch's copy "
+            "into pinned host tensors %.1f ms (%.2f GB/s); a step of %.1f ms; restore %.1f ms "
+            "(bit-exact: %s), torch's pinned host-to-device copy %.1f ms. Device memory "
+            "memento used beyond the tensors: %s MiB."
+            % (b["tensors"], b["state_mib"], b["device"], b["snapshot_s"] * 1e3,
+               b["snapshot_gbps"], b["pinned_copy_s"] * 1e3, b["pinned_gbps"],
+               b["step_s"] * 1e3, b["restore_s"] * 1e3, b["restore_bit_exact"],
+               b["h2d_copy_s"] * 1e3, b["device_mib_used_by_memento"]),
+            "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
+        for key, what, target, higher in TARGETS:
+            v = b.get(key)
+            met = v is not None and (v >= target if higher else v <= target)
+            lines.append("| %s | %s | %s %s | %s |" % (what, v, ">=" if higher else "<=",
+                                                       target, "yes" if met else "**no**"))
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="the folder gpu-check wrote")
+    ap.add_argument("--output", help="the Markdown file (default: stdout)")
+    args = ap.parse_args()
+    for name in ("env.txt", "summary.txt"):
+        if not os.path.isfile(os.path.join(args.out, name)):
+            sys.exit("gpu_report: %s has no %s (not a gpu-check output folder)" % (args.out, name))
+    text = report(args.out)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

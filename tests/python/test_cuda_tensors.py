@@ -1,0 +1,107 @@
+"""CUDA tensors through the Python package (one rank): every dtype and odd sizes,
+non-contiguous tensors, tensors written on a non-default stream. Each test is
+skipped, with the reason, where torch sees no GPU."""
+import pytest
+import torch
+
+import memento
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device visible to torch %s (built for CUDA %s)" % (torch.__version__,
+                                                                       torch.version.cuda))
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool]
+ODD_SIZES = [1, 7, 4099, 3 * (1 << 20) + 5]
+
+
+def raw(t):
+    return t.detach().contiguous().view(-1).view(torch.uint8).cpu()
+
+
+def random_tensor(n, dtype, gen):
+    if dtype == torch.bool:
+        return torch.rand(n, generator=gen, device="cuda") < 0.5
+    if dtype == torch.int64:
+        return torch.randint(-2**62, 2**62, (n,), generator=gen, device="cuda")
+    return torch.randn(n, generator=gen, device="cuda").to(dtype)
+
+
+def overwrite(t):
+    with torch.no_grad():
+        if t.dtype == torch.bool:
+            t.logical_not_()
+        else:
+            t.add_(1)
+
+
+def saved_then_overwritten(job, tensors, step=1):
+    """Saves `tensors` ({name: tensor}) as `step`, overwrites each, restores; returns the
+    report and the data pointers before and after."""
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0)
+    ck.register(**tensors)
+    assert ck.restore() is None
+    ck.save(step)
+    ck.wait()
+    for t in tensors.values():
+        overwrite(t)
+    before = [t.data_ptr() for t in tensors.values()]
+    report = ck.restore()
+    torch.cuda.synchronize()
+    after = [t.data_ptr() for t in tensors.values()]
+    ck.close()
+    return report, before, after
+
+
+def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job):
+    torch.cuda.set_device(0)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    tensors = {"%s_%d" % (str(d).split(".")[-1], n): random_tensor(n, d, gen)
+               for d in DTYPES for n in ODD_SIZES}
+    expect = {k: raw(t) for k, t in tensors.items()}
+    report, before, after = saved_then_overwritten(job, tensors)
+    assert int(report) == 1
+    assert before == after, "restore() must write the tensors in place"
+    for k, t in tensors.items():
+        assert t.is_cuda
+        assert torch.equal(raw(t), expect[k]), k
+
+
+def test_non_contiguous_tensors_restore_bit_exact(job):
+    torch.cuda.set_device(0)
+    base = torch.arange(4099 * 3, device="cuda", dtype=torch.float32).view(4099, 3)
+    transposed = base.clone().t()          # strides (1, 3)
+    strided = torch.randn(1000, 10, device="cuda")[:, ::3]  # a view with gaps
+    tensors = {"transposed": transposed, "strided": strided}
+    assert not transposed.is_contiguous() and not strided.is_contiguous()
+    expect = {k: t.detach().cpu().clone() for k, t in tensors.items()}
+    report, before, after = saved_then_overwritten(job, tensors)
+    assert int(report) == 1 and before == after
+    for k, t in tensors.items():
+        assert t.stride() == expect[k].stride() or not t.is_contiguous()
+        assert torch.equal(t.cpu(), expect[k]), k
+
+
+@pytest.mark.parametrize("pending_s", [0.2])
+def test_snapshot_waits_for_the_current_non_default_stream(job, pending_s):
+    """The last write of the saved step is still queued on a side stream (behind a
+    device-side sleep) when save() is called from within that stream's context: the
+    snapshot must hold the written values, not what the tensor held at save()."""
+    torch.cuda.set_device(0)
+    w = torch.zeros(1 << 20, device="cuda")
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0)
+    ck.register(w=w)
+    assert ck.restore() is None
+    side = torch.cuda.Stream()
+    cycles = int(pending_s * torch.cuda.get_device_properties(0).clock_rate * 1e3)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(cycles)
+        w.fill_(7.0)
+        ck.save(1)
+    ck.wait()
+    side.synchronize()
+    w.zero_()
+    assert int(ck.restore()) == 1
+    torch.cuda.synchronize()
+    assert torch.equal(w, torch.full_like(w, 7.0))
+    ck.close()

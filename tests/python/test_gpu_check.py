@@ -1,0 +1,73 @@
+"""scripts/gpu-check on the machine it runs on, reusing the ctest build: every step
+reports, the CUDA tests say whether they ran or were skipped, the round trip and the
+benchmark give their results, and the report is written; a missing dependency is named."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu-check")
+BUILD = os.environ.get("MEMENTO_BUILD_DIR")
+
+
+def summary(out):
+    steps = {}
+    with open(os.path.join(out, "summary.txt")) as f:
+        for line in f:
+            name, rc, rest = (line.rstrip("\n").split(" ", 2) + [""])[:3]
+            steps[name] = (int(rc[3:]), rest)
+    return steps
+
+
+@pytest.mark.skipif(not BUILD, reason="MEMENTO_BUILD_DIR (the ctest build tree) is not set")
+def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.run([SCRIPT, "--python", sys.executable, "--build-dir", BUILD,
+                          "--reuse-build", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    steps = summary(out)
+    for name in ("env", "build", "tests.engine_cuda", "tests.engine_cuda_other_device",
+                 "tests.torch_cuda", "tests.python_cuda", "roundtrip", "bench", "report"):
+        assert name in steps, "no %s step in %s" % (name, steps)
+        assert steps[name][0] == 0, (name, steps[name])
+    gpu = torch.cuda.is_available()
+    engine = steps["tests.engine_cuda"][1]
+    # Every CUDA test either ran or reported itself skipped; none failed.
+    assert "failed=0" in engine and ("skipped=0" if gpu else "passed=0") in engine, engine
+    assert ("passed" if gpu else "skipped") in steps["tests.python_cuda"][1]
+    with open(out / "roundtrip.json") as f:
+        rt = json.load(f)
+    assert rt["status"] == "PASS" and rt["tensors"] > 0 and not rt["problems"], rt
+    with open(out / "bench.json") as f:
+        bench = json.load(f)
+    assert bench["restore_bit_exact"] and bench["tensors"] >= 300, bench
+    for key in ("snapshot_speed_vs_pinned", "blocked_vs_snapshot", "restore_vs_h2d"):
+        assert bench[key] > 0, (key, bench)
+    report = (out / "gpu.md").read_text()
+    assert "| snapshot speed / torch copy into pinned host tensors | %s |" % (
+        bench["snapshot_speed_vs_pinned"]) in report
+    assert ("No GPU was visible" in report) == (not gpu)
+
+
+def test_a_python_without_torch_is_named_and_stops_the_run(tmp_path):
+    bare = tmp_path / "bare-python"
+    bare.write_text("#!/bin/sh\nexec %s -S -I \"$@\"\n" % sys.executable)
+    bare.chmod(0o755)
+    run = subprocess.run([SCRIPT, "--python", str(bare), "--build-dir", str(tmp_path / "b"),
+                          "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout[-3000:]
+    assert "MISSING: a CUDA build of torch for %s" % bare in run.stdout
+    assert not (tmp_path / "b").exists(), "nothing is configured when a dependency is missing"
+
+
+def test_the_report_refuses_a_folder_that_is_not_a_run(tmp_path):
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "torch",
+                                                       "gpu_report.py"), "--out", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "not a gpu-check output folder" in run.stderr

@@ -17,12 +17,14 @@ constexpr const char* kFooter = R"(
 --inject SPEC: comma-separated events, fired in order:
   NODES@STEP            lose NODES when the job reports STEP (the launcher SIGKILLs
                         every rank of the node, then unlinks its segments)
+  NODES@STEP+Ds         lose them D seconds (a decimal) after the job reports STEP:
+                        in the middle of the work that follows it
   NODES@STEP:STAGE      lose them at STAGE of checkpoint version STEP: snapshot,
                         protect, commit, persist, or rand (one of the first three or step)
   NODES@recovery        lose them while the job recovers from the previous event
   NODES = N, N+M+... (lost together), rand or randK (K distinct random nodes);
   STEP = S or LO-HI (drawn at random); random draws come from --seed.
-  e.g. --inject 3@10   --inject 1+2@7:snapshot   --inject 3@5,1@recovery
+  e.g. --inject 3@10   --inject 3@10+0.4s   --inject 1+2@7:snapshot   --inject 3@5,1@recovery
 
 The job reports its progress through MEMENTO_LAUNCH_DIR (see the README): memento's
 Python package and libtorch adapter do it on their own (a step per save()); a job

@@ -24,6 +24,20 @@ TEST(InjectSpec, StepStageAndRecoveryEvents) {
   EXPECT_EQ((*ev)[1].ToString(), "nodes 1+2 at the snapshot stage of v7");
 }
 
+TEST(InjectSpec, AStepWithADelay) {
+  auto ev = ParseInjectSpec("3@10+0.25s,1@4-6+2s:step,2@5+0s", 4, 1);
+  ASSERT_TRUE(ev.ok()) << ev.status().ToString();
+  ASSERT_EQ(ev->size(), 3u);
+  EXPECT_EQ((*ev)[0].step, 10u);
+  EXPECT_DOUBLE_EQ((*ev)[0].delay_s, 0.25);
+  EXPECT_EQ((*ev)[0].ToString(), "node 3 at step 10 + 0.25 s");
+  EXPECT_GE((*ev)[1].step, 4u);
+  EXPECT_LE((*ev)[1].step, 6u);
+  EXPECT_DOUBLE_EQ((*ev)[1].delay_s, 2.0);
+  EXPECT_DOUBLE_EQ((*ev)[2].delay_s, 0.0);
+  EXPECT_EQ((*ev)[2].ToString(), "node 2 at step 5");
+}
+
 TEST(InjectSpec, RandomDrawsAreDistinctInRangeAndReproducible) {
   std::set<std::vector<int>> seen;
   for (uint64_t seed = 1; seed <= 50; ++seed) {
@@ -63,6 +77,12 @@ TEST(InjectSpec, BadInputNamesTheProblem) {
   expect_error("1+1@3", "named twice");
   expect_error("1@0", "step must be a number >= 1");
   expect_error("1@9-3", "LO-HI");
+  expect_error("1@3+0.5", "delay '0.5' must be seconds 0..3600 ending in 's'");
+  expect_error("1@3+s", "delay 's' must be seconds");
+  expect_error("1@3+-1s", "delay '-1s' must be seconds");
+  expect_error("1@3+4000s", "delay '4000s' must be seconds 0..3600");
+  expect_error("1@3+0.5xs", "delay '0.5xs'");
+  expect_error("1@3+0.5s:snapshot", "a delay applies to a step, not to the snapshot stage");
   EXPECT_TRUE(ParseInjectSpec("", 4, 1).ok());
 }
 

@@ -4,6 +4,8 @@
 usage: launch_test.py SCENARIO
   reference       failure-free run; writes the reference (final state hash) to $REFERENCE
   step            node 1 lost at step 3 (launcher SIGKILL + unlink)
+  step-delay      node 1 lost 0.3 s after step 3 is reported, in the middle of the
+                  steps after it (a longer run, against its own failure-free run)
   snapshot|protect|commit|persist
                   node 2 lost at that stage of version 4 (the job's fault hook)
   recovery        node 1 lost at step 3, node 2 lost while the job recovers
@@ -57,13 +59,13 @@ def job_segments(job):
     return [n for n in os.listdir(shm) if n.startswith("memento." + job + ".")]
 
 
-def launch(job, extra, remote=None, expect=0, timeout=240):
+def launch(job, extra, remote=None, expect=0, timeout=240, demo_args=None):
     records = tempfile.mktemp(prefix="memento-launch-records-")
     cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--records", records, "--quiet",
            "--backoff", "0.2"] + extra
     if remote:
         cmd += ["--remote", remote]
-    cmd += ["--", DEMO] + DEMO_ARGS
+    cmd += ["--", DEMO] + (demo_args or DEMO_ARGS)
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=timeout)
@@ -143,8 +145,9 @@ def main():
         run(scenario, job, remote)
     finally:
         subprocess.run(["rm", "-rf", remote])
-        subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        for name in (job, job + "-d"):
+            subprocess.run([CLI, "clean", "--job", name], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
 
 
 def run(scenario, job, remote):
@@ -163,6 +166,24 @@ def run(scenario, job, remote):
         check_recovered(recs, 1)
         if of(recs, "failure")[0]["segments_unlinked"] == []:
             fail("the lost node's segment was not unlinked")
+    elif scenario == "step-delay":
+        longer = ["--steps", "60", "--quiet"]  # the demo's own sizes: about 30 ms a step
+        _, free = launch(job, ["--scheme", "replica:2"], demo_args=longer)
+        _, recs = launch(job + "-d", ["--scheme", "replica:2", "--inject", "1@3+0.3s"],
+                         demo_args=longer)
+        failure = of(recs, "failure")
+        summary = of(recs, "summary")[-1]
+        if len(failure) != 1 or failure[0]["event"] != "1@3+0.3s":
+            fail("expected the one delayed failure: %s" % failure)
+        if not 0.3 <= failure[0]["after_report_s"] < 5:
+            fail("the loss came %.3f s after step 3 was reported, not 0.3 s" %
+                 failure[0]["after_report_s"])
+        if not 3 <= failure[0]["last_step"] < 60 or summary["outcome"] != "finished":
+            fail("failure %s, outcome %s" % (failure[0], summary["outcome"]))
+        if summary["state_hash"] != of(free, "summary")[-1]["state_hash"]:
+            fail("final state differs from the failure-free run of the same length")
+        print("PASS: lost %.3f s after step 3 was reported (the job was at step %d), "
+              "recovered bit-identically" % (failure[0]["after_report_s"], failure[0]["last_step"]))
     elif scenario in ("snapshot", "protect", "commit"):
         _, recs = launch(job, ["--scheme", "rs:2+1", "--inject", "2@4:" + scenario])
         check_recovered(recs, 1)

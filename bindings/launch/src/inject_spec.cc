@@ -1,6 +1,9 @@
 #include "memento/launch/inject_spec.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -79,6 +82,11 @@ std::string InjectEvent::ToString() const {
     os << " during the next " << InjectStageName(stage);
   } else if (stage == InjectStage::kStep) {
     os << " at step " << step;
+    if (delay_s > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), " + %.3g s", delay_s);
+      os << buf;
+    }
   } else {
     os << " at the " << InjectStageName(stage) << " stage of v" << step;
   }
@@ -141,6 +149,18 @@ Result<std::vector<InjectEvent>> ParseInjectSpec(const std::string& spec, int nu
       events.push_back(ev);
       continue;
     }
+    if (const size_t plus = steps.find('+'); plus != std::string::npos) {
+      const std::string delay = steps.substr(plus + 1);
+      steps = steps.substr(0, plus);
+      char* end = nullptr;
+      const double d = delay.size() > 1 && delay.back() == 's' && std::isdigit(delay[0])
+                           ? std::strtod(delay.c_str(), &end)
+                           : -1;
+      if (end != delay.c_str() + delay.size() - 1 || !(d >= 0 && d <= 3600)) {
+        return bad("delay '" + delay + "' must be seconds 0..3600 ending in 's', e.g. +0.25s");
+      }
+      ev.delay_s = d;
+    }
     const size_t dash = steps.find('-');
     if (dash == std::string::npos) {
       if (!ParseUint(steps, &ev.step) || ev.step == 0) return bad("step must be a number >= 1");
@@ -167,6 +187,10 @@ Result<std::vector<InjectEvent>> ParseInjectSpec(const std::string& spec, int nu
         return bad("unknown stage '" + stage +
                    "' (step, snapshot, protect, commit, persist, rand; or NODES@recovery)");
       }
+    }
+    if (ev.delay_s > 0 && ev.stage != InjectStage::kStep) {
+      return bad("a delay applies to a step, not to the " +
+                 std::string(InjectStageName(ev.stage)) + " stage");
     }
     events.push_back(ev);
   }

@@ -258,6 +258,7 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
                   {"t_fail", t_fail - t0_},
                   {"t_exit_abs", a.t_exit}};
   if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
+  if (!stage_fired && a.t_step_report > 0) failure["after_report_s"] = a.t_kill - a.t_step_report;
   Record(failure);
   open_failures_.push_back(failure);
   unplanned_ = 0;

@@ -93,6 +93,8 @@ class Launcher {
     double t_next_rank_check = 0;
     double t_launch = 0, t_kill = 0, t_restore_begin = 0, t_exit = 0;
     uint64_t last_step = 0;
+    double t_step_reached = 0;  // when the pending step event's step was reported; 0: not yet
+    double t_step_report = 0;   // the same, of the step event that fired last
     uint64_t reached_before = 0;  // the furthest step reported before this launch
     std::vector<double> step_times;
     // The restore record is written once every rank reported (or at the end).

@@ -495,15 +495,20 @@ void Launcher::PollEvents(Attempt* a) {
   }
 }
 
-// A step event: the launcher kills the node's ranks itself; a job still
-// running kill_grace_s later is killed whole.
+// A step event: the launcher kills the node's ranks itself (its delay after
+// the step was reported); a job still running kill_grace_s later is killed whole.
 void Launcher::InjectStepEvent(Attempt* a) {
   const InjectEvent* ev = Pending();
   if (!a->exited && !a->killed_by_launcher && ev != nullptr &&
       ev->stage == InjectStage::kStep && a->last_step >= ev->step) {
-    KillRanks(a->index, ev->nodes);
-    a->killed_by_launcher = true;
-    a->t_kill = Now();
+    if (a->t_step_reached == 0) a->t_step_reached = Now();
+    if (Now() - a->t_step_reached >= ev->delay_s) {
+      KillRanks(a->index, ev->nodes);
+      a->killed_by_launcher = true;
+      a->t_kill = Now();
+      a->t_step_report = a->t_step_reached;
+      a->t_step_reached = 0;
+    }
   }
   if (!a->exited && a->killed_by_launcher && Now() - a->t_kill > o_.kill_grace_s) {
     KillProcesses(a, SIGKILL);

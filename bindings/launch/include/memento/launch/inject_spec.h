@@ -8,10 +8,15 @@
 //   WHEN   := STEPS [':' STAGE]  at a step, or at a stage of that checkpoint version
 //           | 'recovery'         during the next recovery (a second failure while
 //           | 'reprotect'        the job restores after the previous event)
-//   STEPS  := S | LO '-' HI      a step, or one drawn uniformly from [LO, HI]
+//   STEPS  := (S | LO '-' HI) ['+' D 's']
+//                                a step, or one drawn uniformly from [LO, HI]; with
+//                                a delay, the loss comes D seconds (a decimal,
+//                                0..3600) after the job reports that step: in the
+//                                middle of the work that follows (step stage only)
 //   STAGE  := step | snapshot | protect | commit | persist | rand
 //
-// Examples: "3@10" (node 3 lost when the job reports step 10), "1+2@7:snapshot"
+// Examples: "3@10" (node 3 lost when the job reports step 10), "3@10+0.25s"
+// (a quarter of a second later), "1+2@7:snapshot"
 // (nodes 1 and 2 lost while version 7 is snapshotted), "3@5,1@recovery" (node 3
 // lost at step 5, node 1 lost while the job recovers from that), "rand2@3-9:rand".
 //
@@ -49,6 +54,7 @@ struct InjectEvent {
   std::vector<int> nodes;  // distinct virtual node indices, sorted
   uint64_t step = 0;       // step (kStep) or checkpoint version; 0 for recovery stages
   InjectStage stage = InjectStage::kStep;
+  double delay_s = 0;  // kStep: seconds after the step is reported
   std::string text;  // the event as written, e.g. "rand2@3-9:rand"
 
   // The resolved event, e.g. "nodes 2+5 at step 7 (snapshot)".

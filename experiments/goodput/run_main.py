@@ -6,8 +6,10 @@
 
 One job (experiments/torch/goodput_job.py, N=4 virtual nodes of one rank, --mib MiB of state
 per node, a --step-s step of accelerator compute, a gradient allreduce per step) under
-`memento launch`, with the same --failures node losses (steps and nodes drawn from --seed),
-in three set-ups:
+`memento launch`, with the same --failures node losses (nodes, and times within windows
+spread over the run, drawn from --seed; each set-up gets each loss at the same uniform
+point of its own failure-free timeline, so a loss falls into a checkpoint write as often
+as writes take the time, as failures that come at any time do), in three set-ups:
   remote-only, relaunch   every K steps each rank writes its state synchronously to an
                           emulated shared file system at its fair share of --fs-mibps
                           (--fs-mibps / N per node); a failure relaunches the job, which
@@ -19,15 +21,18 @@ steps (64 MiB at 64 MiB/s = 1 s = 20 steps of 50 ms by default).
 
 A failure-free run first measures the step as the job runs it (the compute plus the step's
 own overheads: allreduce, update, interpreter); the model gets that step time. Each set-up
-checkpoints at its own goodput-optimal interval: a first pass measures its costs
-(stall per save, time lost per failure by component); `memento advise` then gives the
-optimal save interval for those costs at the failure rate of the run (F failures over the
-run's compute), and --reps runs at that interval are measured. Reported per set-up: time
-lost per failure by component (the launcher's records), goodput = compute / wall of the
-training (from the first restore to the end), the model's prediction for the same F
-failures (wall = steps x step / (1 - stall share) + F x the model's cost of one failure;
-agreement: the prediction inside the range the repetitions measured, each repetition with
-failures of its own), and the ratios to the remote-only baseline. Results go to experiments/results/main_experiment.*.
+checkpoints at its own goodput-optimal interval: a first pass at a guessed interval
+measures its costs from two runs, one failure-free and one with the failures (what a save
+costs the wall, what a failure costs beyond its restore and the work redone: costs_of);
+`memento advise` then gives the optimal save interval for those costs at the failure rate
+of the run (F failures over the run's compute), and --reps runs at that interval are
+measured. Reported per set-up: time lost per failure by component (the launcher's
+records), goodput = compute / wall of the training (from the first restore to the end),
+the model's prediction from the calibration's costs for the same F failures (wall = steps
+x step / (1 - stall share) + F x the model's cost of one failure; agreement: the
+prediction inside the range the repetitions measured, each repetition with failures of
+its own), and the ratios to the remote-only baseline. Results go to
+experiments/results/main_experiment.*.
 """
 import argparse
 import json
@@ -118,12 +123,38 @@ def advise(a, setup, costs, save_every=None, mtbf_h=None):
     return j["remote_only"] if remote_only else j["schemes"][0]
 
 
-def costs_of(run, a):
+def mean_delay_s(inject):
+    """The mean of the delays of an --inject spec (NODES@STEP+Ds): work since the last
+    step report that a loss throws away, besides the steps the launcher counts."""
+    delays = [float(e.split("+")[-1][:-1]) if e.endswith("s") else 0.0
+              for e in inject.split(",") if e]
+    return sum(delays) / max(1, len(delays))
+
+
+def costs_of(run, free, a):
+    """The model's inputs measured from a set-up's calibration: `free`, a failure-free run
+    at the same interval, and `run`, one with the failures.
+      stall_s    what one save costs the training's wall: the failure-free run's wall
+                 beyond the steps, per save (the blocking stall plus the background
+                 work's share of the cores), at least the blocking stall;
+      restore_s  restore and re-protect as the launcher times them;
+      relaunch_s what one failure costs beyond the restore and the work redone, from the
+                 walls: (run - free) / F, less the steps the launcher counts as redone, the
+                 work since the last report that the loss threw away (the injection's
+                 delays) and restore_s; at least the launcher's detection + relaunch +
+                 rejoin. It takes in what a recovery slows down after it (on 2 cores, the
+                 replacement's re-protect and store pages compete with the training)."""
     pf = per_failure(run)
-    saves = max(1, run["saves"])
-    return {"relaunch_s": pf["detection"] + pf["relaunch"] + pf["rejoin"],
-            "restore_s": max(1e-3, pf["restore"] + pf["reprotect"]),
-            "stall_s": max(1e-4, run["stall_s"] / saves)}
+    f = max(1, run["failures"])
+    saves = max(1, a.steps // run["save_every"])
+    blocking = run["stall_s"] / max(1, run["saves"])
+    stall = max(blocking, (free["train_wall_s"] - a.steps * a.step_eff_s) / saves)
+    restore = max(1e-3, pf["restore"] + pf["reprotect"])
+    parts = pf["detection"] + pf["relaunch"] + pf["rejoin"]
+    whole = (run["train_wall_s"] - free["train_wall_s"]) / f
+    fixed = whole - pf["recompute"] - mean_delay_s(run.get("inject", "")) - restore
+    return {"relaunch_s": max(parts, fixed), "restore_s": restore, "stall_s": max(1e-4, stall),
+            "blocking_stall_s": blocking, "launcher_parts_s": parts}
 
 
 # Where failures are rare enough that none overlaps another's recovery (per node, hours).
@@ -146,14 +177,50 @@ def predict(a, setup, costs, save_every):
     return a.steps * a.step_s / wall, cost
 
 
-def schedule(a, seed):
+def draw_failures(a, seed):
+    """[(node, lo, hi, u)] per failure: a node, a window of progress (steps) around an even
+    spread over the run, and a uniform draw u in [0, 1) that places the loss in time within
+    that window (inject_for maps it onto each set-up's own timeline)."""
     rng = random.Random(seed)
     gap = a.steps // (a.failures + 1)
-    events = []
+    out = []
     for i in range(a.failures):
-        step = gap * (i + 1) + rng.randint(-gap // 4, gap // 4)
-        events.append("%d@%d" % (rng.randrange(NODES), step))
+        out.append((rng.randrange(NODES), gap * (i + 1) - gap // 4, gap * (i + 1) + gap // 4,
+                    rng.random()))
+    return out
+
+
+def inject_for(a, failures, save_every, save_s, reports_every_step):
+    """--inject for one set-up: each loss at the time u of the way through its window of
+    progress, on the set-up's failure-free timeline (steps of a.step_eff_s, a save of
+    save_s seconds after every save_every-th step), so that a loss falls anywhere in time,
+    into a checkpoint write as often as its share of the time, as the model assumes. Said
+    as the last step the job reported before that time plus a delay (NODES@STEP+Ds); the
+    job reports after every step (remote-only) or at every save (memento)."""
+    step = a.step_eff_s
+
+    def t_of(x):  # the failure-free time at which the job has done x steps (and their saves)
+        return x * step + (x // save_every) * save_s
+
+    events = []
+    for node, lo, hi, u in failures:
+        t = t_of(lo) + u * (t_of(hi) - t_of(lo))
+        s = lo
+        while t_of(s + 1) <= t:
+            s += 1
+        if not reports_every_step:
+            s -= s % save_every
+        s = max(s, save_every if not reports_every_step else 1)
+        delay = max(0.0, t - t_of(s))
+        events.append("%d@%d+%.3fs" % (node, s, delay) if delay >= 0.001 else "%d@%d" % (node, s))
     return ",".join(events)
+
+
+def setup_inject(a, setup, failures, save_every, save_s=None):
+    remote = setup.startswith("remote")
+    if save_s is None:
+        save_s = a.mib / (a.fs_mibps / NODES) if remote else 0.0
+    return inject_for(a, failures, save_every, save_s, reports_every_step=remote)
 
 
 def main():
@@ -174,11 +241,12 @@ def main():
     if a.from_results:
         report(a, *from_results(a))
         return
-    inject = schedule(a, a.seed)
+    failures = draw_failures(a, a.seed)
     write_s = a.mib / (a.fs_mibps / NODES)
     print("job: %d nodes x %d MiB, step %.3f s, %d steps; remote write %.2f s = %.0f steps; "
-          "failures %s (calibration)" % (NODES, a.mib, a.step_s, a.steps, write_s,
-                                         write_s / a.step_s, inject), flush=True)
+          "%d failures, each at a uniform time within its window" % (
+              NODES, a.mib, a.step_s, a.steps, write_s, write_s / a.step_s, a.failures),
+          flush=True)
     # The step as the job runs it, without failures or saves (one at the end).
     free = launch(a, "memento, relaunch", a.steps, "", "step time")
     a.step_eff_s = free["train_wall_s"] / a.steps
@@ -188,26 +256,36 @@ def main():
     plans = {}
     for setup in SETUPS:  # first pass: the set-up's costs at a first guess of the interval
         guess = 100 if setup.startswith("remote") else 10
+        clean = launch(a, setup, guess, "", "calibrate-free")
+        rows.append(clean)
+        inject = setup_inject(a, setup, failures, guess)
         run = launch(a, setup, guess, inject, "calibrate")
+        run["inject"] = inject
         rows.append(run)
-        costs = costs_of(run, a)
+        costs = costs_of(run, clean, a)
         plan = advise(a, setup, costs)
         plans[setup] = {"costs": costs, "save_every": plan["save_every_steps"],
                         "advise_goodput": plan["estimate"]["goodput"]}
-        print("%-22s calibrate (every %d): costs %s -> optimal every %d steps" % (
-            setup, guess, {k: round(v, 3) for k, v in costs.items()},
+        print("%-22s calibrate (every %d, %s): costs %s -> optimal every %d steps" % (
+            setup, guess, inject, {k: round(v, 3) for k, v in costs.items()},
             plan["save_every_steps"]), flush=True)
     measured = {s: [] for s in SETUPS}
     for rep in range(a.reps):
-        # Each repetition its own failures (the same for every set-up).
-        inject = schedule(a, a.seed + 1 + rep)
+        # Each repetition its own failures (the same draws for every set-up, placed on
+        # each one's own timeline).
+        failures = draw_failures(a, a.seed + 1 + rep)
         for setup in SETUPS:
-            run = launch(a, setup, plans[setup]["save_every"], inject, "rep%d" % rep)
+            every = plans[setup]["save_every"]
+            inject = setup_inject(a, setup, failures, every,
+                                  plans[setup]["costs"]["stall_s"] if setup.startswith("remote")
+                                  else None)
+            run = launch(a, setup, every, inject, "rep%d" % rep)
             run["inject"] = inject
             rows.append(run)
             measured[setup].append(run)
-            print("%-22s rep %d: goodput %.3f, lost per failure %.2f s" % (
-                setup, rep, run["goodput"], sum(per_failure(run).values())), flush=True)
+            print("%-22s rep %d (%s): goodput %.3f, lost per failure %.2f s" % (
+                setup, rep, inject, run["goodput"], sum(per_failure(run).values())),
+                flush=True)
     report(a, rows, plans, measured)
 
 
@@ -221,7 +299,11 @@ def from_results(a):
     rows = [{k: v for k, v in r.items() if k != "record"} for r in recs if r["record"] == "run"]
     measured = {s: [r for r in rows if r["setup"] == s and r["tag"].startswith("rep")]
                 for s in SETUPS}
-    plans = {s: {"save_every": measured[s][0]["save_every"]} for s in SETUPS}
+    plans = {}
+    for setup in SETUPS:
+        calib = {r["tag"]: r for r in rows if r["setup"] == setup and r["tag"].startswith("cal")}
+        plans[setup] = {"save_every": measured[setup][0]["save_every"],
+                        "costs": costs_of(calib["calibrate"], calib["calibrate-free"], a)}
     return rows, plans, measured
 
 
@@ -231,13 +313,14 @@ def report(a, rows, plans, measured):
     for setup in SETUPS:
         runs = measured[setup]
         goodputs = [r["goodput"] for r in runs]
-        costs = costs_of(runs[0], a)
-        costs = {k: statistics.median(costs_of(r, a)[k] for r in runs) for k in costs}
+        # The prediction from the calibration's costs alone, as memento advise made it.
+        costs = plans[setup]["costs"]
         pred, cost = predict(a, setup, costs, plans[setup]["save_every"])
         pf = {k: statistics.median(per_failure(r)[k] for r in runs) for k in per_failure(runs[0])}
         summary[setup] = {"save_every": plans[setup]["save_every"], "goodput": goodputs,
                           "goodput_median": statistics.median(goodputs),
                           "predicted": pred, "model_cost_per_failure_s": cost,
+                          "costs": costs,
                           "lost_per_failure": pf, "lost_per_failure_s": sum(pf.values()),
                           "agree": min(goodputs) <= pred <= max(goodputs)}
     base = summary[SETUPS[0]]

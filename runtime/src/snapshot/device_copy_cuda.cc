@@ -68,6 +68,13 @@ Result<std::vector<cudaEvent_t>*> PieceEvents(int gpu, size_t n) {
   return &events;
 }
 
+// Makes `stream` wait for `after` (null or never recorded: nothing to wait for).
+Status WaitFor(cudaStream_t stream, const DeviceFence* after) {
+  if (after == nullptr || after->event() == nullptr) return Status::Ok();
+  return CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),
+                    "cudaStreamWaitEvent on the producing stream");
+}
+
 thread_local bool t_runtime_thread = false;
 
 // Whether device `ordinal`'s primary context is active, asked of the driver
@@ -188,11 +195,7 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
   OnDevice on(gpu);
   MEMENTO_RETURN_IF_ERROR(on.status());
   MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
-  if (after != nullptr && after->event() != nullptr) {
-    MEMENTO_RETURN_IF_ERROR(
-        CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),
-                   "cudaStreamWaitEvent on the producing stream"));
-  }
+  MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
   MEMENTO_RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync"));
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -207,11 +210,7 @@ Status CopyFromDevice(uint8_t* dst, const uint8_t* src, size_t bytes, int gpu,
   OnDevice on(gpu);
   MEMENTO_RETURN_IF_ERROR(on.status());
   MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
-  if (after != nullptr && after->event() != nullptr) {
-    MEMENTO_RETURN_IF_ERROR(
-        CudaStatus(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after->event()), 0),
-                   "cudaStreamWaitEvent on the producing stream"));
-  }
+  MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
   const size_t pieces = (bytes + piece - 1) / piece;
   MEMENTO_ASSIGN_OR_RETURN(std::vector<cudaEvent_t>* events, PieceEvents(gpu, pieces));
   Status queued;

@@ -134,6 +134,9 @@ TEST_F(ResilientTest, OnlyConnectionsOpenedSinceAreShutDown) {
   EXPECT_EQ(ShutdownConnectionsSince(before), 2);  // both ends; the listener stays
   char c = 0;
   EXPECT_EQ(recv(peer, &c, 1, 0), 0);  // shut down: end of stream at once
+  // The write side stays open: a write does not fail with EPIPE (which gloo's
+  // asynchronous path would take as "write later" and never fail).
+  EXPECT_EQ(send(client, "x", 1, MSG_NOSIGNAL), 1);
   EXPECT_EQ(send(old_client, "x", 1, MSG_NOSIGNAL), 1);
   EXPECT_EQ(recv(old_peer, &c, 1, 0), 1);  // the older connection still works
   const int later = Connect(port);          // and the listener still accepts

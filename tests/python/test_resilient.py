@@ -79,6 +79,9 @@ def test_connections_opened_since_are_shut_down_listening_sockets_stay():
     peer, _ = server.accept()
     assert rs.shutdown_connections_since(before) == 2  # both ends are this process's
     assert client.recv(1) == b"" and peer.recv(1) == b""
+    # the write side stays open: no EPIPE (gloo's asynchronous path would take it as
+    # "write later" and never fail the send)
+    assert client.send(b"x") == 1
     late = socket.create_connection(server.getsockname())  # the listener still accepts
     server.accept()[0].close()
     for s in (late, client, peer, server):

@@ -285,7 +285,13 @@ int ShutdownConnectionsSince(const std::map<int, std::string>& before) {
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) != 0 || type != SOCK_STREAM) continue;
     ilen = sizeof(int);
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) != 0 || listening) continue;
-    if (shutdown(fd, SHUT_RDWR) == 0) ++count;  // fails when not connected (any more)
+    // The read side only: a blocked receive or wait then sees the end of the
+    // stream at once, and gloo closes the pair itself (its peer sees that).
+    // A write side shut down here would make gloo's next write fail with
+    // EPIPE, which its asynchronous path takes as "try later": an unbound
+    // send queued that way is never failed and blocks its collective for the
+    // whole group timeout.
+    if (shutdown(fd, SHUT_RD) == 0) ++count;  // fails when not connected (any more)
   }
   return count;
 }

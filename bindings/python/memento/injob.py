@@ -73,8 +73,12 @@ def _socket_inodes():
 
 
 def shutdown_connections_since(before):
-    """Shuts down (both ways, without closing the descriptors) the TCP connections opened
-    since `before` (a _socket_inodes() result); listening sockets stay. Returns how many."""
+    """Shuts down the read side (without closing the descriptors) of the TCP connections
+    opened since `before` (a _socket_inodes() result); listening sockets stay. Returns how
+    many. A blocked receive or wait sees the end of the stream at once and gloo closes the
+    pair itself. The write side stays: gloo's asynchronous path takes an EPIPE as "write
+    later", and an unbound send queued that way is never failed, blocking its collective
+    for the whole group timeout."""
     count = 0
     for fd, link in _socket_inodes().items():
         if before.get(fd) == link:
@@ -86,7 +90,7 @@ def shutdown_connections_since(before):
         try:
             if (s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM
                     and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
-                s.shutdown(socket.SHUT_RDWR)
+                s.shutdown(socket.SHUT_RD)
                 count += 1
         except OSError:
             pass  # not connected (any more)

@@ -108,8 +108,9 @@ void AdoptMembership(const Membership& m, int rank = -1);
 
 // {fd: "socket:[inode]"} of this process's sockets.
 std::map<int, std::string> SocketInodes();
-// Shuts down (both ways; the descriptors stay open) the TCP connections opened
-// since `before`; listening sockets stay. Returns how many.
+// Shuts down the read side of the TCP connections opened since `before` (the
+// descriptors stay open; writes still go out, see the definition for why);
+// listening sockets stay. Returns how many.
 int ShutdownConnectionsSince(const std::map<int, std::string>& before);
 
 }  // namespace memento::launch

@@ -22,16 +22,18 @@ steps (64 MiB at 64 MiB/s = 1 s = 20 steps of 50 ms by default).
 A failure-free run first measures the step as the job runs it (the compute plus the step's
 own overheads: allreduce, update, interpreter); the model gets that step time. Each set-up
 checkpoints at its own goodput-optimal interval: a first pass at a guessed interval
-measures its costs from two runs, one failure-free and one with the failures (what a save
-costs the wall, what a failure costs beyond its restore and the work redone: costs_of);
-`memento advise` then gives the optimal save interval for those costs at the failure rate
+measures its costs from --calibrations pairs of runs, each a failure-free run and one with
+failures of its own (what a save costs the wall, what a failure costs beyond its restore
+and the work redone: costs_of; the pairs' mean: one pair on 2 shared cores moved the
+prediction by +-7 %); `memento advise` then gives the optimal save interval for those costs at the failure rate
 of the run (F failures over the run's compute), and --reps runs at that interval are
 measured. Reported per set-up: time lost per failure by component (the launcher's
 records), goodput = compute / wall of the training (from the first restore to the end),
 the model's prediction from the calibration's costs for the same F failures (wall = steps
 x step / (1 - stall share) + F x the model's cost of one failure; agreement: the
 prediction inside the range the repetitions measured, each repetition with failures of
-its own), and the ratios to the remote-only baseline. Results go to
+its own; with the range of the predictions from each calibration pair alone), and the
+ratios to the remote-only baseline. Results go to
 experiments/results/main_experiment.*.
 """
 import argparse
@@ -157,6 +159,24 @@ def costs_of(run, free, a):
             "blocking_stall_s": blocking, "launcher_parts_s": parts}
 
 
+def mean_costs(costs):
+    """The mean of several calibrations' costs_of, field by field."""
+    return {k: statistics.fmean(c[k] for c in costs) for k in costs[0]}
+
+
+def calibration_pairs(rows, setup):
+    """{k: (failure-free run, failing run)} of a set-up's calibration rows (tags
+    "calibrate-free#k" and "calibrate#k"; "calibrate-free" and "calibrate" are pair 0)."""
+    pairs = {}
+    for r in rows:
+        if r["setup"] != setup or not r["tag"].startswith("calibrate"):
+            continue
+        kind, _, k = r["tag"].partition("#")
+        pairs.setdefault(int(k or 0), {})[kind] = r
+    return {k: (p["calibrate-free"], p["calibrate"]) for k, p in sorted(pairs.items())
+            if "calibrate-free" in p and "calibrate" in p}
+
+
 # Where failures are rare enough that none overlaps another's recovery (per node, hours).
 RARE_MTBF_H = 1e6
 
@@ -232,6 +252,8 @@ def main():
     p.add_argument("--step-s", type=float, default=0.05)
     p.add_argument("--fs-mibps", type=float, default=256, help="shared FS, all nodes")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--calibrations", type=int, default=3,
+                   help="pairs of calibration runs per set-up (failure-free, failing)")
     p.add_argument("--cli", default=os.path.join(ROOT, "build", "bindings", "cli", "memento"))
     p.add_argument("--out", default=os.path.join(ROOT, "experiments", "results",
                                                  "main_experiment.jsonl"))
@@ -254,21 +276,31 @@ def main():
         a.step_eff_s, a.step_s), flush=True)
     rows = [free]
     plans = {}
+    if a.calibrations < 1:
+        sys.exit("--calibrations must be at least 1")
     for setup in SETUPS:  # first pass: the set-up's costs at a first guess of the interval
         guess = 100 if setup.startswith("remote") else 10
-        clean = launch(a, setup, guess, "", "calibrate-free")
-        rows.append(clean)
-        inject = setup_inject(a, setup, failures, guess)
-        run = launch(a, setup, guess, inject, "calibrate")
-        run["inject"] = inject
-        rows.append(run)
-        costs = costs_of(run, clean, a)
+        each = []
+        for k in range(a.calibrations):
+            # Failures of their own for every pair; the repetitions' draws come after.
+            draws = failures if k == 0 else draw_failures(a, a.seed + 1000 + k)
+            clean = launch(a, setup, guess, "", "calibrate-free#%d" % k)
+            inject = setup_inject(a, setup, draws, guess)
+            run = launch(a, setup, guess, inject, "calibrate#%d" % k)
+            run["inject"] = inject
+            rows += [clean, run]
+            each.append(costs_of(run, clean, a))
+            print("%-22s calibrate %d (every %d, %s): costs %s" % (
+                setup, k, guess, inject, {n: round(v, 3) for n, v in each[-1].items()}),
+                flush=True)
+        costs = mean_costs(each)
         plan = advise(a, setup, costs)
-        plans[setup] = {"costs": costs, "save_every": plan["save_every_steps"],
+        plans[setup] = {"costs": costs, "each_costs": each,
+                        "save_every": plan["save_every_steps"],
                         "advise_goodput": plan["estimate"]["goodput"]}
-        print("%-22s calibrate (every %d, %s): costs %s -> optimal every %d steps" % (
-            setup, guess, inject, {k: round(v, 3) for k, v in costs.items()},
-            plan["save_every_steps"]), flush=True)
+        print("%-22s mean costs %s -> optimal every %d steps" % (
+            setup, {n: round(v, 3) for n, v in costs.items()}, plan["save_every_steps"]),
+            flush=True)
     measured = {s: [] for s in SETUPS}
     for rep in range(a.reps):
         # Each repetition its own failures (the same draws for every set-up, placed on
@@ -301,9 +333,9 @@ def from_results(a):
                 for s in SETUPS}
     plans = {}
     for setup in SETUPS:
-        calib = {r["tag"]: r for r in rows if r["setup"] == setup and r["tag"].startswith("cal")}
+        each = [costs_of(run, free, a) for free, run in calibration_pairs(rows, setup).values()]
         plans[setup] = {"save_every": measured[setup][0]["save_every"],
-                        "costs": costs_of(calib["calibrate"], calib["calibrate-free"], a)}
+                        "costs": mean_costs(each), "each_costs": each}
     return rows, plans, measured
 
 
@@ -316,25 +348,32 @@ def report(a, rows, plans, measured):
         # The prediction from the calibration's costs alone, as memento advise made it.
         costs = plans[setup]["costs"]
         pred, cost = predict(a, setup, costs, plans[setup]["save_every"])
+        # What each calibration pair alone would have predicted: the calibration's spread.
+        each = [predict(a, setup, c, plans[setup]["save_every"])[0]
+                for c in plans[setup]["each_costs"]]
         pf = {k: statistics.median(per_failure(r)[k] for r in runs) for k in per_failure(runs[0])}
         summary[setup] = {"save_every": plans[setup]["save_every"], "goodput": goodputs,
                           "goodput_median": statistics.median(goodputs),
                           "predicted": pred, "model_cost_per_failure_s": cost,
+                          "predicted_each_calibration": each,
                           "costs": costs,
                           "lost_per_failure": pf, "lost_per_failure_s": sum(pf.values()),
                           "agree": min(goodputs) <= pred <= max(goodputs)}
     base = summary[SETUPS[0]]
     print("\nsame final state in every run: %s" % ("yes" if len(digests) == 1 else digests))
-    print("%-22s %6s %8s %8s %8s %7s %8s %8s %8s %7s %9s %6s" % (
+    print("%-22s %6s %8s %8s %8s %7s %8s %8s %13s %8s %13s %7s %9s %6s" % (
         "set-up", "every", "lost/f s", "relaunch", "rejoin", "restore", "recomp", "goodput",
-        "predict", "error", "÷ remote", "agree"))
+        "measured", "predict", "per calib.", "error", "÷ remote", "agree"))
     for setup, s in summary.items():
         pf = s["lost_per_failure"]
-        print("%-22s %6d %8.2f %8.2f %8.2f %7.2f %8.2f %8.3f %8.3f %+6.1f%% %9.2f %6s" % (
-            setup, s["save_every"], s["lost_per_failure_s"], pf["relaunch"], pf["rejoin"],
-            pf["restore"], pf["recompute"], s["goodput_median"], s["predicted"],
-            100 * (s["predicted"] / s["goodput_median"] - 1),
-            s["goodput_median"] / base["goodput_median"], "yes" if s["agree"] else "NO"))
+        g, e = s["goodput"], s["predicted_each_calibration"]
+        print("%-22s %6d %8.2f %8.2f %8.2f %7.2f %8.2f %8.3f %6.3f-%.3f %8.3f %6.3f-%.3f "
+              "%+6.1f%% %9.2f %6s" % (
+                  setup, s["save_every"], s["lost_per_failure_s"], pf["relaunch"],
+                  pf["rejoin"], pf["restore"], pf["recompute"], s["goodput_median"], min(g),
+                  max(g), s["predicted"], min(e), max(e),
+                  100 * (s["predicted"] / s["goodput_median"] - 1),
+                  s["goodput_median"] / base["goodput_median"], "yes" if s["agree"] else "NO"))
     injob = summary["memento, in-job"]
     print("time lost per failure, in-job ÷ relaunch (memento): %.3f; goodput in-job ÷ "
           "remote-only: %.2f (model %.2f)" % (

@@ -85,6 +85,19 @@ class Costs(unittest.TestCase):
         run["train_wall_s"] = 50.0
         self.assertAlmostEqual(run_main.costs_of(run, free, a)["relaunch_s"], 2.1)
 
+    def test_calibration_pairs_and_their_mean(self):
+        rows = [{"setup": "s", "tag": t, "i": i} for i, t in enumerate(
+            ["calibrate-free", "calibrate", "calibrate-free#1", "calibrate#1", "calibrate#2",
+             "rep0"])] + [{"setup": "other", "tag": "calibrate#1", "i": 9}]
+        pairs = run_main.calibration_pairs(rows, "s")
+        # pair 0 from the tags without an index; pair 2 has no failure-free run: left out
+        self.assertEqual({k: (f["i"], r["i"]) for k, (f, r) in pairs.items()},
+                         {0: (0, 1), 1: (2, 3)})
+        mean = run_main.mean_costs([{"stall_s": 0.1, "relaunch_s": 2.0},
+                                    {"stall_s": 0.3, "relaunch_s": 4.0}])
+        self.assertAlmostEqual(mean["stall_s"], 0.2)
+        self.assertAlmostEqual(mean["relaunch_s"], 3.0)
+
 
 if __name__ == "__main__":
     unittest.main()

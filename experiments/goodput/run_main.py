@@ -24,7 +24,7 @@ own overheads: allreduce, update, interpreter); the model gets that step time. E
 checkpoints at its own goodput-optimal interval: a first pass at a guessed interval
 measures its costs from --calibrations pairs of runs, each a failure-free run and one with
 failures of its own (what a save costs the wall, what a failure costs beyond its restore
-and the work redone: costs_of; the pairs' mean: one pair on 2 shared cores moved the
+and the work redone: costs_of; the pairs' median: one pair on 2 shared cores moved the
 prediction by +-7 %); `memento advise` then gives the optimal save interval for those costs at the failure rate
 of the run (F failures over the run's compute), and --reps runs at that interval are
 measured. Reported per set-up: time lost per failure by component (the launcher's
@@ -159,9 +159,11 @@ def costs_of(run, free, a):
             "blocking_stall_s": blocking, "launcher_parts_s": parts}
 
 
-def mean_costs(costs):
-    """The mean of several calibrations' costs_of, field by field."""
-    return {k: statistics.fmean(c[k] for c in costs) for k in costs[0]}
+def median_costs(costs):
+    """The median of several calibrations' costs_of, field by field: one pair whose
+    failure-free run the shared cores slowed (a save's cost there is the wall beyond the
+    steps over a few saves) moves a mean by a second per save."""
+    return {k: statistics.median(c[k] for c in costs) for k in costs[0]}
 
 
 def calibration_pairs(rows, setup):
@@ -293,12 +295,12 @@ def main():
             print("%-22s calibrate %d (every %d, %s): costs %s" % (
                 setup, k, guess, inject, {n: round(v, 3) for n, v in each[-1].items()}),
                 flush=True)
-        costs = mean_costs(each)
+        costs = median_costs(each)
         plan = advise(a, setup, costs)
         plans[setup] = {"costs": costs, "each_costs": each,
                         "save_every": plan["save_every_steps"],
                         "advise_goodput": plan["estimate"]["goodput"]}
-        print("%-22s mean costs %s -> optimal every %d steps" % (
+        print("%-22s median costs %s -> optimal every %d steps" % (
             setup, {n: round(v, 3) for n, v in costs.items()}, plan["save_every_steps"]),
             flush=True)
     measured = {s: [] for s in SETUPS}
@@ -335,7 +337,7 @@ def from_results(a):
     for setup in SETUPS:
         each = [costs_of(run, free, a) for free, run in calibration_pairs(rows, setup).values()]
         plans[setup] = {"save_every": measured[setup][0]["save_every"],
-                        "costs": mean_costs(each), "each_costs": each}
+                        "costs": median_costs(each), "each_costs": each}
     return rows, plans, measured
 
 

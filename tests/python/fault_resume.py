@@ -109,7 +109,8 @@ def main():
         r = subprocess.run(full, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, timeout=900)
         lines = [l for l in r.stdout.splitlines() if l.strip()]
-        print("\n".join(lines[-25:]), flush=True)
+        # A failed run shows more: its first error is often far above the launcher's report.
+        print("\n".join(lines[-25:] if r.returncode == 0 else lines[-200:]), flush=True)
         return r.returncode, r.stdout
 
     tmp = tempfile.mkdtemp(prefix="memento-fr-")

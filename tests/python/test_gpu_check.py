@@ -12,6 +12,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu-check")
 BUILD = os.environ.get("MEMENTO_BUILD_DIR")
+# The round trip and the benchmark end their runs normally: with the defaults their node
+# stores are unlinked at close, not kept for a relaunch (conftest's reopening_resumes).
+FINISHED_RUN_DEFAULTS = True
 
 
 def summary(out):

@@ -29,11 +29,11 @@ prediction by +-7 %); `memento advise` then gives the optimal save interval for 
 costs at the failure rate of the run (F failures over the run's compute), and --reps runs
 at that interval are measured. Reported per set-up: time lost per failure by component
 (the launcher's records), goodput = compute / wall of the training (from the first
-restore to the end), the model's prediction from the calibration's costs for the same F failures (wall = steps
-x step / (1 - stall share) + F x the model's cost of one failure; agreement: the
-prediction inside the range the repetitions measured, each repetition with failures of
-its own; with the range of the predictions from each calibration pair alone), and the
-ratios to the remote-only baseline. Results go to
+restore to the end), the model's prediction from the calibration's costs for the same
+F failures (wall = steps x step / (1 - stall share) + F x the model's cost of one
+failure; agreement: the prediction inside the range the repetitions measured, each
+repetition with failures of its own; with the range of the predictions from each
+calibration pair alone), and the ratios to the remote-only baseline. Results go to
 experiments/results/main_experiment.*.
 """
 import argparse

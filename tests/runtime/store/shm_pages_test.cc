@@ -179,20 +179,27 @@ TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
     auto a = ShmSegment::Create("/a", bytes, 4096);
     auto b = ShmSegment::Create("/b", bytes, 4096);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
-    const Status wa = a->WaitReserved(), wb = b->WaitReserved();
+    // On a loaded machine /a's background reservation can fill its pages
+    // before /b's free-space check: then Create itself refuses, naming both.
+    if (!b.ok()) {
+      EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted) << b.status().ToString();
+      EXPECT_NE(b.status().ToString().find("segment /b needs"), std::string::npos)
+          << b.status().ToString();
+    }
+    const Status wa = a->WaitReserved();
+    const Status wb = b.ok() ? b->WaitReserved() : b.status();
     EXPECT_FALSE(wa.ok() && wb.ok());
     for (const auto& [w, seg] : {std::pair{wa, "/a"}, std::pair{wb, "/b"}}) {
       if (w.ok()) continue;
       EXPECT_EQ(w.code(), StatusCode::kResourceExhausted) << w.ToString();
       EXPECT_NE(w.ToString().find(std::string("segment ") + seg), std::string::npos)
           << w.ToString();
-      EXPECT_NE(w.ToString().find("full"), std::string::npos) << w.ToString();
+      if (b.ok()) EXPECT_NE(w.ToString().find("full"), std::string::npos) << w.ToString();
     }
   }
   // Unlinked, their parked mappings go too (a mapping keeps the mount busy).
   EXPECT_TRUE(ShmSegment::Unlink("/a").ok());
-  EXPECT_TRUE(ShmSegment::Unlink("/b").ok());
+  (void)ShmSegment::Unlink("/b");  // absent when Create refused it
   unsetenv("MEMENTO_SHM_DIR");
   EXPECT_EQ(umount(dir.c_str()), 0) << std::strerror(errno);
   EXPECT_EQ(rmdir(dir.c_str()), 0) << std::strerror(errno);

@@ -8,6 +8,47 @@
 
 namespace memento::placement {
 
+namespace {
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// The value order of two runs of digits: without their leading zeros, the
+// shorter is smaller, else the bytes decide. 0 when equal.
+int CompareNumbers(std::string_view a, std::string_view b) {
+  auto strip = [](std::string_view s) {
+    size_t z = 0;
+    while (z + 1 < s.size() && s[z] == '0') ++z;
+    return s.substr(z);
+  };
+  a = strip(a);
+  b = strip(b);
+  if (a.size() != b.size()) return a.size() < b.size() ? -1 : 1;
+  return a.compare(b);
+}
+
+}  // namespace
+
+bool NodeOrderLess(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (IsDigit(a[i]) && IsDigit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && IsDigit(a[ie])) ++ie;
+      while (je < b.size() && IsDigit(b[je])) ++je;
+      const int c = CompareNumbers(a.substr(i, ie - i), b.substr(j, je - j));
+      if (c != 0) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if (i < a.size() || j < b.size()) return j < b.size();  // a prefix comes first
+  return a < b;  // equal by value ("n01", "n1"): bytewise
+}
+
 Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {
   if (nodes.empty()) return Status::InvalidArgument("topology: no nodes");
   const bool racks = nodes[0].rack != kNoRack;
@@ -26,7 +67,9 @@ Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {
                                      "': either every node names a rack or none does");
     }
   }
-  auto by_identity = [](const NodeInfo& a, const NodeInfo& b) { return a.identity < b.identity; };
+  auto by_identity = [](const NodeInfo& a, const NodeInfo& b) {
+    return NodeOrderLess(a.identity, b.identity);
+  };
   if (!std::is_sorted(nodes.begin(), nodes.end(), by_identity)) {
     std::sort(nodes.begin(), nodes.end(), by_identity);
   }
@@ -91,7 +134,7 @@ bool Topology::uniform_ranks() const {
 std::optional<int> Topology::IndexOf(std::string_view identity) const {
   auto it = std::lower_bound(
       nodes_.begin(), nodes_.end(), identity,
-      [](const NodeInfo& n, std::string_view id) { return std::string_view(n.identity) < id; });
+      [](const NodeInfo& n, std::string_view id) { return NodeOrderLess(n.identity, id); });
   if (it == nodes_.end() || it->identity != identity) return std::nullopt;
   return static_cast<int>(it - nodes_.begin());
 }

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
 namespace memento::placement {
 namespace {
 
@@ -14,6 +19,44 @@ TEST(TopologyTest, SortsByIdentity) {
   EXPECT_EQ(t->IndexOf("hostz"), std::nullopt);
   EXPECT_TRUE(t->uniform_ranks());
   EXPECT_FALSE(t->has_racks());
+}
+
+TEST(TopologyTest, NumbersInIdentitiesSortByValue) {
+  // As a host list reads: vm/2 before vm/10, gpu-9 before gpu-10, the rack number first.
+  auto t = Topology::FromNodes({{"vm/10", 1}, {"vm/2", 1}, {"vm/1", 1}, {"vm/0", 1}});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->node(0).identity, "vm/0");
+  EXPECT_EQ(t->node(2).identity, "vm/2");
+  EXPECT_EQ(t->node(3).identity, "vm/10");
+  EXPECT_EQ(t->IndexOf("vm/10"), 3);
+  EXPECT_EQ(t->IndexOf("vm/3"), std::nullopt);
+  EXPECT_TRUE(NodeOrderLess("gpu-9", "gpu-10"));
+  EXPECT_TRUE(NodeOrderLess("r2-n30", "r10-n1"));
+  EXPECT_FALSE(NodeOrderLess("gpu-10", "gpu-9"));
+  EXPECT_TRUE(NodeOrderLess("gpu", "gpu-1"));                          // a prefix first
+  EXPECT_TRUE(NodeOrderLess("a-", "a0")) << "'-' < '0' in bytes";      // digit vs other byte
+  EXPECT_TRUE(NodeOrderLess("a9", "a:")) << "'9' < ':' in bytes";
+  EXPECT_TRUE(NodeOrderLess("node99999999999999999999", "node100000000000000000000"));
+  // Equal by value, distinct names: both kept, in byte order.
+  EXPECT_TRUE(NodeOrderLess("n01", "n1"));
+  EXPECT_FALSE(NodeOrderLess("n1", "n01"));
+  EXPECT_FALSE(NodeOrderLess("n1", "n1"));
+  auto padded = Topology::FromNodes({{"n1", 1}, {"n01", 1}, {"n001", 1}});
+  ASSERT_TRUE(padded.ok());
+  EXPECT_EQ(padded->IndexOf("n1"), 2);
+  EXPECT_EQ(padded->IndexOf("n001"), 0);
+  // A strict total order on a mixed set: sorted once, every pair agrees with the positions.
+  std::vector<std::string> names = {"a", "a0", "a00", "a1", "a01", "a10", "a9", "a-1", "a:",
+                                    "b", "10", "9", "09", "", "x1y2", "x1y10", "x01y3", "x1",
+                                    "host.rack3.n7", "host.rack3.n12", "host.rack12.n1"};
+  std::mt19937 rng(7);
+  std::shuffle(names.begin(), names.end(), rng);
+  std::sort(names.begin(), names.end(), NodeOrder());
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t j = 0; j < names.size(); ++j) {
+      EXPECT_EQ(NodeOrderLess(names[i], names[j]), i < j) << names[i] << " vs " << names[j];
+    }
+  }
 }
 
 TEST(TopologyTest, RejectsBadNodes) {

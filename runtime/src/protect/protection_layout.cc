@@ -16,8 +16,8 @@ Result<ProtectionLayout> ProtectionLayout::Build(const std::string& scheme_text,
                                                  const std::vector<uint64_t>& entry_bytes) {
   ProtectionLayout pl;
   MEMENTO_ASSIGN_OR_RETURN(pl.scheme_, placement::Scheme::Parse(scheme_text));
-  // Distinct identities, sorted; their ranks.
-  std::map<std::string, std::vector<int>> ranks_of;
+  // Distinct identities in natural order (gpu-9 before gpu-10); their ranks.
+  std::map<std::string, std::vector<int>, placement::NodeOrder> ranks_of;
   for (size_t r = 0; r < records.size(); ++r) ranks_of[records[r].identity].push_back(int(r));
   const int n = static_cast<int>(ranks_of.size());
   pl.num_nodes_ = n;

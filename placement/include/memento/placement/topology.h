@@ -2,6 +2,8 @@
 //
 // Nodes are numbered 0..N-1 in the order of their sorted identities (host names or
 // MEMENTO_NODE), so that the numbering survives restarts regardless of MPI rank order.
+// Identities sort in natural order (NodeOrderLess): runs of digits compare by their
+// value, so gpu-9 comes before gpu-10 and vm/2 before vm/10, as a host list reads.
 // Each node runs `ranks` ranks ("lanes" 0..ranks-1, the local rank index). A node may name
 // a rack (a higher failure domain); group formation then avoids two nodes of one rack in
 // one group when the racks allow it (see group_layout.h).
@@ -19,6 +21,16 @@
 namespace memento::placement {
 
 inline constexpr int kNoRack = -1;
+
+// Natural order of node identities: a name is read as runs of digits and runs of other
+// bytes; runs of other bytes compare bytewise, runs of digits by their value, and a run of
+// digits before any other byte that is not a digit the way its first digit would. Names
+// equal in that reading ("n01" and "n1") keep their bytewise order, so this is a strict
+// total order: equal only for equal strings. O(length).
+bool NodeOrderLess(std::string_view a, std::string_view b);
+struct NodeOrder {
+  bool operator()(std::string_view a, std::string_view b) const { return NodeOrderLess(a, b); }
+};
 
 struct NodeInfo {
   std::string identity;  // unique, non-empty: host name or MEMENTO_NODE

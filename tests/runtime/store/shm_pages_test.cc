@@ -194,7 +194,9 @@ TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
       EXPECT_EQ(w.code(), StatusCode::kResourceExhausted) << w.ToString();
       EXPECT_NE(w.ToString().find(std::string("segment ") + seg), std::string::npos)
           << w.ToString();
-      if (b.ok()) EXPECT_NE(w.ToString().find("full"), std::string::npos) << w.ToString();
+      if (b.ok()) {
+        EXPECT_NE(w.ToString().find("full"), std::string::npos) << w.ToString();
+      }
     }
   }
   // Unlinked, their parked mappings go too (a mapping keeps the mount busy).

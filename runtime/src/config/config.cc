@@ -43,6 +43,7 @@ constexpr char kNodeMtbf[] = "MEMENTO_NODE_MTBF_H";
 constexpr char kShmDir[] = "MEMENTO_SHM_DIR";
 constexpr char kResumeFinished[] = "MEMENTO_RESUME_FINISHED";
 constexpr char kKeepFinished[] = "MEMENTO_KEEP_FINISHED";
+constexpr char kTransportDevice[] = "MEMENTO_TRANSPORT_DEVICE";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
 constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0.5";
 // Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
@@ -283,7 +284,7 @@ const std::vector<std::string>& Config::VariableNames() {
       kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
       kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
       kBackgroundReprotect, kShmDir,
-      kResumeFinished,      kKeepFinished, kRemoteFormat, kRestoreFrom};
+      kResumeFinished,      kKeepFinished, kRemoteFormat, kRestoreFrom, kTransportDevice};
   return names;
 }
 
@@ -318,6 +319,9 @@ Status Config::Validate() const {
   if (slots < 2 || slots > 64) return Bad(kSlots, std::to_string(slots), "2..64");
   if (remote_format != "memento" && remote_format != "dcp") {
     return Bad(kRemoteFormat, remote_format, "memento or dcp");
+  }
+  if (device_transport != "off" && device_transport != "auto" && device_transport != "nccl") {
+    return Bad(kTransportDevice, device_transport, "off, auto or nccl");
   }
   if (persist_every < 0) {
     return Bad(kPersistEvery, std::to_string(persist_every), "0 (never) or a positive integer");
@@ -367,6 +371,12 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
         return Bad(var, value, "memento (memento's rank files) or dcp (torch.distributed.checkpoint)");
       }
       c.remote_format = value;
+    } else if (var == kTransportDevice) {
+      if (value != "off" && value != "auto" && value != "nccl") {
+        return Bad(var, value,
+                   "off (default), auto (NCCL when every rank has GPU tensors) or nccl");
+      }
+      c.device_transport = value;
     } else if (var == kRestoreFrom) {
       if (value.find('\0') != std::string::npos) return Bad(var, value, "a directory");
       c.restore_from = value;
@@ -516,6 +526,7 @@ std::string Config::ToString() const {
   os << kJob << "=" << job << " " << kNode << "=" << node << " " << kRanksPerNode << "="
      << ranks_per_node << " " << kScheme << "=" << scheme << " " << kSlots << "=" << slots << " "
      << kRemote << "=" << remote_dir << " " << kRemoteFormat << "=" << remote_format << " "
+     << kTransportDevice << "=" << device_transport << " "
      << kPersistEvery << "=" << persist_every << " "
      << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level) << " "
      << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout

@@ -175,6 +175,7 @@ Status Checkpointer::Impl::Prepare() {
   int lane = -1;
   MEMENTO_RETURN_IF_ERROR(LearnTopology(&lane));
   MEMENTO_RETURN_IF_ERROR(GatherCatalogs(lane));
+  MEMENTO_RETURN_IF_ERROR(SetUpDeviceLink());
   const auto t1 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
   const auto t2 = Clock::now();

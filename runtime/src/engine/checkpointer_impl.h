@@ -84,6 +84,11 @@ class Checkpointer::Impl {
   std::vector<uint8_t> EncodeOwnCatalog(int lane) const;
   std::vector<std::vector<uint8_t>> gathered_catalogs_;  // per rank, until GatherCatalogs
   Status OpenStore(int lane);
+  // With Config::device_transport auto or nccl: where every rank can, wraps
+  // transport_ in a DeviceRoutedTransport over an NCCL link (one AllTrue, then
+  // the link's own collectives); where one cannot, logs why and goes on over
+  // transport_. Before the stages are built, which take transport_.
+  Status SetUpDeviceLink();
   // The elastic restore (recovery/elastic_restorer.h), then the snapshot of
   // the restored version under the new topology, protected and committed in
   // the background; the set-aside stores are released when it commits.

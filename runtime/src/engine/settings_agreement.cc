@@ -29,6 +29,7 @@ Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(const std::
       {"MEMENTO_ELASTIC", c.elastic ? "1" : "0"},
       {"MEMENTO_BACKGROUND_REPROTECT", c.background_reprotect ? "1" : "0"},
       {"MEMENTO_RESUME_FINISHED", c.resume_finished ? "1" : "0"},
+      {"MEMENTO_TRANSPORT_DEVICE", c.device_transport},
   };
   std::string record;
   for (const auto& [name, value] : mine) record += value + '\n';

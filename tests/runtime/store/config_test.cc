@@ -55,8 +55,11 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_RESUME_FINISHED", "1"},
                             {"MEMENTO_KEEP_FINISHED", "1"},
                             {"MEMENTO_REMOTE_FORMAT", "dcp"},
-                            {"MEMENTO_RESTORE_FROM", "/ckpt/step-100"}});
+                            {"MEMENTO_RESTORE_FROM", "/ckpt/step-100"},
+                            {"MEMENTO_TRANSPORT_DEVICE", "nccl"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->device_transport, "nccl");
+  EXPECT_EQ(Config().device_transport, "off") << "the default";
   EXPECT_EQ(c->remote_format, "dcp");
   EXPECT_EQ(Config().remote_format, "memento") << "the default";
   EXPECT_EQ(c->restore_from, "/ckpt/step-100");
@@ -81,7 +84,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
   EXPECT_EQ(c->shm_dir, "/mnt/huge-shm");  // FromMap checks the form only, FromEnv the directory
-  EXPECT_EQ(Config::VariableNames().size(), 22u);
+  EXPECT_EQ(Config::VariableNames().size(), 23u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -101,6 +104,7 @@ TEST(Config, BadValuesNameTheVariable) {
       {"MEMENTO_SCHEME", "xor:0"},
       {"MEMENTO_SCHEME", "rs:4"},
       {"MEMENTO_SCHEME", "rs:4+"},
+      {"MEMENTO_TRANSPORT_DEVICE", "gpu"},
       {"MEMENTO_SLOTS", "1"},
       {"MEMENTO_SLOTS", "two"},
       {"MEMENTO_PERSIST_EVERY", "-3"},

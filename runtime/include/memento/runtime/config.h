@@ -107,6 +107,15 @@ struct Config {
   // `memento clean` agree); CheckShmDir() checks this field against it.
   std::string shm_dir;
 
+  // MEMENTO_TRANSPORT_DEVICE. off (default) | auto | nccl: whether protect
+  // and recovery messages of at least 256 KiB go between the ranks' GPUs over
+  // NCCL (device_link.h), the rest staying on the job's transport. auto and
+  // nccl use it when this build has NCCL and every rank has tensors on a GPU
+  // (its first such GPU hosts the link's staging); otherwise the job runs on
+  // its transport alone (nccl logs a warning saying why). Every rank must
+  // give the same value.
+  std::string device_transport = "off";
+
   // MEMENTO_PERSIST_EVERY. Every P-th committed version (counted by Save
   // calls that commit) is streamed to the remote tier in the background.
   // Default 10; 0 = never. Smaller P bounds the work lost when memory cannot

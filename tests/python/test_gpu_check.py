@@ -39,6 +39,13 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
         assert name in steps, "no %s step in %s" % (name, steps)
         assert steps[name][0] == 0, (name, steps[name])
     gpu = torch.cuda.is_available()
+    # The NCCL link's two-rank test: built where configure found nccl.h.
+    nccl = steps["tests.nccl_link_np2"]
+    if os.path.exists(os.path.join(BUILD, "tests", "cuda", "memento_cuda_nccl_tests")):
+        assert nccl[0] == 0 and "failed=0" in nccl[1], nccl
+        assert ("skipped=0" if gpu else "passed=0 failed=0 skipped=2") in nccl[1], nccl
+    else:
+        assert nccl[0] == 127 and "no nccl.h" in nccl[1], nccl
     engine = steps["tests.engine_cuda"][1]
     # Every CUDA test either ran or reported itself skipped; none failed.
     assert "failed=0" in engine and ("skipped=0" if gpu else "passed=0") in engine, engine

@@ -340,6 +340,18 @@ def test_settings_keywords_and_typed_errors(job):
     with pytest.raises(memento.InvalidArgumentError,
                        match="MEMENTO_SHM_DIR='/dev/shm/memento-py-elsewhere'.*environment"):
         memento.Checkpointer(job=job, shm_dir="/dev/shm/memento-py-elsewhere")
+    # The device transport: a bad value is named; asked for where it cannot run (CPU
+    # tensors, or no GPU), the job runs over its own transport.
+    with pytest.raises(ValueError, match="MEMENTO_TRANSPORT_DEVICE"):
+        memento.Checkpointer(job=job, transport_device="gpu")
+    with memento.Checkpointer(job=job, transport_device="nccl") as ck:
+        assert "MEMENTO_TRANSPORT_DEVICE=nccl" in ck.config
+        t = torch.arange(4.0)
+        ck.register("t", t)
+        ck.save(1)
+        ck.wait()
+        t.zero_()
+        assert ck.restore() == 1 and torch.equal(t, torch.arange(4.0))
     for name in ["NotFoundError", "CorruptionError", "TimeoutError", "UnavailableError",
                  "ResourceExhaustedError", "FailedPreconditionError"]:
         cls = getattr(memento, name)

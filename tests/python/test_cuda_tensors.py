@@ -105,3 +105,23 @@ def test_snapshot_waits_for_the_current_non_default_stream(job):
     torch.cuda.synchronize()
     assert torch.equal(w, torch.full_like(w, 7.0))
     ck.close()
+
+
+def test_a_job_with_the_nccl_device_transport_saves_and_restores_on_the_gpu(job):
+    """MEMENTO_TRANSPORT_DEVICE=nccl with CUDA tensors: the link is made (its own NCCL
+    communicator, here of one rank) and the job saves and restores bit-exact."""
+    torch.cuda.set_device(0)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    tensors = {"w": random_tensor(5 * (1 << 20) + 3, torch.float32, gen)}
+    expect = raw(tensors["w"])
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0,
+                              transport_device="nccl")
+    assert "MEMENTO_TRANSPORT_DEVICE=nccl" in ck.config
+    ck.register(**tensors)
+    ck.save(1)
+    ck.wait()
+    overwrite(tensors["w"])
+    assert int(ck.restore()) == 1
+    torch.cuda.synchronize()
+    ck.close()
+    assert torch.equal(raw(tensors["w"]), expect)

@@ -46,7 +46,7 @@ bool NodeOrderLess(std::string_view a, std::string_view b) {
     }
   }
   if (i < a.size() || j < b.size()) return j < b.size();  // a prefix comes first
-  return a < b;  // equal by value ("n01", "n1"): bytewise
+  return a < b;                                           // equal by value ("n01", "n1"): bytewise
 }
 
 Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {

@@ -5,6 +5,8 @@
 // them for two hosts (it refuses two ranks of one host on one GPU) and joins
 // them over its network transport. On a machine without a GPU every case
 // reports itself skipped with the reason.
+#include "memento/runtime/nccl_link.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +20,6 @@
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/device_link.h"
 #include "memento/runtime/mpi_transport.h"
-#include "memento/runtime/nccl_link.h"
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
@@ -28,9 +29,9 @@ namespace {
 
 std::shared_ptr<Transport> g_transport;
 
-#define CUDA_OK(expr)                                                       \
-  do {                                                                      \
-    cudaError_t err_ = (expr);                                              \
+#define CUDA_OK(expr)                                                          \
+  do {                                                                         \
+    cudaError_t err_ = (expr);                                                 \
     ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
   } while (0)
 
@@ -96,8 +97,7 @@ TEST_F(NcclLinkTest, MessagesBothWaysArriveBitExact) {
   EXPECT_EQ(c.received_messages, 3u);
   std::printf("[ rank %d ] NCCL link: %llu B sent, %llu B received, staging %zu B on GPU %d\n", me,
               static_cast<unsigned long long>(c.sent_bytes),
-              static_cast<unsigned long long>(c.received_bytes), (*link)->staging_bytes(),
-              device_);
+              static_cast<unsigned long long>(c.received_bytes), (*link)->staging_bytes(), device_);
 }
 
 // The engine with device buffers on both ranks (replica:2, a node each):
@@ -116,8 +116,7 @@ TEST_F(NcclLinkTest, ALostNodesDeviceShardComesBackOverTheLink) {
     for (size_t e = 0; e < bytes.size(); ++e) {
       std::vector<uint8_t> host(bytes[e]);
       for (size_t i = 0; i < host.size(); ++i) host[i] = Byte(me, step * 10 + int(e), i);
-      ASSERT_EQ(cudaMemcpy(bufs[e], host.data(), host.size(), cudaMemcpyHostToDevice),
-                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(bufs[e], host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
     }
   };
   Config config;

@@ -24,11 +24,16 @@ static_assert(sizeof(Frame) == 24, "the frame is 24 bytes on the wire");
 
 const char* KindName(uint32_t kind) {
   switch (kind) {
-    case kInline: return "inline";
-    case kDevice: return "device";
-    case kReady: return "ready";
-    case kGo: return "go";
-    default: return "unknown";
+    case kInline:
+      return "inline";
+    case kDevice:
+      return "device";
+    case kReady:
+      return "ready";
+    case kGo:
+      return "go";
+    default:
+      return "unknown";
   }
 }
 
@@ -156,8 +161,7 @@ Status DeviceRoutedTransport::LinkSend(int peer, int tag, uint64_t seq, const vo
   return Status::Ok();
 }
 
-Status DeviceRoutedTransport::LinkRecv(int peer, int tag, uint64_t seq, void* data,
-                                       size_t bytes) {
+Status DeviceRoutedTransport::LinkRecv(int peer, int tag, uint64_t seq, void* data, size_t bytes) {
   Status s;
   if (rank() < peer) {
     // The sender announced the message and waits for "go".
@@ -215,9 +219,9 @@ Status DeviceRoutedTransport::AwaitControl(int peer, uint32_t kind, int tag, uin
                                       std::string(KindName(kind)) + "' from " + Where(peer, tag));
     }
     if (*got != sizeof(f) || (f.kind != kReady && f.kind != kGo)) {
-      return Status::Corruption("device-routed transport: a handshake of " +
-                                std::to_string(*got) + " bytes, kind " + KindName(f.kind) +
-                                ", from rank " + std::to_string(peer));
+      return Status::Corruption("device-routed transport: a handshake of " + std::to_string(*got) +
+                                " bytes, kind " + KindName(f.kind) + ", from rank " +
+                                std::to_string(peer));
     }
     box.arrived.emplace(std::make_tuple(f.kind, f.tag, f.seq, static_cast<int>(f.bytes)), 0);
   }

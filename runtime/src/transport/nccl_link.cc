@@ -21,7 +21,8 @@ namespace {
 struct Nccl {
   ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
   ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
-  ncclResult_t (*send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
+  ncclResult_t (*send)(const void*, size_t, ncclDataType_t, int, ncclComm_t,
+                       cudaStream_t) = nullptr;
   ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
@@ -53,8 +54,9 @@ const Nccl& LoadNccl() {
                      sym("ncclCommGetAsyncError", &n.comm_get_async_error) &&
                      sym("ncclGetErrorString", &n.get_error_string);
     n.loaded = all ? Status::Ok()
-                   : Status::FailedPrecondition("NCCL: libnccl.so.2 lacks ncclSend / ncclRecv "
-                                                "(NCCL 2.7 or later is needed)");
+                   : Status::FailedPrecondition(
+                         "NCCL: libnccl.so.2 lacks ncclSend / ncclRecv "
+                         "(NCCL 2.7 or later is needed)");
     return n;
   }();
   return nccl;
@@ -168,8 +170,7 @@ class NcclLink : public DeviceLink {
                              : ncclSuccess;
       } else {
         r = nccl.recv(halves[b], n, ncclUint8, peer, comm_, stream_);
-        e = r == ncclSuccess ? cudaMemcpyAsync(host + off, halves[b], n, cudaMemcpyDefault,
-                                               stream_)
+        e = r == ncclSuccess ? cudaMemcpyAsync(host + off, halves[b], n, cudaMemcpyDefault, stream_)
                              : cudaSuccess;
       }
       if (e != cudaSuccess) return Fail(CudaError(e, "cudaMemcpyAsync"));
@@ -198,13 +199,12 @@ class NcclLink : public DeviceLink {
       ncclResult_t async = ncclSuccess;
       if (LoadNccl().comm_get_async_error(comm_, &async) == ncclSuccess && async != ncclSuccess &&
           async != ncclInProgress) {
-        return Fail(Status::Unavailable(std::string("NCCL: ") +
-                                        LoadNccl().get_error_string(async) + " with rank " +
-                                        std::to_string(peer)));
+        return Fail(Status::Unavailable(std::string("NCCL: ") + LoadNccl().get_error_string(async) +
+                                        " with rank " + std::to_string(peer)));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return Fail(Status::Timeout("NCCL: no progress with rank " + std::to_string(peer) +
-                                    " in " + std::to_string(options_.timeout.count()) + " ms"));
+        return Fail(Status::Timeout("NCCL: no progress with rank " + std::to_string(peer) + " in " +
+                                    std::to_string(options_.timeout.count()) + " ms"));
       }
       if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

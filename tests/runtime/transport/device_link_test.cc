@@ -204,8 +204,8 @@ TEST(DeviceRoutedTransport, TrafficBetweenEveryPairAtOnceNeverDeadlocks) {
             std::vector<uint8_t> got(bytes);
             auto n = g.ranks[r]->Recv(p, tag, got.data(), got.size());
             if (!n.ok() || *n != bytes || got != Message(p, r, k + 100 * tag, bytes)) {
-              ADD_FAILURE() << "rank " << r << " from " << p << " tag " << tag << " message "
-                            << k << ": " << (n.ok() ? "wrong bytes" : n.status().ToString());
+              ADD_FAILURE() << "rank " << r << " from " << p << " tag " << tag << " message " << k
+                            << ": " << (n.ok() ? "wrong bytes" : n.status().ToString());
               ++bad;
             }
           }

@@ -23,7 +23,7 @@
 namespace memento::runtime {
 
 struct NcclLinkOptions {
-  size_t staging_bytes = size_t{16} << 20;  // both halves
+  size_t staging_bytes = size_t{16} << 20;    // both halves
   std::chrono::milliseconds timeout{300000};  // a transfer without progress for this long fails
 };
 

@@ -45,8 +45,9 @@ bool NodeOrderLess(std::string_view a, std::string_view b) {
       ++j;
     }
   }
-  if (i < a.size() || j < b.size()) return j < b.size();  // a prefix comes first
-  return a < b;                                           // equal by value ("n01", "n1"): bytewise
+  // A prefix comes first; names equal by value ("n01", "n1") go bytewise.
+  if (i < a.size() || j < b.size()) return j < b.size();
+  return a < b;
 }
 
 Result<Topology> Topology::FromNodes(std::vector<NodeInfo> nodes) {

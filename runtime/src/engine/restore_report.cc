@@ -76,6 +76,7 @@ std::string RestoreReport::ToJson() const {
                     {"bytes_received", stats.reprotect_bytes_received},
                     {"bytes_received_per_node", stats.reprotect_bytes_received_per_node}};
   j["protection"] = protection;
+  j["seals_exchanges"] = stats.seals_exchanges;
   j["seconds"] = {{"inventory", stats.inventory_s},
                   {"plan", stats.plan_s},
                   {"transfer", stats.transfer_s},

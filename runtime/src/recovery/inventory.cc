@@ -100,6 +100,10 @@ void AppendHeldSeals(const NodeStore& store, int slot, const ProtectionLayout& l
 
 Result<SealsByOwner> ExchangeSeals(Transport* transport, const std::vector<uint8_t>& mine) {
   MEMENTO_ASSIGN_OR_RETURN(auto all, transport->Allgather(mine.data(), mine.size()));
+  return DecodeSeals(all);
+}
+
+Result<SealsByOwner> DecodeSeals(const std::vector<std::vector<uint8_t>>& all) {
   SealsByOwner out;
   for (const auto& raw : all) {
     MEMENTO_ASSIGN_OR_RETURN(auto records, wire::DecodeSealsRecords(raw));

@@ -54,5 +54,7 @@ void AppendHeldSeals(const NodeStore& store, int slot, const ProtectionLayout& l
 // Collective: one allgather of every rank's seals records; the seals of every
 // owner some rank vouched for (undecodable records are skipped).
 Result<SealsByOwner> ExchangeSeals(Transport* transport, const std::vector<uint8_t>& mine);
+// The same from records already gathered (one per rank).
+Result<SealsByOwner> DecodeSeals(const std::vector<std::vector<uint8_t>>& all);
 
 }  // namespace memento::runtime

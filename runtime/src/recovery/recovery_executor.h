@@ -158,6 +158,14 @@ class RecoveryExecutor {
   void ChooseLineage(const std::vector<wire::Inventory>& theirs);
   Result<placement::RecoveryPlan> Plan();                  // 2
   Status GatherEntrySeals();                               // 3 (collective part)
+  // The seals records this rank vouches for in `version` of `lineage_`
+  // (GatherEntrySeals' contribution): its own entries' sealed crc32c and the
+  // verified seals regions it keeps for peers.
+  std::vector<uint8_t> SealsRecordsFor(uint64_t version, uint64_t lineage) const;
+  // Whether every rank's contribution for the plan's version came with the
+  // inventory (its guess was that version, or it holds none of it), so that
+  // GatherEntrySeals needs no collective. Every rank decides alike.
+  bool GuessesCoverPlan() const;
   Status TransferAndRestore();                             // 3
   // Where this rank's rebuilt shard lands (landed_): a lost node's rank
   // lands it in its registered host buffers (its store is new, its pages
@@ -266,6 +274,16 @@ class RecoveryExecutor {
   std::optional<int> my_slot_;
   std::vector<Transfer> transfers_;
   SealsByOwner seals_of_;
+  // Per rank, from the inventory's allgather: the version (0: none) and
+  // lineage whose seals records it sent along (its newest committed one, the
+  // plan's usual choice), those records, and every (version, lineage) for
+  // which it has any to give.
+  struct SealsGuess {
+    uint64_t version = 0, lineage = 0;
+    std::vector<uint8_t> records;
+    std::vector<std::pair<uint64_t, uint64_t>> vouches;
+  };
+  std::vector<SealsGuess> guesses_;
   std::vector<ReduceChain> chains_;
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries

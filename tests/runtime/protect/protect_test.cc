@@ -131,6 +131,9 @@ TEST_P(MinimalReprotectTest, RebuildsOnlyWhatWasLostAndSurvivesTheNextFailure) {
   ASSERT_EQ(reports.size(), static_cast<size_t>(n));
   uint64_t reprotect_sent = 0;
   for (const auto& rep : reports) {
+    // The survivors' newest committed version is the one restored: its entry
+    // seals came with the inventory, no allgather of their own.
+    EXPECT_EQ(rep.stats.seals_exchanges, 0) << rep.ToJson();
     EXPECT_EQ(rep.stats.reprotect_mode, "minimal") << rep.ToJson();
     reprotect_sent += rep.stats.reprotect_bytes_sent;
   }
@@ -472,6 +475,8 @@ TEST_P(SealsLostTest, AVersionWhoseSealsAreLostGivesWayToAnOlderOneInMemory) {
             std::string::npos)
       << reports[0].ToString();
   EXPECT_EQ(reports[0].ToString().find("marked bad"), std::string::npos) << reports[0].ToString();
+  // v2 was every survivor's guess: the seals of v1 took an allgather of their own.
+  for (const auto& rep : reports) EXPECT_EQ(rep.stats.seals_exchanges, 1) << rep.ToJson();
 }
 
 // Node 1's copy of node 0 (the planner's first pick: lowest index) fails its

@@ -43,6 +43,10 @@ struct RestoreStats {
   uint64_t reprotect_bytes_sent = 0;
   uint64_t reprotect_bytes_received = 0;
   std::vector<uint64_t> reprotect_bytes_received_per_node;
+  // Allgathers of entry seals the restore ran: 0 when every rank's seals of
+  // the version restored came with the inventory (its newest committed one,
+  // the usual case), one per attempt of the plan otherwise.
+  int seals_exchanges = 0;
   double inventory_s = 0;  // phase times on this rank
   double plan_s = 0;
   double transfer_s = 0;  // fetch + decode + copy into buffers

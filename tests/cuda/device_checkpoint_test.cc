@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/node_identity.h"
@@ -31,20 +32,11 @@ uint8_t Pattern(int rank, uint64_t step, size_t entry, size_t i) {
 // Odd sizes, one larger than a chunk, one smaller, one of several chunks.
 const std::vector<size_t> kEntryBytes = {3 * 65536 + 17, 333, 1 << 20};
 
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    cudaError_t err_ = (expr);                                             \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
 class DeviceCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-      cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device on this machine";
-    }
+    SKIP_WITHOUT_GPU(&devices);
     job_ = "cuda-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
            "-" + testing::ProcessTag();
     for (char& c : job_) {
@@ -205,9 +197,12 @@ enum class Fence { kLegacyDefault, kOwnStream, kCallersEvent };
 
 const char* FenceName(Fence f) {
   switch (f) {
-    case Fence::kLegacyDefault: return "LegacyDefault";
-    case Fence::kOwnStream: return "NonBlockingStream";
-    case Fence::kCallersEvent: return "CallersEvent";
+    case Fence::kLegacyDefault:
+      return "LegacyDefault";
+    case Fence::kOwnStream:
+      return "NonBlockingStream";
+    case Fence::kCallersEvent:
+      return "CallersEvent";
   }
   return "Unknown";
 }
@@ -229,8 +224,7 @@ TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
   }
   if (fence == Fence::kOwnStream) cks_[0]->SetDeviceStream(stream);
   CUDA_OK(cudaLaunchHostFunc(
-      stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
-      nullptr));
+      stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr));
   for (size_t e = 0; e < kEntryBytes.size(); ++e) {
     CUDA_OK(cudaMemsetAsync(bufs_[0][e], 0x5A, kEntryBytes[e], stream));
   }

@@ -17,23 +17,19 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/device_link.h"
 #include "memento/runtime/mpi_transport.h"
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
+#include "transport/mpi_test_main.h"
 
 namespace memento::runtime {
 namespace {
 
 std::shared_ptr<Transport> g_transport;
-
-#define CUDA_OK(expr)                                                          \
-  do {                                                                         \
-    cudaError_t err_ = (expr);                                                 \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
-  } while (0)
 
 uint8_t Byte(int rank, int k, size_t i) { return static_cast<uint8_t>(rank * 37 + k * 11 + i * 7); }
 
@@ -41,10 +37,7 @@ class NcclLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-      cudaGetLastError();
-      GTEST_SKIP() << "no CUDA device on this machine";
-    }
+    SKIP_WITHOUT_GPU(&devices);
     device_ = g_transport->rank() % devices;
     ASSERT_TRUE(NcclLinkUsable().ok()) << NcclLinkUsable().ToString();
   }
@@ -180,24 +173,12 @@ TEST_F(NcclLinkTest, ALostNodesDeviceShardComesBackOverTheLink) {
 }  // namespace memento::runtime
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto t = memento::runtime::CreateMpiTransport();
-  if (!t.ok()) {
-    std::fprintf(stderr, "CreateMpiTransport: %s\n", t.status().ToString().c_str());
-    return 1;
-  }
-  memento::runtime::g_transport = *t;
-  // Before NCCL starts: a host of its own per rank (see the top of the file).
-  const std::string host = "memento-nccl-test-" + std::to_string((*t)->rank());
-  setenv("NCCL_HOSTID", host.c_str(), 1);
-  // Two "hosts" on one machine meet over NCCL's socket transport on loopback.
-  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
-  setenv("NCCL_IB_DISABLE", "1", 0);
-  if ((*t)->rank() != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  memento::runtime::g_transport.reset();
-  return rc;
+  return memento::runtime::RunMpiTests(argc, argv, &memento::runtime::g_transport, [](int rank) {
+    // Before NCCL starts: a host of its own per rank (see the top of the
+    // file); the two "hosts" meet over NCCL's socket transport on loopback.
+    const std::string host = "memento-nccl-test-" + std::to_string(rank);
+    setenv("NCCL_HOSTID", host.c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_IB_DISABLE", "1", 0);
+  });
 }

@@ -3,24 +3,15 @@
 #include <cstring>
 #include <utility>
 
+#include "transport/wire.h"
+
 namespace memento::runtime {
 
 namespace {
 
-enum Kind : uint32_t { kInline = 1, kDevice = 2, kReady = 3, kGo = 4 };
-
-// The frame in front of every message (and every handshake). Host byte
-// order: both ends run the same build on the same kind of machine. A
-// handshake names its transfer by (tag, seq, the transfer's sending rank) in
-// tag, seq and bytes: the two directions between a pair number their
-// messages apart, so (tag, seq) alone would match a "go" to the wrong one.
-struct Frame {
-  uint32_t kind = 0;
-  int32_t tag = 0;
-  uint64_t seq = 0;
-  uint64_t bytes = 0;
-};
-static_assert(sizeof(Frame) == 24, "the frame is 24 bytes on the wire");
+using Frame = wire::DeviceFrame;
+constexpr uint32_t kInline = wire::kDeviceInline, kDevice = wire::kDeviceBytes,
+                   kReady = wire::kDeviceReady, kGo = wire::kDeviceGo;
 
 const char* KindName(uint32_t kind) {
   switch (kind) {

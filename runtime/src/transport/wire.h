@@ -104,6 +104,25 @@ struct PieceHeader {
 };
 static_assert(sizeof(PieceHeader) == 24, "wire format");
 
+// Precedes every message of a DeviceRoutedTransport (device_link.h) on the
+// wrapped transport, and is each of its handshakes: kind (DeviceFrameKind),
+// the message's tag, the sender's sequence number on (peer, tag), and bytes
+// (inline and device: the message's length; handshakes: the rank that sends
+// the transfer, since the two directions of a pair number their messages apart).
+enum DeviceFrameKind : uint32_t {
+  kDeviceInline = 1,  // the payload follows the frame
+  kDeviceBytes = 2,   // the payload comes over the link
+  kDeviceReady = 3,   // the receiver is there (to a lower-numbered sender)
+  kDeviceGo = 4,      // the lower-numbered rank opened the transfer
+};
+struct DeviceFrame {
+  uint32_t kind = 0;
+  int32_t tag = 0;
+  uint64_t seq = 0;
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(DeviceFrame) == 24, "wire format");
+
 // ---- records -------------------------------------------------------------------------------
 
 // Persist record of one rank: u64 version, u8 state (0 failed, 1 written,

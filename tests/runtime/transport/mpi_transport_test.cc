@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "transport/mpi_test_main.h"
+
 namespace memento::runtime {
 namespace {
 
@@ -235,19 +237,5 @@ TEST_F(MpiTransportTest, ADroppedReceiveThatMatchedAnOversizedMessageLeavesTheTr
 }  // namespace memento::runtime
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto t = memento::runtime::CreateMpiTransport();
-  if (!t.ok()) {
-    fprintf(stderr, "CreateMpiTransport: %s\n", t.status().ToString().c_str());
-    return 1;
-  }
-  memento::runtime::g_transport = *t;
-  if (memento::runtime::g_transport->rank() != 0) {
-    // Only rank 0 prints; every rank's failures still fail its exit code.
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  memento::runtime::g_transport.reset();  // finalizes MPI (we initialized it)
-  return rc;
+  return memento::runtime::RunMpiTests(argc, argv, &memento::runtime::g_transport);
 }

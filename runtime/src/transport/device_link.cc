@@ -1,5 +1,6 @@
 #include "memento/runtime/device_link.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -28,6 +29,26 @@ const char* KindName(uint32_t kind) {
   }
 }
 
+// Room for a frame and `payload` bytes: the thread's own buffer for messages
+// under 256 KiB (kept for the next one), one of its own (freed with it) for a
+// large message to oneself.
+class FrameBuffer {
+ public:
+  explicit FrameBuffer(size_t payload) : buffer_(payload < (size_t{256} << 10) ? &Small() : &own_) {
+    buffer_->resize(sizeof(Frame) + payload);
+  }
+  uint8_t* data() { return buffer_->data(); }
+  size_t size() const { return buffer_->size(); }
+
+ private:
+  static std::vector<uint8_t>& Small() {
+    thread_local std::vector<uint8_t> small;
+    return small;
+  }
+  std::vector<uint8_t> own_;
+  std::vector<uint8_t>* buffer_;
+};
+
 std::string Where(int peer, int tag) {
   return "rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
 }
@@ -36,7 +57,9 @@ std::string Where(int peer, int tag) {
 
 DeviceRoutedTransport::DeviceRoutedTransport(std::shared_ptr<Transport> inner,
                                              std::shared_ptr<DeviceLink> link, size_t min_bytes)
-    : ForwardingTransport(std::move(inner)), link_(std::move(link)), min_bytes_(min_bytes) {
+    : ForwardingTransport(std::move(inner)),
+      link_(std::move(link)),
+      min_bytes_(std::max<size_t>(min_bytes, 1)) {
   boxes_.resize(static_cast<size_t>(size()));
   for (auto& b : boxes_) b = std::make_unique<ControlBox>();
 }
@@ -65,8 +88,7 @@ Status DeviceRoutedTransport::CheckTag(int peer, int tag) const {
 Status DeviceRoutedTransport::Send(int peer, int tag, const void* data, size_t bytes) {
   MEMENTO_RETURN_IF_ERROR(CheckTag(peer, tag));
   if (bytes < min_bytes_ || peer == rank()) {
-    thread_local std::vector<uint8_t> buffer;
-    buffer.resize(sizeof(Frame) + bytes);
+    FrameBuffer buffer(bytes);
     Frame f;
     f.kind = kInline;
     f.tag = tag;
@@ -93,8 +115,7 @@ Result<size_t> DeviceRoutedTransport::Recv(int peer, int tag, void* data, size_t
   MEMENTO_RETURN_IF_ERROR(CheckTag(peer, tag));
   // Inline messages from a peer are shorter than min_bytes (from oneself, any length).
   const size_t most = peer == rank() ? capacity : std::min(capacity, min_bytes_ - 1);
-  thread_local std::vector<uint8_t> buffer;
-  buffer.resize(sizeof(Frame) + most);
+  FrameBuffer buffer(most);
   MEMENTO_ASSIGN_OR_RETURN(size_t got,
                            ForwardingTransport::Recv(peer, tag, buffer.data(), buffer.size()));
   Frame f;

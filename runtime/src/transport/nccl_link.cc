@@ -89,7 +89,7 @@ class NcclLink : public DeviceLink {
 
   ~NcclLink() override {
     DeviceScope scope(device_);
-    if (comm_ != nullptr) {
+    if (comm_ != nullptr && !comm_aborted_) {
       if (broken_.load()) {
         (void)LoadNccl().comm_abort(comm_);
       } else {
@@ -138,9 +138,7 @@ class NcclLink : public DeviceLink {
 
   void Abort() override {
     aborted_.store(true);
-    std::lock_guard<std::mutex> lock(abort_mu_);
-    if (comm_ != nullptr && !broken_.exchange(true)) (void)LoadNccl().comm_abort(comm_);
-    comm_aborted_ = true;
+    (void)Fail(Status::Unavailable("NCCL link: aborted (the group is gone)"));
   }
 
   std::string name() const override { return "nccl"; }
@@ -151,7 +149,10 @@ class NcclLink : public DeviceLink {
   // and queue them on the link's stream: chunk k's copy and its NCCL call use
   // half k % 2, so a chunk's copy waits only for the chunk two before it.
   Status Move(int peer, bool send, uint8_t* host, size_t bytes) {
-    if (broken_.load()) return Status::Unavailable("NCCL link: " + broken_reason_);
+    if (broken_.load()) {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      return Status::Unavailable("NCCL link: " + broken_reason_);
+    }
     DeviceScope scope(device_);
     if (scope.status() != cudaSuccess) return Fail(CudaError(scope.status(), "cudaSetDevice"));
     const Nccl& nccl = LoadNccl();
@@ -164,6 +165,13 @@ class NcclLink : public DeviceLink {
       if (k >= 2) MEMENTO_RETURN_IF_ERROR(WaitFor(done_[b], peer));
       cudaError_t e;
       ncclResult_t r;
+      // Enqueued under the abort lock: Abort / Fail on another thread never
+      // frees the communicator under an NCCL call.
+      std::unique_lock<std::mutex> lock(abort_mu_);
+      if (comm_aborted_) {
+        lock.unlock();
+        return Fail(Status::Unavailable("NCCL link: aborted (the group is gone)"));
+      }
       if (send) {
         e = cudaMemcpyAsync(halves[b], host + off, n, cudaMemcpyDefault, stream_);
         r = e == cudaSuccess ? nccl.send(halves[b], n, ncclUint8, peer, comm_, stream_)
@@ -173,6 +181,7 @@ class NcclLink : public DeviceLink {
         e = r == ncclSuccess ? cudaMemcpyAsync(host + off, halves[b], n, cudaMemcpyDefault, stream_)
                              : cudaSuccess;
       }
+      lock.unlock();
       if (e != cudaSuccess) return Fail(CudaError(e, "cudaMemcpyAsync"));
       if (r != ncclSuccess) {
         return Fail(Status::Unavailable(std::string("NCCL: ") + (send ? "ncclSend" : "ncclRecv") +
@@ -195,10 +204,15 @@ class NcclLink : public DeviceLink {
       const cudaError_t q = cudaEventQuery(event);
       if (q == cudaSuccess) return Status::Ok();
       if (q != cudaErrorNotReady) return Fail(CudaError(q, "cudaEventQuery"));
-      if (aborted_.load()) return Fail(Status::Unavailable("aborted (the group is gone)"));
       ncclResult_t async = ncclSuccess;
-      if (LoadNccl().comm_get_async_error(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress) {
+      bool gone = aborted_.load();
+      {
+        std::lock_guard<std::mutex> lock(abort_mu_);
+        gone = gone || comm_aborted_;
+        if (!gone) (void)LoadNccl().comm_get_async_error(comm_, &async);
+      }
+      if (gone) return Fail(Status::Unavailable("NCCL link: aborted (the group is gone)"));
+      if (async != ncclSuccess && async != ncclInProgress) {
         return Fail(Status::Unavailable(std::string("NCCL: ") + LoadNccl().get_error_string(async) +
                                         " with rank " + std::to_string(peer)));
       }

@@ -179,16 +179,12 @@ Status Checkpointer::Impl::Prepare() {
   const auto t1 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
   const auto t2 = Clock::now();
-  if (continued_ && continued_->lineage != 0) {
-    lineage_ = continued_->lineage;
-  } else {
-    MEMENTO_RETURN_IF_ERROR(StartLineage());
-  }
+  lineage_ = continued_ && continued_->lineage != 0 ? continued_->lineage : drawn_lineage_;
   BuildStages();
   if (LogEnabled(LogLevel::kDebug)) {
     char line[160];
     std::snprintf(line, sizeof(line),
-                  "prepare: settings, topology and catalogs %.3f s, store %.3f s, lineage and "
+                  "prepare: settings, topology, lineage and catalogs %.3f s, store %.3f s, "
                   "stages %.3f s",
                   std::chrono::duration<double>(t1 - t0).count(),
                   std::chrono::duration<double>(t2 - t1).count(), SecondsSince(t2));
@@ -259,13 +255,16 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
       }
     }
   }
-  // This rank's entries ride along (GatherCatalogs): the record's length,
-  // the record, the catalog.
+  // This rank's entries ride along (GatherCatalogs), and its draw of the
+  // run's lineage (rank 0's is taken): the lineage, the record's length, the
+  // record, the catalog.
   const std::vector<uint8_t> rec = wire::EncodeRankRecord(record);
   const std::vector<uint8_t> cat = EncodeOwnCatalog(lane);
+  const uint64_t draw = DrawLineage();
   const uint32_t length = static_cast<uint32_t>(rec.size());
-  std::vector<uint8_t> blob(sizeof(length));
-  std::memcpy(blob.data(), &length, sizeof(length));
+  std::vector<uint8_t> blob(sizeof(draw) + sizeof(length));
+  std::memcpy(blob.data(), &draw, sizeof(draw));
+  std::memcpy(blob.data() + sizeof(draw), &length, sizeof(length));
   blob.insert(blob.end(), rec.begin(), rec.end());
   blob.insert(blob.end(), cat.begin(), cat.end());
   MEMENTO_ASSIGN_OR_RETURN(auto records_raw, transport_->Allgather(blob.data(), blob.size()));
@@ -273,12 +272,18 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   gathered_catalogs_.clear();
   for (size_t i = 0; i < records_raw.size(); ++i) {
     const std::vector<uint8_t>& raw = records_raw[i];
+    uint64_t drawn = 0;
     uint32_t n = 0;
-    if (raw.size() >= sizeof(n)) std::memcpy(&n, raw.data(), sizeof(n));
-    if (raw.size() < sizeof(n) || raw.size() - sizeof(n) < n) {
+    constexpr size_t kHead = sizeof(drawn) + sizeof(n);
+    if (raw.size() >= kHead) {
+      std::memcpy(&drawn, raw.data(), sizeof(drawn));
+      std::memcpy(&n, raw.data() + sizeof(drawn), sizeof(n));
+    }
+    if (raw.size() < kHead || raw.size() - kHead < n) {
       return Status::Corruption("rank " + std::to_string(i) + "'s topology record is cut short");
     }
-    const auto begin = raw.begin() + sizeof(n);
+    if (i == 0) drawn_lineage_ = drawn;
+    const auto begin = raw.begin() + kHead;
     MEMENTO_ASSIGN_OR_RETURN(RankRecord r,
                              wire::DecodeRankRecord(std::vector<uint8_t>(begin, begin + n)));
     records.push_back(std::move(r));
@@ -604,7 +609,8 @@ double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_.load
 // kUnprotected by a re-protect (task or version) that failed.
 Protection Checkpointer::Impl::ProtectionState() const { return protection_state_.load(); }
 
-Result<RestoreReport> Checkpointer::Impl::RestoreNewest() {
+Result<RestoreReport> Checkpointer::Impl::RestoreNewest(
+    std::optional<FinishedRun>* finished_check) {
   MEMENTO_RETURN_IF_ERROR(Prepare());
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
@@ -648,9 +654,22 @@ Result<RestoreReport> Checkpointer::Impl::RestoreNewest() {
   // this run's own.
   const uint64_t own_lineage = lineage_;
   parts.lineage = &lineage_;
+  bool finished_refused = false;  // the finished-run check ruled the restore out
+  if (finished_check != nullptr) {
+    parts.rider = FinishedViewRecord();
+    parts.on_gathered = [this, finished_check,
+                         &finished_refused](const std::vector<std::vector<uint8_t>>& all) {
+      Result<std::optional<FinishedRun>> check = DecideFinishedRun(all);
+      finished_refused = !check.ok();
+      if (!check.ok()) return check.status();
+      *finished_check = *check;
+      return Status::Ok();
+    };
+  }
   run->executor = std::make_unique<RecoveryExecutor>(std::move(parts));
   Result<RestoreReport> restored = run->executor->Run();
   if (!restored.ok()) lineage_ = own_lineage;
+  if (finished_refused) return restored;
   if (restored.ok() && run->executor->reprotect_deferred()) {
     protection_state_ = Protection::kReprotecting;
     committer_->SubmitTask([this, run] {

@@ -49,7 +49,7 @@ class Checkpointer::Impl {
   Status WaitSnapshot();
   Status Wait();
   Status WaitPersist();
-  Result<RestoreReport> Restore();  // finish.cc: the finished-run check, then RestoreNewest
+  Result<RestoreReport> Restore();  // finish.cc: RestoreNewest with the finished-run check
   Status Finish();                  // finish.cc
   std::optional<uint64_t> LatestCommitted() const;
   RunPosition Position() const { return {lineage_, LatestCommitted()}; }
@@ -96,14 +96,22 @@ class Checkpointer::Impl {
   // succeeded (the restore did without it).
   Result<RestoreReport> DroppingSetAside(Result<RestoreReport> restored);
   Result<RestoreReport> RestoreElastic();
-  // Restore of the newest run's newest version (the body of Restore once a
-  // finished run is ruled out).
-  Result<RestoreReport> RestoreNewest();
-  // finish.cc. Collective (one allgather): the finished run a Restore must
-  // pass over (NotFound, logged) or, with Config::resume_finished, resume
-  // (returned: its marks are removed once the restore succeeded); nullopt
-  // when the newest run did not finish.
+  // Restore of the newest run's newest version. With `finished_check`, the
+  // finished-run check (DecideFinishedRun) rides on the restore's inventory
+  // allgather and its outcome lands there (its NotFound is returned as is);
+  // null: the check was made before (CheckFinishedRun).
+  Result<RestoreReport> RestoreNewest(std::optional<FinishedRun>* finished_check);
+  // finish.cc. Collective (one allgather of FinishedViewRecord), then
+  // DecideFinishedRun.
   Result<std::optional<FinishedRun>> CheckFinishedRun();
+  // This rank's record for the finished-run check.
+  std::vector<uint8_t> FinishedViewRecord() const;
+  // From every rank's record: the finished run a Restore must pass over
+  // (NotFound, logged) or, with Config::resume_finished, resume (returned:
+  // its marks are removed once the restore succeeded); nullopt when the
+  // newest run did not finish.
+  Result<std::optional<FinishedRun>> DecideFinishedRun(
+      const std::vector<std::vector<uint8_t>>& all);
   // This rank's mark and its store's newest (lineage, version), from its own
   // store and the stores an elastic restore set aside; rank 0 adds the
   // remote tier's.
@@ -114,8 +122,9 @@ class Checkpointer::Impl {
   // a version commits (the restored one, or a later one if it failed: Restore
   // waited for every earlier version, so no older one can commit then).
   void ReleaseAsideStores(uint64_t committed);
-  // A fresh lineage for this run, the same on every rank (one allgather).
-  Status StartLineage();
+  // A fresh lineage for this run; rank 0's is taken by every rank
+  // (LearnTopology's allgather carries it).
+  static uint64_t DrawLineage();
   void BuildStages();
   std::vector<uint64_t> EntryBytes() const;
   // Starts the pipeline for `version` (the Save path minus its argument
@@ -165,6 +174,7 @@ class Checkpointer::Impl {
   // restored version's after a Restore (application thread; read by the
   // commit thread only through versions it is handed).
   uint64_t lineage_ = 0;
+  uint64_t drawn_lineage_ = 0;  // rank 0's DrawLineage, from LearnTopology
   std::optional<RunPosition> continued_;  // ContinueRun: the run Prepare continues
   // The last version a Save started (reset by a Restore): Finish marks the
   // run only when it committed. Application thread.

@@ -1,5 +1,5 @@
 // A run's start and end under one job id: its lineage, drawn when it first
-// saves or restores; Checkpointer::Finish, and what a later Restore makes of
+// saves or restores (Prepare); Checkpointer::Finish, and what a later Restore makes of
 // it: a run that finished normally is marked so, in its node stores and on
 // the remote tier, and a later run under the same job id starts fresh
 // instead of continuing it, unless Config::resume_finished.
@@ -15,20 +15,15 @@
 
 namespace memento::runtime {
 
-Status Checkpointer::Impl::StartLineage() {
-  // Rank 0's start time (ns), its low bits random: distinct per run and
-  // growing with the time a run started, which is how Restore picks the newest.
+uint64_t Checkpointer::Impl::DrawLineage() {
+  // Rank 0's draw is the run's (it travels with Prepare's topology records):
+  // its start time (ns), the low bits random, distinct per run and growing
+  // with the time a run started, which is how Restore picks the newest.
   const uint64_t now = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::system_clock::now().time_since_epoch())
           .count());
-  const uint64_t mine = (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
-  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
-  if (all.empty() || all[0].size() != sizeof(lineage_)) {
-    return Status::Internal("Prepare: malformed lineage from rank 0");
-  }
-  std::memcpy(&lineage_, all[0].data(), sizeof(lineage_));
-  return Status::Ok();
+  return (now & ~uint64_t{0xFFFF}) | (std::random_device()() & 0xFFFF) | 1;
 }
 
 namespace {
@@ -78,8 +73,15 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   // issues a version's collectives).
   (void)Wait();
   if (persister_) (void)persister_->WaitIdle();
-  MEMENTO_ASSIGN_OR_RETURN(std::optional<FinishedRun> resumed, CheckFinishedRun());
-  Result<RestoreReport> restored = RestoreNewest();
+  std::optional<FinishedRun> resumed;
+  Result<RestoreReport> restored = Status::Internal("Restore: not run");
+  if (elastic_) {
+    MEMENTO_ASSIGN_OR_RETURN(resumed, CheckFinishedRun());
+    restored = RestoreNewest(nullptr);
+  } else {
+    // The check's records ride on the restore's inventory allgather.
+    restored = RestoreNewest(&resumed);
+  }
   if (restored.ok()) {
     last_started_.reset();
     if (resumed) ClearFinishedMarks(*resumed);
@@ -110,7 +112,7 @@ void Checkpointer::Impl::LocalFinishedView(std::optional<FinishedRun>* mark,
   }
 }
 
-Result<std::optional<FinishedRun>> Checkpointer::Impl::CheckFinishedRun() {
+std::vector<uint8_t> Checkpointer::Impl::FinishedViewRecord() const {
   std::optional<FinishedRun> mark;
   std::optional<RunVersion> newest;
   LocalFinishedView(&mark, &newest);
@@ -121,7 +123,18 @@ Result<std::optional<FinishedRun>> Checkpointer::Impl::CheckFinishedRun() {
     mine.newest_lineage = newest->first;
     mine.newest_version = newest->second;
   }
-  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(&mine, sizeof(mine)));
+  const auto* p = reinterpret_cast<const uint8_t*>(&mine);
+  return std::vector<uint8_t>(p, p + sizeof(mine));
+}
+
+Result<std::optional<FinishedRun>> Checkpointer::Impl::CheckFinishedRun() {
+  const std::vector<uint8_t> mine = FinishedViewRecord();
+  MEMENTO_ASSIGN_OR_RETURN(auto all, transport_->Allgather(mine.data(), mine.size()));
+  return DecideFinishedRun(all);
+}
+
+Result<std::optional<FinishedRun>> Checkpointer::Impl::DecideFinishedRun(
+    const std::vector<std::vector<uint8_t>>& all) {
   std::optional<FinishedRun> finished;
   std::optional<RunVersion> run_newest;
   for (const auto& raw : all) {

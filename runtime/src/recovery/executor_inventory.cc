@@ -1,7 +1,8 @@
 // The restore's first step (RecoveryExecutor): every rank's inventory in one
-// allgather, with the entry seals of its newest committed version, and the
-// entry seals of the planned version (taken from that allgather when every
-// rank's came along, else gathered on their own).
+// allgather, with the caller's rider (the engine's finished-run view) and the
+// entry seals of its newest committed version, and the entry seals of the
+// planned version (taken from that allgather when every rank's came along,
+// else gathered on their own).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -15,9 +16,10 @@
 namespace memento::runtime {
 
 Status RecoveryExecutor::TakeInventory() {
-  // The inventory, then the seals records of this rank's newest committed
-  // version, which the plan usually restores: GatherEntrySeals then needs no
-  // collective of its own. Layout: u32 inventory length, the inventory, u64
+  // The inventory, the caller's rider, then the seals records of this rank's
+  // newest committed version, which the plan usually restores:
+  // GatherEntrySeals then needs no collective of its own. Layout: u32
+  // inventory length, the inventory, u32 rider length, the rider, u64
   // version, u64 lineage, u32 count and count x (u64 version, u64 lineage) of
   // the versions this rank vouches for, the records.
   const wire::Inventory inventory = MyInventory();
@@ -43,8 +45,11 @@ Status RecoveryExecutor::TakeInventory() {
   };
   const uint32_t inv_len = static_cast<uint32_t>(inv.size());
   const uint32_t count = static_cast<uint32_t>(guess.vouches.size());
+  const uint32_t rider_len = static_cast<uint32_t>(parts_.rider.size());
   put(&inv_len, sizeof(inv_len));
   put(inv.data(), inv.size());
+  put(&rider_len, sizeof(rider_len));
+  put(parts_.rider.data(), parts_.rider.size());
   put(&guess.version, sizeof(uint64_t));
   put(&guess.lineage, sizeof(uint64_t));
   put(&count, sizeof(count));
@@ -55,6 +60,7 @@ Status RecoveryExecutor::TakeInventory() {
   put(guess.records.data(), guess.records.size());
   MEMENTO_ASSIGN_OR_RETURN(auto all, parts_.transport->Allgather(blob.data(), blob.size()));
   std::vector<wire::Inventory> theirs(all.size());
+  std::vector<std::vector<uint8_t>> riders(all.size());
   guesses_.assign(all.size(), SealsGuess());
   for (int node = 0; node < pl_.num_nodes(); ++node) {
     for (int lane = 0; lane < pl_.lanes(); ++lane) {
@@ -77,6 +83,11 @@ Status RecoveryExecutor::TakeInventory() {
                                   node, lane));
         at += len;
       }
+      ok = ok && get(&len, sizeof(len)) && raw.size() - at >= len;
+      if (ok) {
+        riders[rank].assign(raw.begin() + at, raw.begin() + at + len);
+        at += len;
+      }
       ok = ok && get(&g.version, sizeof(uint64_t)) && get(&g.lineage, sizeof(uint64_t)) &&
            get(&vouched, sizeof(vouched)) && (raw.size() - at) / 16 >= vouched;
       for (uint32_t k = 0; ok && k < vouched; ++k) {
@@ -91,6 +102,7 @@ Status RecoveryExecutor::TakeInventory() {
       g.records.assign(raw.begin() + at, raw.end());
     }
   }
+  if (parts_.on_gathered) MEMENTO_RETURN_IF_ERROR(parts_.on_gathered(riders));
   ChooseLineage(theirs);
   return Status::Ok();
 }

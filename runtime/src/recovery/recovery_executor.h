@@ -53,6 +53,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +99,12 @@ class RecoveryExecutor {
     // Held while the background re-protect still reads the registered
     // buffers (a lost node's rank restored into them); may be null.
     std::shared_ptr<BufferHold> buffers;
+    // The caller's own record, carried by the inventory's allgather (one
+    // collective less per restore); `on_gathered` gets every rank's, in rank
+    // order, before the plan. An error it returns ends Run (every rank sees
+    // the same records, so every rank ends alike). May be empty.
+    std::vector<uint8_t> rider;
+    std::function<Status(const std::vector<std::vector<uint8_t>>&)> on_gathered;
   };
   explicit RecoveryExecutor(Parts parts);
   ~RecoveryExecutor();

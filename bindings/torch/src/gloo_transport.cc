@@ -412,6 +412,8 @@ class GlooTransport final : public Transport {
     }
   }
 
+  bool Aborted() const override { return broken_.load(); }
+
   // Registers `work` as waited for (Abort aborts it) for its lifetime.
   class Waiting {
    public:

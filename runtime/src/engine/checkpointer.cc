@@ -197,9 +197,19 @@ Status Checkpointer::Impl::Prepare() {
 
 Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   const int rank = transport_->rank();
-  // Node identities of every rank: this rank's lane and node index.
+  // Node identities of every rank: this rank's lane and node index. When
+  // this rank's lane is known without them (ranks per node set, or the
+  // launcher's LOCAL_RANK) and no elastic set-aside comes first, its
+  // topology record travels with the settings; when every rank's did, no
+  // allgather of the records follows.
   node_ = NodeIdentity(config_, rank);
-  MEMENTO_ASSIGN_OR_RETURN(const std::vector<std::string> identities, AgreeOnSettings(node_));
+  int lane = LocalRank(config_, rank);
+  std::vector<std::vector<uint8_t>> records_raw;
+  MEMENTO_ASSIGN_OR_RETURN(
+      const std::vector<std::string> identities,
+      AgreeOnSettings(node_,
+                      lane >= 0 && !config_.elastic ? TopologyBlob(lane) : std::vector<uint8_t>(),
+                      &records_raw));
   for (size_t r = 0; r < identities.size(); ++r) {
     // The store names carry it (NodeStore::SegmentName); refused here, on
     // every rank alike, with the settings that made it.
@@ -214,7 +224,6 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
           " is too long");
     }
   }
-  int lane = LocalRank(config_, rank);
   if (lane < 0) lane = LocalRankAmong(identities, rank);
   *lane_out = lane;
   if (config_.elastic) {
@@ -233,6 +242,38 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
     elastic_ = any != 0;
   }
 
+  if (records_raw.empty()) {
+    const std::vector<uint8_t> blob = TopologyBlob(lane);
+    MEMENTO_ASSIGN_OR_RETURN(records_raw, transport_->Allgather(blob.data(), blob.size()));
+  }
+  std::vector<RankRecord> records;
+  gathered_catalogs_.clear();
+  for (size_t i = 0; i < records_raw.size(); ++i) {
+    const std::vector<uint8_t>& raw = records_raw[i];
+    uint64_t drawn = 0;
+    uint32_t n = 0;
+    constexpr size_t kHead = sizeof(drawn) + sizeof(n);
+    if (raw.size() >= kHead) {
+      std::memcpy(&drawn, raw.data(), sizeof(drawn));
+      std::memcpy(&n, raw.data() + sizeof(drawn), sizeof(n));
+    }
+    if (raw.size() < kHead || raw.size() - kHead < n) {
+      return Status::Corruption("rank " + std::to_string(i) + "'s topology record is cut short");
+    }
+    if (i == 0) drawn_lineage_ = drawn;
+    const auto begin = raw.begin() + kHead;
+    MEMENTO_ASSIGN_OR_RETURN(RankRecord r,
+                             wire::DecodeRankRecord(std::vector<uint8_t>(begin, begin + n)));
+    records.push_back(std::move(r));
+    gathered_catalogs_.emplace_back(begin + n, raw.end());
+  }
+  MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
+                           ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
+  protection_.emplace(std::move(protection));
+  return Status::Ok();
+}
+
+std::vector<uint8_t> Checkpointer::Impl::TopologyBlob(int lane) const {
   // What a surviving store of this rank says about the topology it was
   // written for (node index, node count); see protection_layout.h.
   RankRecord record;
@@ -267,32 +308,7 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
   std::memcpy(blob.data() + sizeof(draw), &length, sizeof(length));
   blob.insert(blob.end(), rec.begin(), rec.end());
   blob.insert(blob.end(), cat.begin(), cat.end());
-  MEMENTO_ASSIGN_OR_RETURN(auto records_raw, transport_->Allgather(blob.data(), blob.size()));
-  std::vector<RankRecord> records;
-  gathered_catalogs_.clear();
-  for (size_t i = 0; i < records_raw.size(); ++i) {
-    const std::vector<uint8_t>& raw = records_raw[i];
-    uint64_t drawn = 0;
-    uint32_t n = 0;
-    constexpr size_t kHead = sizeof(drawn) + sizeof(n);
-    if (raw.size() >= kHead) {
-      std::memcpy(&drawn, raw.data(), sizeof(drawn));
-      std::memcpy(&n, raw.data() + sizeof(drawn), sizeof(n));
-    }
-    if (raw.size() < kHead || raw.size() - kHead < n) {
-      return Status::Corruption("rank " + std::to_string(i) + "'s topology record is cut short");
-    }
-    if (i == 0) drawn_lineage_ = drawn;
-    const auto begin = raw.begin() + kHead;
-    MEMENTO_ASSIGN_OR_RETURN(RankRecord r,
-                             wire::DecodeRankRecord(std::vector<uint8_t>(begin, begin + n)));
-    records.push_back(std::move(r));
-    gathered_catalogs_.emplace_back(begin + n, raw.end());
-  }
-  MEMENTO_ASSIGN_OR_RETURN(ProtectionLayout protection,
-                           ProtectionLayout::Build(config_.scheme, records, rank, EntryBytes()));
-  protection_.emplace(std::move(protection));
-  return Status::Ok();
+  return blob;
 }
 
 Status Checkpointer::Impl::SetAsideOtherTopology(int nodes, int lanes, int lane) {

@@ -65,15 +65,24 @@ class Checkpointer::Impl {
 
  private:
   // Prepare, step by step: the settings and node identities (one
-  // allgather), the protection layout and every rank's entries (one more);
-  // this rank's node store (one AllTrue); the chunk list, the stages and the
-  // threads that run them. Few collectives: each costs milliseconds over gloo
-  // on a loaded node, and an in-job recovery pays Prepare on its way back.
+  // allgather), the protection layout and every rank's entries (one more,
+  // unless every rank knew its lane without the others' identities and sent
+  // its topology record with the settings); this rank's node store (one
+  // AllTrue); the chunk list, the stages and the threads that run them. Few
+  // collectives: each costs milliseconds over gloo on a loaded node, and an
+  // in-job recovery pays Prepare on its way back.
   // Collective: InvalidArgument naming the setting when the ranks' settings
   // that shape the protocol differ (the same error on every rank); else
-  // every rank's node identity (`mine` is this rank's).
-  Result<std::vector<std::string>> AgreeOnSettings(const std::string& mine);
+  // every rank's node identity (`mine` is this rank's). `rider` (may be
+  // empty: none) travels along; `riders` gets every rank's when every rank
+  // sent one, else stays empty.
+  Result<std::vector<std::string>> AgreeOnSettings(const std::string& mine,
+                                                   const std::vector<uint8_t>& rider,
+                                                   std::vector<std::vector<uint8_t>>* riders);
   Status LearnTopology(int* lane);
+  // This rank's part of LearnTopology's allgather: its draw of the lineage,
+  // its topology record (what its surviving store says) and its entries.
+  std::vector<uint8_t> TopologyBlob(int lane) const;
   // With Config::elastic: sets aside this node's stores written for another
   // topology than (nodes, lanes) that lane `lane` serves (ServingLane), and
   // collects those set aside by an earlier elastic relaunch.

@@ -10,7 +10,9 @@
 
 namespace memento::runtime {
 
-Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(const std::string& identity) {
+Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(
+    const std::string& identity, const std::vector<uint8_t>& rider,
+    std::vector<std::vector<uint8_t>>* riders) {
   // Settings every rank must share: the protocol (who sends what, which
   // steps save, which collectives run where) follows from them, and a rank
   // that differs would leave the others waiting for the timeout instead.
@@ -33,23 +35,37 @@ Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(const std::
   };
   std::string record;
   for (const auto& [name, value] : mine) record += value + '\n';
-  // The node identity rides along (no collective of its own): the record,
-  // then the identity, split at the record's length, sent first.
+  // The node identity and the rider ride along (no collective of their
+  // own): u32 record length, u32 identity length, u8 whether a rider
+  // follows, the record, the identity, the rider.
   const uint32_t length = static_cast<uint32_t>(record.size());
+  const uint32_t id_length = static_cast<uint32_t>(identity.size());
+  const uint8_t has_rider = rider.empty() ? 0 : 1;
   std::string sent(reinterpret_cast<const char*>(&length), sizeof(length));
+  sent.append(reinterpret_cast<const char*>(&id_length), sizeof(id_length));
+  sent.push_back(static_cast<char>(has_rider));
   sent += record + identity;
+  sent.append(rider.begin(), rider.end());
   MEMENTO_ASSIGN_OR_RETURN(auto raw, transport_->Allgather(sent.data(), sent.size()));
   std::vector<std::vector<uint8_t>> all;
   std::vector<std::string> identities;
+  std::vector<std::vector<uint8_t>> theirs;
+  bool every_rider = true;
+  constexpr size_t kHead = 2 * sizeof(uint32_t) + 1;
   for (size_t r = 0; r < raw.size(); ++r) {
-    uint32_t n = 0;
-    if (raw[r].size() >= sizeof(n)) std::memcpy(&n, raw[r].data(), sizeof(n));
-    if (raw[r].size() < sizeof(n) || raw[r].size() - sizeof(n) < n) {
+    uint32_t n = 0, m = 0;
+    if (raw[r].size() >= kHead) {
+      std::memcpy(&n, raw[r].data(), sizeof(n));
+      std::memcpy(&m, raw[r].data() + sizeof(n), sizeof(m));
+    }
+    if (raw[r].size() < kHead || raw[r].size() - kHead < uint64_t{n} + m) {
       return Status::Corruption("rank " + std::to_string(r) + "'s settings record is cut short");
     }
-    const auto begin = raw[r].begin() + sizeof(n);
+    every_rider = every_rider && raw[r][2 * sizeof(uint32_t)] != 0;
+    const auto begin = raw[r].begin() + kHead;
     all.emplace_back(begin, begin + n);
-    identities.emplace_back(begin + n, raw[r].end());
+    identities.emplace_back(begin + n, begin + n + m);
+    theirs.emplace_back(begin + n + m, raw[r].end());
   }
   // Every rank sees the same records, so every rank fails alike.
   for (size_t r = 1; r < all.size(); ++r) {
@@ -67,6 +83,8 @@ Result<std::vector<std::string>> Checkpointer::Impl::AgreeOnSettings(const std::
     return Status::InvalidArgument("the ranks' settings differ (rank 0 and rank " +
                                    std::to_string(r) + ")");
   }
+  riders->clear();
+  if (every_rider) *riders = std::move(theirs);
   return identities;
 }
 

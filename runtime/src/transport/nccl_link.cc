@@ -197,7 +197,8 @@ class NcclLink : public DeviceLink {
   }
 
   // Polls `event` until it completes, NCCL reports an error, the link is
-  // aborted or the timeout passes without it; the last three break the link.
+  // aborted (or cancelled: the routing transport was aborted) or the timeout
+  // passes without it; the last three break the link.
   Status WaitFor(cudaEvent_t event, int peer) {
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     for (int spins = 0;; ++spins) {
@@ -205,7 +206,7 @@ class NcclLink : public DeviceLink {
       if (q == cudaSuccess) return Status::Ok();
       if (q != cudaErrorNotReady) return Fail(CudaError(q, "cudaEventQuery"));
       ncclResult_t async = ncclSuccess;
-      bool gone = aborted_.load();
+      bool gone = aborted_.load() || Cancelled();
       {
         std::lock_guard<std::mutex> lock(abort_mu_);
         gone = gone || comm_aborted_;

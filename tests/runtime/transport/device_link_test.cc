@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -28,9 +29,12 @@ namespace {
 // The link's rules, shared by the ranks of one in-process group.
 class LinkHub {
  public:
+  static constexpr auto kCancelPoll = std::chrono::milliseconds(2);
   explicit LinkHub(int n, std::chrono::milliseconds timeout) : ops_(n), timeout_(timeout) {}
 
-  Status Enter(int me, int peer, bool send, uint8_t* data, size_t bytes) {
+  // `cancelled`: the link's DeviceLink::Cancelled, checked while it waits.
+  Status Enter(int me, int peer, bool send, uint8_t* data, size_t bytes,
+               const std::function<bool()>& cancelled) {
     std::unique_lock<std::mutex> lock(mu_);
     Op& mine = ops_[me];
     if (mine.active) {
@@ -57,7 +61,13 @@ class LinkHub {
         cv_.notify_all();
         break;
       }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !mine.done) {
+      if (cancelled()) {
+        mine.active = false;
+        return Status::Unavailable("test link: rank " + std::to_string(me) + " cancelled");
+      }
+      const auto slice = std::min(deadline, std::chrono::steady_clock::now() + kCancelPoll);
+      if (cv_.wait_until(lock, slice) == std::cv_status::timeout && !mine.done &&
+          std::chrono::steady_clock::now() >= deadline) {
         mine.active = false;
         return Status::Timeout("test link: rank " + std::to_string(me) + " waited for rank " +
                                std::to_string(peer));
@@ -93,10 +103,12 @@ class HubLink : public DeviceLink {
  public:
   HubLink(std::shared_ptr<LinkHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
   Status Send(int peer, const void* data, size_t bytes) override {
-    return hub_->Enter(rank_, peer, true, static_cast<uint8_t*>(const_cast<void*>(data)), bytes);
+    return hub_->Enter(rank_, peer, true, static_cast<uint8_t*>(const_cast<void*>(data)), bytes,
+                       [this] { return Cancelled(); });
   }
   Status Recv(int peer, void* data, size_t bytes) override {
-    return hub_->Enter(rank_, peer, false, static_cast<uint8_t*>(data), bytes);
+    return hub_->Enter(rank_, peer, false, static_cast<uint8_t*>(data), bytes,
+                       [this] { return Cancelled(); });
   }
   std::string name() const override { return "test"; }
 
@@ -261,6 +273,73 @@ TEST(DeviceRoutedTransport, APeerThatNeverJoinsTimesOutNamingIt) {
   Status s = g.ranks[0]->Send(1, 4, big.data(), big.size());
   EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
   EXPECT_NE(s.ToString().find("rank 1, tag 4"), std::string::npos) << s.ToString();
+}
+
+// A link whose transfers never move (a peer's GPU that hangs): they end only
+// when cancelled, or after a minute.
+class StuckLink : public DeviceLink {
+ public:
+  Status Send(int, const void*, size_t) override { return Stay(); }
+  Status Recv(int, void*, size_t) override { return Stay(); }
+  std::string name() const override { return "stuck"; }
+
+ private:
+  Status Stay() {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (std::chrono::steady_clock::now() < end) {
+      if (Cancelled()) return Status::Unavailable("stuck link: cancelled");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Status::Timeout("stuck link: a minute passed");
+  }
+};
+
+// A transport that can be aborted (Aborted() says so), over another.
+class AbortableTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  void Abort() override {
+    aborted_.store(true);
+    ForwardingTransport::Abort();
+  }
+  bool Aborted() const override { return aborted_.load(); }
+
+ private:
+  std::atomic<bool> aborted_{false};
+};
+
+// In-job recovery's watcher aborts the job's transport, which never sees the
+// link: that ends the transfers waiting inside the link on both ranks at
+// once, not at the link's timeout.
+TEST(DeviceRoutedTransport, AnAbortOfTheJobsTransportEndsTheTransfersInTheLink) {
+  constexpr auto kTimeout = std::chrono::seconds(30);
+  auto group = InProcessGroup::Create(2, kTimeout);
+  auto hub = std::make_shared<LinkHub>(2, kTimeout);
+  auto inner0 = std::make_shared<AbortableTransport>(group->transport(0));
+  auto inner1 = std::make_shared<AbortableTransport>(group->transport(1));
+  DeviceRoutedTransport rank0(inner0, std::make_shared<HubLink>(hub, 0), 100);
+  DeviceRoutedTransport rank1(inner1, std::make_shared<StuckLink>(), 100);
+  auto big = Message(0, 1, 0, 1000);
+  std::vector<uint8_t> got(1000);
+  Status sent = Status::Internal("not run"), received = Status::Internal("not run");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread sender([&] { sent = rank0.Send(1, 4, big.data(), big.size()); });
+  std::thread receiver([&] { received = rank1.Recv(0, 4, got.data(), got.size()).status(); });
+  // Both past the handshake and inside their links: rank 0 waits in the hub
+  // for rank 1, whose link never moves.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  inner0->Abort();
+  inner1->Abort();
+  sender.join();
+  receiver.join();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(sent.code(), StatusCode::kUnavailable) << sent.ToString();
+  EXPECT_NE(sent.ToString().find("cancelled"), std::string::npos) << sent.ToString();
+  EXPECT_EQ(received.code(), StatusCode::kUnavailable) << received.ToString();
+  EXPECT_NE(received.ToString().find("stuck link: cancelled"), std::string::npos)
+      << received.ToString();
+  EXPECT_LT(waited, 10.0) << "the transfers ended at the timeout, not at the abort";
+  EXPECT_EQ(hub->transfers(), 0);
 }
 
 // The engine over routed transports: protect streams and a lost node's

@@ -45,6 +45,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -80,6 +81,18 @@ class DeviceLink {
   virtual std::string name() const = 0;
   // Device memory the link holds for staging (reported; bounded).
   virtual size_t staging_bytes() const { return 0; }
+
+  // Set once, before the first transfer, by the transport that routes over
+  // the link: true once that transport is aborted (in-job recovery's
+  // watcher aborts the job's transport, which never sees the link). A
+  // transfer waiting then ends as after Abort().
+  void SetCancelled(std::function<bool()> cancelled) { cancelled_ = std::move(cancelled); }
+
+ protected:
+  bool Cancelled() const { return cancelled_ && cancelled_(); }
+
+ private:
+  std::function<bool()> cancelled_;
 };
 
 class DeviceRoutedTransport : public ForwardingTransport {

@@ -162,6 +162,10 @@ class Transport {
   // during calls of others. Default: nothing (such a transport's calls end
   // on their own, by the peer's failure or the timeout).
   virtual void Abort() {}
+  // Whether Abort() was called, or a failure broke the transport for good.
+  // What waits beside the transport's own calls (a device link's transfers)
+  // ends then. Default: false (such a transport is never aborted).
+  virtual bool Aborted() const { return false; }
 };
 
 // Forwards every call to an inner Transport. Base of transports that wrap
@@ -188,6 +192,7 @@ class ForwardingTransport : public Transport {
   }
   void Progress() override { inner_->Progress(); }
   void Abort() override { inner_->Abort(); }
+  bool Aborted() const override { return inner_->Aborted(); }
   bool PrefersFewerMessages() const override { return inner_->PrefersFewerMessages(); }
   std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
   // StartSend / StartRecv are not forwarded: the defaults go through this

@@ -57,7 +57,9 @@ std::string Where(int peer, int tag) {
 
 DeviceRoutedTransport::DeviceRoutedTransport(std::shared_ptr<Transport> inner,
                                              std::shared_ptr<DeviceLink> link, size_t min_bytes)
-    : ForwardingTransport(inner), link_(std::move(link)), min_bytes_(std::max<size_t>(min_bytes, 1)) {
+    : ForwardingTransport(inner),
+      link_(std::move(link)),
+      min_bytes_(std::max<size_t>(min_bytes, 1)) {
   // The job's transport is what in-job recovery aborts: its abort (or its
   // end) ends the link's transfers too.
   std::weak_ptr<Transport> weak = inner;

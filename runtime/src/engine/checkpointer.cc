@@ -179,7 +179,6 @@ Status Checkpointer::Impl::Prepare() {
   const auto t1 = Clock::now();
   MEMENTO_RETURN_IF_ERROR(OpenStore(lane));
   const auto t2 = Clock::now();
-  lineage_ = continued_ && continued_->lineage != 0 ? continued_->lineage : drawn_lineage_;
   BuildStages();
   if (LogEnabled(LogLevel::kDebug)) {
     char line[160];

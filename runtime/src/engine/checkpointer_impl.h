@@ -183,7 +183,6 @@ class Checkpointer::Impl {
   // restored version's after a Restore (application thread; read by the
   // commit thread only through versions it is handed).
   uint64_t lineage_ = 0;
-  uint64_t drawn_lineage_ = 0;  // rank 0's DrawLineage, from LearnTopology
   std::optional<RunPosition> continued_;  // ContinueRun: the run Prepare continues
   // The last version a Save started (reset by a Restore): Finish marks the
   // run only when it committed. Application thread.

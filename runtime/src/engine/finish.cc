@@ -1,8 +1,8 @@
 // A run's start and end under one job id: its lineage, drawn when it first
-// saves or restores (Prepare); Checkpointer::Finish, and what a later Restore makes of
-// it: a run that finished normally is marked so, in its node stores and on
-// the remote tier, and a later run under the same job id starts fresh
-// instead of continuing it, unless Config::resume_finished.
+// saves or restores (Prepare); Checkpointer::Finish, and what a later
+// Restore makes of it: a run that finished normally is marked so, in its
+// node stores and on the remote tier, and a later run under the same job id
+// starts fresh instead of continuing it, unless Config::resume_finished.
 #include <chrono>
 #include <cstdio>
 #include <cstring>

@@ -80,7 +80,8 @@ Status Checkpointer::Impl::LearnTopology(int* lane_out) {
     if (raw.size() < kHead || raw.size() - kHead < n) {
       return Status::Corruption("rank " + std::to_string(i) + "'s topology record is cut short");
     }
-    if (i == 0) drawn_lineage_ = drawn;
+    // The run's lineage: rank 0's draw, unless this Checkpointer continues a run.
+    if (i == 0) lineage_ = continued_ && continued_->lineage != 0 ? continued_->lineage : drawn;
     const auto begin = raw.begin() + kHead;
     MEMENTO_ASSIGN_OR_RETURN(RankRecord r,
                              wire::DecodeRankRecord(std::vector<uint8_t>(begin, begin + n)));

@@ -99,27 +99,34 @@ class CollectiveCountTest : public ProtectRecoveryTest {
     return out;
   }
 
+  // Node 0 is lost after v2; every rank prepares in `prepare_collectives`
+  // collectives, then restores v2 from memory, bit-exact, in two: the
+  // inventory (with the finished-run check and the entry seals) and the
+  // agreement on the outcome (the re-protect runs on the commit thread).
+  void ExpectLostNodeRestored(int prepare_collectives) {
+    ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(GetParam().nodes));
+    Launch(GetParam().nodes);
+    std::vector<int> counts, prepare_counts;
+    const std::vector<Result<RestoreReport>> out = CountedRestore(&counts, &prepare_counts);
+    for (size_t r = 0; r < out.size(); ++r) {
+      EXPECT_EQ(prepare_counts[r], prepare_collectives) << "rank " << r;
+      ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
+      EXPECT_EQ(out[r]->version, 2u);
+      EXPECT_TRUE(Exact(static_cast<int>(r), 2)) << "rank " << r << " not bit-exact";
+      EXPECT_EQ(out[r]->lost_nodes, std::vector<int>{0}) << out[r]->ToJson();
+      EXPECT_NE(out[r]->entries[0].source, RestoreSource::kRemote) << "rank " << r;
+      EXPECT_EQ(out[r]->stats.seals_exchanges, 0) << out[r]->ToJson();
+      EXPECT_EQ(counts[r], 2) << "rank " << r;
+    }
+  }
+
   std::vector<std::shared_ptr<CollectiveCounter>> counters_;
 };
 
 TEST_P(CollectiveCountTest, ALostNodeIsPreparedAfterTwoAndRestoredAfterTwoCollectives) {
-  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(GetParam().nodes));
-  Launch(GetParam().nodes);
-  std::vector<int> counts, prepare_counts;
-  const std::vector<Result<RestoreReport>> out = CountedRestore(&counts, &prepare_counts);
-  for (size_t r = 0; r < out.size(); ++r) {
-    // The settings with the topology records (every rank knew its lane:
-    // one rank per node) and the lineage; the stores' opening.
-    EXPECT_EQ(prepare_counts[r], 2) << "rank " << r;
-    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
-    EXPECT_EQ(out[r]->version, 2u);
-    EXPECT_TRUE(Exact(static_cast<int>(r), 2)) << "rank " << r << " not bit-exact";
-    EXPECT_NE(out[r]->entries[0].source, RestoreSource::kRemote) << "rank " << r;
-    EXPECT_EQ(out[r]->stats.seals_exchanges, 0) << out[r]->ToJson();
-    // The inventory (with the finished-run check and the entry seals) and
-    // the agreement on the outcome; the re-protect runs on the commit thread.
-    EXPECT_EQ(counts[r], 2) << "rank " << r;
-  }
+  // The settings with the topology records (every rank knew its lane: one
+  // rank per node) and the lineage; the stores' opening.
+  ExpectLostNodeRestored(/*prepare_collectives=*/2);
 }
 
 // Without ranks per node (nor LOCAL_RANK) a rank learns its lane from the
@@ -131,18 +138,7 @@ TEST_P(CollectiveCountTest, RanksThatLearnTheirLanesFromTheIdentitiesPrepareAfte
     c.ranks_per_node = 0;
     c.node = (c.node.empty() ? "node" : c.node) + std::to_string(rank);
   };
-  ASSERT_NO_FATAL_FAILURE(SaveThenLoseNode0(GetParam().nodes));
-  Launch(GetParam().nodes);
-  std::vector<int> counts, prepare_counts;
-  const std::vector<Result<RestoreReport>> out = CountedRestore(&counts, &prepare_counts);
-  for (size_t r = 0; r < out.size(); ++r) {
-    EXPECT_EQ(prepare_counts[r], 3) << "rank " << r;
-    ASSERT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status().ToString();
-    EXPECT_EQ(out[r]->version, 2u);
-    EXPECT_TRUE(Exact(static_cast<int>(r), 2)) << "rank " << r << " not bit-exact";
-    EXPECT_EQ(out[r]->lost_nodes, std::vector<int>{0}) << out[r]->ToJson();
-    EXPECT_EQ(counts[r], 2) << "rank " << r;
-  }
+  ExpectLostNodeRestored(/*prepare_collectives=*/3);
 }
 
 TEST_P(CollectiveCountTest, AFinishedRunIsRefusedAfterOneCollective) {

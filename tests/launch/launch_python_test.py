@@ -10,10 +10,13 @@ across steps. It writes no launcher records itself: memento reports them.
 reference: a failure-free launch (mpirun): its records must show every step (the job's
    own progress events), "nothing to restore" on every rank and a done event; the job's
    final digest and the done event's state hash go to $REFERENCE.
-mpirun | torchrun: a launch under that launcher with every injection form, on 4 nodes of one rank, replica:2 (groups
+mpirun: a launch with every injection form, on 4 nodes of one rank, replica:2 (groups
    {0,1} and {2,3}): a node at the snapshot, protect and commit stages (1@3:snapshot,
    2@5:protect, 3@7:commit), a node at a step and another while the job recovers from
    it (1@9, 2@recovery), and two nodes at once (0+2@12).
+torchrun: the same with one of the stage forms (2@5:protect): the stage faults are the
+   same self-kill inside memento under either launcher, and each relaunch costs every
+   rank's interpreter start-up again.
    Required: every event fired, the job finished with the failure-free run's digest
    (parameters, AdamW state, the carried batch, the loader's generator and the next
    random draws), every restore came from memory at the version the timeline
@@ -37,7 +40,13 @@ PYTHON = os.environ["MEMENTO_TEST_PYTHON"]
 TORCHRUN = os.environ.get("MEMENTO_TEST_TORCHRUN", "torchrun")
 REFERENCE = os.environ["REFERENCE"]
 STEPS = 20
-INJECT = "1@3:snapshot,2@5:protect,3@7:commit,1@9,2@recovery,0+2@12"
+# scenario -> (--inject, the failures' stages in order, the stage faults' versions)
+SCENARIOS = {
+    "mpirun": ("1@3:snapshot,2@5:protect,3@7:commit,1@9,2@recovery,0+2@12",
+               ["snapshot", "protect", "commit", "step", "recovery", "step"], [3, 5, 7]),
+    "torchrun": ("2@5:protect,1@9,2@recovery,0+2@12",
+                 ["protect", "step", "recovery", "step"], [5]),
+}
 
 
 def fail(msg):
@@ -86,7 +95,7 @@ def check_reference(recs):
         fail("not every rank reported its restore: %s" % restores[0])
 
 
-def check_injected(recs, digest, ref_digest, ref_state):
+def check_injected(recs, digest, ref_digest, ref_state, want, stage_versions):
     summary = of(recs, "summary")[-1]
     if summary["outcome"] != "finished" or summary["final_step"] != STEPS:
         fail("injected run: %s" % summary)
@@ -94,7 +103,6 @@ def check_injected(recs, digest, ref_digest, ref_state):
         fail("events never fired: %s" % of(recs, "not_fired"))
     failures = of(recs, "failure")
     stages = [f["stage"] for f in failures]
-    want = ["snapshot", "protect", "commit", "step", "recovery", "step"]
     if stages != want or not all(f["injected"] for f in failures):
         fail("failures %s, expected injected %s" % (stages, want))
     if failures[-1]["nodes"] != [0, 2]:
@@ -107,9 +115,9 @@ def check_injected(recs, digest, ref_digest, ref_state):
     # Every failure is closed by the next successful restore; the interrupted
     # recovery (2@recovery) closes nothing.
     restores = [r for r in of(recs, "restore") if r["attempt"] > 0 and r.get("ok")]
-    if len(restores) != 5:
-        fail("expected 5 successful restores (6 failures, one during a recovery), got %s"
-             % [(r["attempt"], r.get("version")) for r in restores])
+    if len(restores) != len(want) - 1:
+        fail("expected %d successful restores (%d failures, one during a recovery), got %s"
+             % (len(want) - 1, len(want), [(r["attempt"], r.get("version")) for r in restores]))
     steps_lost = 0
     for r in restores:
         if not r["from_memory"] or "remote" in r["entries_by_source"]:
@@ -134,11 +142,12 @@ def check_injected(recs, digest, ref_digest, ref_state):
                                                                  steps_lost))
     # The step injection fired on the job's own progress events, the stage ones
     # inside memento at the version named.
-    if failures[3]["last_step"] < 9:
-        fail("1@9 fired at step %d" % failures[3]["last_step"])
-    if [f.get("stage_version") for f in failures[:3]] != [3, 5, 7]:
-        fail("stage faults fired at versions %s, expected 3, 5, 7"
-             % [f.get("stage_version") for f in failures[:3]])
+    at_step = failures[want.index("step")]
+    if at_step["last_step"] < 9:
+        fail("1@9 fired at step %d" % at_step["last_step"])
+    staged = [f.get("stage_version") for f in failures[:len(stage_versions)]]
+    if staged != stage_versions:
+        fail("stage faults fired at versions %s, expected %s" % (staged, stage_versions))
     print("PASS: %d failures, %d restores from memory %s; %d steps lost; final state %s "
           "bit-identical to the failure-free run" % (
               len(failures), len(restores), [r["version"] for r in restores], steps_lost,
@@ -162,8 +171,9 @@ def main():
         else:
             with open(REFERENCE) as f:
                 ref_digest, ref_state = f.read().split()
-            recs, digest = launch(scenario, job, INJECT, os.path.join(work, "out"))
-            check_injected(recs, digest, ref_digest, ref_state)
+            inject, want, stage_versions = SCENARIOS[scenario]
+            recs, digest = launch(scenario, job, inject, os.path.join(work, "out"))
+            check_injected(recs, digest, ref_digest, ref_state, want, stage_versions)
     finally:
         subprocess.run(["rm", "-rf", work])
         subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,

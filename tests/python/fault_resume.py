@@ -11,12 +11,18 @@
    replicas) and trains to --steps;
 5. every rank's final state must be bit-identical to the reference.
 Exit 0 = pass. Used by ctest (labels mpi;fault).
+
+With --reference DIR the reference lives in DIR: --reference-only writes it there
+and stops (a ctest fixture), and a run without it compares against what is there,
+so that the launchers' tests of one program share one failure-free run (the same
+script ends in the same bits under either launcher).
 """
 import argparse
 import glob
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -81,7 +87,12 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--kill-step", type=int, default=5)
     p.add_argument("--scheme", default="replica:2")
+    p.add_argument("--reference", default="", help="directory of the failure-free run")
+    p.add_argument("--reference-only", action="store_true",
+                   help="write the failure-free run to --reference and stop")
     args = p.parse_args()
+    if args.reference_only and not args.reference:
+        p.error("--reference-only needs --reference DIR")
 
     # pid plus a nonce: pids are reused within a long test run.
     job = "fr-%s-%s-%d-%s" % (args.launcher, args.program, os.getpid(), uuid.uuid4().hex[:6])
@@ -114,16 +125,27 @@ def main():
         return r.returncode, r.stdout
 
     tmp = tempfile.mkdtemp(prefix="memento-fr-")
-    ref, res = os.path.join(tmp, "ref"), os.path.join(tmp, "res")
-    os.makedirs(ref)
+    ref, res = args.reference or os.path.join(tmp, "ref"), os.path.join(tmp, "res")
+    done = os.path.join(ref, "complete")  # written last: a cut-short reference has none
     os.makedirs(res)
     try:
         reference, program = {"python": ("ddp_train_plain.py", "ddp_train.py"),
                               "fsdp2": ("fsdp2_train.py --plain", "fsdp2_train.py"),
                               "cpp": ("cpp", "cpp")}[args.program]
-        rc, _ = launch(reference, ref, job + "-ref")
-        if rc != 0:
-            print("FAIL: the failure-free reference run exited %d" % rc)
+        if args.reference_only or not args.reference:
+            shutil.rmtree(ref, ignore_errors=True)
+            os.makedirs(ref)
+            rc, _ = launch(reference, ref, job + "-ref")
+            if rc != 0:
+                print("FAIL: the failure-free reference run exited %d" % rc)
+                return 1
+            open(done, "w").close()
+            if args.reference_only:
+                print("PASS: failure-free reference of %d ranks in %s" % (args.np, ref))
+                return 0
+        elif not os.path.exists(done):
+            print("FAIL: no complete failure-free reference in %s (its fixture test "
+                  "did not pass)" % ref)
             return 1
         rc, _ = launch(program, os.path.join(tmp, "unused"), job,
                        {"EXAMPLE_KILL_STEP": str(args.kill_step),
@@ -180,6 +202,7 @@ def main():
     finally:
         remove_job(job)
         remove_job(job + "-ref")
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def compare_python(path_a, path_b):

@@ -34,8 +34,8 @@ def free_port():
 
 
 def launch(script, n, *args, job="", launcher="torchrun"):
-    """Runs `script` on n ranks (one virtual node each); n == 1 without a launcher for
-    the plain script."""
+    """Runs `script` on n ranks (one virtual node each) under `launcher`; the plain
+    script on one rank runs without one (launcher None)."""
     port = free_port()
     env = dict(os.environ, MEMENTO_JOB=job, DCP_NODES=",".join("n%d" % i for i in range(n)),
                MEMENTO_SCHEME="replica:2" if n > 1 else "none", MEMENTO_TIMEOUT_S="120",
@@ -45,7 +45,8 @@ def launch(script, n, *args, job="", launcher="torchrun"):
     build = os.environ.get("MEMENTO_TEST_PYTHON_PATH")  # else the installed package
     if build:
         env["PYTHONPATH"] = build
-    if n == 1 and script == PLAIN:
+    if launcher is None:
+        assert n == 1 and script == PLAIN, "only the plain script runs without a launcher"
         cmd = [sys.executable, script]
     elif launcher == "mpirun":
         cmd = [os.environ.get("MEMENTO_TEST_MPIRUN") or shutil.which("mpirun"),
@@ -57,7 +58,7 @@ def launch(script, n, *args, job="", launcher="torchrun"):
                        stderr=subprocess.STDOUT, text=True, timeout=600)
     print(r.stdout[-6000:])
     assert r.returncode == 0, "%s %s on %d ranks exited %d" % (
-        launcher, os.path.basename(script), n, r.returncode)
+        launcher or "alone", os.path.basename(script), n, r.returncode)
     return r.stdout
 
 
@@ -89,20 +90,23 @@ def newest_version(remote, job):
     return versions[-1]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
-def test_memento_persists_dcp_that_plain_dcp_load_reads_on_1_2_4_ranks(job, tmp_path,
-                                                                       launcher):
+# Each multi-rank phase runs once, under one launcher, and the two launchers alternate
+# between the phases: every script phase meets both over the two tests, a version
+# persisted under one launcher is restored under the other, and each launch costs
+# several seconds of interpreter start-up per rank.
+
+def test_memento_persists_dcp_that_plain_dcp_load_reads_on_1_2_4_ranks(job, tmp_path):
     from conftest import remove_segments
     remote = str(tmp_path / "remote")
     launch(RANKS, 4, "--phase", "persist", "--remote", remote, "--out",
-           str(tmp_path / "held.pt"), job=job, launcher=launcher)
+           str(tmp_path / "held.pt"), job=job, launcher="torchrun")
     version = newest_version(remote, job)
     assert os.path.exists(os.path.join(version, ".metadata"))
     remove_segments(job)  # every node's memory is gone: only the DCP-format tier is left
     launch(RANKS, 4, "--phase", "restore", "--remote", remote, "--out",
-           str(tmp_path / "restored.pt"), job=job, launcher=launcher)
+           str(tmp_path / "restored.pt"), job=job, launcher="mpirun")
     n = assert_same(tmp_path / "held.pt", tmp_path / "restored.pt", "memento's restore")
-    for ranks in (1, 2, 4):
+    for ranks, launcher in ((1, None), (2, "mpirun"), (4, "torchrun")):
         out = str(tmp_path / ("plain%d.pt" % ranks))
         launch(PLAIN, ranks, "--phase", "load", "--dir", version, "--out", out,
                launcher=launcher)
@@ -110,20 +114,21 @@ def test_memento_persists_dcp_that_plain_dcp_load_reads_on_1_2_4_ranks(job, tmp_
     assert n > 20  # parameters, AdamW moments and steps, learning rates
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
-def test_memento_restores_a_plain_fsdp2_dcp_checkpoint_on_2_and_4_ranks(tmp_path, launcher):
+def test_memento_restores_a_plain_fsdp2_dcp_checkpoint_on_2_and_4_ranks(tmp_path):
     from conftest import remove_segments
     ckpt = str(tmp_path / "step-3")
-    launch(PLAIN, 4, "--phase", "save", "--steps", "3", "--dir", ckpt, launcher=launcher)
-    for ranks in (2, 4):
+    launch(PLAIN, 4, "--phase", "save", "--steps", "3", "--dir", ckpt, launcher="mpirun")
+    # dcp.load under one launcher, memento's from_dcp under the other.
+    for ranks, load_with, memento_with in ((2, "torchrun", "mpirun"), (4, "mpirun", "torchrun")):
         ref = str(tmp_path / ("dcp%d.pt" % ranks))
-        launch(PLAIN, ranks, "--phase", "load", "--dir", ckpt, "--out", ref, launcher=launcher)
+        launch(PLAIN, ranks, "--phase", "load", "--dir", ckpt, "--out", ref,
+               launcher=load_with)
         job = "dcpin-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
         try:
             out = str(tmp_path / ("memento%d.pt" % ranks))
             launch(RANKS, ranks, "--phase", "from-dcp", "--steps", "3", "--dir", ckpt,
                    "--remote", str(tmp_path / ("remote%d" % ranks)), "--out", out, job=job,
-                   launcher=launcher)
+                   launcher=memento_with)
             assert_same(ref, out, "from_dcp on %d ranks" % ranks)
         finally:
             remove_segments(job)

@@ -259,3 +259,26 @@ def test_a_plain_data_loader_is_warned_about_once_and_refused_as_a_stateful(job,
         carry["it"] = iter(loader)  # cannot be pickled: refused by name
         with pytest.raises(memento.InvalidArgumentError, match="extra\\['it'\\]: the iterator"):
             ck.save(5)
+
+
+def test_a_job_without_dtensors_does_not_import_torchs_dtensor_package(tmp_path):
+    """torch.distributed.tensor (and sympy, which it pulls in) costs every process about
+    0.4 s to import: a job that has no DTensor saves and restores without it."""
+    import os
+    import subprocess
+    import sys
+    script = """
+import sys, torch, memento
+model = torch.nn.Linear(4, 2)
+ck = memento.Checkpointer(launcher="single", scheme="none").register(model)
+ck.save(1); ck.wait()
+assert int(ck.restore()) == 1
+ck.close()
+print("imported:", sorted(m for m in ("torch.distributed.tensor", "sympy") if m in sys.modules))
+"""
+    env = dict(os.environ, MEMENTO_JOB="nodt-%d" % os.getpid())
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=120)
+    remove_segments(env["MEMENTO_JOB"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "imported: []" in p.stdout, p.stdout

@@ -3,22 +3,41 @@
 One place for what moved between releases, so that the rest of the package
 names each API once.
 """
+import importlib
+import sys
+
 import torch
 
-try:  # public from torch 2.5
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-except ImportError:  # torch built without distributed support
-    DTensor = Replicate = Shard = compute_local_shape_and_global_offset = None
+# torch.distributed.tensor's names, imported on first use (PEP 562 __getattr__):
+# importing that package pulls in sympy, about 0.4 s a process, which a job that
+# has no DTensor should not pay. None where torch was built without distributed
+# support. Public from torch 2.5.
+_LAZY = {
+    "DTensor": "torch.distributed.tensor",
+    "Replicate": "torch.distributed.tensor",
+    "Shard": "torch.distributed.tensor",
+    "Partial": "torch.distributed.tensor.placement_types",
+    "compute_local_shape_and_global_offset": "torch.distributed.tensor._utils",
+}
 
-try:
-    from torch.distributed.tensor.placement_types import Partial
-except ImportError:
-    Partial = None
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    try:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    except (ImportError, AttributeError):
+        value = None
+    globals()[name] = value
+    return value
 
 
 def is_dtensor(t):
-    return DTensor is not None and isinstance(t, DTensor)
+    # A DTensor exists only once torch.distributed.tensor has been imported (its
+    # class lives there): until then no tensor is one, and nothing is imported.
+    api = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(api, "DTensor", None)
+    return dtensor is not None and isinstance(t, dtensor)
 
 
 def local_tensor(t):

@@ -51,11 +51,14 @@ constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0
 constexpr char kAllowUnknown[] = "MEMENTO_ALLOW_UNKNOWN";
 constexpr char kTimeoutForms[] = "seconds in [0.001, 86400], e.g. 300 or 0.5";
 
-// MEMENTO_* names owned by other tools, never errors: the build scripts
-// (MEMENTO_BUILD_DIR), `memento launch`'s protocol with the job it runs
+// MEMENTO_* names owned by other tools, never errors: the scripts' settings
+// (scripts/setup, test-install, ...: a user may export them in the shell that
+// also runs jobs), `memento launch`'s protocol with the job it runs
 // (MEMENTO_LAUNCH_*), the benchmark drivers (MEMENTO_BENCH_*) and the test
 // harnesses (MEMENTO_TEST_*).
-constexpr const char* kForeignVariables[] = {"MEMENTO_BUILD_DIR"};
+constexpr const char* kForeignVariables[] = {
+    "MEMENTO_BUILD_DIR", "MEMENTO_BUILD_TARGETS",    "MEMENTO_BUILD_VENV", "MEMENTO_INSTALL_TORCH",
+    "MEMENTO_PYTHON",    "MEMENTO_SKIP_SPACE_CHECK", "MEMENTO_TORCH",      "MEMENTO_VENV"};
 constexpr const char* kForeignPrefixes[] = {"MEMENTO_LAUNCH_", "MEMENTO_BENCH_", "MEMENTO_TEST_"};
 
 Status Bad(const std::string& var, const std::string& value, const std::string& accepted) {

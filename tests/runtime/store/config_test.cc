@@ -7,9 +7,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <string>
 
 #include "memento/runtime/node_identity.h"
 #include "test_job.h"
@@ -262,6 +269,31 @@ TEST(Config, UnknownVariableInEnvironmentIsAnError) {
   unsetenv("MEMENTO_LAUNCH_ATTEMPT");
   unsetenv("MEMENTO_BENCH_CLI");
   SetLogLevel(LogLevel::kWarn);
+}
+
+// A variable the scripts read (scripts/setup's MEMENTO_VENV, ...) may be exported in
+// the shell that runs jobs: every one the scripts name is accepted.
+TEST(Config, EveryVariableTheScriptsReadIsAccepted) {
+  std::set<std::string> names;
+  const std::regex read(R"(\$\{?(MEMENTO_[A-Z0-9_]+))");
+  for (const auto& file :
+       std::filesystem::recursive_directory_iterator(MEMENTO_SOURCE_DIR "/scripts")) {
+    if (!file.is_regular_file()) continue;
+    std::ifstream in(file.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator m(text.begin(), text.end(), read), end; m != end; ++m) {
+      names.insert((*m)[1]);
+    }
+  }
+  ASSERT_GE(names.size(), 6u) << "the scripts under " MEMENTO_SOURCE_DIR "/scripts were not read";
+  const auto& runtime = Config::VariableNames();
+  for (const std::string& name : names) {
+    if (std::find(runtime.begin(), runtime.end(), name) != runtime.end()) continue;
+    ASSERT_EQ(setenv(name.c_str(), "1", 1), 0);
+    auto c = Config::FromEnv();
+    EXPECT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+    unsetenv(name.c_str());
+  }
 }
 
 // A remote directory that persists could not use is refused when read, and a

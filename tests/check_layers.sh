@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fails when a file of runtime/src includes a header of a higher layer. The
 # folders, lowest first (runtime/CMakeLists.txt):
-#   config store transport snapshot protect persist recovery engine
+#   config store transport snapshot protect persist recovery engine injob
 # A file may include its own folder's headers and those of lower folders.
 # Usage: check_layers.sh RUNTIME_SRC_DIR
 set -euo pipefail
 src=$1
-layers=(config store transport snapshot protect persist recovery engine)
+layers=(config store transport snapshot protect persist recovery engine injob)
 rank() { local i; for i in "${!layers[@]}"; do [[ ${layers[$i]} == "$1" ]] && { echo "$i"; return; }; done; echo -1; }
 bad=0
 checked=0

@@ -1,5 +1,9 @@
 #include "memento/runtime/mpi_transport.h"
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -36,8 +40,34 @@ std::string MpiErrorString(int code) {
   return std::string(text, len);
 }
 
+// An MPI with ULFM (Open MPI 5's ftmpi extension) reports a failed process
+// as an error of the operations that involve it, and revokes communicators.
+#if defined(MPIX_ERR_PROC_FAILED) && defined(MPIX_ERR_REVOKED)
+constexpr bool kUlfm = true;
+bool IsProcessFailure(int code) {
+  int error_class = 0;
+  MPI_Error_class(code, &error_class);
+  return error_class == MPIX_ERR_PROC_FAILED || error_class == MPIX_ERR_REVOKED
+#ifdef MPIX_ERR_PROC_FAILED_PENDING
+         || error_class == MPIX_ERR_PROC_FAILED_PENDING
+#endif
+      ;
+}
+void Revoke(MPI_Comm comm) { MPIX_Comm_revoke(comm); }
+#else
+constexpr bool kUlfm = false;
+bool IsProcessFailure(int) { return false; }
+void Revoke(MPI_Comm) {}
+#endif
+
+// A failed process (ULFM) is Unavailable, as a dead peer is on every
+// transport; any other MPI error is Internal.
 Status MpiStatus(int code, const char* what) {
   if (code == MPI_SUCCESS) return Status::Ok();
+  if (IsProcessFailure(code)) {
+    return Status::Unavailable(std::string(what) + ": " + MpiErrorString(code) +
+                               " (a process of the communicator failed, or it was revoked)");
+  }
   return Status::Internal(std::string(what) + ": " + MpiErrorString(code));
 }
 
@@ -85,8 +115,19 @@ Status TestRequest(MPI_Request* req, int* done, MPI_Status* st, std::mutex* mu) 
   return MpiStatus(rc, "MPI_Test");
 }
 
+// What a wait on a revoked transport returns at once. Open MPI 5.0.11 does not
+// always end a pending send when its communicator is revoked (one stayed
+// pending until the timeout): the request is abandoned instead, as a timed
+// out one is, and the communicator freed with it.
+Status RevokedStatus() {
+  return Status::Unavailable(
+      "the communicator was revoked (a process failed, or in-job recovery aborted the "
+      "transport); the operation is abandoned");
+}
+
+// `revoked`, when not null, ends the wait as soon as it is set.
 Status PollRequest(MPI_Request* req, MPI_Status* st, std::chrono::milliseconds timeout,
-                   std::mutex* mu) {
+                   std::mutex* mu, const std::atomic<bool>* revoked = nullptr) {
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   auto pause = std::chrono::microseconds(0);
@@ -94,6 +135,7 @@ Status PollRequest(MPI_Request* req, MPI_Status* st, std::chrono::milliseconds t
     int done = 0;
     MEMENTO_RETURN_IF_ERROR(TestRequest(req, &done, st, mu));
     if (done) return Status::Ok();
+    if (revoked != nullptr && *revoked) return RevokedStatus();
     if (polls % 256 != 255) continue;  // back-to-back tests; the clock is read every 256
     const auto now = Clock::now();
     if (timeout.count() > 0 && now > deadline) {
@@ -158,10 +200,12 @@ class MpiTransport final : public Transport {
       --g_live_transports;
       return;
     }
-    if (broken_) {
+    if (broken_ && !revoked_) {
       // Operations of this transport never completed: MPI_Finalize (ours or
       // the application's) would wait for them forever, and the job would
-      // never end. End it now, visibly.
+      // never end. End it now, visibly. A revoked communicator (ULFM) has
+      // completed every operation on it, in error: it is freed instead and
+      // the job goes on.
       AbortJob(rank_, "the MPI transport was broken by: " + BrokenReason());
     }
     auto lock = Lock();
@@ -299,6 +343,13 @@ class MpiTransport final : public Transport {
         std::make_unique<Transfer>(this, /*is_send=*/false, peer, tag, capacity, req));
   }
 
+  // With ULFM: revokes the communicator, so that every rank's operations on
+  // it (this process's threads' and the peers') end in error now. Without
+  // ULFM nothing can wake an MPI operation: the calls end by the peer's
+  // failure or the timeout.
+  void Abort() override { RevokeFor("aborted: the group is re-formed without a lost rank"); }
+  bool Aborted() const override { return revoked_; }
+
   bool TestsTransfers() const override { return true; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
@@ -330,6 +381,11 @@ class MpiTransport final : public Transport {
     // it found is kept for Wait.
     bool Test() override {
       if (done || completed) return true;
+      if (t->revoked_) {
+        completed = true;
+        test_status = RevokedStatus();
+        return true;
+      }
       int flag = 0;
       test_status = TestRequest(&req, &flag, &st, t->serialize_ ? &t->mu_ : nullptr);
       completed = flag != 0 || !test_status.ok();
@@ -355,6 +411,7 @@ class MpiTransport final : public Transport {
         return s.WithContext(Where());
       }
       if (!s.ok()) {
+        if (s.code() == StatusCode::kUnavailable) t->RevokeFor(Where() + ": " + s.message());
         return is_send ? s.WithContext(Where())
                        : s.WithContext(Where() + " (capacity " + std::to_string(bytes) + ")");
       }
@@ -395,7 +452,7 @@ class MpiTransport final : public Transport {
     // Any other outcome completed the request: a receive that matched a
     // message larger than its buffer ends in a truncation error, and nothing
     // is left in flight.
-    const Status s = PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr);
+    const Status s = PollRequest(req, &st, kCancelGrace, serialize_ ? &mu_ : nullptr, &revoked_);
     if (s.code() == StatusCode::kTimeout) {
       Break(why + " (and the cancel did not complete)");
       return false;
@@ -435,6 +492,22 @@ class MpiTransport final : public Transport {
     if (timed_out && abort_on_timeout_) AbortJob(rank_, why);
     Log(LogLevel::kError, "mpi transport (rank " + std::to_string(rank_) + "): " + why +
                               "; the transport is unusable and its destruction aborts the job");
+  }
+
+  // A process of the communicator failed (or the transport is aborted), with
+  // ULFM: the transport is broken and its communicator revoked, so that ranks
+  // blocked in it (on operations that do not involve the failed process)
+  // return too, instead of waiting for the timeout.
+  void RevokeFor(const std::string& why) {
+    if (!kUlfm) return;
+    {
+      std::lock_guard<std::mutex> lock(abandoned_mu_);
+      if (broken_reason_.empty()) broken_reason_ = why;
+    }
+    broken_ = true;
+    if (revoked_.exchange(true)) return;
+    auto lock = Lock();
+    Revoke(comm_);
   }
 
   Status CheckPeerTag(int peer, int tag, const char* op) const {
@@ -478,7 +551,11 @@ class MpiTransport final : public Transport {
       std::lock_guard<std::mutex> lock(abandoned_mu_);
       abandoned_.push_back(std::move(*buffers));
     }
-    Break(std::string(what) + ": " + s.message(), s.code() == StatusCode::kTimeout);
+    if (s.code() == StatusCode::kUnavailable) {
+      RevokeFor(std::string(what) + ": " + s.message());
+    } else {
+      Break(std::string(what) + ": " + s.message(), s.code() == StatusCode::kTimeout);
+    }
     return s.WithContext(what);
   }
 
@@ -488,7 +565,7 @@ class MpiTransport final : public Transport {
   }
 
   Status Poll(MPI_Request* req, MPI_Status* st) {
-    return PollRequest(req, st, timeout_, serialize_ ? &mu_ : nullptr);
+    return PollRequest(req, st, timeout_, serialize_ ? &mu_ : nullptr, &revoked_);
   }
 
   // How long a cancelled receive may take to complete.
@@ -502,6 +579,7 @@ class MpiTransport final : public Transport {
   const bool abort_on_timeout_;
   std::mutex& mu_ = g_serial_mu;  // serializes every MPI call when serialize_
   std::atomic<bool> broken_{false};
+  std::atomic<bool> revoked_{false};  // ULFM: comm_ revoked, every operation on it ended
   mutable std::mutex abandoned_mu_;
   std::string broken_reason_;                          // guarded by abandoned_mu_
   std::vector<std::unique_ptr<OpBuffers>> abandoned_;  // guarded by abandoned_mu_; never freed

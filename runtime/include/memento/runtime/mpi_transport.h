@@ -45,7 +45,11 @@
 //
 // Process failures: under Open MPI's mpirun a rank killed by a signal makes
 // mpirun terminate the whole job; memento's answer is a relaunch and
-// Restore(), not in-job recovery (docs/architecture.md §8).
+// Restore(). Built against an MPI with ULFM (Open MPI 5, `mpirun --with-ft
+// ulfm`), an operation involving a failed process returns Unavailable, and
+// the transport then revokes its communicator (as Abort() does), so that the
+// peers' operations on it end too; a revoked transport is freed without
+// ending the job, and the job repairs itself in-job (ulfm_world.h).
 #pragma once
 
 #include <mpi.h>

@@ -1,0 +1,136 @@
+// UlfmWorld: in-job recovery of an MPI job over ULFM, the MPI Forum's
+// fault-tolerance interface (Open MPI 5's `ftmpi` extension: revoke, shrink,
+// agree), with warm spare ranks.
+//
+// The job is started with N + K ranks under `mpirun --with-ft ulfm`. World
+// ranks 0..N-1 work (comm() spans them, numbered as in the world); the last K
+// wait as spares in WaitForPlace(), their program loaded and MPI up, polling
+// with sleeps so that they leave the cores to training. When a working rank is
+// lost, every live process calls Repair(): it revokes the world and the working
+// communicator (so that whoever is blocked in them returns), shrinks the world
+// to the live processes, agrees on who was lost, and hands each lost working
+// rank to a spare. The new working communicator has the same size and the same
+// numbering; survivors keep their processes (and what they loaded) and roll
+// back from their own memory, a spare that took a place restores from its
+// peers, as a replacement node would.
+//
+// Why spares and not MPI_Comm_spawn: with Open MPI 5.0.11 from pip, a job that
+// had spawned a replacement hung in MPI_Finalize (ompi_dpm_dyn_finalize) in 3
+// of 10 runs of `experiments/ulfm/ulfm_respawn.c`; shrink-only repairs ended
+// cleanly 10 of 10. Spares are also what a warm standby costs: nothing to
+// start when a node is lost.
+//
+// A process failure shows up as an error of the caller's own MPI calls on
+// comm() (MPI_ERRORS_RETURN is set on it) or as Unavailable from memento's
+// MpiTransport over it. The caller then aborts its MpiTransport (which
+// revokes memento's communicator: ranks blocked in it return) and calls
+// Repair(); RunResilient() below does that around a training function.
+// Available only when memento is built against an MPI with ULFM
+// (MEMENTO_ULFM_MPI_HOME, docs/architecture.md §8).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "memento/common/status.h"
+#include "memento/runtime/transport.h"
+
+namespace memento::runtime {
+
+class UlfmWorld {
+ public:
+  struct Repair {
+    int generation = 0;         // of the working communicator after the repair
+    std::vector<int> replaced;  // working ranks that a spare took over
+    double seconds = 0;         // revoke to the new working communicator, this process
+  };
+
+  // `world`: the job's communicator (MPI_COMM_WORLD), duplicated; its last
+  // `spares` ranks are spares. MPI must be initialized with
+  // MPI_THREAD_MULTIPLE. Errors: InvalidArgument when `spares` leaves no
+  // working rank, FailedPrecondition when this MPI has no ULFM.
+  static Result<std::unique_ptr<UlfmWorld>> Create(MPI_Comm world, int spares);
+  ~UlfmWorld();
+  UlfmWorld(const UlfmWorld&) = delete;
+  UlfmWorld& operator=(const UlfmWorld&) = delete;
+
+  // This process's working rank; -1 while it waits as a spare.
+  int rank() const { return rank_; }
+  // Working ranks (N).
+  int size() const { return size_; }
+  // The working communicator; MPI_COMM_NULL for a waiting spare.
+  MPI_Comm comm() const { return work_; }
+  // 0 at start, one more per repair; equal on every process.
+  int generation() const { return generation_; }
+  // Spares still waiting.
+  int spares_left() const { return spares_left_; }
+
+  // A waiting spare: returns true once a repair gave it a working rank,
+  // false when the job finished without needing it (Finish()).
+  Result<bool> WaitForPlace();
+
+  // Every live process after a failure (working ranks call it; a waiting
+  // spare's WaitForPlace() does). FailedPrecondition when more working ranks
+  // were lost than spares are left, or none was lost (the failure was not a
+  // process's): the job must then be relaunched, or the error is the
+  // caller's own.
+  Result<Repair> RepairAfterFailure();
+
+  // The work is done: working rank 0 releases the spares still waiting. Every
+  // working rank calls it.
+  Status Finish();
+
+  // A working rank: watches the world for a failed process (or a revoke) on
+  // a thread of its own, polling every millisecond, and then revokes comm()
+  // and calls `on_failure` once (RunResilient aborts the attempt's
+  // MpiTransport there). Without it a survivor whose operations involve only
+  // other survivors never learns of the failure: measured with Open MPI
+  // 5.0.11, a send of the protect stage to a survivor that had revoked its
+  // communicator stayed pending until the timeout. StopWatching() ends it;
+  // RepairAfterFailure() stops it first.
+  void WatchForFailures(std::function<void()> on_failure);
+  void StopWatching();
+
+ private:
+  UlfmWorld() = default;
+
+  MPI_Comm world_ = MPI_COMM_NULL;  // every live process
+  MPI_Comm work_ = MPI_COMM_NULL;   // the working ranks
+  std::vector<int> roles_;          // per world rank: its working rank, -1 a spare
+  int rank_ = -1;
+  int size_ = 0;
+  int generation_ = 0;
+  int spares_left_ = 0;
+  std::thread watcher_;
+  std::atomic<bool> stop_watching_{false};
+  MPI_Request watch_request_ = MPI_REQUEST_NULL;  // pending once the watcher saw a failure
+};
+
+// Whether memento was built against an MPI with ULFM.
+bool UlfmAvailable();
+
+// Runs `train` on the working ranks until it succeeds, repairing the world
+// after each process failure. `train` gets an MpiTransport over comm() (for
+// its Checkpointer) and the world (generation 0: a fresh start; later: after
+// a repair, every rank restores). A waiting spare enters once a repair gives
+// it a place, and returns Ok without training if the job finishes first.
+// Returns train's error when it failed without a process failure, and
+// FailedPrecondition (naming the lost and the spares) when the spares ran
+// out: the job must then be relaunched, and restores then.
+// MPI_Finalize, bounded: past `grace` the process ends with `exit_code`
+// (output flushed). Open MPI 5.0.11 hung in MPI_Finalize in about 1 of 20
+// runs of a job that had repaired its world (every rank in
+// ompi_mpi_finalize, the job's work done and checked); shrink-only repairs
+// without the engine's traffic ended cleanly. Returns `exit_code`.
+int FinalizeWithin(std::chrono::seconds grace, int exit_code);
+
+using UlfmTrainFn = std::function<Status(std::shared_ptr<Transport>, const UlfmWorld&)>;
+Status RunResilient(UlfmWorld& world, const UlfmTrainFn& train);
+
+}  // namespace memento::runtime

@@ -1,0 +1,332 @@
+#include "memento/runtime/ulfm_world.h"
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "memento/runtime/log.h"
+#include "memento/runtime/mpi_transport.h"
+
+#if defined(MPIX_ERR_PROC_FAILED) && defined(MPIX_ERR_REVOKED)
+#define MEMENTO_ULFM 1
+#else
+#define MEMENTO_ULFM 0
+#endif
+
+namespace memento::runtime {
+namespace {
+
+// Working rank 0 to a waiting spare: the job is done.
+constexpr int kReleaseTag = 7001;
+// Never sent: the watcher's receive only ever ends in a failure.
+constexpr int kWatchTag = 7002;
+// How often the watcher looks.
+constexpr std::chrono::milliseconds kWatchPoll{1};
+// How often a waiting spare looks for a release or a failure.
+constexpr std::chrono::milliseconds kSparePoll{2};
+// Repairs in a row that another failure may interrupt before giving up.
+constexpr int kRepairRounds = 8;
+
+std::string MpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, len);
+}
+
+Status Check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return Status::Ok();
+  return Status::Unavailable(std::string(what) + ": " + MpiError(code));
+}
+
+void FreeComm(MPI_Comm* comm) {
+  if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+  *comm = MPI_COMM_NULL;
+}
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+bool UlfmAvailable() { return MEMENTO_ULFM != 0; }
+
+Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares) {
+  if (!UlfmAvailable()) {
+    return Status::FailedPrecondition(
+        "UlfmWorld: memento was built against an MPI without ULFM (MPIX_Comm_shrink); build "
+        "with -DMEMENTO_ULFM_MPI_HOME=<an Open MPI 5 prefix>");
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int level = 0;
+  if (initialized) MPI_Query_thread(&level);
+  if (!initialized || level != MPI_THREAD_MULTIPLE) {
+    return Status::FailedPrecondition(
+        "UlfmWorld: MPI must be initialized with MPI_THREAD_MULTIPLE first (the engine's threads "
+        "and the repair call MPI at once)");
+  }
+  int world_size = 0, world_rank = 0;
+  MPI_Comm_size(world, &world_size);
+  MPI_Comm_rank(world, &world_rank);
+  if (spares < 0 || spares >= world_size) {
+    return Status::InvalidArgument("UlfmWorld: " + std::to_string(spares) + " spares of " +
+                                   std::to_string(world_size) + " ranks leave no working rank");
+  }
+  std::unique_ptr<UlfmWorld> w(new UlfmWorld());
+  MEMENTO_RETURN_IF_ERROR(Check(MPI_Comm_dup(world, &w->world_), "MPI_Comm_dup"));
+  MPI_Comm_set_errhandler(w->world_, MPI_ERRORS_RETURN);
+  w->size_ = world_size - spares;
+  w->spares_left_ = spares;
+  w->roles_.resize(world_size);
+  for (int r = 0; r < world_size; ++r) w->roles_[r] = r < w->size_ ? r : -1;
+  w->rank_ = w->roles_[world_rank];
+  MEMENTO_RETURN_IF_ERROR(
+      Check(MPI_Comm_split(w->world_, w->rank_ >= 0 ? 0 : MPI_UNDEFINED, w->rank_, &w->work_),
+            "MPI_Comm_split"));
+  if (w->work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(w->work_, MPI_ERRORS_RETURN);
+  return w;
+}
+
+UlfmWorld::~UlfmWorld() {
+  StopWatching();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  FreeComm(&work_);
+  FreeComm(&world_);
+}
+
+Result<bool> UlfmWorld::WaitForPlace() {
+  if (rank_ >= 0) {
+    return Status::FailedPrecondition("WaitForPlace: rank " + std::to_string(rank_) +
+                                      " is not a spare");
+  }
+  while (true) {
+    int message = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Irecv(&message, 1, MPI_INT, MPI_ANY_SOURCE, kReleaseTag, world_, &req);
+    int done = 0;
+    while (rc == MPI_SUCCESS && !done) {
+      rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS && !done) std::this_thread::sleep_for(kSparePoll);
+    }
+    if (rc == MPI_SUCCESS) return false;  // released: the job finished
+#if MEMENTO_ULFM
+    // A process failed (the receive from any source reports it) or a repair
+    // revoked the world: take part in it. The revoke completes the receive.
+    MPIX_Comm_revoke(world_);
+    if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+#endif
+    MEMENTO_ASSIGN_OR_RETURN(Repair repair, RepairAfterFailure());
+    (void)repair;
+    if (rank_ >= 0) return true;
+  }
+}
+
+void UlfmWorld::WatchForFailures(std::function<void()> on_failure) {
+  StopWatching();
+  stop_watching_ = false;
+  MPI_Comm work = work_;
+  watcher_ = std::thread([this, work, on_failure = std::move(on_failure)] {
+    int nothing = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Irecv(&nothing, 1, MPI_INT, MPI_ANY_SOURCE, kWatchTag, world_, &req);
+    int done = 0;
+    while (rc == MPI_SUCCESS && !done && !stop_watching_) {
+      rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) std::this_thread::sleep_for(kWatchPoll);
+    }
+    if (rc == MPI_SUCCESS) {
+      // Stopped: nothing failed.
+      if (!done) {
+        MPI_Cancel(&req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+      }
+      return;
+    }
+    // A process failed, or the world was revoked by a repair: the receive
+    // stays pending until this process revokes the world (the repair does).
+    watch_request_ = req;
+#if MEMENTO_ULFM
+    if (work != MPI_COMM_NULL) MPIX_Comm_revoke(work);
+#endif
+    on_failure();
+  });
+}
+
+void UlfmWorld::StopWatching() {
+  if (!watcher_.joinable()) return;
+  stop_watching_ = true;
+  watcher_.join();
+}
+
+Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
+#if MEMENTO_ULFM
+  const auto start = std::chrono::steady_clock::now();
+  const int old_size = size_;
+  StopWatching();
+  MPIX_Comm_revoke(world_);
+  if (work_ != MPI_COMM_NULL) MPIX_Comm_revoke(work_);
+  if (watch_request_ != MPI_REQUEST_NULL) {
+    MPI_Wait(&watch_request_, MPI_STATUS_IGNORE);  // ends in error: the world is revoked
+    watch_request_ = MPI_REQUEST_NULL;
+  }
+  for (int round = 0; round < kRepairRounds; ++round) {
+    MPI_Comm shrunk = MPI_COMM_NULL;
+    MEMENTO_RETURN_IF_ERROR(Check(MPIX_Comm_shrink(world_, &shrunk), "MPIX_Comm_shrink"));
+    MPI_Comm_set_errhandler(shrunk, MPI_ERRORS_RETURN);
+    // Every live process's role and generation; the decision below is a
+    // function of them alone, so every process takes the same.
+    int mine[2] = {rank_, generation_};
+    int live = 0, me = 0;
+    MPI_Comm_size(shrunk, &live);
+    MPI_Comm_rank(shrunk, &me);
+    std::vector<int> all(2 * static_cast<size_t>(live));
+    // Every step is followed by an agreement (fault-tolerant, entered by every
+    // live process), so that all take the same path: a process lost during
+    // the repair fails the step on some processes only, and the round is then
+    // repeated over the processes still alive.
+    auto everyone = [&](int rc) {
+      int ok = rc == MPI_SUCCESS ? 1 : 0;
+      return MPIX_Comm_agree(shrunk, &ok) == MPI_SUCCESS && ok != 0;
+    };
+    auto retry = [&](MPI_Comm* work) {
+      FreeComm(work);
+      MPIX_Comm_revoke(shrunk);
+      FreeComm(&world_);
+      world_ = shrunk;
+    };
+    MPI_Comm work = MPI_COMM_NULL;
+    if (!everyone(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, shrunk))) {
+      retry(&work);
+      continue;
+    }
+    std::vector<int> roles(live), lost, waiting;
+    int generation = 0;
+    std::vector<bool> present(old_size, false);
+    for (int p = 0; p < live; ++p) {
+      roles[p] = all[2 * p];
+      generation = std::max(generation, all[2 * p + 1] + 1);
+      if (roles[p] >= 0)
+        present[roles[p]] = true;
+      else
+        waiting.push_back(p);
+    }
+    for (int r = 0; r < old_size; ++r) {
+      if (!present[r]) lost.push_back(r);
+    }
+    const bool enough = lost.size() <= waiting.size();
+    for (size_t i = 0; enough && i < lost.size(); ++i) roles[waiting[i]] = lost[i];
+    const int color = enough && roles[me] >= 0 ? 0 : MPI_UNDEFINED;
+    if (!everyone(MPI_Comm_split(shrunk, color, roles[me], &work))) {
+      retry(&work);
+      continue;
+    }
+    FreeComm(&work_);
+    FreeComm(&world_);
+    world_ = shrunk;
+    roles_ = roles;
+    if (!enough) {
+      rank_ = roles[me];
+      work_ = MPI_COMM_NULL;
+      return Status::FailedPrecondition(
+          "in-job recovery: working ranks " + Join(lost) + " lost and " +
+          std::to_string(waiting.size()) +
+          " spares left; the job must be relaunched (and restores then)");
+    }
+    work_ = work;
+    if (work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(work_, MPI_ERRORS_RETURN);
+    rank_ = roles[me];
+    generation_ = generation;
+    spares_left_ = static_cast<int>(waiting.size() - lost.size());
+    Repair repair;
+    repair.generation = generation_;
+    repair.replaced = lost;
+    repair.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Log(LogLevel::kInfo, "ulfm: generation " + std::to_string(generation_) + ": ranks " +
+                             Join(lost) + " taken over by spares in " +
+                             std::to_string(repair.seconds) + " s; " +
+                             std::to_string(spares_left_) + " spares left");
+    if (lost.empty()) {
+      return Status::FailedPrecondition(
+          "in-job recovery: no working rank was lost; the failure was not a process's");
+    }
+    return repair;
+  }
+  return Status::Unavailable("in-job recovery: processes kept failing through " +
+                             std::to_string(kRepairRounds) + " repair rounds");
+#else
+  return Status::FailedPrecondition("in-job recovery: this MPI has no ULFM");
+#endif
+}
+
+Status UlfmWorld::Finish() {
+  if (rank_ != 0) return Status::Ok();
+  for (size_t w = 0; w < roles_.size(); ++w) {
+    if (roles_[w] >= 0) continue;
+    const int release = 1;
+    MEMENTO_RETURN_IF_ERROR(
+        Check(MPI_Send(&release, 1, MPI_INT, static_cast<int>(w), kReleaseTag, world_),
+              "MPI_Send (release a spare)"));
+  }
+  return Status::Ok();
+}
+
+int FinalizeWithin(std::chrono::seconds grace, int exit_code) {
+  std::fflush(nullptr);
+  std::thread([grace, exit_code] {
+    std::this_thread::sleep_for(grace);
+    const char line[] = "memento[warn] MPI_Finalize did not return; ending the process\n";
+    (void)!std::fwrite(line, 1, sizeof(line) - 1, stderr);
+    std::fflush(nullptr);
+    std::_Exit(exit_code);
+  }).detach();
+  MPI_Finalize();
+  return exit_code;
+}
+
+Status RunResilient(UlfmWorld& world, const UlfmTrainFn& train) {
+  if (world.rank() < 0) {
+    MEMENTO_ASSIGN_OR_RETURN(bool placed, world.WaitForPlace());
+    if (!placed) return Status::Ok();
+  }
+  while (true) {
+    MpiTransportOptions options;
+    options.comm = world.comm();
+    // A failure must come back as a Status here, not end the job.
+    options.abort_on_timeout = false;
+    Status failed;
+    {
+      auto transport = CreateMpiTransport(options);
+      if (!transport.ok()) {
+        failed = transport.status();
+      } else {
+        std::shared_ptr<Transport> t = *transport;
+        world.WatchForFailures([t] { t->Abort(); });
+        failed = train(t, world);
+        world.StopWatching();
+        if (failed.ok()) return world.Finish();
+        t->Abort();
+      }
+    }
+    Log(LogLevel::kWarn, "ulfm: rank " + std::to_string(world.rank()) + " generation " +
+                             std::to_string(world.generation()) + " failed: " + failed.ToString() +
+                             "; repairing");
+    auto repair = world.RepairAfterFailure();
+    if (!repair.ok()) return repair.status().WithContext(failed.ToString());
+  }
+}
+
+}  // namespace memento::runtime

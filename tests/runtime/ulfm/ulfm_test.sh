@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# In-job recovery over ULFM under Open MPI 5's mpirun (ctest label fault).
+# One launch of N working ranks and K spares; ranks lose their node at
+# injected points (MEMENTO_TEST_KILL, ulfm_worker.cc); the job must finish in
+# that launch, every rank bit-identical to the failure-free state, the lost
+# ranks in spares' processes and every other rank in the process it started in.
+#   ulfm_test.sh WORKER MPIRUN SCHEME N K KILLS REPLACED [REMOTE]
+#   KILLS     MEMENTO_TEST_KILL (stage:step:rank[:generation],...)
+#   REPLACED  the working ranks spares must hold at the end ("2", "1,4"), or
+#             "relaunch": the spares run out, the job must end naming that,
+#             and a second launch (no kills) must restore and finish
+#   REMOTE    "remote": a remote tier, persisted every version
+set -uo pipefail
+worker=$1 mpirun=$2 scheme=$3 n=$4 k=$5 kills=$6 replaced=$7 remote_tier=${8:-}
+steps=10
+
+export MEMENTO_JOB="ulfm-$$"
+export MEMENTO_SCHEME=$scheme
+export MEMENTO_RANKS_PER_NODE=1
+export MEMENTO_CHUNK_BYTES=256K
+export MEMENTO_TIMEOUT_S=60
+export MEMENTO_LOG=info
+out=$(mktemp)
+remote=""
+if [[ $remote_tier == remote ]]; then
+  remote=$(mktemp -d "${TMPDIR:-/tmp}/memento-ulfm-XXXXXX")
+  export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
+fi
+cleanup() {
+  rm -f "$out" /dev/shm/memento-"$MEMENTO_JOB"* 2>/dev/null
+  [[ -z $remote ]] || rm -rf "$remote"
+}
+trap cleanup EXIT
+
+launch() {  # launch SPARES KILLS: one mpirun; the output in $out
+  echo "--- mpirun --with-ft ulfm -np $((n + $1)) ulfm_worker $steps $1 (MEMENTO_TEST_KILL=$2)"
+  MEMENTO_TEST_KILL=$2 timeout 150 "$mpirun" --with-ft ulfm --allow-run-as-root --oversubscribe \
+    -np $((n + $1)) "$worker" "$steps" "$1" >"$out" 2>&1
+  local rc=$?
+  grep -E "ulfm|restored|lost|failed|rror" "$out" | grep -v "^\s*$" | tail -n 30
+  echo "(mpirun exited $rc)"
+  ((rc != 124)) || { echo "FAIL: the job did not end within 150 s"; exit 1; }
+}
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+pids_before=$(pgrep -x mpirun | sort)
+launch "$k" "$kills"
+lost=$(grep -c "node lost at" "$out")
+want_lost=$(tr ',' '\n' <<<"$kills" | grep -c .)
+((lost == want_lost)) || fail "$lost nodes were lost, $want_lost kill points were set"
+
+if [[ $replaced == relaunch ]]; then
+  grep -q "the job must be relaunched" "$out" || fail "the job did not say it must be relaunched"
+  grep -q "^ulfm: OK" "$out" && fail "the job reported success without spares"
+  launch 0 ""
+  grep -q "^ulfm: OK generation 0, replaced none" "$out" || fail "the relaunched job did not finish"
+  restored=$(grep -c "generation 0: restored v" "$out")
+  ((restored == n)) || fail "$restored of $n ranks restored in the relaunch"
+  echo "PASS: no spare left, the job ended naming it;" \
+    "the relaunch restored and finished bit-identical"
+  exit 0
+fi
+
+line=$(grep "^ulfm: " "$out") || fail "no result line (the job did not finish)"
+[[ $line == "ulfm: OK "* ]] || fail "$line"
+[[ $line == *", replaced $replaced, "* ]] || fail "expected ranks $replaced replaced: $line"
+# Every working rank restored in the last generation; the spares' restores
+# came from peers (a spare's store is new).
+gen=$(sed -n 's/^ulfm: OK generation \([0-9]*\),.*/\1/p' <<<"$line")
+((gen >= 1)) || fail "no repair happened (generation $gen)"
+restored=$(grep -c "generation $gen: restored v" "$out")
+((restored == n)) || fail "$restored of $n ranks restored in generation $gen"
+if [[ $remote_tier == remote ]]; then
+  grep "generation $gen: restored v" "$out" | grep -q "remote" ||
+    fail "no rank of generation $gen restored from the remote tier"
+fi
+echo "PASS: $line"

@@ -1,0 +1,278 @@
+// ulfm_worker: one process of a job that recovers in-job over ULFM (driven
+// by ulfm_test.sh under `mpirun --with-ft ulfm -np N+K`).
+//
+//   ulfm_worker STEPS SPARES
+//
+// The N working ranks train STEPS steps: each step mixes the rank's two
+// buffers with an allreduce over the working communicator (a value every
+// rank can also compute alone) and saves a version. A loss makes the
+// survivors repair the world (UlfmWorld, RunResilient): a spare takes the
+// lost rank's place, every rank restores (survivors from their own memory,
+// the spare from its peers) and training goes on from the restored step.
+// At the end every rank compares its buffers with the failure-free state,
+// which it computes alone, and rank 0 prints which ranks kept their
+// process and which were taken over:
+//   "ulfm: OK generation G, replaced R, survivors kept their pids"
+//
+// MEMENTO_TEST_KILL="stage:step:rank[:generation][,...]": working rank
+// `rank` of `generation` (default 0) loses its node at `stage` of version
+// `step` (0: any): its store is unlinked, then it SIGKILLs itself. Stages: the
+// engine's (snapshot, seal, commit, committed, recover, ...) and "step"
+// (after the step's allreduce, before Save).
+// Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
+// name "spare", so that one that takes rank r's place is a new machine
+// ("spare/r" with MEMENTO_RANKS_PER_NODE=1).
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/directory_remote_store.h"
+#include "memento/runtime/node_identity.h"
+#include "memento/runtime/node_store.h"
+#include "memento/runtime/store_admin.h"
+#include "memento/runtime/ulfm_world.h"
+#include "test_pattern.h"
+
+namespace memento::runtime {
+namespace {
+
+struct KillPoint {
+  std::string stage;
+  uint64_t step = 0;
+  int rank = -1;
+  int generation = 0;
+};
+
+std::vector<KillPoint> ParseKills() {
+  std::vector<KillPoint> kills;
+  const char* env = std::getenv("MEMENTO_TEST_KILL");
+  std::string list = env != nullptr ? env : "";
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(at, end - at);
+    at = end + 1;
+    KillPoint k;
+    char stage[32] = {};
+    unsigned long long step = 0;
+    int n = std::sscanf(item.c_str(), "%31[a-z]:%llu:%d:%d", stage, &step, &k.rank, &k.generation);
+    if (n < 3) {
+      std::fprintf(stderr, "MEMENTO_TEST_KILL: '%s' is not stage:step:rank[:generation]\n",
+                   item.c_str());
+      std::exit(2);
+    }
+    k.stage = stage;
+    k.step = step;
+    kills.push_back(k);
+  }
+  return kills;
+}
+
+// The failure-free state: two buffers per rank, each step mixes in the step's
+// allreduce (the sum over ranks of a value of (rank, step)).
+uint64_t Contribution(int rank, uint64_t step) { return (rank + 1) * 1000003ull + step * 7919ull; }
+
+uint64_t StepSum(int ranks, uint64_t step) {
+  uint64_t sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += Contribution(r, step);
+  return sum;
+}
+
+void Mix(std::vector<uint8_t>* buf, int rank, uint64_t step, uint64_t sum) {
+  for (size_t i = 0; i < buf->size(); ++i) {
+    (*buf)[i] = static_cast<uint8_t>((*buf)[i] * 31u + testing::Pattern(rank, step, 0, i) +
+                                     (sum >> (i % 32)));
+  }
+}
+
+struct Job {
+  Config config;
+  uint64_t steps = 0;
+  std::vector<KillPoint> kills;
+  std::vector<std::vector<uint8_t>> bufs;  // the rank's "model", outlives every Checkpointer
+  int restored_generation = -1;
+};
+
+[[noreturn]] void LoseNode(const Job& job, int rank, const char* where, uint64_t step) {
+  StoreId id{job.config.job, NodeIdentity(job.config, rank),
+             static_cast<uint32_t>(LocalRank(job.config, rank))};
+  (void)NodeStore::Destroy(id);
+  std::fprintf(stderr, "ulfm_worker rank %d (pid %d): node lost at %s of v%llu\n", rank,
+               static_cast<int>(getpid()), where, static_cast<unsigned long long>(step));
+  std::fflush(stderr);
+  raise(SIGKILL);
+  std::abort();
+}
+
+bool KilledAt(const Job& job, const char* stage, uint64_t step, int rank, int generation) {
+  for (const auto& k : job.kills) {
+    if (k.stage == stage && (k.step == step || k.step == 0) && k.rank == rank &&
+        k.generation == generation) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One attempt: a Checkpointer over this generation's transport, a restore
+// (every attempt but a fresh start's first), then the steps left.
+Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& world) {
+  const int rank = world.rank();
+  const int generation = world.generation();
+  FaultHooks hooks;
+  hooks.at_stage = [&job, rank, generation](Stage stage, uint64_t version) {
+    if (KilledAt(job, StageName(stage), version, rank, generation)) {
+      LoseNode(job, rank, StageName(stage), version);
+    }
+    return Status::Ok();
+  };
+  std::shared_ptr<RemoteStore> remote;
+  if (!job.config.remote_dir.empty()) {
+    remote = std::make_shared<DirectoryRemoteStore>(job.config.remote_dir, job.config.job);
+  }
+  MEMENTO_ASSIGN_OR_RETURN(auto ck, Checkpointer::Create(job.config, transport, remote, hooks));
+  for (size_t e = 0; e < job.bufs.size(); ++e) {
+    MEMENTO_RETURN_IF_ERROR(
+        ck->RegisterBuffer("entry" + std::to_string(e), job.bufs[e].data(), job.bufs[e].size()));
+  }
+  // Any failure from here aborts the transport first: this Checkpointer's
+  // threads may wait on survivors that wait on us.
+  auto fail = [&](Status s) {
+    transport->Abort();
+    return s;
+  };
+  uint64_t first = 1;
+  auto report = ck->Restore();
+  if (report.ok()) {
+    first = report->version + 1;
+    job.restored_generation = generation;
+    std::printf("rank %d (pid %d) generation %d: restored v%llu: %s\n", rank,
+                static_cast<int>(getpid()), generation,
+                static_cast<unsigned long long>(report->version), report->ToString().c_str());
+  } else if (report.status().code() != StatusCode::kNotFound || generation > 0) {
+    return fail(report.status().WithContext("Restore"));
+  } else {
+    for (auto& b : job.bufs) std::fill(b.begin(), b.end(), 0);
+  }
+  for (uint64_t step = first; step <= job.steps; ++step) {
+    Status waited = ck->WaitSnapshot();
+    if (!waited.ok()) return fail(waited.WithContext("WaitSnapshot"));
+    uint64_t mine = Contribution(rank, step), sum = 0;
+    const int rc = MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, world.comm());
+    if (rc != MPI_SUCCESS) {
+      return fail(Status::Unavailable("training allreduce of step " + std::to_string(step) +
+                                      " failed (MPI error " + std::to_string(rc) + ")"));
+    }
+    for (size_t e = 0; e < job.bufs.size(); ++e) Mix(&job.bufs[e], rank, step, sum);
+    if (KilledAt(job, "step", step, rank, generation)) LoseNode(job, rank, "step", step);
+    Status saved = ck->Save(step);
+    if (!saved.ok()) return fail(saved.WithContext("Save(" + std::to_string(step) + ")"));
+  }
+  Status done = ck->Wait();
+  if (!done.ok()) return fail(done.WithContext("Wait"));
+  return Status::Ok();
+}
+
+int Main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: ulfm_worker STEPS SPARES\n");
+    return 2;
+  }
+  int level = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
+  const int start_pid = static_cast<int>(getpid());
+  auto config = Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  Job job;
+  job.config = *config;
+  job.steps = std::stoull(argv[1]);
+  job.kills = ParseKills();
+  auto world = UlfmWorld::Create(MPI_COMM_WORLD, std::atoi(argv[2]));
+  if (!world.ok()) {
+    std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
+    return 2;
+  }
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  // Every process's pid at the start, by world rank (working rank r is world
+  // rank r, spares follow), to tell survivors from spares at the end.
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  std::vector<int> first_pids(world_size);
+  MPI_Allgather(&start_pid, 1, MPI_INT, first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  if ((*world)->rank() < 0) job.config.node = "spare";
+  Status run = RunResilient(**world, [&](std::shared_ptr<Transport> t, const UlfmWorld& w) {
+    // Sizes that depend on the working rank: a spare learns its own here.
+    if (job.bufs.empty()) {
+      job.bufs = {std::vector<uint8_t>((1 << 20) + 4099 * w.rank()),
+                  std::vector<uint8_t>(65537 + 3 * w.rank())};
+    }
+    return Train(job, std::move(t), w);
+  });
+  const int rank = (*world)->rank();
+  int rc = 0;
+  if (!run.ok()) {
+    std::fprintf(stderr, "ulfm_worker world rank %d (pid %d): %s\n", world_rank, start_pid,
+                 run.ToString().c_str());
+    rc = 1;
+  } else if (rank >= 0) {
+    // The failure-free state, computed alone.
+    int bad = 0;
+    for (size_t e = 0; e < job.bufs.size(); ++e) {
+      std::vector<uint8_t> want(job.bufs[e].size(), 0);
+      for (uint64_t step = 1; step <= job.steps; ++step) {
+        Mix(&want, rank, step, StepSum((*world)->size(), step));
+      }
+      if (want != job.bufs[e]) {
+        std::fprintf(stderr, "rank %d: entry %zu differs from the failure-free run\n", rank, e);
+        ++bad;
+      }
+    }
+    // Which process holds each working rank now, against the start.
+    std::vector<int> now((*world)->size()), bads((*world)->size());
+    MPI_Gather(&start_pid, 1, MPI_INT, now.data(), 1, MPI_INT, 0, (*world)->comm());
+    MPI_Gather(&bad, 1, MPI_INT, bads.data(), 1, MPI_INT, 0, (*world)->comm());
+    if (rank == 0) {
+      std::string replaced, kept;
+      int problems = 0;
+      const int n = (*world)->size();
+      for (int r = 0; r < n; ++r) {
+        problems += bads[r];
+        const bool spare =
+            std::find(first_pids.begin() + n, first_pids.end(), now[r]) != first_pids.end();
+        if (now[r] != first_pids[r] && !spare) {
+          std::fprintf(stderr, "rank %d is held by pid %d, neither its first process nor a spare\n",
+                       r, now[r]);
+          ++problems;
+        }
+        std::string& list = spare ? replaced : kept;
+        list += (list.empty() ? "" : ",") + std::to_string(r);
+      }
+      std::printf("ulfm: %s generation %d, replaced %s, kept %s, spares left %d\n",
+                  problems == 0 ? "OK" : "DIFFERS", (*world)->generation(),
+                  replaced.empty() ? "none" : replaced.c_str(), kept.c_str(),
+                  (*world)->spares_left());
+      rc = problems == 0 ? 0 : 1;
+      if (problems == 0) (void)CleanJob(job.config.job);
+    }
+  }
+  world->reset();
+  return FinalizeWithin(std::chrono::seconds(10), rc);
+}
+
+}  // namespace
+}  // namespace memento::runtime
+
+int main(int argc, char** argv) { return memento::runtime::Main(argc, argv); }

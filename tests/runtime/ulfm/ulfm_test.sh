@@ -27,7 +27,7 @@ if [[ $remote_tier == remote ]]; then
   export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
 fi
 cleanup() {
-  rm -f "$out" /dev/shm/memento-"$MEMENTO_JOB"* 2>/dev/null
+  rm -f "$out" /dev/shm/memento."$MEMENTO_JOB".* 2>/dev/null
   [[ -z $remote ]] || rm -rf "$remote"
 }
 trap cleanup EXIT

@@ -203,9 +203,10 @@ class MpiTransport final : public Transport {
     if (broken_ && !revoked_) {
       // Operations of this transport never completed: MPI_Finalize (ours or
       // the application's) would wait for them forever, and the job would
-      // never end. End it now, visibly. A revoked communicator (ULFM) has
-      // completed every operation on it, in error: it is freed instead and
-      // the job goes on.
+      // never end. End it now, visibly. A revoked transport (ULFM) has
+      // abandoned its operations on purpose, and the job repairs itself: its
+      // communicator is freed and the job goes on (ulfm_world.h bounds the
+      // MPI_Finalize that such a job ends with).
       AbortJob(rank_, "the MPI transport was broken by: " + BrokenReason());
     }
     auto lock = Lock();

@@ -5,7 +5,7 @@
 # that launch, every rank bit-identical to the failure-free state, the lost
 # ranks in spares' processes and every other rank in the process it started in.
 #   ulfm_test.sh WORKER MPIRUN SCHEME N K KILLS REPLACED [REMOTE]
-#   KILLS     MEMENTO_TEST_KILL (stage:step:rank[:generation],...)
+#   KILLS     MEMENTO_TEST_KILL (stage:step:rank[+rank...][:generation],...)
 #   REPLACED  the working ranks spares must hold at the end ("2", "1,4"), or
 #             "relaunch": the spares run out, the job must end naming that,
 #             and a second launch (no kills) must restore and finish
@@ -47,7 +47,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 pids_before=$(pgrep -x mpirun | sort)
 launch "$k" "$kills"
 lost=$(grep -c "node lost at" "$out")
-want_lost=$(tr ',' '\n' <<<"$kills" | grep -c .)
+want_lost=$(tr ',' '\n' <<<"$kills" | cut -d: -f3 | tr '+' '\n' | grep -c .)
 ((lost == want_lost)) || fail "$lost nodes were lost, $want_lost kill points were set"
 
 if [[ $replaced == relaunch ]]; then

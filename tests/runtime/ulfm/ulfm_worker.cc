@@ -14,11 +14,12 @@
 // process and which were taken over:
 //   "ulfm: OK generation G, replaced R, survivors kept their pids"
 //
-// MEMENTO_TEST_KILL="stage:step:rank[:generation][,...]": working rank
-// `rank` of `generation` (default 0) loses its node at `stage` of version
-// `step` (0: any): its store is unlinked, then it SIGKILLs itself. Stages: the
-// engine's (snapshot, seal, commit, committed, recover, ...) and "step"
-// (after the step's allreduce, before Save).
+// MEMENTO_TEST_KILL="stage:step:rank[+rank...][:generation][,...]": working
+// rank `rank` of `generation` (default 0) loses its node at `stage` of version
+// `step` (0: any): its store is unlinked, then it SIGKILLs itself; the ranks
+// after '+' (generation 0 only) lose theirs at the same instant, killed by it.
+// Stages: the engine's (snapshot, seal, commit, committed, recover, ...) and
+// "step" (after the step's allreduce, before Save).
 // Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
 // name "spare", so that one that takes rank r's place is a new machine
 // ("spare/r" with MEMENTO_RANKS_PER_NODE=1).
@@ -48,6 +49,7 @@ struct KillPoint {
   std::string stage;
   uint64_t step = 0;
   int rank = -1;
+  std::vector<int> with;  // ranks lost at the same instant ("rank+other+...")
   int generation = 0;
 };
 
@@ -62,16 +64,22 @@ std::vector<KillPoint> ParseKills() {
     std::string item = list.substr(at, end - at);
     at = end + 1;
     KillPoint k;
-    char stage[32] = {};
+    char stage[32] = {}, ranks[64] = {};
     unsigned long long step = 0;
-    int n = std::sscanf(item.c_str(), "%31[a-z]:%llu:%d:%d", stage, &step, &k.rank, &k.generation);
-    if (n < 3) {
-      std::fprintf(stderr, "MEMENTO_TEST_KILL: '%s' is not stage:step:rank[:generation]\n",
+    int n =
+        std::sscanf(item.c_str(), "%31[a-z]:%llu:%63[0-9+]:%d", stage, &step, ranks, &k.generation);
+    if (n < 3 || (std::strchr(ranks, '+') != nullptr && k.generation != 0)) {
+      std::fprintf(stderr,
+                   "MEMENTO_TEST_KILL: '%s' is not stage:step:rank[+rank...][:generation] "
+                   "(several ranks only in generation 0)\n",
                    item.c_str());
       std::exit(2);
     }
     k.stage = stage;
     k.step = step;
+    char* next = ranks;
+    k.rank = static_cast<int>(std::strtol(next, &next, 10));
+    while (*next == '+') k.with.push_back(static_cast<int>(std::strtol(next + 1, &next, 10)));
     kills.push_back(k);
   }
   return kills;
@@ -98,29 +106,40 @@ struct Job {
   Config config;
   uint64_t steps = 0;
   std::vector<KillPoint> kills;
+  std::vector<int> first_pids;             // by world rank, at the start
   std::vector<std::vector<uint8_t>> bufs;  // the rank's "model", outlives every Checkpointer
   int restored_generation = -1;
 };
 
-[[noreturn]] void LoseNode(const Job& job, int rank, const char* where, uint64_t step) {
+// Working rank `rank`'s node is lost: its store unlinked, its process killed.
+void Lose(const Job& job, int rank, int pid, const char* where, uint64_t step) {
   StoreId id{job.config.job, NodeIdentity(job.config, rank),
              static_cast<uint32_t>(LocalRank(job.config, rank))};
   (void)NodeStore::Destroy(id);
-  std::fprintf(stderr, "ulfm_worker rank %d (pid %d): node lost at %s of v%llu\n", rank,
-               static_cast<int>(getpid()), where, static_cast<unsigned long long>(step));
+  std::fprintf(stderr, "ulfm_worker rank %d (pid %d): node lost at %s of v%llu\n", rank, pid, where,
+               static_cast<unsigned long long>(step));
   std::fflush(stderr);
-  raise(SIGKILL);
+  kill(pid, SIGKILL);
+}
+
+// The kill point `k` fired on its rank: the ranks lost with it first (by the
+// pids they started with: the same instant, whatever they are doing), then
+// this process.
+[[noreturn]] void LoseNodes(const Job& job, const KillPoint& k, const char* where, uint64_t step) {
+  for (int other : k.with) Lose(job, other, job.first_pids[other], where, step);
+  Lose(job, k.rank, static_cast<int>(getpid()), where, step);
   std::abort();
 }
 
-bool KilledAt(const Job& job, const char* stage, uint64_t step, int rank, int generation) {
+const KillPoint* KilledAt(const Job& job, const char* stage, uint64_t step, int rank,
+                          int generation) {
   for (const auto& k : job.kills) {
     if (k.stage == stage && (k.step == step || k.step == 0) && k.rank == rank &&
         k.generation == generation) {
-      return true;
+      return &k;
     }
   }
-  return false;
+  return nullptr;
 }
 
 // One attempt: a Checkpointer over this generation's transport, a restore
@@ -130,8 +149,8 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
   const int generation = world.generation();
   FaultHooks hooks;
   hooks.at_stage = [&job, rank, generation](Stage stage, uint64_t version) {
-    if (KilledAt(job, StageName(stage), version, rank, generation)) {
-      LoseNode(job, rank, StageName(stage), version);
+    if (const KillPoint* k = KilledAt(job, StageName(stage), version, rank, generation)) {
+      LoseNodes(job, *k, StageName(stage), version);
     }
     return Status::Ok();
   };
@@ -173,7 +192,9 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
                                       " failed (MPI error " + std::to_string(rc) + ")"));
     }
     for (size_t e = 0; e < job.bufs.size(); ++e) Mix(&job.bufs[e], rank, step, sum);
-    if (KilledAt(job, "step", step, rank, generation)) LoseNode(job, rank, "step", step);
+    if (const KillPoint* k = KilledAt(job, "step", step, rank, generation)) {
+      LoseNodes(job, *k, "step", step);
+    }
     Status saved = ck->Save(step);
     if (!saved.ok()) return fail(saved.WithContext("Save(" + std::to_string(step) + ")"));
   }
@@ -210,8 +231,9 @@ int Main(int argc, char** argv) {
   // rank r, spares follow), to tell survivors from spares at the end.
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  std::vector<int> first_pids(world_size);
-  MPI_Allgather(&start_pid, 1, MPI_INT, first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  job.first_pids.resize(world_size);
+  MPI_Allgather(&start_pid, 1, MPI_INT, job.first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  const std::vector<int>& first_pids = job.first_pids;
   if ((*world)->rank() < 0) job.config.node = "spare";
   Status run = RunResilient(**world, [&](std::shared_ptr<Transport> t, const UlfmWorld& w) {
     // Sizes that depend on the working rank: a spare learns its own here.

@@ -87,7 +87,6 @@ Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares)
   MEMENTO_RETURN_IF_ERROR(Check(MPI_Comm_dup(world, &w->world_), "MPI_Comm_dup"));
   MPI_Comm_set_errhandler(w->world_, MPI_ERRORS_RETURN);
   w->size_ = world_size - spares;
-  w->spares_left_ = spares;
   w->roles_.resize(world_size);
   for (int r = 0; r < world_size; ++r) w->roles_[r] = r < w->size_ ? r : -1;
   w->rank_ = w->roles_[world_rank];
@@ -128,8 +127,7 @@ Result<bool> UlfmWorld::WaitForPlace() {
     MPIX_Comm_revoke(world_);
     if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
 #endif
-    MEMENTO_ASSIGN_OR_RETURN(Repair repair, RepairAfterFailure());
-    (void)repair;
+    MEMENTO_RETURN_IF_ERROR(RepairAfterFailure().status());
     if (rank_ >= 0) return true;
   }
 }
@@ -249,7 +247,6 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     if (work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(work_, MPI_ERRORS_RETURN);
     rank_ = roles[me];
     generation_ = generation;
-    spares_left_ = static_cast<int>(waiting.size() - lost.size());
     Repair repair;
     repair.generation = generation_;
     repair.replaced = lost;
@@ -258,7 +255,7 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     Log(LogLevel::kInfo, "ulfm: generation " + std::to_string(generation_) + ": ranks " +
                              Join(lost) + " taken over by spares in " +
                              std::to_string(repair.seconds) + " s; " +
-                             std::to_string(spares_left_) + " spares left");
+                             std::to_string(spares_left()) + " spares left");
     if (lost.empty()) {
       return Status::FailedPrecondition(
           "in-job recovery: no working rank was lost; the failure was not a process's");

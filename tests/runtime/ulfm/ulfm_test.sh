@@ -8,7 +8,8 @@
 #   KILLS     MEMENTO_TEST_KILL (stage:step:rank[+rank...][:generation],...)
 #   REPLACED  the working ranks spares must hold at the end ("2", "1,4"), or
 #             "relaunch": the spares run out, the job must end naming that,
-#             and a second launch (no kills) must restore and finish
+#             and a second launch (no kills) must restore and finish; or
+#             "refused": N processes with K >= N spares must fail, naming it
 #   REMOTE    "remote": a remote tier, persisted every version
 set -uo pipefail
 worker=$1 mpirun=$2 scheme=$3 n=$4 k=$5 kills=$6 replaced=$7 remote_tier=${8:-}
@@ -44,7 +45,18 @@ launch() {  # launch SPARES KILLS: one mpirun; the output in $out
 
 fail() { echo "FAIL: $*"; exit 1; }
 
-pids_before=$(pgrep -x mpirun | sort)
+if [[ $replaced == refused ]]; then
+  # K spares of N + K processes where K >= N + K: no working rank.
+  echo "--- mpirun --with-ft ulfm -np $n ulfm_worker $steps $k (spares leave no working rank)"
+  timeout 60 "$mpirun" --with-ft ulfm --allow-run-as-root --oversubscribe -np "$n" "$worker" \
+    "$steps" "$k" >"$out" 2>&1
+  rc=$?
+  grep -i "spares" "$out" | head -3
+  ((rc != 0)) || fail "a job with $k spares of $n processes succeeded"
+  grep -q "$k spares of $n ranks leave no working rank" "$out" || fail "no error naming the spares"
+  echo "PASS: $k spares of $n processes refused, naming them"
+  exit 0
+fi
 launch "$k" "$kills"
 lost=$(grep -c "node lost at" "$out")
 want_lost=$(tr ',' '\n' <<<"$kills" | cut -d: -f3 | tr '+' '\n' | grep -c .)

@@ -108,7 +108,6 @@ struct Job {
   std::vector<KillPoint> kills;
   std::vector<int> first_pids;             // by world rank, at the start
   std::vector<std::vector<uint8_t>> bufs;  // the rank's "model", outlives every Checkpointer
-  int restored_generation = -1;
 };
 
 // Working rank `rank`'s node is lost: its store unlinked, its process killed.
@@ -173,7 +172,6 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
   auto report = ck->Restore();
   if (report.ok()) {
     first = report->version + 1;
-    job.restored_generation = generation;
     std::printf("rank %d (pid %d) generation %d: restored v%llu: %s\n", rank,
                 static_cast<int>(getpid()), generation,
                 static_cast<unsigned long long>(report->version), report->ToString().c_str());

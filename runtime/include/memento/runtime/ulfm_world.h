@@ -31,6 +31,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -69,7 +70,7 @@ class UlfmWorld {
   // 0 at start, one more per repair; equal on every process.
   int generation() const { return generation_; }
   // Spares still waiting.
-  int spares_left() const { return spares_left_; }
+  int spares_left() const { return static_cast<int>(std::count(roles_.begin(), roles_.end(), -1)); }
 
   // A waiting spare: returns true once a repair gave it a working rank,
   // false when the job finished without needing it (Finish()).
@@ -106,7 +107,6 @@ class UlfmWorld {
   int rank_ = -1;
   int size_ = 0;
   int generation_ = 0;
-  int spares_left_ = 0;
   std::thread watcher_;
   std::atomic<bool> stop_watching_{false};
   MPI_Request watch_request_ = MPI_REQUEST_NULL;  // pending once the watcher saw a failure

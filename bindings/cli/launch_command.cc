@@ -32,6 +32,9 @@ that does not report still runs, relaunches and is timed, without step events.
 --launcher torchrun starts one torchrun agent per virtual node (static rendezvous on
 a free port, torchrun's own restarts off); under mpirun the ranks also get RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for torch.distributed.
+--launcher ulfm starts `mpirun --with-ft ulfm -np N+SPARES` (an MPI with ULFM, e.g.
+Open MPI 5): a job built on memento's runtime::RunResilient repairs its own world
+after a loss, a spare rank taking the lost place; the launcher injects and records.
 
 examples:
   memento launch -n 8 --scheme rs:4+2 --inject 3@10 -- build/experiments/demo/memento_demo
@@ -39,6 +42,8 @@ examples:
       -- python train.py
   memento launch -n 4 --scheme replica:2 --recovery in-job --spares 1 --inject 1@5 \
       -- python train.py        # train.py runs its training in memento.resilient(train)
+  memento launch -n 4 --scheme xor:3 --launcher ulfm --recovery in-job --spares 2 \
+      --inject 2@4,1@8:protect -- ./train_ulfm   # repairs its world (runtime::RunResilient)
   memento launch -n 8 --ranks-per-node 2 --scheme replica:2 --inject rand@5-15:rand \
       --remote /tmp/ckpt --json -- ./train
 )";
@@ -88,11 +93,13 @@ void AddLaunchCommand(CLI::App& app) {
       ->check(DecimalNumber())
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--launcher", o.launcher,
-                  "what starts the job: mpirun (one mpirun, default) or torchrun (one torchrun "
-                  "agent per node)")
-      ->check(CLI::IsMember({"mpirun", "torchrun"}));
+                  "what starts the job: mpirun (one mpirun, default), torchrun (one torchrun "
+                  "agent per node) or ulfm (mpirun --with-ft ulfm: the job repairs its own MPI "
+                  "world in-job; --spares are ranks of it)")
+      ->check(CLI::IsMember({"mpirun", "torchrun", "ulfm"}));
   sub->add_option("--mpirun", args->mpirun,
-                  "the mpirun command line, split at spaces (default mpirun)");
+                  "the mpirun command line, split at spaces (default mpirun; under --launcher "
+                  "ulfm, the mpirun of the MPI with ULFM memento was built against)");
   sub->add_option("--torchrun", args->torchrun,
                   "the torchrun command line, split at spaces (default torchrun)");
   sub->add_option("--recovery", o.recovery,

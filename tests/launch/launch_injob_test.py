@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""`memento launch --recovery in-job` with a Python DDP job (ctest labels fault, python)
-and with the C++ demo job (label fault).
+"""`memento launch --recovery in-job` with a Python DDP job (ctest labels fault, python),
+with the C++ demo job (label fault), and with a C++ job that repairs its own MPI world over
+ULFM (`--launcher ulfm`, label fault).
 
 usage: launch_injob_test.py SCENARIO
 
@@ -28,14 +29,27 @@ demo_rs: the demo, rs:2+2, 3 warm spares: two nodes at once (0+2@3), then one at
 demo_unrecoverable: the demo, xor:3, no remote tier: two nodes of the one XOR group at
    once (0+1@3). Nothing can serve them: the launcher stops the job at once (exit 1,
    outcome unrecoverable) instead of leaving its ranks waiting for a membership.
+ulfm_xor: tests/runtime/ulfm/ulfm_worker (runtime::RunResilient: its world repaired over
+   ULFM, spares that are ranks of the one mpirun) under `--launcher ulfm`, xor:3, 3 spares:
+   a node at a step (2@4), one at the protect stage (1@8:protect), and the spare that took
+   its place while it restores (1@recovery).
+ulfm_rs: the same job, rs:2+2, 4 spares: two nodes at once at the snapshot stage
+   (0+2@3:snapshot: the first kills the second, then itself), then one at the commit stage
+   (3@9:commit).
+ulfm_fallback: the same job, replica:2, 1 spare for two losses (1@4, 2@8): the first in-job,
+   the second, with no spare left, by a full relaunch (which starts a spare again).
 Required: every event fired, one launch (two for fallback), an in-job record per
 recovery, the survivors' process ids unchanged across in-job recoveries and every lost
 rank's changed, every restore from memory with the steps lost counted, and the final
 digest and state hash equal to the failure-free run's ($REFERENCE, written by the
 launch_python reference run; for the demo, a failure-free launch over MPI that the test
 runs first: the gloo collectives of in-job mode compute the same bits).
+For the ULFM job, the process ids are those every rank records per generation of its world
+(pid.aA.rR in the status folder), and the reference state is the one the job computes alone
+and prints with its own bit-exact check ("ulfm: OK ..., failure-free state H").
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_PYTHON, MEMENTO_TEST_TORCHRUN, PYTHONPATH,
-REFERENCE (Python scenarios); MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (demo).
+REFERENCE (Python scenarios); MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (demo);
+MEMENTO_TEST_CLI, MEMENTO_TEST_ULFM_WORKER (ulfm).
 """
 import json
 import os
@@ -55,7 +69,8 @@ TORCHRUN = os.environ.get("MEMENTO_TEST_TORCHRUN", "torchrun")
 # deadline the launcher gives a recovery is what these runs check, not the
 # machine's DNS (README, "In-job recovery").
 os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
-STEPS = {"python": 20, "demo": 16}
+STEPS = {"python": 20, "demo": 16, "ulfm": 16}
+ULFM_STEP_MS = 40  # each step of the ULFM job also sleeps this long
 DEMO_ARGS = ["--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]
 SCENARIOS = {
     # job, launcher, scheme, spares, inject, in-job recoveries, launches, failure stages
@@ -73,10 +88,26 @@ SCENARIOS = {
                  ["step", "commit", "recovery"]),
     "demo_rs": ("demo", "mpirun", "rs:2+2", 3, "0+2@3,3@9:protect", 2, 1, ["step", "protect"]),
     "demo_unrecoverable": ("demo", "mpirun", "xor:3", 2, "0+1@3", 1, 1, ["step"]),
+    "ulfm_xor": ("ulfm", "ulfm", "xor:3", 3, "2@4,1@8:protect,1@recovery", 3, 1,
+                 ["step", "protect", "recovery"]),
+    "ulfm_rs": ("ulfm", "ulfm", "rs:2+2", 4, "0+2@3:snapshot,3@9:commit", 2, 1,
+                ["snapshot", "commit"]),
+    "ulfm_fallback": ("ulfm", "ulfm", "replica:2", 1, "1@4,2@8", 1, 2, ["step", "step"]),
 }
 
 
+STATUS = []  # the status folder of the launch under test, once it ran
+
+
 def fail(msg):
+    """Fails the test; the tail of every log the launched job left goes with it."""
+    for folder in STATUS:
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if name.startswith("attempt") and name.endswith(".log"):
+                with open(os.path.join(folder, name), errors="replace") as f:
+                    lines = f.readlines()
+                print("--- %s (last 40 of %d lines)" % (name, len(lines)))
+                print("".join(lines[-40:]), end="", flush=True)
     print("FAIL:", msg, flush=True)
     sys.exit(1)
 
@@ -103,9 +134,12 @@ def demo_reference(job, work):
 
 def launch(scenario, job, work, expect=0):
     kind, launcher, scheme, spares, inject = SCENARIOS[scenario][:5]
-    records, out, pids = (os.path.join(work, n) for n in ("records", "out", "pids"))
+    records, out, pids, status = (os.path.join(work, n)
+                                  for n in ("records", "out", "pids", "status"))
+    STATUS.append(status)
     cmd = [CLI, "launch", "-n", "4", "--ranks-per-node", "1", "--scheme", scheme,
-           "--job", job, "--records", records, "--quiet", "--backoff", "0.1",
+           "--job", job, "--records", records, "--status-dir", status, "--quiet",
+           "--backoff", "0.1",
            "--launcher", launcher, "--torchrun", TORCHRUN, "--recovery", "in-job",
            "--spares", str(spares), "--inject", inject]
     if scenario == "remote_mpirun":
@@ -113,6 +147,9 @@ def launch(scenario, job, work, expect=0):
     if kind == "demo":
         cmd += ["--", os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
                 pids] + DEMO_ARGS
+    elif kind == "ulfm":
+        cmd += ["--", os.environ["MEMENTO_TEST_ULFM_WORKER"], str(STEPS[kind]), str(spares),
+                str(ULFM_STEP_MS)]
     else:
         cmd += ["--", PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
                 pids]
@@ -129,11 +166,30 @@ def launch(scenario, job, work, expect=0):
         with open(out) as f:
             digest = f.read().split()[0]
     starts = {}  # attempt -> {rank: pid}
+    if kind == "ulfm":
+        for name in os.listdir(status):  # pid.aA.rR, by the exec wrapper and by the job
+            if name.startswith("pid.a"):
+                attempt, rank = (int(x) for x in name[len("pid.a"):].split(".r"))
+                with open(os.path.join(status, name)) as f:
+                    if rank < 4:
+                        starts.setdefault(attempt, {})[rank] = int(f.read())
+        return recs, ulfm_reference(status), starts
     with open(pids) as f:
         for line in f:
             rank, pid, attempt = (int(x) for x in line.split())
             starts.setdefault(attempt, {})[rank] = pid
     return recs, digest, starts
+
+
+def ulfm_reference(status):
+    """The ULFM job's own verdict: its result line, and the failure-free state it computed."""
+    for name in sorted(os.listdir(status)):
+        if name.startswith("attempt") and name.endswith(".log"):
+            with open(os.path.join(status, name), errors="replace") as f:
+                for line in f:
+                    if line.startswith("ulfm: OK ") and "failure-free state " in line:
+                        return line.split("failure-free state ")[1].split()[0]
+    fail("the ULFM job printed no 'ulfm: OK' line (its own bit-exact check)")
 
 
 def check_processes(recs, starts):
@@ -232,6 +288,10 @@ def main():
         if scenario == "demo_unrecoverable":
             recs, _, _ = launch(scenario, job, work, expect=1)
             check_unrecoverable(recs)
+            return
+        if SCENARIOS[scenario][0] == "ulfm":
+            recs, ref_state, starts = launch(scenario, job, work)
+            check(scenario, recs, None, starts, None, ref_state)
             return
         if SCENARIOS[scenario][0] == "demo":
             ref_digest, ref_state = None, demo_reference(job, work)

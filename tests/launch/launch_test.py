@@ -19,7 +19,8 @@ usage: launch_test.py SCENARIO
                   Ctrl-C during the backoff before a relaunch: 1 launch counted
   bad-scheme | bad-node | bad-command | bad-launcher | failing-job
                   (bad-launcher also: a bad --recovery, --spares without in-job or
-                  negative, a zero --injob-timeout)
+                  negative, a zero --injob-timeout, --launcher ulfm without in-job, with
+                  spares that are not whole nodes or without an mpirun)
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
@@ -359,7 +360,12 @@ def run(scenario, job, remote):
                  (["--recovery", "in-place"], "--recovery 'in-place'"),
                  (["--spares", "2"], "--spares 2 needs --recovery in-job"),
                  (["--recovery", "in-job", "--spares", "-1"], "--spares must be >= 0"),
-                 (["--recovery", "in-job", "--injob-timeout", "0"], "--injob-timeout")]
+                 (["--recovery", "in-job", "--injob-timeout", "0"], "--injob-timeout"),
+                 (["--launcher", "ulfm"], "--launcher ulfm recovers in-job"),
+                 (["--launcher", "ulfm", "--recovery", "in-job", "--ranks-per-node", "2",
+                   "--spares", "1"], "--spares 1 must be a multiple of --ranks-per-node 2"),
+                 (["--launcher", "ulfm", "--recovery", "in-job", "--mpirun", "/no/such/mpirun"],
+                  "ulfm not found: '/no/such/mpirun' (an mpirun with ULFM")]
         for extra, want in cases:
             cmd = [CLI, "launch", "-n", "2", "--job", job] + extra + ["--", DEMO]
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -173,7 +173,9 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   const int old_index = a->index;
   a->index = next_index_++;
   attempt_ = a->index;
-  for (int r = 0; r < o_.np; ++r) {
+  // Under ULFM every rank records itself for each generation of its world
+  // (JobReporter::ForGeneration); a second writer could be read half-done.
+  for (int r = 0; r < o_.np && !Ulfm(); ++r) {
     if (std::find(nodes.begin(), nodes.end(), r / o_.ranks_per_node) != nodes.end()) continue;
     std::ofstream(PidPath(a->index, r)) << RankPid(old_index, r) << "\n";
   }
@@ -182,14 +184,14 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
     for (int k = 0; k < nodes_; ++k) names << NodeBase(generation_[k]) << "\n";
   }
   const int port = FreePort();
-  const size_t spares_before = spares_.size();
+  const int spares_before = SparesLeft();
   if (!ReplaceRanks(a, nodes, port)) return;
   ++injob_recoveries_;
   Record({{"record", "injob"},
           {"attempt", a->index},
           {"replaced", replaced_},
-          {"from_spares", static_cast<int>(spares_before - spares_.size())},
-          {"spares_left", static_cast<int>(spares_.size())},
+          {"from_spares", spares_before - SparesLeft()},
+          {"spares_left", SparesLeft()},
           {"master_port", port},
           {"fault_env", PendingFaultEnv()}});
   replaced_.clear();
@@ -205,9 +207,14 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
 // ranks; false when it fell back to a relaunch.
 bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port) {
   const size_t needed = nodes.size() * static_cast<size_t>(o_.ranks_per_node);
-  if (o_.spares > 0 && spares_.size() < needed) {
+  if ((o_.spares > 0 || Ulfm()) && static_cast<size_t>(SparesLeft()) < needed) {
     FallBack(a, "no warm spare left for " + std::to_string(needed) + " lost rank(s)");
     return false;
+  }
+  if (Ulfm()) {
+    // The job's world hands the places to its first spares itself.
+    ulfm_spares_left_ -= static_cast<int>(needed);
+    return true;
   }
   const std::string fault = PendingFaultEnv();
   json ranks = json::object();

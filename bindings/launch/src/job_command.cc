@@ -38,13 +38,25 @@ std::vector<std::vector<std::string>> JobCommands(const LaunchOptions& o,
   if (geteuid() == 0 && std::find(args.begin(), args.end(), "--allow-run-as-root") == args.end()) {
     args.push_back("--allow-run-as-root");
   }
-  // In-job recovery: the survivors outlive a lost rank (Open MPI ends the
-  // whole job otherwise).
-  if (o.recovery == "in-job" &&
-      std::find(args.begin(), args.end(), "--enable-recovery") == args.end()) {
+  auto has = [&](const char* flag) {
+    return std::find(args.begin(), args.end(), flag) != args.end();
+  };
+  int np = o.np;
+  if (o.launcher == "ulfm") {
+    // ULFM: a lost rank is reported to the others, which repair the world;
+    // the spares are the last ranks of the same job.
+    if (!has("--with-ft")) args.insert(args.end(), {"--with-ft", "ulfm"});
+    // Virtual nodes put more ranks than cores on a machine, as the
+    // OMPI_MCA_ variable does for Open MPI 4's mpirun (SetJobEnv); PRRTE,
+    // Open MPI 5's, takes only the flag.
+    if (!has("--oversubscribe") && !has("--map-by")) args.push_back("--oversubscribe");
+    np += o.spares;
+  } else if (o.recovery == "in-job" && !has("--enable-recovery")) {
+    // In-job recovery: the survivors outlive a lost rank (Open MPI ends the
+    // whole job otherwise).
     args.push_back("--enable-recovery");
   }
-  args.insert(args.end(), {"-np", std::to_string(o.np)});
+  args.insert(args.end(), {"-np", std::to_string(np)});
   args.insert(args.end(), rank_exec.begin(), rank_exec.end());
   args.insert(args.end(), o.command.begin(), o.command.end());
   out.push_back(std::move(args));

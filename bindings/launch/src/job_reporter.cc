@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "memento/launch/json_text.h"
 
@@ -45,16 +46,46 @@ JobReporter JobReporter::FromEnv(int rank) {
   r.dir_ = LaunchEnv("MEMENTO_LAUNCH_DIR");
   const std::string attempt = LaunchEnv("MEMENTO_LAUNCH_ATTEMPT");
   r.attempt_ = attempt.empty() ? 0 : std::atoi(attempt.c_str());
-  const std::string fault = LaunchEnv("MEMENTO_LAUNCH_FAULT");
-  const size_t a = fault.find(':'), b = fault.rfind(':');
-  if (!fault.empty() && a != std::string::npos && b != a) {
-    r.fault_stage_ = fault.substr(0, a);
-    const std::string version = fault.substr(a + 1, b - a - 1);
-    r.fault_any_version_ = version == "*";
-    r.fault_version_ = r.fault_any_version_ ? 0 : std::strtoull(version.c_str(), nullptr, 10);
-    r.fault_rank_ = std::atoi(fault.c_str() + b + 1);
-  }
+  r.ArmFault(LaunchEnv("MEMENTO_LAUNCH_FAULT"));
   return r;
+}
+
+JobReporter JobReporter::ForGeneration(int rank, int generation) {
+  JobReporter r = FromEnv(rank);
+  if (!r.active()) return r;
+  r.attempt_ += generation;
+  if (std::getenv("MEMENTO_LAUNCH_FAULTS") != nullptr) {
+    // "A=STAGE:VERSION:RANK[+RANK...],...": this attempt's entry, if any.
+    r.ArmFault("");
+    std::stringstream faults(LaunchEnv("MEMENTO_LAUNCH_FAULTS"));
+    const std::string key = std::to_string(r.attempt_) + "=";
+    for (std::string item; std::getline(faults, item, ',');) {
+      if (item.rfind(key, 0) == 0) r.ArmFault(item.substr(key.size()));
+    }
+  }
+  r.WritePid();
+  return r;
+}
+
+void JobReporter::WritePid() const {
+  WriteFileAtomically(dir_ + "/pid.a" + std::to_string(attempt_) + ".r" + std::to_string(rank_),
+                      std::to_string(static_cast<long>(getpid())));
+}
+
+// "STAGE:VERSION:RANK[+RANK...]" (VERSION "*" = any); "" disarms.
+void JobReporter::ArmFault(const std::string& fault) {
+  fault_stage_.clear();
+  fault_rank_ = -1;
+  fault_with_.clear();
+  const size_t a = fault.find(':'), b = fault.rfind(':');
+  if (fault.empty() || a == std::string::npos || b == a) return;
+  fault_stage_ = fault.substr(0, a);
+  const std::string version = fault.substr(a + 1, b - a - 1);
+  fault_any_version_ = version == "*";
+  fault_version_ = fault_any_version_ ? 0 : std::strtoull(version.c_str(), nullptr, 10);
+  char* next = nullptr;
+  fault_rank_ = static_cast<int>(std::strtol(fault.c_str() + b + 1, &next, 10));
+  while (*next == '+') fault_with_.push_back(static_cast<int>(std::strtol(next + 1, &next, 10)));
 }
 
 void JobReporter::Append(const std::string& line) const {
@@ -116,6 +147,7 @@ runtime::FaultHooks JobReporter::Hooks() const {
   const uint64_t version = fault_version_;
   const bool any = fault_any_version_;
   const int rank = rank_, attempt = attempt_;
+  const std::vector<int> with = fault_with_;
   hooks.at_stage = [=](runtime::Stage s, uint64_t v) -> Status {
     if (stage != runtime::StageName(s) || (!any && v != version)) return Status::Ok();
     WriteFileAtomically(
@@ -124,6 +156,16 @@ runtime::FaultHooks JobReporter::Hooks() const {
     std::fprintf(stderr, "rank %d: injected node loss at %s of v%llu (SIGKILL)\n", rank,
                  stage.c_str(), static_cast<unsigned long long>(v));
     std::fflush(stderr);
+    // The ranks lost with this one go at the same instant, by the pids they
+    // recorded for this attempt: a world that repairs itself must not see
+    // them go one by one.
+    for (int other : with) {
+      std::ifstream in(dir + "/pid.a" + std::to_string(attempt) + ".r" + std::to_string(other));
+      long pid = 0;
+      if (in >> pid && pid > 0 && pid != static_cast<long>(getpid())) {
+        kill(static_cast<pid_t>(pid), SIGKILL);
+      }
+    }
     raise(SIGKILL);
     return Status::Ok();
   };

@@ -71,6 +71,7 @@ class Launcher {
       : o_(std::move(o)), events_(std::move(events)), tail_("") {
     nodes_ = o_.np / o_.ranks_per_node;
     generation_.assign(nodes_, 0);
+    spare_name_.assign(nodes_, "");
   }
 
   int Run();
@@ -111,9 +112,12 @@ class Launcher {
   };
   enum class Next { kRelaunch, kStop };
 
-  std::string Identity(int node) const {
-    return NodeBase(generation_[node]) + "/" + std::to_string(node);
+  // MEMENTO_NODE of node k now: a ULFM spare's that took its place, else
+  // the host's name for its generation.
+  std::string NodeName(int node) const {
+    return spare_name_[node].empty() ? NodeBase(generation_[node]) : spare_name_[node];
   }
+  std::string Identity(int node) const { return NodeName(node) + "/" + std::to_string(node); }
   const InjectEvent* Pending() const {
     return next_event_ < events_.size() ? &events_[next_event_] : nullptr;
   }
@@ -158,6 +162,13 @@ class Launcher {
                        int port, const std::vector<std::pair<std::string, std::string>>& extra);
   // In-job recovery (injob.cc).
   bool InJob() const { return o_.recovery == "in-job"; }
+  // The job repairs its own MPI world (--launcher ulfm): its spares are ranks
+  // of the one mpirun, and the launcher only follows and injects.
+  bool Ulfm() const { return o_.launcher == "ulfm"; }
+  int SparesLeft() const { return Ulfm() ? ulfm_spares_left_ : static_cast<int>(spares_.size()); }
+  // MEMENTO_NODE of the ULFM spares' virtual node m of the launch `attempt`.
+  std::string UlfmSpareName(int attempt, int m) const;
+  std::string UlfmFaultsEnv(int attempt) const;
   void StartSpares(int attempt);
   void StopSpares();
   void WatchInJob(Attempt* a);
@@ -165,6 +176,7 @@ class Launcher {
   bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
   void FallBack(Attempt* a, const std::string& reason);
   bool RankDied(Attempt* a, int* rank);
+  std::string FaultSpec(const InjectEvent& ev) const;
   std::string PendingFaultEnv() const;
   void Progress(bool final_line);
   void Record(json record);
@@ -182,6 +194,13 @@ class Launcher {
   EventTail tail_;
   int next_index_ = 0;            // the next attempt index (launches and in-job recoveries)
   std::vector<pid_t> spares_;     // warm spares not handed a rank yet
+  // --launcher ulfm: spares of the running launch not handed a rank yet, the
+  // spare nodes handed out, and per node the spare's name that holds it now
+  // (empty: NodeBase(generation_)).
+  int ulfm_spares_left_ = 0;
+  int ulfm_spare_nodes_used_ = 0;
+  int ulfm_launch_ = 0;
+  std::vector<std::string> spare_name_;
   int injob_recoveries_ = 0;
 
   // Across attempts.

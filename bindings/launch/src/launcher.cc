@@ -283,7 +283,12 @@ void Launcher::SetJobEnv(int attempt, const std::string& fault, int port) const 
   } else {
     setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
   }
-  if (InJob()) {
+  if (Ulfm()) {
+    // The job's own world repairs itself (runtime::RunResilient); it learns
+    // its spares and the stage faults of later attempts here.
+    setenv("MEMENTO_LAUNCH_RECOVERY", "ulfm", 1);
+    setenv("MEMENTO_LAUNCH_SPARES", std::to_string(o_.spares).c_str(), 1);
+  } else if (InJob()) {
     setenv("MEMENTO_LAUNCH_RECOVERY", "in-job", 1);
     setenv("MEMENTO_LAUNCH_GENERATION", std::to_string(attempt).c_str(), 1);
     setenv("MEMENTO_LAUNCH_INJOB_WAIT_S", std::to_string(o_.injob_timeout_s).c_str(), 1);
@@ -344,10 +349,18 @@ pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt
 // each in a process group of its own; false when a fork failed.
 bool Launcher::Spawn(Attempt* a) {
   const int attempt = a->index;
-  // The node-name map the exec wrapper reads: line k = MEMENTO_NODE of node k.
+  // The node-name map the exec wrapper reads: line k = MEMENTO_NODE of node
+  // k (a relaunch keeps a ULFM spare's name, and so its memory, for the node
+  // it took); under ULFM, the spares' virtual nodes follow (world ranks N + j).
+  ulfm_spares_left_ = Ulfm() ? o_.spares : 0;
+  ulfm_spare_nodes_used_ = 0;
+  ulfm_launch_ = attempt;
   {
     std::ofstream nodes(dir_ + "/nodes", std::ios::trunc);
-    for (int k = 0; k < nodes_; ++k) nodes << NodeBase(generation_[k]) << "\n";
+    for (int k = 0; k < nodes_; ++k) nodes << NodeName(k) << "\n";
+    for (int m = 0; Ulfm() && m < o_.spares / o_.ranks_per_node; ++m) {
+      nodes << UlfmSpareName(attempt, m) << "\n";
+    }
   }
   const std::string fault = PendingFaultEnv();
   const int port = FreePort();
@@ -356,8 +369,10 @@ bool Launcher::Spawn(Attempt* a) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) close(fd);
   }
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (Ulfm()) extra.emplace_back("MEMENTO_LAUNCH_FAULTS", UlfmFaultsEnv(attempt));
   for (std::vector<std::string>& args : JobCommands(o_, dir_, port)) {
-    const pid_t pid = ForkJobProcess(args, attempt, fault, port, {});
+    const pid_t pid = ForkJobProcess(args, attempt, fault, port, extra);
     if (pid < 0) {
       KillProcesses(a, SIGKILL);
       WaitProcesses(a);
@@ -366,19 +381,50 @@ bool Launcher::Spawn(Attempt* a) {
     a->pids.push_back(pid);
     a->reaped.push_back(false);
   }
-  if (InJob()) StartSpares(attempt);
+  if (InJob() && !Ulfm()) StartSpares(attempt);
   return true;
 }
 
-// MEMENTO_LAUNCH_FAULT for the next injection when it is a stage event
-// ("STAGE:VERSION:RANK"), else empty.
+std::string Launcher::UlfmSpareName(int attempt, int m) const {
+  // Per launch: a relaunch's spares must not meet a store an earlier launch's left.
+  return NodeBase(0) + "-a" + std::to_string(attempt) + "-spare" + std::to_string(m);
+}
+
+// "A=STAGE:VERSION:RANK,..." for the stage events still to come, each in the
+// attempt it will be armed in: every event the job survives in-job is one
+// repair of its world, one attempt more.
+std::string Launcher::UlfmFaultsEnv(int attempt) const {
+  std::string out;
+  for (size_t j = next_event_; j < events_.size(); ++j) {
+    const InjectEvent& ev = events_[j];
+    if (ev.stage == InjectStage::kStep) continue;
+    // Every rank of the lost nodes goes with the first: the job's world would
+    // otherwise repair once per rank the launcher kills later.
+    std::string with;
+    for (int node : ev.nodes) {
+      for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
+        const int r = node * o_.ranks_per_node + lane;
+        if (r != ev.nodes.front() * o_.ranks_per_node) with += "+" + std::to_string(r);
+      }
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(attempt + static_cast<int>(j - next_event_)) +
+           "=" + FaultSpec(ev) + with;
+  }
+  return out;
+}
+
+// MEMENTO_LAUNCH_FAULT of a stage event: "STAGE:VERSION:RANK".
+std::string Launcher::FaultSpec(const InjectEvent& ev) const {
+  const bool any = ev.stage == InjectStage::kRecovery || ev.stage == InjectStage::kReprotect;
+  return std::string(EngineStageName(ev.stage)) + ":" +
+         (any ? std::string("*") : std::to_string(ev.step)) + ":" +
+         std::to_string(ev.nodes.front() * o_.ranks_per_node);
+}
+
+// MEMENTO_LAUNCH_FAULT for the next injection when it is a stage event, else empty.
 std::string Launcher::PendingFaultEnv() const {
   const InjectEvent* ev = Pending();
-  if (ev == nullptr || ev->stage == InjectStage::kStep) return "";
-  const bool any = ev->stage == InjectStage::kRecovery || ev->stage == InjectStage::kReprotect;
-  return std::string(EngineStageName(ev->stage)) + ":" +
-         (any ? std::string("*") : std::to_string(ev->step)) + ":" +
-         std::to_string(ev->nodes.front() * o_.ranks_per_node);
+  return ev == nullptr || ev->stage == InjectStage::kStep ? "" : FaultSpec(*ev);
 }
 
 // A file the launcher or the job's reporter writes into the status folder.
@@ -562,6 +608,15 @@ int Launcher::Run() {
 using detail::FindExecutable;
 namespace fs = std::filesystem;
 
+std::vector<std::string> Mpirun(const LaunchOptions& o) {
+  if (o.launcher != "ulfm" || o.mpirun != std::vector<std::string>{"mpirun"}) return o.mpirun;
+#ifdef MEMENTO_ULFM_MPIRUN
+  return {MEMENTO_ULFM_MPIRUN};  // the MPI this memento's ULFM support was built against
+#else
+  return {""};
+#endif
+}
+
 Status ValidateLaunchOptions(const LaunchOptions& o) {
   if (o.np < 1) return Status::InvalidArgument("-n must be >= 1, got " + std::to_string(o.np));
   if (o.ranks_per_node < 1 || o.np % o.ranks_per_node != 0) {
@@ -596,17 +651,33 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
     return Status::NotFound("command not found: '" + o.command.front() +
                             "' (not an executable file, nor on PATH)");
   }
-  if (o.launcher != "mpirun" && o.launcher != "torchrun") {
+  if (o.launcher != "mpirun" && o.launcher != "torchrun" && o.launcher != "ulfm") {
     return Status::InvalidArgument("--launcher '" + o.launcher +
-                                   "' (accepted: mpirun, torchrun)");
+                                   "' (accepted: mpirun, torchrun, ulfm)");
   }
-  const std::vector<std::string>& starter = o.launcher == "torchrun" ? o.torchrun : o.mpirun;
+  if (o.launcher == "ulfm") {
+    if (o.recovery != "in-job") {
+      return Status::InvalidArgument(
+          "--launcher ulfm recovers in-job (the job repairs its own MPI world): give "
+          "--recovery in-job");
+    }
+    if (o.spares % o.ranks_per_node != 0) {
+      return Status::InvalidArgument("--launcher ulfm: --spares " + std::to_string(o.spares) +
+                                     " must be a multiple of --ranks-per-node " +
+                                     std::to_string(o.ranks_per_node) +
+                                     " (spares replace whole nodes)");
+    }
+  }
+  const std::vector<std::string> starter = o.launcher == "torchrun" ? o.torchrun : Mpirun(o);
   if (starter.empty() || FindExecutable(starter.front()).empty()) {
+    const char* hint =
+        o.launcher == "torchrun" ? " (give its path with --torchrun, e.g. .venv/bin/torchrun)"
+        : o.launcher == "ulfm" ? " (an mpirun with ULFM, e.g. Open MPI 5's, given with --mpirun; "
+                                 "by default the one memento was built against, "
+                                 "MEMENTO_ULFM_MPI_HOME)"
+                               : "";
     return Status::NotFound(o.launcher + " not found: '" +
-                            (starter.empty() ? std::string() : starter.front()) + "'" +
-                            (o.launcher == "torchrun"
-                                 ? " (give its path with --torchrun, e.g. .venv/bin/torchrun)"
-                                 : ""));
+                            (starter.empty() ? std::string() : starter.front()) + "'" + hint);
   }
   if (o.max_restarts < 0) return Status::InvalidArgument("--max-restarts must be >= 0");
   if (o.recovery != "relaunch" && o.recovery != "in-job") {
@@ -626,6 +697,7 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
 Result<int> RunLaunch(const LaunchOptions& options) {
   if (Status s = ValidateLaunchOptions(options); !s.ok()) return s;
   LaunchOptions o = options;
+  o.mpirun = Mpirun(o);
   if (o.job.empty()) {
     // The pid alone is reused over a machine's uptime; a store left by an
     // earlier launch that was killed must never be taken for this job's.

@@ -27,8 +27,6 @@ namespace {
 constexpr int kReleaseTag = 7001;
 // Never sent: the watcher's receive only ever ends in a failure.
 constexpr int kWatchTag = 7002;
-// How often the watcher looks.
-constexpr std::chrono::milliseconds kWatchPoll{1};
 // How often a waiting spare looks for a release or a failure.
 constexpr std::chrono::milliseconds kSparePoll{2};
 // Repairs in a row that another failure may interrupt before giving up.
@@ -132,18 +130,18 @@ Result<bool> UlfmWorld::WaitForPlace() {
   }
 }
 
-void UlfmWorld::WatchForFailures(std::function<void()> on_failure) {
+void UlfmWorld::WatchForFailures(std::function<void()> on_failure, std::chrono::microseconds poll) {
   StopWatching();
   stop_watching_ = false;
   MPI_Comm work = work_;
-  watcher_ = std::thread([this, work, on_failure = std::move(on_failure)] {
+  watcher_ = std::thread([this, work, poll, on_failure = std::move(on_failure)] {
     int nothing = 0;
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Irecv(&nothing, 1, MPI_INT, MPI_ANY_SOURCE, kWatchTag, world_, &req);
     int done = 0;
     while (rc == MPI_SUCCESS && !done && !stop_watching_) {
       rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (rc == MPI_SUCCESS) std::this_thread::sleep_for(kWatchPoll);
+      if (rc == MPI_SUCCESS) std::this_thread::sleep_for(poll);
     }
     if (rc == MPI_SUCCESS) {
       // Stopped: nothing failed.

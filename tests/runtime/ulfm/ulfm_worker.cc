@@ -1,7 +1,7 @@
 // ulfm_worker: one process of a job that recovers in-job over ULFM (driven
 // by ulfm_test.sh under `mpirun --with-ft ulfm -np N+K`).
 //
-//   ulfm_worker STEPS SPARES
+//   ulfm_worker STEPS SPARES [STEP_MS]
 //
 // The N working ranks train STEPS steps: each step mixes the rank's two
 // buffers with an allreduce over the working communicator (a value every
@@ -22,18 +22,27 @@
 // "step" (after the step's allreduce, before Save).
 // Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
 // name "spare", so that one that takes rank r's place is a new machine
-// ("spare/r" with MEMENTO_RANKS_PER_NODE=1).
+// ("spare/r" with MEMENTO_RANKS_PER_NODE=1), unless MEMENTO_NODE names one.
+// STEP_MS: each step also sleeps that long (a step `memento launch` can see).
+//
+// Under `memento launch --launcher ulfm` (MEMENTO_LAUNCH_DIR set) the job
+// also reports to the launcher (launch::JobReporter::ForGeneration: steps,
+// restores, the stage faults it injects); a rank's state hash is FNV-1a of
+// its two buffers.
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "memento/launch/job_reporter.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/node_identity.h"
@@ -105,6 +114,7 @@ void Mix(std::vector<uint8_t>* buf, int rank, uint64_t step, uint64_t sum) {
 struct Job {
   Config config;
   uint64_t steps = 0;
+  int step_ms = 0;
   std::vector<KillPoint> kills;
   std::vector<int> first_pids;             // by world rank, at the start
   std::vector<std::vector<uint8_t>> bufs;  // the rank's "model", outlives every Checkpointer
@@ -141,13 +151,29 @@ const KillPoint* KilledAt(const Job& job, const char* stage, uint64_t step, int 
   return nullptr;
 }
 
+std::string StateHash(const std::vector<std::vector<uint8_t>>& bufs) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& b : bufs) {
+    for (uint8_t x : b) h = (h ^ x) * 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+double WallClock() { return launch::JobReporter::Now(); }
+
 // One attempt: a Checkpointer over this generation's transport, a restore
 // (every attempt but a fresh start's first), then the steps left.
 Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& world) {
   const int rank = world.rank();
   const int generation = world.generation();
+  // Inactive (every call a no-op) unless `memento launch` runs the job.
+  const launch::JobReporter reporter = launch::JobReporter::ForGeneration(rank, generation);
   FaultHooks hooks;
-  hooks.at_stage = [&job, rank, generation](Stage stage, uint64_t version) {
+  hooks.at_stage = [&job, rank, generation, launcher = reporter.Hooks()](Stage stage,
+                                                                         uint64_t version) {
+    if (launcher.at_stage) (void)launcher.at_stage(stage, version);
     if (const KillPoint* k = KilledAt(job, StageName(stage), version, rank, generation)) {
       LoseNodes(job, *k, StageName(stage), version);
     }
@@ -169,7 +195,11 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     return s;
   };
   uint64_t first = 1;
+  reporter.Start(job.steps);
+  reporter.RestoreBegin();
+  const double t_restore = WallClock();
   auto report = ck->Restore();
+  reporter.Restored(report, t_restore, WallClock(), StateHash(job.bufs));
   if (report.ok()) {
     first = report->version + 1;
     std::printf("rank %d (pid %d) generation %d: restored v%llu: %s\n", rank,
@@ -181,6 +211,8 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     for (auto& b : job.bufs) std::fill(b.begin(), b.end(), 0);
   }
   for (uint64_t step = first; step <= job.steps; ++step) {
+    const double t_step = WallClock();
+    if (job.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(job.step_ms));
     Status waited = ck->WaitSnapshot();
     if (!waited.ok()) return fail(waited.WithContext("WaitSnapshot"));
     uint64_t mine = Contribution(rank, step), sum = 0;
@@ -193,17 +225,20 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     if (const KillPoint* k = KilledAt(job, "step", step, rank, generation)) {
       LoseNodes(job, *k, "step", step);
     }
+    const double t_save = WallClock();
     Status saved = ck->Save(step);
     if (!saved.ok()) return fail(saved.WithContext("Save(" + std::to_string(step) + ")"));
+    reporter.Step(step, 0.0, WallClock() - t_step, WallClock() - t_save);
   }
   Status done = ck->Wait();
   if (!done.ok()) return fail(done.WithContext("Wait"));
+  reporter.Done(job.steps, StateHash(job.bufs));
   return Status::Ok();
 }
 
 int Main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: ulfm_worker STEPS SPARES\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: ulfm_worker STEPS SPARES [STEP_MS]\n");
     return 2;
   }
   int level = 0;
@@ -217,6 +252,7 @@ int Main(int argc, char** argv) {
   Job job;
   job.config = *config;
   job.steps = std::stoull(argv[1]);
+  job.step_ms = argc == 4 ? std::atoi(argv[3]) : 0;
   job.kills = ParseKills();
   auto world = UlfmWorld::Create(MPI_COMM_WORLD, std::atoi(argv[2]));
   if (!world.ok()) {
@@ -232,7 +268,7 @@ int Main(int argc, char** argv) {
   job.first_pids.resize(world_size);
   MPI_Allgather(&start_pid, 1, MPI_INT, job.first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   const std::vector<int>& first_pids = job.first_pids;
-  if ((*world)->rank() < 0) job.config.node = "spare";
+  if ((*world)->rank() < 0 && std::getenv("MEMENTO_NODE") == nullptr) job.config.node = "spare";
   Status run = RunResilient(**world, [&](std::shared_ptr<Transport> t, const UlfmWorld& w) {
     // Sizes that depend on the working rank: a spare learns its own here.
     if (job.bufs.empty()) {
@@ -250,8 +286,9 @@ int Main(int argc, char** argv) {
   } else if (rank >= 0) {
     // The failure-free state, computed alone.
     int bad = 0;
+    std::vector<std::vector<uint8_t>> wants;
     for (size_t e = 0; e < job.bufs.size(); ++e) {
-      std::vector<uint8_t> want(job.bufs[e].size(), 0);
+      std::vector<uint8_t>& want = wants.emplace_back(job.bufs[e].size(), 0);
       for (uint64_t step = 1; step <= job.steps; ++step) {
         Mix(&want, rank, step, StepSum((*world)->size(), step));
       }
@@ -280,10 +317,13 @@ int Main(int argc, char** argv) {
         std::string& list = spare ? replaced : kept;
         list += (list.empty() ? "" : ",") + std::to_string(r);
       }
-      std::printf("ulfm: %s generation %d, replaced %s, kept %s, spares left %d\n",
-                  problems == 0 ? "OK" : "DIFFERS", (*world)->generation(),
-                  replaced.empty() ? "none" : replaced.c_str(), kept.c_str(),
-                  (*world)->spares_left());
+      // The last: rank 0's state hash of the failure-free run (what the job
+      // reports to `memento launch` when it finishes).
+      std::printf(
+          "ulfm: %s generation %d, replaced %s, kept %s, spares left %d, failure-free state %s\n",
+          problems == 0 ? "OK" : "DIFFERS", (*world)->generation(),
+          replaced.empty() ? "none" : replaced.c_str(), kept.c_str(), (*world)->spares_left(),
+          StateHash(wants).c_str());
       rc = problems == 0 ? 0 : 1;
       if (problems == 0) (void)CleanJob(job.config.job);
     }

@@ -88,14 +88,17 @@ class UlfmWorld {
   Status Finish();
 
   // A working rank: watches the world for a failed process (or a revoke) on
-  // a thread of its own, polling every millisecond, and then revokes comm()
+  // a thread of its own, polling every `poll` (experiments/ulfm/bench_ulfm_watch
+  // measures what that costs training), and then revokes comm()
   // and calls `on_failure` once (RunResilient aborts the attempt's
   // MpiTransport there). Without it a survivor whose operations involve only
   // other survivors never learns of the failure: measured with Open MPI
   // 5.0.11, a send of the protect stage to a survivor that had revoked its
   // communicator stayed pending until the timeout. StopWatching() ends it;
   // RepairAfterFailure() stops it first.
-  void WatchForFailures(std::function<void()> on_failure);
+  static constexpr std::chrono::microseconds kDefaultWatchPoll{1000};
+  void WatchForFailures(std::function<void()> on_failure,
+                        std::chrono::microseconds poll = kDefaultWatchPoll);
   void StopWatching();
 
  private:

@@ -23,9 +23,15 @@
 // the launcher's and does not warn about them):
 //   MEMENTO_LAUNCH_DIR      the status folder
 //   MEMENTO_LAUNCH_ATTEMPT  0 for the first launch, then 1, 2, ...
-//   MEMENTO_LAUNCH_FAULT    "STAGE:VERSION:RANK" (VERSION "*" = any): the rank
-//                           RANK SIGKILLs itself when the engine reaches STAGE
-//                           (runtime::StageName) of VERSION.
+//   MEMENTO_LAUNCH_FAULT    "STAGE:VERSION:RANK[+RANK...]" (VERSION "*" = any):
+//                           the rank RANK SIGKILLs itself when the engine
+//                           reaches STAGE (runtime::StageName) of VERSION, the
+//                           ranks after '+' first (by their pid.aA.rR).
+//   MEMENTO_LAUNCH_FAULTS   `--launcher ulfm` only: "A=FAULT,..." (FAULT as above)
+//                           the stage fault of each later attempt A (a job
+//                           that repairs its own world learns no new
+//                           environment; generation G of its world is attempt
+//                           MEMENTO_LAUNCH_ATTEMPT + G, see ForGeneration).
 //
 // Thread-safety: Step/Start/Done/RestoreBegin from the training thread; the
 // fault hooks may run on engine threads (they only read immutable state).
@@ -33,6 +39,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "memento/runtime/checkpointer.h"
 
@@ -43,6 +50,13 @@ class JobReporter {
   // Reads (and leaves in place) the MEMENTO_LAUNCH_* variables. Call before
   // runtime::Config::FromEnv() and before starting threads.
   static JobReporter FromEnv(int rank);
+  // A job that repairs its own MPI world in-job (runtime::RunResilient under
+  // `memento launch --launcher ulfm`), as working rank `rank` of generation
+  // `generation` of that world: attempt MEMENTO_LAUNCH_ATTEMPT + generation,
+  // its stage fault from MEMENTO_LAUNCH_FAULTS when that is set.
+  // Active, it also records this process as the rank's (pid.aA.rR), so that
+  // the launcher's step injections find a spare that took the place.
+  static JobReporter ForGeneration(int rank, int generation);
 
   bool active() const { return !dir_.empty(); }
   int attempt() const { return attempt_; }
@@ -68,6 +82,8 @@ class JobReporter {
 
  private:
   void Append(const std::string& line) const;
+  void ArmFault(const std::string& spec);
+  void WritePid() const;
 
   std::string dir_;
   int rank_ = 0;
@@ -76,6 +92,7 @@ class JobReporter {
   uint64_t fault_version_ = 0;
   bool fault_any_version_ = false;
   int fault_rank_ = -1;
+  std::vector<int> fault_with_;  // ranks lost at the same instant ("RANK+RANK...")
 };
 
 }  // namespace memento::launch

@@ -58,10 +58,15 @@ struct LaunchOptions {
   // stuck in its own teardown (Open MPI 4.1 can deadlock there after an
   // MPI_Abort) and is SIGKILLed, so that the job is relaunched or finishes.
   double teardown_grace_s = 10;
-  // What starts the job: "mpirun" (one mpirun for all ranks) or "torchrun"
-  // (one torchrun agent per virtual node, static rendezvous on a free port).
+  // What starts the job: "mpirun" (one mpirun for all ranks), "torchrun"
+  // (one torchrun agent per virtual node, static rendezvous on a free port) or
+  // "ulfm": `mpirun --with-ft ulfm -np N+spares`, a job that repairs its own
+  // MPI world after a loss (runtime::RunResilient, its spares the last ranks;
+  // needs --recovery in-job): the launcher injects, follows and records.
   std::string launcher = "mpirun";
-  std::vector<std::string> mpirun = {"mpirun"};      // mpirun's command line before -np
+  // mpirun's command line before -np; under "ulfm" the default is the mpirun
+  // of the MPI memento's ULFM support was built against.
+  std::vector<std::string> mpirun = {"mpirun"};
   std::vector<std::string> torchrun = {"torchrun"};  // torchrun's command line before its flags
   std::vector<std::string> command;              // the job
   std::string self_exe;                          // this program (default /proc/self/exe)
@@ -84,6 +89,9 @@ struct LaunchOptions {
 // Checks the options (scheme, node count, --inject, command and mpirun found)
 // without running anything. InvalidArgument / NotFound naming the problem.
 Status ValidateLaunchOptions(const LaunchOptions& options);
+
+// The mpirun command line the job starts with (see LaunchOptions::mpirun).
+std::vector<std::string> Mpirun(const LaunchOptions& options);
 
 // Runs the job to completion. Returns the exit code for the command line:
 // 0 the job finished, 1 it failed (gave up after max_restarts, or its state

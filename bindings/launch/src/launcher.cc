@@ -672,10 +672,10 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
   if (starter.empty() || FindExecutable(starter.front()).empty()) {
     const char* hint =
         o.launcher == "torchrun" ? " (give its path with --torchrun, e.g. .venv/bin/torchrun)"
-        : o.launcher == "ulfm" ? " (an mpirun with ULFM, e.g. Open MPI 5's, given with --mpirun; "
-                                 "by default the one memento was built against, "
-                                 "MEMENTO_ULFM_MPI_HOME)"
-                               : "";
+        : o.launcher == "ulfm"   ? " (an mpirun with ULFM, e.g. Open MPI 5's, given with --mpirun; "
+                                   "by default the one memento was built against, "
+                                   "MEMENTO_ULFM_MPI_HOME)"
+                                 : "";
     return Status::NotFound(o.launcher + " not found: '" +
                             (starter.empty() ? std::string() : starter.front()) + "'" + hint);
   }

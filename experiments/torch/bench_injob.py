@@ -3,7 +3,7 @@
 
     PYTHONPATH=build/python .venv/bin/python experiments/torch/bench_injob.py \\
         [--reps 3] [--steps 20] [--inject 1@8] [--launcher mpirun] [--cli build/bindings/cli/memento]
-        [--job python|demo] [--nodes 4] [--scheme replica:2]
+        [--job python|demo|ulfm] [--nodes 4] [--scheme replica:2]
 
 Runs experiments/torch/gpt_train.py (a small GPT, DDP over gloo, AdamW; --job python) or
 the C++ demo GPT (build/experiments/demo/memento_demo, launch::Resilient; --job demo) on
@@ -14,6 +14,13 @@ three modes, interleaved --reps times:
                  the lost place (it pays the interpreter's and torch's start-up);
   in-job spare   --recovery in-job --spares 1: a warm spare (started ahead, torch
                  imported) takes it.
+--job ulfm: the C++ job that repairs its own MPI world over ULFM
+(tests/runtime/ulfm/ulfm_worker.cc on runtime::RunResilient, --step-ms of sleep per step,
+MPI collectives) under Open MPI 5's mpirun (--ulfm-mpirun), in two modes:
+  relaunch       --recovery relaunch under that mpirun without --with-ft (a lost rank ends
+                 the job, which is started again);
+  in-job spare   --launcher ulfm --recovery in-job --spares 1: the survivors repair their
+                 world and a spare rank of the same mpirun takes the lost place.
 Time lost per failure is the launcher's own account (summary.time_lost_s): detection +
 relaunch (or in-job rejoin) + restore + re-protect + recompute. Prints the medians per
 mode, the ratios to the relaunch, and one JSON line with every run.
@@ -30,7 +37,12 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = {"relaunch": [], "in-job fresh": ["--recovery", "in-job"],
          "in-job spare": ["--recovery", "in-job", "--spares", "1"]}
+ULFM_MODES = {"relaunch": [], "in-job spare": ["--recovery", "in-job", "--spares", "1"]}
 PARTS = ("detection", "relaunch", "rejoin", "restore", "reprotect", "recompute")
+
+
+def modes(args):
+    return ULFM_MODES if args.job == "ulfm" else MODES
 
 
 def run(args, mode):
@@ -40,20 +52,25 @@ def run(args, mode):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     cmd = [args.cli, "launch", "-n", str(args.nodes), "--ranks-per-node", "1", "--scheme",
            args.scheme, "--job", job, "--quiet", "--backoff", "0", "--records", records,
-           "--launcher", args.launcher, "--torchrun", torchrun, "--inject", args.inject] + \
-        MODES[mode] + ["--"]
-    if args.job == "demo":
-        cmd += [args.demo, "--steps", str(args.steps), "--quiet"]
+           "--torchrun", torchrun, "--inject", args.inject] + modes(args)[mode]
+    ulfm = args.job == "ulfm" and mode != "relaunch"
+    cmd += ["--launcher", "ulfm" if ulfm else args.launcher]
+    if args.job == "ulfm":
+        cmd += ["--mpirun", args.ulfm_mpirun + " --oversubscribe"] if mode == "relaunch" else []
+        cmd += ["--", args.ulfm_job, str(args.steps), "1" if mode != "relaunch" else "0",
+                str(args.step_ms)]
+    elif args.job == "demo":
+        cmd += ["--", args.demo, "--steps", str(args.steps), "--quiet"]
     else:
-        cmd += [sys.executable, os.path.join(HERE, "gpt_train.py"), "--steps", str(args.steps),
-                "--out", out]
+        cmd += ["--", sys.executable, os.path.join(HERE, "gpt_train.py"), "--steps",
+                str(args.steps), "--out", out]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         if p.returncode != 0:
             sys.exit("%s: launch failed (%d):\n%s" % (mode, p.returncode, p.stdout[-3000:]))
         with open(records) as f:
             summary = [json.loads(line) for line in f if '"summary"' in line][-1]
-        if args.job == "demo":
+        if args.job in ("demo", "ulfm"):
             digest = summary["state_hash"]
         else:
             with open(out) as f:
@@ -78,15 +95,20 @@ def main():
     p.add_argument("--launcher", default="mpirun", choices=("mpirun", "torchrun"))
     p.add_argument("--cli", default=os.path.join(HERE, "..", "..", "build", "bindings", "cli",
                                                   "memento"))
-    p.add_argument("--job", default="python", choices=("python", "demo"))
+    p.add_argument("--job", default="python", choices=("python", "demo", "ulfm"))
+    p.add_argument("--ulfm-job", default=os.path.join(HERE, "..", "..", "build", "tests",
+                                                      "runtime", "memento_ulfm_worker"))
+    p.add_argument("--ulfm-mpirun", default=os.path.join(HERE, "..", "..", ".venv", "ulfm-mpi",
+                                                         "bin", "mpirun"))
+    p.add_argument("--step-ms", type=int, default=30, help="--job ulfm: sleep per step")
     p.add_argument("--demo", default=os.path.join(HERE, "..", "..", "build", "experiments",
                                                    "demo", "memento_demo"))
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--scheme", default="replica:2")
     args = p.parse_args()
-    rows = {m: [] for m in MODES}
+    rows = {m: [] for m in modes(args)}
     for rep in range(args.reps):
-        for mode in MODES:
+        for mode in modes(args):
             rows[mode].append(run(args, mode))
             r = rows[mode][-1]
             print("rep %d %-13s lost %.2f s (%s)" % (rep, mode, r["total"], ", ".join(
@@ -108,7 +130,8 @@ def main():
             v["recompute"], v["total"] / base if base > 0 else float("nan")))
     print(json.dumps({"job": args.job, "nodes": args.nodes, "scheme": args.scheme,
                       "launcher": args.launcher, "inject": args.inject, "medians": med,
-                      "ratio_fresh": med["in-job fresh"]["total"] / base,
+                      "ratio_fresh": med["in-job fresh"]["total"] / base if "in-job fresh" in med
+                      else None,
                       "ratio_spare": med["in-job spare"]["total"] / base, "runs": rows}))
 
 

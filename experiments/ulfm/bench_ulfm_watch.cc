@@ -11,8 +11,13 @@
 //                    [--polls 1000,5000] [--reps 5]
 //
 // Prints, per mode, the median step time over the repetitions (the slowest
-// rank's mean of each repetition) and its ratio to the run without watcher.
+// rank's mean of each repetition) and its ratio to the run without watcher,
+// and the CPU time per step of all ranks together (getrusage: the training
+// thread, MPI's progress and the watcher). Last, the watcher's own CPU use:
+// each rank sleeps --idle-s with it running (and without), and the CPU time
+// the process used meanwhile, per second, is what it takes from training.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "memento/runtime/ulfm_world.h"
@@ -42,6 +48,13 @@ float Compute(std::vector<float>* v, long rounds) {
   return acc;
 }
 
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 double Median(std::vector<double> xs) {
   std::sort(xs.begin(), xs.end());
   return xs[xs.size() / 2];
@@ -51,6 +64,7 @@ double Median(std::vector<double> xs) {
 
 int main(int argc, char** argv) {
   int steps = 200, compute_us = 2000, reps = 5;
+  double idle_s = 2;
   long bytes = 1 << 20;
   std::vector<int> polls = {1000, 5000};
   CLI::App app{"bench_ulfm_watch: the failure watcher's cost per training step"};
@@ -63,6 +77,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "repetitions of every mode (default 5)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--idle-s", idle_s, "seconds per mode of the idle CPU measurement (default 2)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
@@ -81,6 +97,8 @@ int main(int argc, char** argv) {
   std::vector<float> work(4096, 1.0f);
   long rounds = 0;
   if (rank == 0 && compute_us > 0) {
+    volatile float warm = Compute(&work, 2000);  // caches and clocks up first
+    (void)warm;
     const auto t0 = Clock::now();
     volatile float sink = Compute(&work, 2000);
     (void)sink;
@@ -92,7 +110,7 @@ int main(int argc, char** argv) {
   std::vector<float> grad(static_cast<size_t>(bytes) / sizeof(float), 1.0f);
   std::vector<int> modes = {0};  // 0: no watcher
   modes.insert(modes.end(), polls.begin(), polls.end());
-  std::vector<std::vector<double>> step_s(modes.size());
+  std::vector<std::vector<double>> step_s(modes.size()), cpu_s(modes.size());
   for (int rep = 0; rep < reps; ++rep) {
     for (size_t i = 0; i < modes.size(); ++i) {
       const size_t m = (i + static_cast<size_t>(rep)) % modes.size();
@@ -102,6 +120,7 @@ int main(int argc, char** argv) {
       }
       MPI_Barrier(comm);
       const auto t0 = Clock::now();
+      const double c0 = CpuSeconds();
       for (int s = 0; s < steps; ++s) {
         volatile float sink = Compute(&work, rounds);
         (void)sink;
@@ -109,24 +128,47 @@ int main(int argc, char** argv) {
                       comm);
       }
       double mean = Seconds(t0, Clock::now()) / steps, slowest = 0;
+      double cpu = (CpuSeconds() - c0) / steps, all_cpu = 0;
       w.StopWatching();
       MPI_Allreduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+      MPI_Allreduce(&cpu, &all_cpu, 1, MPI_DOUBLE, MPI_SUM, comm);
       step_s[m].push_back(slowest);
+      cpu_s[m].push_back(all_cpu);
     }
+  }
+  // The watcher alone: CPU milliseconds per second while the rank sleeps.
+  std::vector<double> idle_cpu(modes.size());
+  for (size_t m = 0; m < modes.size(); ++m) {
+    if (modes[m] > 0) w.WatchForFailures([] {}, std::chrono::microseconds(modes[m]));
+    MPI_Barrier(comm);
+    const double c0 = CpuSeconds();
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
+    double cpu = (CpuSeconds() - c0) / idle_s, mean = 0;
+    w.StopWatching();
+    MPI_Allreduce(&cpu, &mean, 1, MPI_DOUBLE, MPI_SUM, comm);
+    idle_cpu[m] = mean / w.size();
   }
   if (rank == 0) {
     std::printf(
         "bench_ulfm_watch: %d ranks, %d steps of %d us computation + allreduce of %ld B, "
         "%d repetitions\n",
         w.size(), steps, compute_us, bytes, reps);
-    std::printf("%-16s %12s %12s %10s\n", "watcher", "step ms", "spread ms", "÷ none");
+    std::printf("%-16s %10s %10s %8s %12s %14s\n", "watcher", "step ms", "spread ms", "÷ none",
+                "CPU ms/step", "CPU - none ms");
     const double base = Median(step_s[0]);
     for (size_t m = 0; m < modes.size(); ++m) {
       const auto [lo, hi] = std::minmax_element(step_s[m].begin(), step_s[m].end());
       const std::string name =
           modes[m] == 0 ? std::string("none") : "poll " + std::to_string(modes[m]) + " us";
-      std::printf("%-16s %12.3f %12.3f %10.3f\n", name.c_str(), Median(step_s[m]) * 1e3,
-                  (*hi - *lo) * 1e3, Median(step_s[m]) / base);
+      std::printf("%-16s %10.3f %10.3f %8.3f %12.3f %14.3f\n", name.c_str(),
+                  Median(step_s[m]) * 1e3, (*hi - *lo) * 1e3, Median(step_s[m]) / base,
+                  Median(cpu_s[m]) * 1e3, (Median(cpu_s[m]) - Median(cpu_s[0])) * 1e3);
+    }
+    std::printf("idle rank, %.1f s each: CPU ms per second (mean over ranks)\n", idle_s);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const std::string name =
+          modes[m] == 0 ? std::string("none") : "poll " + std::to_string(modes[m]) + " us";
+      std::printf("%-16s %10.2f\n", name.c_str(), idle_cpu[m] * 1e3);
     }
   }
   (void)w.Finish();

@@ -12,9 +12,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
+
+#include "scoped_env.h"
 
 namespace memento::launch {
 namespace {
@@ -35,29 +36,16 @@ class JobReporterTest : public ::testing::Test {
            ("memento-reporter-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    for (const char* name : kVars) {
-      const char* v = std::getenv(name);
-      saved_.emplace_back(name, v != nullptr ? std::optional<std::string>(v) : std::nullopt);
-      unsetenv(name);
-    }
+    unsetenv("MEMENTO_LAUNCH_FAULT");
+    unsetenv("MEMENTO_LAUNCH_FAULTS");
     setenv("MEMENTO_LAUNCH_DIR", dir_.c_str(), 1);
     setenv("MEMENTO_LAUNCH_ATTEMPT", "3", 1);
   }
-  void TearDown() override {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name, value->c_str(), 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { fs::remove_all(dir_); }
 
-  static constexpr const char* kVars[] = {"MEMENTO_LAUNCH_DIR", "MEMENTO_LAUNCH_ATTEMPT",
-                                          "MEMENTO_LAUNCH_FAULT", "MEMENTO_LAUNCH_FAULTS"};
+  ScopedEnv env_{"MEMENTO_LAUNCH_DIR", "MEMENTO_LAUNCH_ATTEMPT", "MEMENTO_LAUNCH_FAULT",
+                 "MEMENTO_LAUNCH_FAULTS"};
   fs::path dir_;
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
 TEST_F(JobReporterTest, WithoutTheLauncherItIsInactiveAndWritesNothing) {

@@ -3,7 +3,6 @@
 // train() run again after one. The whole in-job recovery, with real node
 // losses, is launch_injob_test.py.
 #include "memento/launch/resilient.h"
-#include "socket_util.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -15,10 +14,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "scoped_env.h"
+#include "socket_util.h"
 
 namespace memento::launch {
 namespace {
@@ -31,33 +32,27 @@ class ResilientTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("memento-resilient-" + std::to_string(getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    for (const char* name : kVars) {
-      const char* v = std::getenv(name);
-      saved_.emplace_back(name, v != nullptr ? std::optional<std::string>(v) : std::nullopt);
-    }
   }
-  void TearDown() override {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name, value->c_str(), 1);
-      } else {
-        unsetenv(name);
-      }
-    }
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { fs::remove_all(dir_); }
   void Announce(const std::string& json) const {
     std::ofstream(dir_ / "injob.json.tmp") << json;
     fs::rename(dir_ / "injob.json.tmp", dir_ / "injob.json");
   }
 
-  static constexpr const char* kVars[] = {
-      "MEMENTO_LAUNCH_RECOVERY", "MEMENTO_LAUNCH_DIR", "MEMENTO_LAUNCH_ATTEMPT",
-      "MEMENTO_LAUNCH_GENERATION", "MEMENTO_LAUNCH_FAULT", "MEMENTO_LAUNCH_SPARE",
-      "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-      "MEMENTO_NODE"};
+  ScopedEnv env_{"MEMENTO_LAUNCH_RECOVERY",
+                 "MEMENTO_LAUNCH_DIR",
+                 "MEMENTO_LAUNCH_ATTEMPT",
+                 "MEMENTO_LAUNCH_GENERATION",
+                 "MEMENTO_LAUNCH_FAULT",
+                 "MEMENTO_LAUNCH_SPARE",
+                 "MASTER_ADDR",
+                 "MASTER_PORT",
+                 "RANK",
+                 "WORLD_SIZE",
+                 "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE",
+                 "MEMENTO_NODE"};
   fs::path dir_;
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
 TEST_F(ResilientTest, AnnouncementsAreReadWhenNewer) {

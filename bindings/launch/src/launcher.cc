@@ -118,12 +118,16 @@ void Launcher::Progress(bool final_line) {
   // "step S/T", or "step S" when the job did not say how far it runs.
   const std::string steps = std::to_string(step_) +
                             (total_steps_ > 0 ? "/" + std::to_string(total_steps_) : "");
+  // Launches (mpirun / torchrun started), not attempts: an in-job recovery
+  // is an attempt of the same launch, counted on its own.
+  const std::string injob =
+      injob_recoveries_ > 0 ? " | in-job " + std::to_string(injob_recoveries_) : "";
   char line[256];
   std::snprintf(line, sizeof(line),
-                "launch %d | step %s | loss %.4f | step %.3f s | stall %.1f ms | "
+                "launch %d%s | step %s | loss %.4f | step %.3f s | stall %.1f ms | "
                 "failures %d | %.0f s",
-                attempt_ + 1, steps.c_str(), loss_, step_s_, stall_s_ * 1e3, failures_,
-                now - t0_);
+                std::max(launches_, 1), injob.c_str(), steps.c_str(), loss_, step_s_,
+                stall_s_ * 1e3, failures_, now - t0_);
   if (tty) {
     std::fprintf(stderr, "\r\033[K%s%s", line, final_line ? "\n" : "");
     progress_shown_ = !final_line;

@@ -200,6 +200,7 @@ class Launcher {
   int ulfm_spares_left_ = 0;
   int ulfm_spare_nodes_used_ = 0;
   int ulfm_launch_ = 0;
+  std::string mpi_shm_dir_;  // the launch's folder for Open MPI's shared-memory files
   std::vector<std::string> spare_name_;
   int injob_recoveries_ = 0;
 

@@ -374,7 +374,21 @@ bool Launcher::Spawn(Attempt* a) {
     if (fd >= 0) close(fd);
   }
   std::vector<std::pair<std::string, std::string>> extra;
-  if (Ulfm()) extra.emplace_back("MEMENTO_LAUNCH_FAULTS", UlfmFaultsEnv(attempt));
+  if (Ulfm()) {
+    extra.emplace_back("MEMENTO_LAUNCH_FAULTS", UlfmFaultsEnv(attempt));
+    // Open MPI 5 keeps a shared-memory file per process in /dev/shm that only
+    // MPI_Finalize removes: every lost rank would leave 16 MiB behind. This
+    // launch's go into a folder of its own, removed when it ends.
+    std::error_code ec;
+    if (std::getenv("OMPI_MCA_btl_sm_backing_directory") == nullptr &&
+        fs::is_directory("/dev/shm", ec)) {
+      const std::string shm = "/dev/shm/memento-mpi." + o_.job + ".a" + std::to_string(attempt);
+      if (fs::create_directories(shm, ec) || fs::is_directory(shm, ec)) {
+        mpi_shm_dir_ = shm;
+        extra.emplace_back("OMPI_MCA_btl_sm_backing_directory", shm);
+      }
+    }
+  }
   for (std::vector<std::string>& args : JobCommands(o_, dir_, port)) {
     const pid_t pid = ForkJobProcess(args, attempt, fault, port, extra);
     if (pid < 0) {
@@ -515,6 +529,11 @@ void Launcher::Watch(Attempt* a) {
   a->t_exit = Now();
   KillAllRanks(a->index);  // nothing of this attempt may outlive it
   StopSpares();
+  if (!mpi_shm_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(mpi_shm_dir_, ec);
+    mpi_shm_dir_.clear();
+  }
   if (!a->restore_recorded) RecordRestore(a, true);
 }
 

@@ -27,8 +27,13 @@ if [[ $remote_tier == remote ]]; then
   remote=$(mktemp -d "${TMPDIR:-/tmp}/memento-ulfm-XXXXXX")
   export MEMENTO_REMOTE=$remote MEMENTO_PERSIST_EVERY=1
 fi
+# Open MPI 5's shared-memory files (one per process, removed only by
+# MPI_Finalize, so a lost rank's would stay) go into a folder of this run's.
+export OMPI_MCA_btl_sm_backing_directory=/dev/shm/memento-mpi.$MEMENTO_JOB
+mkdir -p "$OMPI_MCA_btl_sm_backing_directory"
 cleanup() {
   rm -f "$out" /dev/shm/memento."$MEMENTO_JOB".* 2>/dev/null
+  rm -rf "$OMPI_MCA_btl_sm_backing_directory"
   [[ -z $remote ]] || rm -rf "$remote"
 }
 trap cleanup EXIT

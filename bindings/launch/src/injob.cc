@@ -213,7 +213,7 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
   }
   if (Ulfm()) {
     // The job's world hands the places to its first spares itself.
-    ulfm_spares_left_ -= static_cast<int>(needed);
+    ulfm_spares_used_ += static_cast<int>(needed);
     return true;
   }
   const std::string fault = PendingFaultEnv();

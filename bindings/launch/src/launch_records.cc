@@ -237,16 +237,16 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
     }
     ++generation_[node];
     // Under ULFM a spare node takes the place: UlfmWorld hands the lost ranks,
-    // lowest first, to the spares in order. With too few left the job is
-    // relaunched, which names the node from its generation again.
-    const int m = ulfm_spare_nodes_used_ +
+    // lowest first, to the spares in order (ReplaceRanks counts them handed
+    // out). With too few left the job is relaunched, which names the node
+    // from its generation again.
+    const int m = ulfm_spares_used_ / o_.ranks_per_node +
                   static_cast<int>(std::count_if(ev.nodes.begin(), ev.nodes.end(),
                                                  [&](int other) { return other < node; }));
     const bool spare_left = Ulfm() && m < o_.spares / o_.ranks_per_node;
     spare_name_[node] = spare_left ? UlfmSpareName(ulfm_launch_, m) : "";
     replaced_.push_back("node " + std::to_string(node) + " -> " + Identity(node));
   }
-  if (Ulfm()) ulfm_spare_nodes_used_ += static_cast<int>(ev.nodes.size());
   ++failures_;
   const bool stage_fired = fault.is_object();
   const double t_fail = stage_fired ? fault.value("t", a.t_exit) : a.t_kill;

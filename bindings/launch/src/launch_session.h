@@ -165,7 +165,9 @@ class Launcher {
   // The job repairs its own MPI world (--launcher ulfm): its spares are ranks
   // of the one mpirun, and the launcher only follows and injects.
   bool Ulfm() const { return o_.launcher == "ulfm"; }
-  int SparesLeft() const { return Ulfm() ? ulfm_spares_left_ : static_cast<int>(spares_.size()); }
+  int SparesLeft() const {
+    return Ulfm() ? o_.spares - ulfm_spares_used_ : static_cast<int>(spares_.size());
+  }
   // MEMENTO_NODE of the ULFM spares' virtual node m of the launch `attempt`.
   std::string UlfmSpareName(int attempt, int m) const;
   std::string UlfmFaultsEnv(int attempt) const;
@@ -194,11 +196,10 @@ class Launcher {
   EventTail tail_;
   int next_index_ = 0;            // the next attempt index (launches and in-job recoveries)
   std::vector<pid_t> spares_;     // warm spares not handed a rank yet
-  // --launcher ulfm: spares of the running launch not handed a rank yet, the
-  // spare nodes handed out, and per node the spare's name that holds it now
-  // (empty: NodeBase(generation_)).
-  int ulfm_spares_left_ = 0;
-  int ulfm_spare_nodes_used_ = 0;
+  // --launcher ulfm: spare ranks of the running launch handed a place, that
+  // launch's attempt index, and per node the name of the spare node that
+  // holds it now (empty: NodeBase(generation_)).
+  int ulfm_spares_used_ = 0;
   int ulfm_launch_ = 0;
   std::string mpi_shm_dir_;  // the launch's folder for Open MPI's shared-memory files
   std::vector<std::string> spare_name_;

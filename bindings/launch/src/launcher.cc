@@ -288,10 +288,10 @@ void Launcher::SetJobEnv(int attempt, const std::string& fault, int port) const 
     setenv("MEMENTO_LAUNCH_FAULT", fault.c_str(), 1);
   }
   if (Ulfm()) {
-    // The job's own world repairs itself (runtime::RunResilient); it learns
-    // its spares and the stage faults of later attempts here.
+    // The job's own world repairs itself (runtime::RunResilient): not the
+    // launcher's in-job path (launch::InJob() is false), and no generation
+    // announced (the stage faults of later attempts: MEMENTO_LAUNCH_FAULTS).
     setenv("MEMENTO_LAUNCH_RECOVERY", "ulfm", 1);
-    setenv("MEMENTO_LAUNCH_SPARES", std::to_string(o_.spares).c_str(), 1);
   } else if (InJob()) {
     setenv("MEMENTO_LAUNCH_RECOVERY", "in-job", 1);
     setenv("MEMENTO_LAUNCH_GENERATION", std::to_string(attempt).c_str(), 1);
@@ -356,8 +356,7 @@ bool Launcher::Spawn(Attempt* a) {
   // The node-name map the exec wrapper reads: line k = MEMENTO_NODE of node
   // k (a relaunch keeps a ULFM spare's name, and so its memory, for the node
   // it took); under ULFM, the spares' virtual nodes follow (world ranks N + j).
-  ulfm_spares_left_ = Ulfm() ? o_.spares : 0;
-  ulfm_spare_nodes_used_ = 0;
+  ulfm_spares_used_ = 0;
   ulfm_launch_ = attempt;
   {
     std::ofstream nodes(dir_ + "/nodes", std::ios::trunc);
@@ -543,7 +542,9 @@ void Launcher::PollEvents(Attempt* a) {
     if (kind == "start") {
       total_steps_ = ev.value("total_steps", uint64_t{0});
     } else if (kind == "restore_begin") {
-      a->t_restore_begin = ev.value("t", 0.0);
+      // One of an attempt that a loss has already ended (it arrives after the
+      // next in-job attempt began) must not time the new attempt's restore.
+      if (ev.value("attempt", a->index) == a->index) a->t_restore_begin = ev.value("t", 0.0);
     } else if (kind == "step") {
       const uint64_t previous = a->last_step;
       step_ = a->last_step = ev.value("step", uint64_t{0});
@@ -631,6 +632,10 @@ int Launcher::Run() {
 using detail::FindExecutable;
 namespace fs = std::filesystem;
 
+namespace {
+
+// The mpirun command line the job starts with: --mpirun, or under "ulfm" by
+// default the mpirun of the MPI memento's ULFM support was built against.
 std::vector<std::string> Mpirun(const LaunchOptions& o) {
   if (o.launcher != "ulfm" || o.mpirun != std::vector<std::string>{"mpirun"}) return o.mpirun;
 #ifdef MEMENTO_ULFM_MPIRUN
@@ -639,6 +644,8 @@ std::vector<std::string> Mpirun(const LaunchOptions& o) {
   return {""};
 #endif
 }
+
+}  // namespace
 
 Status ValidateLaunchOptions(const LaunchOptions& o) {
   if (o.np < 1) return Status::InvalidArgument("-n must be >= 1, got " + std::to_string(o.np));

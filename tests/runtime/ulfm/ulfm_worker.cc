@@ -27,8 +27,8 @@
 //
 // Under `memento launch --launcher ulfm` (MEMENTO_LAUNCH_DIR set) the job
 // also reports to the launcher (launch::JobReporter::ForGeneration: steps,
-// restores, the stage faults it injects); a rank's state hash is FNV-1a of
-// its two buffers.
+// restores, the stage faults it injects); a rank's state hash is the crc32c
+// of its two buffers.
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "memento/erasure/crc32c.h"
 #include "memento/launch/job_reporter.h"
 #include "memento/runtime/checkpointer.h"
 #include "memento/runtime/directory_remote_store.h"
@@ -151,17 +152,14 @@ const KillPoint* KilledAt(const Job& job, const char* stage, uint64_t step, int 
   return nullptr;
 }
 
+// crc32c of the rank's buffers, as hex.
 std::string StateHash(const std::vector<std::vector<uint8_t>>& bufs) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& b : bufs) {
-    for (uint8_t x : b) h = (h ^ x) * 1099511628211ull;
-  }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(h));
+  erasure::Crc32cStream crc;
+  for (const auto& b : bufs) crc.Update(b.data(), b.size());
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", crc.value());
   return text;
 }
-
-double WallClock() { return launch::JobReporter::Now(); }
 
 // One attempt: a Checkpointer over this generation's transport, a restore
 // (every attempt but a fresh start's first), then the steps left.
@@ -197,9 +195,11 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
   uint64_t first = 1;
   reporter.Start(job.steps);
   reporter.RestoreBegin();
-  const double t_restore = WallClock();
+  const double t_restore = launch::JobReporter::Now();
   auto report = ck->Restore();
-  reporter.Restored(report, t_restore, WallClock(), StateHash(job.bufs));
+  if (reporter.active()) {
+    reporter.Restored(report, t_restore, launch::JobReporter::Now(), StateHash(job.bufs));
+  }
   if (report.ok()) {
     first = report->version + 1;
     std::printf("rank %d (pid %d) generation %d: restored v%llu: %s\n", rank,
@@ -211,7 +211,7 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     for (auto& b : job.bufs) std::fill(b.begin(), b.end(), 0);
   }
   for (uint64_t step = first; step <= job.steps; ++step) {
-    const double t_step = WallClock();
+    const double t_step = launch::JobReporter::Now();
     if (job.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(job.step_ms));
     Status waited = ck->WaitSnapshot();
     if (!waited.ok()) return fail(waited.WithContext("WaitSnapshot"));
@@ -225,14 +225,15 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     if (const KillPoint* k = KilledAt(job, "step", step, rank, generation)) {
       LoseNodes(job, *k, "step", step);
     }
-    const double t_save = WallClock();
+    const double t_save = launch::JobReporter::Now();
     Status saved = ck->Save(step);
     if (!saved.ok()) return fail(saved.WithContext("Save(" + std::to_string(step) + ")"));
-    reporter.Step(step, 0.0, WallClock() - t_step, WallClock() - t_save);
+    reporter.Step(step, 0.0, launch::JobReporter::Now() - t_step,
+                  launch::JobReporter::Now() - t_save);
   }
   Status done = ck->Wait();
   if (!done.ok()) return fail(done.WithContext("Wait"));
-  reporter.Done(job.steps, StateHash(job.bufs));
+  if (reporter.active()) reporter.Done(job.steps, StateHash(job.bufs));
   return Status::Ok();
 }
 

@@ -90,9 +90,6 @@ struct LaunchOptions {
 // without running anything. InvalidArgument / NotFound naming the problem.
 Status ValidateLaunchOptions(const LaunchOptions& options);
 
-// The mpirun command line the job starts with (see LaunchOptions::mpirun).
-std::vector<std::string> Mpirun(const LaunchOptions& options);
-
 // Runs the job to completion. Returns the exit code for the command line:
 // 0 the job finished, 1 it failed (gave up after max_restarts, or its state
 // was unrecoverable), 130 interrupted. Errors before anything ran (bad

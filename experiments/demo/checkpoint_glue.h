@@ -4,7 +4,7 @@
 // checkpoint API beyond Restore / WaitSnapshot / Save / Wait.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <memory>
 #include <string>

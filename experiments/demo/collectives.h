@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace memento::demo {
 

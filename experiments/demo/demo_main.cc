@@ -19,6 +19,8 @@
 // (launch::Resilient); the results are bit-identical to the MPI run's.
 #include <fcntl.h>
 #include <mpi.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

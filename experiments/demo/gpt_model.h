@@ -4,7 +4,11 @@
 // pure function of the parameters and the batch, so training is deterministic.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/types.h>
 
 namespace memento::demo {
 

@@ -13,7 +13,7 @@
 // and the ratios dcp / memento of the throughputs (the target: >= 0.9 paced).
 //
 //   bench_remote_dcp [--mib 256] [--tensors 96] [--gibps 1] [--dir /dev/shm] [--reps 3]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

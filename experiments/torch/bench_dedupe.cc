@@ -7,7 +7,8 @@
 // through the transport during one Save (counted by a ForwardingTransport).
 // Memory: the bytes of every node store segment of the job in /dev/shm,
 // averaged per node. Prints one JSON line per mode and the ratios.
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <atomic>

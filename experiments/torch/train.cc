@@ -7,7 +7,11 @@
 // Test hooks shared with the plain loop: EXAMPLE_KILL_STEP / EXAMPLE_KILL_RANKS
 // make ranks SIGKILL themselves after a step; --out writes the final state.
 #include <signal.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 #include <unistd.h>
 
 #include <cstdio>

@@ -8,7 +8,7 @@
 #include "memento/torch/gloo_transport.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <atomic>
 #include <cstring>

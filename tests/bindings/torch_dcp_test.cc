@@ -3,7 +3,7 @@
 // back through DirectoryRemoteStore, damage named, half-written versions
 // never listed, and a 4-rank job restored from such a tier alone.
 #include <sys/stat.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <unistd.h>
 
 #include <cstdio>

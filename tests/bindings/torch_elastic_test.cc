@@ -1,7 +1,10 @@
 // memento::torch on another number of ranks: sharded tensors, their Adam state
 // and replicated tensors restore elastically from the memory that survived.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "harness/spawn.h"
 #include "memento/torch/torch_checkpointer.h"

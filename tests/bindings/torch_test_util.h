@@ -2,7 +2,7 @@
 // removes a job's segments, bit comparison of tensors, in-process ranks.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <atomic>
 #include <cstring>

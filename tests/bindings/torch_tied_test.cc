@@ -2,7 +2,11 @@
 // token embedding's, which named_parameters lists under both) is one entry,
 // stored once and restored into the one tensor both names share.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/optim.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -55,11 +57,53 @@ std::string Join(const std::vector<int>& v) {
   return s.empty() ? "none" : s;
 }
 
+// Ends the process when the repair it guards has not finished within `limit`.
+// Shrink and agreement wait for every live process: one that stays alive
+// without taking part (stalled in its own code), or an MPI that hangs in
+// them, would otherwise hold all the others in the repair for ever, where a
+// relaunch restores from memory. Exit code: UlfmWorld::kRepairTimeoutExit.
+class RepairDeadline {
+ public:
+  explicit RepairDeadline(std::chrono::milliseconds limit)
+      : thread_([this, limit] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+          char seconds[32];
+          std::snprintf(seconds, sizeof(seconds), "%.1f", limit.count() / 1000.0);
+          Log(LogLevel::kError,
+              std::string("in-job recovery: the repair of the job's world did not finish within ") +
+                  seconds +
+                  " s (MEMENTO_TIMEOUT_S): a live process did not take part, or MPI hung; "
+                  "ending this process (exit " +
+                  std::to_string(UlfmWorld::kRepairTimeoutExit) +
+                  ") so that the job is relaunched and restores");
+          std::fflush(nullptr);
+          std::_Exit(UlfmWorld::kRepairTimeoutExit);
+        }) {}
+  ~RepairDeadline() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  RepairDeadline(const RepairDeadline&) = delete;
+  RepairDeadline& operator=(const RepairDeadline&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
 }  // namespace
 
 bool UlfmAvailable() { return MEMENTO_ULFM != 0; }
 
-Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares) {
+Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares,
+                                                     std::chrono::milliseconds repair_timeout) {
   if (!UlfmAvailable()) {
     return Status::FailedPrecondition(
         "UlfmWorld: memento was built against an MPI without ULFM (MPIX_Comm_shrink); build "
@@ -81,7 +125,12 @@ Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares)
     return Status::InvalidArgument("UlfmWorld: " + std::to_string(spares) + " spares of " +
                                    std::to_string(world_size) + " ranks leave no working rank");
   }
+  if (repair_timeout.count() <= 0) {
+    return Status::InvalidArgument("UlfmWorld: the repair timeout must be positive, not " +
+                                   std::to_string(repair_timeout.count()) + " ms");
+  }
   std::unique_ptr<UlfmWorld> w(new UlfmWorld());
+  w->repair_timeout_ = repair_timeout;
   MEMENTO_RETURN_IF_ERROR(Check(MPI_Comm_dup(world, &w->world_), "MPI_Comm_dup"));
   MPI_Comm_set_errhandler(w->world_, MPI_ERRORS_RETURN);
   w->size_ = world_size - spares;
@@ -170,6 +219,7 @@ void UlfmWorld::StopWatching() {
 Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
 #if MEMENTO_ULFM
   const auto start = std::chrono::steady_clock::now();
+  const RepairDeadline deadline(repair_timeout_);
   const int old_size = size_;
   StopWatching();
   MPIX_Comm_revoke(world_);

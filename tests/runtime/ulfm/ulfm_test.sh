@@ -9,7 +9,10 @@
 #   REPLACED  the working ranks spares must hold at the end ("2", "1,4"), or
 #             "relaunch": the spares run out, the job must end naming that,
 #             and a second launch (no kills) must restore and finish; or
-#             "refused": N processes with K >= N spares must fail, naming it
+#             "refused": N processes with K >= N spares must fail, naming it; or
+#             "deadline": a rank stalls (KILLS has a "stall" point) while
+#             another is lost: the repair must end at MEMENTO_TIMEOUT_S (4 s
+#             here), naming it, and the job with exit 75, not hang
 #   REMOTE    "remote": a remote tier, persisted every version
 set -uo pipefail
 worker=$1 mpirun=$2 scheme=$3 n=$4 k=$5 kills=$6 replaced=$7 remote_tier=${8:-}
@@ -20,6 +23,7 @@ export MEMENTO_SCHEME=$scheme
 export MEMENTO_RANKS_PER_NODE=1
 export MEMENTO_CHUNK_BYTES=256K
 export MEMENTO_TIMEOUT_S=60
+[[ $replaced != deadline ]] || export MEMENTO_TIMEOUT_S=4
 export MEMENTO_LOG=info
 out=$(mktemp)
 remote=""
@@ -42,10 +46,10 @@ launch() {  # launch SPARES KILLS: one mpirun; the output in $out
   echo "--- mpirun --with-ft ulfm -np $((n + $1)) ulfm_worker $steps $1 (MEMENTO_TEST_KILL=$2)"
   MEMENTO_TEST_KILL=$2 timeout 150 "$mpirun" --with-ft ulfm --allow-run-as-root --oversubscribe \
     -np $((n + $1)) "$worker" "$steps" "$1" >"$out" 2>&1
-  local rc=$?
-  grep -E "ulfm|restored|lost|failed|rror" "$out" | grep -v "^\s*$" | tail -n 30
-  echo "(mpirun exited $rc)"
-  ((rc != 124)) || { echo "FAIL: the job did not end within 150 s"; exit 1; }
+  launch_rc=$?
+  grep -E "ulfm|restored|lost|failed|rror|stalls" "$out" | grep -v "^\s*$" | tail -n 30
+  echo "(mpirun exited $launch_rc)"
+  ((launch_rc != 124)) || { echo "FAIL: the job did not end within 150 s"; exit 1; }
 }
 
 fail() { echo "FAIL: $*"; exit 1; }
@@ -60,6 +64,25 @@ if [[ $replaced == refused ]]; then
   ((rc != 0)) || fail "a job with $k spares of $n processes succeeded"
   grep -q "$k spares of $n ranks leave no working rank" "$out" || fail "no error naming the spares"
   echo "PASS: $k spares of $n processes refused, naming them"
+  exit 0
+fi
+if [[ $replaced == deadline ]]; then
+  begun=$SECONDS
+  launch "$k" "$kills"
+  took=$((SECONDS - begun))
+  grep -q "^ulfm: OK" "$out" && fail "the job reported success with a rank stalled"
+  grep -q "stalls after the allreduce" "$out" || fail "no rank stalled"
+  # The first process whose repair times out ends with 75 and mpirun then
+  # ends the job (the others, the stalled rank among them, may be killed
+  # before their own deadline).
+  ((launch_rc == 75)) || fail "mpirun exited $launch_rc, not 75 (a repair timed out)"
+  ended=$(grep -c "repair of the job's world did not finish within 4.0 s" "$out")
+  ((ended >= 1)) || fail "no process named the repair timeout"
+  # 4 s of repair, MPI's start and end: far from the 150 s limit (and from
+  # the stalled rank's own 8 s).
+  ((took < 60)) || fail "the job took $took s to end"
+  echo "PASS: the repair timed out in $ended waiting processes, naming it;" \
+    "the job ended with 75 after $took s"
   exit 0
 fi
 launch "$k" "$kills"

@@ -19,7 +19,10 @@
 // `step` (0: any): its store is unlinked, then it SIGKILLs itself; the ranks
 // after '+' (generation 0 only) lose theirs at the same instant, killed by it.
 // Stages: the engine's (snapshot, seal, commit, committed, recover, ...) and
-// "step" (after the step's allreduce, before Save).
+// "step" (after the step's allreduce, before Save). "stall" instead keeps the
+// rank alive and out of the job for twice MEMENTO_TIMEOUT_S after that
+// point, then ends its attempt: a repair that needs it must end at its
+// timeout (UlfmWorld's repair deadline), not hang.
 // Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
 // name "spare", so that one that takes rank r's place is a new machine
 // ("spare/r" with MEMENTO_RANKS_PER_NODE=1), unless MEMENTO_NODE names one.
@@ -225,6 +228,14 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
     if (const KillPoint* k = KilledAt(job, "step", step, rank, generation)) {
       LoseNodes(job, *k, "step", step);
     }
+    if (KilledAt(job, "stall", step, rank, generation) != nullptr) {
+      std::fprintf(stderr, "ulfm_worker rank %d (pid %d): stalls after the allreduce of v%llu\n",
+                   rank, static_cast<int>(getpid()), static_cast<unsigned long long>(step));
+      std::fflush(stderr);
+      std::this_thread::sleep_for(2 * job.config.timeout());
+      return fail(Status::Unavailable("stalled after the allreduce of step " +
+                                           std::to_string(step)));
+    }
     const double t_save = launch::JobReporter::Now();
     Status saved = ck->Save(step);
     if (!saved.ok()) return fail(saved.WithContext("Save(" + std::to_string(step) + ")"));
@@ -255,7 +266,7 @@ int Main(int argc, char** argv) {
   job.steps = std::stoull(argv[1]);
   job.step_ms = argc == 4 ? std::atoi(argv[3]) : 0;
   job.kills = ParseKills();
-  auto world = UlfmWorld::Create(MPI_COMM_WORLD, std::atoi(argv[2]));
+  auto world = UlfmWorld::Create(MPI_COMM_WORLD, std::atoi(argv[2]), job.config.timeout());
   if (!world.ok()) {
     std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
     return 2;

@@ -233,8 +233,8 @@ Status Train(Job& job, std::shared_ptr<Transport> transport, const UlfmWorld& wo
                    rank, static_cast<int>(getpid()), static_cast<unsigned long long>(step));
       std::fflush(stderr);
       std::this_thread::sleep_for(2 * job.config.timeout());
-      return fail(Status::Unavailable("stalled after the allreduce of step " +
-                                           std::to_string(step)));
+      return fail(
+          Status::Unavailable("stalled after the allreduce of step " + std::to_string(step)));
     }
     const double t_save = launch::JobReporter::Now();
     Status saved = ck->Save(step);

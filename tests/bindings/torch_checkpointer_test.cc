@@ -1,5 +1,5 @@
 // memento::torch: registration, names, in-place bit-exact restore, changed
-// tensors, layout errors, extra state, replicated tensors over in-process ranks.
+// tensors, layout errors, extra state (several ranks: torch_ranks_test.cc).
 #include "memento/torch/torch_checkpointer.h"
 
 #include <gtest/gtest.h>
@@ -10,11 +10,7 @@
 #include <torch/optim.h>
 #include <torch/types.h>
 #include <torch/utils.h>
-#include <unistd.h>
 
-#include <atomic>
-
-#include "harness/spawn.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
 #include "memento/torch/launcher.h"
@@ -27,17 +23,8 @@ namespace {
 using runtime::Config;
 using testing::BitEqual;
 using testing::JobGuard;
-using testing::RunRanks;
+using testing::MakeConfig;
 using testing::UniqueJob;
-
-Config MakeConfig(const std::string& job) {
-  auto c = Config::FromMap({{"MEMENTO_JOB", job},
-                            {"MEMENTO_RANKS_PER_NODE", "1"},
-                            {"MEMENTO_CHUNK_BYTES", "64K"},
-                            {"MEMENTO_TIMEOUT_S", "60"}});
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.value();
-}
 
 std::unique_ptr<TorchCheckpointer> Make(const std::string& job, Options options = Options()) {
   auto group = runtime::InProcessGroup::Create(1);
@@ -659,97 +646,6 @@ TEST(TorchAdapter, CudaTensorsSnapshotAfterTheProducingStream) {
   EXPECT_TRUE(BitEqual(w.cpu(), expect));
   EXPECT_TRUE(BitEqual(half.cpu(), expect_half));
   EXPECT_TRUE(w.is_cuda());
-}
-
-// Replicated tensors on 4 in-process ranks: each rank stores a quarter, and
-// Restore gives every rank the whole tensors back.
-TEST(TorchAdapterRanks, ReplicatedTensorsAreStoredOnceAndGatheredOnRestore) {
-  constexpr int kRanks = 4;
-  JobGuard guard{UniqueJob("repl")};
-  auto group = runtime::InProcessGroup::Create(kRanks, std::chrono::seconds(60));
-  std::vector<std::string> errors(kRanks);
-  std::vector<uint64_t> stored(kRanks, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      auto fail = [&](const std::string& what, const Status& s) {
-        errors[r] = what + ": " + s.ToString();
-      };
-      auto ck = TorchCheckpointer::Create(MakeConfig(guard.job), group->transport(r));
-      if (!ck.ok()) return fail("create", ck.status());
-      at::Tensor w = torch::arange(1001, at::kFloat).reshape({7, 143});
-      at::Tensor b = torch::arange(13, at::kLong);
-      at::Tensor own = torch::full({3}, static_cast<float>(r));
-      Status s = (*ck)->Register("w", w, true);
-      if (s.ok()) s = (*ck)->Register("b", b, true);
-      if (s.ok()) s = (*ck)->Register("own", own, false);
-      if (s.ok()) s = (*ck)->Save(1);
-      if (s.ok()) s = (*ck)->Wait();
-      if (!s.ok()) return fail("save", s);
-      // This rank's entries: the pieces of w and b in its quarter of their bytes.
-      uint64_t pieces = 0;
-      for (const auto& name : (*ck)->EntryNames()) {
-        if (name == "w" || name == "b") ++pieces;
-      }
-      stored[r] = pieces;
-      w.zero_();
-      b.zero_();
-      own.zero_();
-      auto rr = (*ck)->Restore();
-      if (!rr.ok()) return fail("restore", rr.status());
-      if (!BitEqual(w, torch::arange(1001, at::kFloat).reshape({7, 143})) ||
-          !BitEqual(b, torch::arange(13, at::kLong)) ||
-          !BitEqual(own, torch::full({3}, static_cast<float>(r)))) {
-        errors[r] = "restored tensors differ";
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  // 4004 + 104 bytes cut into 4 ranges: w spans ranks 0..3, b lies in rank 3's range.
-  EXPECT_EQ(stored[0], 1u);
-  EXPECT_EQ(stored[3], 2u);
-}
-
-// Committed checkpoints that are lost (one of two nodes, no scheme, no
-// remote) fail the restore as Unrecoverable; only a job that never committed
-// one gets "nothing to restore" (std::nullopt), which a training loop takes
-// for a fresh start.
-TEST(TorchAdapterRanks, LostCommittedCheckpointsAreAnErrorNotAFreshStart) {
-  JobGuard guard{UniqueJob("lost")};
-  auto open = [&](int r, std::shared_ptr<runtime::Transport> t,
-                  at::Tensor w) -> Result<std::unique_ptr<TorchCheckpointer>> {
-    MEMENTO_ASSIGN_OR_RETURN(Config config,
-                             Config::FromMap({{"MEMENTO_JOB", guard.job},
-                                              {"MEMENTO_NODE", "vn/" + std::to_string(r)},
-                                              {"MEMENTO_TIMEOUT_S", "60"}}));
-    MEMENTO_ASSIGN_OR_RETURN(auto ck, TorchCheckpointer::Create(config, std::move(t)));
-    MEMENTO_RETURN_IF_ERROR(ck->Register("w", w));
-    return ck;
-  };
-  auto first = RunRanks(2, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
-    at::Tensor w = torch::full({64}, static_cast<float>(r));
-    auto ck = open(r, std::move(t), w);
-    if (!ck.ok()) return ck.status().ToString();
-    auto fresh = (*ck)->Restore();
-    if (!fresh.ok() || fresh->has_value()) return "a fresh job restored something";
-    Status s = (*ck)->Save(3);
-    if (s.ok()) s = (*ck)->Wait();
-    return s.ok() ? "" : s.ToString();
-  });
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(first[r], "") << "rank " << r;
-  ASSERT_NO_FATAL_FAILURE(runtime::testing::LoseNode(guard.job, "vn/1"));
-  auto second = RunRanks(2, [&](int r, std::shared_ptr<runtime::Transport> t) -> std::string {
-    auto ck = open(r, std::move(t), torch::zeros({64}));
-    if (!ck.ok()) return ck.status().ToString();
-    auto restored = (*ck)->Restore();
-    if (restored.ok()) return restored->has_value() ? "restored" : "nothing to restore";
-    if (restored.status().code() != StatusCode::kUnrecoverable) {
-      return "not Unrecoverable: " + restored.status().ToString();
-    }
-    return "";
-  });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(second[r], "") << "rank " << r;
 }
 
 TEST(TorchAdapter, BadShardSpecsAreRefusedByName) {

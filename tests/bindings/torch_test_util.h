@@ -1,7 +1,9 @@
 // What the torch adapter's test files share: unique job ids, a guard that
-// removes a job's segments, bit comparison of tensors, in-process ranks.
+// removes a job's segments, a configuration, bit comparison of tensors,
+// in-process ranks.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/types.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "memento/runtime/config.h"
 #include "memento/runtime/inprocess_transport.h"
 #include "memento/runtime/store_admin.h"
 #include "test_job.h"
@@ -27,6 +30,16 @@ struct JobGuard {
   std::string job;
   ~JobGuard() { (void)runtime::CleanJob(job); }
 };
+
+// One rank per virtual node, 64 KiB chunks, a 60 s timeout.
+inline runtime::Config MakeConfig(const std::string& job) {
+  auto c = runtime::Config::FromMap({{"MEMENTO_JOB", job},
+                                     {"MEMENTO_RANKS_PER_NODE", "1"},
+                                     {"MEMENTO_CHUNK_BYTES", "64K"},
+                                     {"MEMENTO_TIMEOUT_S", "60"}});
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.value();
+}
 
 inline bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
   if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "memento/runtime/config.h"
 #include "memento/runtime/ulfm_world.h"
 
 namespace {
@@ -84,7 +85,9 @@ int main(int argc, char** argv) {
 
   int level = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &level);
-  auto world = memento::runtime::UlfmWorld::Create(MPI_COMM_WORLD, 0);
+  // No rank fails here: the repair timeout is MEMENTO_TIMEOUT_S's default.
+  auto world =
+      memento::runtime::UlfmWorld::Create(MPI_COMM_WORLD, 0, memento::runtime::Config().timeout());
   if (!world.ok()) {
     std::fprintf(stderr, "bench_ulfm_watch: %s\n", world.status().ToString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -55,8 +55,6 @@ class UlfmWorld {
   // A repair that has not finished within its timeout ends the process with
   // this code (as a timed out collective of MpiTransport does).
   static constexpr int kRepairTimeoutExit = 75;
-  // The default repair timeout: MEMENTO_TIMEOUT_S's default (Config).
-  static constexpr std::chrono::milliseconds kDefaultRepairTimeout{300000};
 
   // `world`: the job's communicator (MPI_COMM_WORLD), duplicated; its last
   // `spares` ranks are spares. MPI must be initialized with
@@ -66,8 +64,8 @@ class UlfmWorld {
   // (by `memento launch` or the scheduler) instead of hanging. Errors:
   // InvalidArgument when `spares` leaves no working rank or the timeout is
   // not positive, FailedPrecondition when this MPI has no ULFM.
-  static Result<std::unique_ptr<UlfmWorld>> Create(
-      MPI_Comm world, int spares, std::chrono::milliseconds repair_timeout = kDefaultRepairTimeout);
+  static Result<std::unique_ptr<UlfmWorld>> Create(MPI_Comm world, int spares,
+                                                   std::chrono::milliseconds repair_timeout);
   ~UlfmWorld();
   UlfmWorld(const UlfmWorld&) = delete;
   UlfmWorld& operator=(const UlfmWorld&) = delete;
@@ -126,7 +124,7 @@ class UlfmWorld {
   int rank_ = -1;
   int size_ = 0;
   int generation_ = 0;
-  std::chrono::milliseconds repair_timeout_ = kDefaultRepairTimeout;
+  std::chrono::milliseconds repair_timeout_{0};  // Create()'s
   std::thread watcher_;
   std::atomic<bool> stop_watching_{false};
   MPI_Request watch_request_ = MPI_REQUEST_NULL;  // pending once the watcher saw a failure

@@ -110,10 +110,10 @@ endfunction()
 
 # memento_torch_pch(<target> [SKIP <source>...])
 # With MEMENTO_TORCH_PCH, <target>'s sources compile with the libtorch headers that
-# memento_torch precompiles (REUSE_FROM: built once, not once per target); SKIP
+# memento_torch_core precompiles (REUSE_FROM: built once, not once per target); SKIP
 # names the sources that include no libtorch header (loading the precompiled
 # header costs a few seconds a file). GCC uses a precompiled header only under the
-# flags it was built with, -fPIC among them: memento_torch is position-independent
+# flags it was built with, -fPIC among them: memento_torch_core is position-independent
 # (it is linked into the Python module) and an executable would otherwise be
 # -fPIE, so <target> compiles with -fPIC. Another mismatch is reported by
 # -Winvalid-pch and the headers are then parsed as without it.
@@ -125,7 +125,7 @@ function(memento_torch_pch target)
   if(NOT MEMENTO_TORCH_PCH)
     return()
   endif()
-  target_precompile_headers(${target} REUSE_FROM memento_torch)
+  target_precompile_headers(${target} REUSE_FROM memento_torch_core)
   target_compile_options(${target} PRIVATE -fPIC)
   if(ARG_SKIP)
     set_source_files_properties(${ARG_SKIP} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)

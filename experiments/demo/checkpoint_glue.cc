@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <mutex>
 
-#include "memento/launch/resilient.h"
-#include "memento/runtime/config.h"
-#include "memento/torch/launcher.h"
-
 namespace memento::demo {
 namespace {
 
@@ -23,20 +19,14 @@ void AbortCheckpointerTransports() {
 }
 
 Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
-    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-    runtime::FaultHooks hooks) {
-  auto config = runtime::Config::FromEnv();
-  if (!config.ok()) return config.status();
-  // In-job recovery: auto detects the launcher's gloo rendezvous.
-  auto transport = torch_adapter::CreateLauncherTransport(
-      launch::InJob() ? torch_adapter::Launcher::kAuto : torch_adapter::Launcher::kMpi, *config);
-  if (!transport.ok()) return transport.status();
+    const std::vector<std::pair<std::string, torch::Tensor>>& tensors, runtime::FaultHooks hooks,
+    runtime::Config config, std::shared_ptr<runtime::Transport> transport) {
   {
     std::lock_guard<std::mutex> lock(transports_mu);
     transports.erase(std::remove_if(transports.begin(), transports.end(),
                                     [](const auto& weak) { return weak.expired(); }),
                      transports.end());
-    transports.push_back(*transport);
+    transports.push_back(transport);
   }
   torch_adapter::Options options;
   // The demo draws its batches from (seed, step, rank) and uses the torch
@@ -46,8 +36,8 @@ Result<std::unique_ptr<torch_adapter::TorchCheckpointer>> CreateCheckpointer(
   // The demo reports to `memento launch` itself (the loss, the whole model's
   // state hash at each restore and at the end).
   options.report_to_launcher = false;
-  auto ck = torch_adapter::TorchCheckpointer::Create(std::move(config).value(),
-                                                     std::move(transport).value(), options);
+  auto ck =
+      torch_adapter::TorchCheckpointer::Create(std::move(config), std::move(transport), options);
   if (!ck.ok()) return ck.status();
   for (const auto& [name, t] : tensors) {
     if (!t.is_contiguous() || !t.device().is_cpu()) {

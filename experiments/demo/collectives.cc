@@ -1,54 +1,14 @@
 #include "collectives.h"
 
-#include <mpi.h>
-
 #include <cstdlib>
 #include <stdexcept>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 namespace memento::demo {
 namespace {
-
-class Mpi final : public Collectives {
- public:
-  Mpi() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void Allgather(const torch::Tensor& mine, torch::Tensor& all) override {
-    MPI_Allgather(mine.data_ptr<float>(), static_cast<int>(mine.numel()), MPI_FLOAT,
-                  all.data_ptr<float>(), static_cast<int>(mine.numel()), MPI_FLOAT,
-                  MPI_COMM_WORLD);
-  }
-  void AllToAll(const torch::Tensor& send, torch::Tensor& recv) override {
-    const int n = static_cast<int>(send.numel() / size_);
-    MPI_Alltoall(send.data_ptr<float>(), n, MPI_FLOAT, recv.data_ptr<float>(), n, MPI_FLOAT,
-                 MPI_COMM_WORLD);
-  }
-  void AllgatherU64(uint64_t mine, uint64_t* all) override {
-    MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-  }
-  double AllreduceSum(double value) override {
-    double sum = 0;
-    MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return sum;
-  }
-  uint64_t AllreduceMin(uint64_t value) override {
-    uint64_t min = 0;
-    MPI_Allreduce(&value, &min, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-    return min;
-  }
-  void Barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
-
- private:
-  int rank_ = 0, size_ = 1;
-};
 
 class Gloo final : public Collectives {
  public:
@@ -111,8 +71,6 @@ void Collectives::ReduceScatterSum(const torch::Tensor& send, torch::Tensor& scr
   out.zero_();
   for (int r = 0; r < size(); ++r) out.add_(scratch.narrow(0, r * n, n));
 }
-
-std::unique_ptr<Collectives> MpiCollectives() { return std::make_unique<Mpi>(); }
 
 std::unique_ptr<Collectives> GlooCollectives(const std::string& prefix,
                                              std::chrono::milliseconds timeout) {

@@ -1,6 +1,7 @@
 // The demo's training collectives, over one of two process groups:
-//   MpiCollectives   MPI_COMM_WORLD (a plain mpirun launch); an error aborts
-//                    the job, as MPI's default error handler does.
+//   MpiCollectives   an MPI communicator (mpi_collectives.h): MPI_COMM_WORLD
+//                    under a plain mpirun, the working ranks of a world that
+//                    repairs itself over ULFM.
 //   GlooCollectives  libtorch's c10d ProcessGroupGloo over the TCP store at
 //                    MASTER_ADDR:MASTER_PORT (rank 0 serves it, multi-tenant:
 //                    memento's own gloo transport shares the server), for
@@ -41,9 +42,6 @@ class Collectives {
   // (n floats); `scratch` holds size * n.
   void ReduceScatterSum(const torch::Tensor& send, torch::Tensor& scratch, torch::Tensor& out);
 };
-
-// MPI_COMM_WORLD (MPI is initialized).
-std::unique_ptr<Collectives> MpiCollectives();
 
 // Joins the group of RANK / WORLD_SIZE through the store at MASTER_ADDR /
 // MASTER_PORT under the key prefix `prefix`; blocks until every rank joined.

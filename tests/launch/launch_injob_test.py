@@ -38,6 +38,13 @@ ulfm_rs: the same job, rs:2+2, 4 spares: two nodes at once at the snapshot stage
    (3@9:commit).
 ulfm_fallback: the same job, replica:2, 1 spare for two losses (1@4, 2@8): the first in-job,
    the second, with no spare left, by a full relaunch (which starts a spare again).
+demo_ulfm_xor: the demo built against Open MPI 5 (memento_demo_ulfm: its world repaired over
+   ULFM, MPI collectives, warm spares that are ranks of the one mpirun) under
+   `--launcher ulfm`, xor:3, 3 spares: a node at a step (2@4), one at the protect stage
+   (1@8:protect), and the spare that took its place while it restores (1@recovery).
+demo_ulfm_rs: the same, rs:2+2, 3 spares: two nodes at once at the snapshot stage
+   (0+2@3:snapshot), one at the commit stage (3@9:commit), and one more with no spare left
+   (1@12): a full relaunch.
 Required: every event fired, one launch (two for fallback), an in-job record per
 recovery, the survivors' process ids unchanged across in-job recoveries and every lost
 rank's changed, every restore from memory with the steps lost counted, and the final
@@ -49,7 +56,8 @@ For the ULFM job, the process ids are those every rank records per generation of
 and prints with its own bit-exact check ("ulfm: OK ..., failure-free state H").
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_PYTHON, MEMENTO_TEST_TORCHRUN, PYTHONPATH,
 REFERENCE (Python scenarios); MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (demo);
-MEMENTO_TEST_CLI, MEMENTO_TEST_ULFM_WORKER (ulfm).
+MEMENTO_TEST_CLI, MEMENTO_TEST_ULFM_WORKER (ulfm); MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO,
+MEMENTO_TEST_DEMO_ULFM (demo_ulfm).
 """
 import json
 import os
@@ -69,7 +77,7 @@ TORCHRUN = os.environ.get("MEMENTO_TEST_TORCHRUN", "torchrun")
 # deadline the launcher gives a recovery is what these runs check, not the
 # machine's DNS (README, "In-job recovery").
 os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
-STEPS = {"python": 20, "demo": 16, "ulfm": 16}
+STEPS = {"python": 20, "demo": 16, "demo_ulfm": 16, "ulfm": 16}
 ULFM_STEP_MS = 40  # each step of the ULFM job also sleeps this long
 DEMO_ARGS = ["--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]
 SCENARIOS = {
@@ -88,6 +96,10 @@ SCENARIOS = {
                  ["step", "commit", "recovery"]),
     "demo_rs": ("demo", "mpirun", "rs:2+2", 3, "0+2@3,3@9:protect", 2, 1, ["step", "protect"]),
     "demo_unrecoverable": ("demo", "mpirun", "xor:3", 2, "0+1@3", 1, 1, ["step"]),
+    "demo_ulfm_xor": ("demo_ulfm", "ulfm", "xor:3", 3, "2@4,1@8:protect,1@recovery", 3, 1,
+                      ["step", "protect", "recovery"]),
+    "demo_ulfm_rs": ("demo_ulfm", "ulfm", "rs:2+2", 3, "0+2@3:snapshot,3@9:commit,1@12", 2, 2,
+                     ["snapshot", "commit", "step"]),
     "ulfm_xor": ("ulfm", "ulfm", "xor:3", 3, "2@4,1@8:protect,1@recovery", 3, 1,
                  ["step", "protect", "recovery"]),
     "ulfm_rs": ("ulfm", "ulfm", "rs:2+2", 4, "0+2@3:snapshot,3@9:commit", 2, 1,
@@ -147,6 +159,9 @@ def launch(scenario, job, work, expect=0):
     if kind == "demo":
         cmd += ["--", os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
                 pids] + DEMO_ARGS
+    elif kind == "demo_ulfm":
+        cmd += ["--", os.environ["MEMENTO_TEST_DEMO_ULFM"], "--spares", str(spares), "--steps",
+                str(STEPS[kind]), "--pids", pids] + DEMO_ARGS
     elif kind == "ulfm":
         cmd += ["--", os.environ["MEMENTO_TEST_ULFM_WORKER"], str(STEPS[kind]), str(spares),
                 str(ULFM_STEP_MS)]
@@ -293,7 +308,7 @@ def main():
             recs, ref_state, starts = launch(scenario, job, work)
             check(scenario, recs, None, starts, None, ref_state)
             return
-        if SCENARIOS[scenario][0] == "demo":
+        if SCENARIOS[scenario][0] in ("demo", "demo_ulfm"):
             ref_digest, ref_state = None, demo_reference(job, work)
         else:
             with open(os.environ["REFERENCE"]) as f:

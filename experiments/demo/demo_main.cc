@@ -43,9 +43,12 @@ ConnectFn ConnectFromEnv(torch_adapter::Launcher launcher) {
 // of its own (rank 0 serves the store at the attempt's MASTER_PORT) and trains
 // on it; after a node loss launch::Resilient runs it again in this process.
 int RunInJob(const Args& a) {
-  const char* timeout_env = std::getenv("MEMENTO_TIMEOUT_S");
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(1000 * (timeout_env != nullptr ? std::atof(timeout_env) : 300.0)));
+  auto config = runtime::Config::FromEnv();
+  if (!config.ok()) {
+    std::fprintf(stderr, "memento_demo: %s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  const std::chrono::milliseconds timeout = config->timeout();
   launch::ResilientOptions options;
   options.abort = [] { AbortCheckpointerTransports(); };
   try {

@@ -127,33 +127,28 @@
 //    1000 nodes against a 1-2.5 TB/s file system). JSON: remote_gibps,
 //    remote_gibps_auto, remote_link_s; 0 disables it (remote_link_s 0).
 // 5. recovery of the lost nodes (default 1 node; `--lose 1,2` loses M nodes).
-//    Every rank destroys its Checkpointer; the ranks of the nodes in `--lose`
-//    unlink their segment (NodeStore::Destroy: the node's
-//    memory is gone) and scribble over their buffer; a new Checkpointer is
-//    created on every rank; then, back to back as Restore() runs them in a
-//    job, Prepare() (prepare_s: the lost node creates a fresh store, whose
-//    pages are reserved in the background; survivors attach theirs, still
-//    mapped in this process) and Restore() (recover_s: until it returns and
-//    training resumes), both timed on every rank from one barrier (resume_s:
-//    the slowest rank's Prepare + Restore; each *_s the max over ranks), and
-//    Wait() (protected_s, from Restore's start until the background
-//    re-protect committed). Over a link,
+//    Every rank destroys its Checkpointer; the ranks of the nodes in `--lose` unlink their
+//    segment (NodeStore::Destroy: the node's memory is gone) and scribble over their
+//    buffer; a new Checkpointer on every rank; Prepare() and Restore() back to back, as a
+//    job's Restore() runs them, timed from one barrier: prepare_s (a lost node makes a fresh
+//    store, pages reserved in the background; survivors attach theirs), recover_s (until
+//    Restore returns: training resumes), resume_s (both); each the max over ranks. Wait():
+//    protected_s, until the re-protect committed. Over a link,
 //    resume_vs_link_bound / protected_vs_link_bound divide them by the time
 //    a lost node needs to receive its shards over its link (link_bound_s).
 //    recover_cpu_s: all ranks' CPU seconds inside Restore() (getrusage, every
 //    thread); recover_cpu_s_per_gib divides it by the GiB restored into the
 //    lost nodes, recover_cpu_util by cores x recover_s (near 1: the restore
-//    is CPU-bound on this machine). The report's phase times
-//    (inventory, plan, transfer, reprotect) are the max over ranks; lost_transfer_s is the
-//    transfer phase of the lost nodes' ranks alone (until their buffers hold the shard), and
-//    transfer_vs_ring = (S / lost_transfer_s) / (S / ring s), the bytes per second restored
-//    into a lost node against the baseline ring's per-direction bandwidth (3.; the link ring
-//    over a link). The restored buffers are
-//    checked against a checksum taken before the loss. Ratios: recover_s / remote_warm_s, recover_s
-//    / remote_cold_s and recover_vs_remote_link = recover_s / remote_link_s (the restore of the
-//    whole job through the emulated file system). resume_incl_prepare_vs_transfer =
-//    resume_s / lost_transfer_s: the time to resume, the replacement's new store
-//    included, against the transfer into it.
+//    is CPU-bound on this machine). The report's phase times (inventory, plan, transfer,
+//    reprotect) are the max over ranks; lost_transfer_s is the transfer phase of the lost
+//    nodes' ranks alone (until their buffers hold the shard), and transfer_vs_ring = (S /
+//    lost_transfer_s) / (S / ring s), the bytes per second restored into a lost node against
+//    the baseline ring's per-direction bandwidth (3.; the link ring over a link). The restored
+//    buffers are checked against a checksum taken before the loss. Ratios: recover_s /
+//    remote_warm_s, recover_s / remote_cold_s and recover_vs_remote_link = recover_s /
+//    remote_link_s (the restore of the whole job through the emulated file system).
+//    resume_incl_prepare_vs_transfer = resume_s / lost_transfer_s: the time to resume, the
+//    replacement's new store included, against the transfer into it.
 //
 // Output: rank 0 prints one JSON object (--json) or a readable block. Every
 // exit path unlinks this job's segments and removes its remote folder.
@@ -575,8 +570,7 @@ struct Report {
   double protect_wall_s = 0, ring_wall_s = 0;  // summed over the timed reps
   double remote_warm_s = 0, remote_cold_s = 0;
   double remote_gibps = 0, remote_link_s = 0;  // emulated file system; 0 when off
-  double prepare_s = 0, recover_s = 0;  // recover_s: until Restore returned (training resumes)
-  double resume_s = 0;                  // Prepare + Restore, back to back (slowest rank)
+  double prepare_s = 0, recover_s = 0, resume_s = 0;  // recovery (5.): resume_s = both
   double protected_s = 0;               // until Wait() after it returned: protected again
   std::string reprotect_mode;
   double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
@@ -831,9 +825,6 @@ class Bench {
     MEMENTO_ASSIGN_OR_RETURN(ck_, Checkpointer::Create(config_, transport_));
     MEMENTO_RETURN_IF_ERROR(ck_->RegisterBuffer("model", buf_.data(), buf_.size()));
     MPI_Barrier(MPI_COMM_WORLD);
-    // No barrier between Prepare and Restore: a job's Restore() prepares and
-    // restores in one go, and a barrier between them would add its skew (ms
-    // with 8 processes on 2 cores) to the time to resume.
     const auto t_prepare = Clock::now();
     MEMENTO_RETURN_IF_ERROR(ck_->Prepare());
     const auto t0 = Clock::now();

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -65,7 +66,7 @@ int Main(int argc, char** argv) {
   CLI::App app{"memento_demo_ulfm: the demo GPT, recovering in-job over ULFM with warm spares"};
   AddArgs(app, a);
   app.add_option("--spares", spares, "the last K ranks of the world wait as spares (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   CLI11_PARSE(app, argc, argv);
   if (std::string problem = CheckArgs(a); !problem.empty()) {
     std::fprintf(stderr, "%s\n", problem.c_str());

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -66,7 +67,7 @@ void AddArgs(CLI::App& app, Args& a) {
   app.add_option("--batch", a.batch, "sequences per rank and step (default 8)");
   app.add_option("--lr", a.lr, "Adam learning rate (default 3e-3)");
   app.add_option("--ckpt-every", a.ckpt_every, "checkpoint every K steps (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("--out", a.out, "rank 0 writes the final parameters (raw float32) here");
   app.add_option("--hash-log", a.hash_log, "rank 0 appends 'step state-hash' per step here");
   app.add_option("--baseline-remote", a.baseline_remote,

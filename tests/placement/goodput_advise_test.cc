@@ -266,6 +266,30 @@ TEST(GoodputAdviseTest, MeasuredCostsFromBenchCluster) {
 }
 #endif
 
+// A record's restore cost is its resume_s (new store and restore back to back) where it
+// has one, else prepare_s + recover_s (older records), scaled from its shard to the job's.
+TEST(GoodputAdviseTest, MeasuredRestoreIsTheResumeTime) {
+  const std::string path = ::testing::TempDir() + "advise-resume-bench.jsonl";
+  const char* common =
+      "\"benchmark\": \"bench_cluster\", \"nodes\": 16, \"shard_bytes\": 536870912, "
+      "\"snapshot_s\": 0.1, \"protect_s\": 0.4, \"prepare_s\": 0.3, \"recover_s\": 0.9";
+  std::ofstream(path) << "{\"scheme\": \"replica:2\", " << common << ", \"resume_s\": 1.0}\n"
+                      << "{\"scheme\": \"xor:3\", " << common << "}\n";
+  const auto j =
+      Json(RunCli(std::string(kJob) + "--memory-budget 2 --schemes replica:2,xor:3 --bench " +
+                  path + " --json"));
+  std::remove(path.c_str());
+  ASSERT_EQ(j["schemes"].size(), 2u) << j.dump();
+  for (const auto& s : j["schemes"]) {
+    const auto& costs = s["costs"];
+    if (s["scheme"] == "replica:2") {
+      EXPECT_DOUBLE_EQ(costs["recover_replica_s"].get<double>(), 2 * 1.0) << costs.dump();
+    } else {
+      EXPECT_DOUBLE_EQ(costs["recover_decode_s"].get<double>(), 2 * (0.3 + 0.9)) << costs.dump();
+    }
+  }
+}
+
 TEST(GoodputAdviseTest, SimulationAgreesWithTheAdvice) {
   const auto j = Json(
       RunCli("advise --nodes 64 --shard 1G --step-s 1 --node-mtbf-h 2000 --process-mtbf-h 1000 "

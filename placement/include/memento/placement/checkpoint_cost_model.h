@@ -41,7 +41,8 @@ struct MeasuredCosts {
   double reference_shard_bytes = 0;
   double stall_s = 0;
   double protect_s = 0;
-  double recover_s = 0;  // one lost node: relaunch excluded, re-protect included
+  double recover_s = 0;  // one lost node: its new store and restore; relaunch and re-protect
+                         // excluded
   std::string source;    // where they come from, for reports
 };
 

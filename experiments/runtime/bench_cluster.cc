@@ -182,6 +182,9 @@
 #include <utility>
 #include <vector>
 
+#include "bench_cluster_report.h"
+#include "bench_cluster_rings.h"
+#include "emulated_links.h"
 #include "memento/erasure/gf256.h"
 #include "memento/placement/group_layout.h"
 #include "memento/placement/scheme.h"
@@ -192,7 +195,6 @@
 #include "memento/runtime/node_identity.h"
 #include "memento/runtime/node_store.h"
 #include "memento/runtime/store_admin.h"
-#include "emulated_links.h"
 
 namespace memento::runtime {
 namespace {
@@ -202,23 +204,23 @@ using bench::CountingTransport;
 using bench::kLinkBurstBytes;
 using bench::LinkTransport;
 using bench::StorageLink;
-
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double MaxOverRanks(double x) {
-  double out = 0;
-  MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
+using bench_cluster::CpuSeconds;
+using bench_cluster::JoiningThread;
+using bench_cluster::JsonHead;
+using bench_cluster::kTagBenchRing;
+using bench_cluster::LostNodesText;
+using bench_cluster::MaxOverRanks;
+using bench_cluster::Median;
+using bench_cluster::Options;
+using bench_cluster::Print;
+using bench_cluster::RankStats;
+using bench_cluster::Report;
+using bench_cluster::RingExchange;
+using bench_cluster::RingResult;
+using bench_cluster::Since;
+using bench_cluster::TimedReps;
+using bench_cluster::TransportRing;
+using bench_cluster::XorReduceScatter;
 
 // A field of /proc/self/status ("VmHWM", "VmRSS") in bytes; 0 if absent.
 uint64_t ProcStatusBytes(const char* field) {
@@ -241,55 +243,7 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
-// Tag of the bench's own ring over the Transport. The engine's tags
-// (runtime/src/message_tags.h): persist 100, protect 1000, recovery
-// 2000 .. 2000 + 2 * 14000 + 1; kMaxTag is 32767.
-constexpr int kTagBenchRing = 32000;
-
-// CPU seconds (user + system) of every thread of this process so far.
-double CpuSeconds() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  auto sec = [](const timeval& tv) { return tv.tv_sec + 1e-6 * tv.tv_usec; };
-  return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
-// A thread that is joined when it goes out of scope (every exit path).
-class JoiningThread {
- public:
-  template <typename F>
-  explicit JoiningThread(F&& f) : thread_(std::forward<F>(f)) {}
-  ~JoiningThread() {
-    if (thread_.joinable()) thread_.join();
-  }
-  JoiningThread(const JoiningThread&) = delete;
-  JoiningThread& operator=(const JoiningThread&) = delete;
-
- private:
-  std::thread thread_;
-};
-
 // "[1, 2]" / "1,2" for the JSON record and the readable block.
-std::string LostNodesText(const std::vector<int>& nodes) {
-  std::string out;
-  for (size_t i = 0; i < nodes.size(); ++i) out += (i ? "," : "") + std::to_string(nodes[i]);
-  return out;
-}
-
-struct Options {
-  bool json = false;
-  std::string scheme = "replica:2";
-  uint64_t size = 64ull << 20;
-  int reps = 3;
-  std::vector<int> lose = {1};  // nodes lost before the recovery (--lose 1 or 1,2)
-  std::string remote = "/tmp";
-  std::string job;
-  double link_gibps = 0;  // emulated link per direction per node; 0: off
-  // Emulated parallel file system for the whole job, GiB/s; < 0: auto
-  // (1/kStorageShare of each node's link), 0: off.
-  double remote_gibps = -1;
-};
-
 // A node's network link carries this many times its fair share of the shared
 // file system's bandwidth (the --remote-gibps default; see the header).
 constexpr double kStorageShare = 15;
@@ -345,198 +299,6 @@ void Fill(std::vector<uint8_t>& b, int rank, uint64_t step) {
   }
 }
 
-// Per-rank measurements, gathered to rank 0 as doubles.
-struct RankStats {
-  double protect_bytes = 0;  // sent + received in one protected version (median rep)
-  double rss_before = 0, hwm = 0, shm_bytes = 0;
-  double recover_sent = 0, recover_received = 0;
-  double restored_ok = 0;
-  // CPU seconds of the process and bytes sent + received, summed over the
-  // timed protect reps / the timed reps of the ring used as MPI baseline.
-  double protect_cpu_s = 0, protect_bytes_total = 0;
-  double ring_cpu_s = 0, ring_bytes_total = 0;
-  double xor_ring_cpu_s = 0, xor_ring_bytes_total = 0;  // the XOR ring's, likewise
-  double recover_cpu_s = 0;  // the process's CPU seconds inside Restore()
-  static constexpr int kFields = 14;
-};
-
-// A ring's slowest-rank time (median of the timed reps: s; summed over them:
-// wall_s), and this rank's CPU seconds and bytes sent + received summed over
-// the timed reps.
-struct RingResult {
-  double s = 0, cpu_s = 0, bytes = 0, wall_s = 0;
-};
-
-// Runs `once` reps + 1 times between barriers, the first as a warm-up, and
-// times the others (this rank's CPU seconds, the slowest rank's wall time);
-// each rep moves `bytes` (sent + received) on this rank. Every rank leaves
-// at the same rep, so no rank waits in a later barrier: a failure on any
-// rank ends them all (this rank's own error, else Unavailable).
-Result<RingResult> TimedReps(int reps, double bytes, const std::function<Status()>& once) {
-  std::vector<double> times;
-  RingResult out;
-  for (int r = 0; r <= reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double cpu0 = CpuSeconds();
-    auto t0 = Clock::now();
-    Status s = once();
-    const double own = Since(t0), cpu = CpuSeconds() - cpu0;
-    const double t = MaxOverRanks(own);
-    int ok = s.ok() ? 1 : 0, all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MEMENTO_RETURN_IF_ERROR(s);
-    if (!all) return Status::Unavailable("the ring failed on another rank");
-    if (r == 0) continue;  // warm-up
-    times.push_back(t);
-    out.cpu_s += cpu;
-    out.bytes += bytes;
-    out.wall_s += t;
-  }
-  out.s = Median(times);
-  return out;
-}
-
-// MPI ring: S bytes to rank+1, S from rank-1, in messages of `msg` bytes, all
-// posted at once. Median of `reps` after one warm-up.
-Result<RingResult> RingExchange(const std::vector<uint8_t>& send, std::vector<uint8_t>& recv,
-                                uint64_t msg, int reps) {
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
-  const uint64_t bytes = send.size();
-  msg = std::min<uint64_t>(msg, 1ull << 30);  // an MPI count is an int
-  return TimedReps(reps, 2.0 * bytes, [&] {
-    std::vector<MPI_Request> reqs;
-    int tag = 0;
-    for (uint64_t off = 0; off < bytes; off += msg, ++tag) {
-      const int len = static_cast<int>(std::min(msg, bytes - off));
-      reqs.emplace_back();
-      MPI_Irecv(recv.data() + off, len, MPI_BYTE, from, tag, MPI_COMM_WORLD, &reqs.back());
-      reqs.emplace_back();
-      MPI_Isend(send.data() + off, len, MPI_BYTE, to, tag, MPI_COMM_WORLD, &reqs.back());
-    }
-    MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    return Status::Ok();
-  });
-}
-
-// XOR parity by a pipelined ring reduce-scatter (LLNL redset's XOR
-// algorithm), the baseline memento's xor protect is compared with: in a set
-// of g consecutive ranks, each rank's S bytes are g - 1 segments of
-// seg = ceil(S / (g - 1)) bytes (zero-padded), segment (p - r - 1) mod g of
-// rank r belonging to the parity piece of rank p != r. Piece p's partial sum
-// starts at rank p + 1 and travels p + 1 -> p + 2 -> ... -> p, each hop
-// folding in its own segment, so at step t rank r sends the partial of piece
-// r - t and after g - 1 steps holds its parity piece (the XOR of the other
-// ranks' segments for it): seg bytes, 1 / (g - 1) of the parity, as memento
-// places it. Pipelined in `msg`-byte messages: every receive is posted at
-// once and each message is forwarded as soon as it is folded. Raw MPI, no
-// copy into any store and no crc32c. The parity is checked once (untimed)
-// against an MPI_Allreduce(MPI_BXOR) of the segments. Median of `reps` after
-// one warm-up; an error when the parity differs.
-Result<RingResult> XorReduceScatter(const std::vector<uint8_t>& data, int g, uint64_t msg,
-                                    int reps) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const uint64_t seg = (data.size() + g - 2) / (g - 1);
-  if (seg * g > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-    return Status::InvalidArgument("bench_cluster: the XOR ring's check needs " +
-                                   std::to_string(seg * g) + " bytes in one MPI count");
-  }
-  MPI_Comm set;
-  MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &set);
-  const int r = rank % g;
-  const uint64_t chunks = (seg + msg - 1) / msg;
-  std::vector<uint8_t> mine(seg * (g - 1), 0);  // the padded segments
-  std::copy(data.begin(), data.end(), mine.begin());
-  auto segment = [&](int piece) { return mine.data() + ((piece - r - 1 + 2 * g) % g) * seg; };
-  std::vector<uint8_t> partial(seg * (g - 1));  // step t's received partial at (t - 1) * seg
-  auto chunk_len = [&](uint64_t c) { return static_cast<int>(std::min(msg, seg - c * msg)); };
-  const int to = (r + 1) % g, from = (r + g - 1) % g;
-  Result<RingResult> out = TimedReps(reps, 2.0 * seg * (g - 1), [&] {
-    std::vector<MPI_Request> recvs((g - 1) * chunks), sends;
-    for (int t = 1; t < g; ++t) {
-      for (uint64_t c = 0; c < chunks; ++c) {
-        MPI_Irecv(partial.data() + (t - 1) * seg + c * msg, chunk_len(c), MPI_BYTE, from,
-                  static_cast<int>(t * chunks + c), set, &recvs[(t - 1) * chunks + c]);
-      }
-    }
-    const uint8_t* first = segment((r + g - 1) % g);  // step 1: its own segment of piece r - 1
-    for (uint64_t c = 0; c < chunks; ++c) {
-      sends.emplace_back();
-      MPI_Isend(first + c * msg, chunk_len(c), MPI_BYTE, to, static_cast<int>(chunks + c), set,
-                &sends.back());
-    }
-    for (int t = 2; t < g; ++t) {
-      const uint8_t* own = segment((r - t + 2 * g) % g);
-      uint8_t* got = partial.data() + (t - 2) * seg;  // piece r - t, received at step t - 1
-      for (uint64_t c = 0; c < chunks; ++c) {
-        MPI_Wait(&recvs[(t - 2) * chunks + c], MPI_STATUS_IGNORE);
-        erasure::GfMultiplyAdd(1, own + c * msg, got + c * msg, chunk_len(c));
-        sends.emplace_back();
-        MPI_Isend(got + c * msg, chunk_len(c), MPI_BYTE, to, static_cast<int>(t * chunks + c), set,
-                  &sends.back());
-      }
-    }
-    MPI_Waitall(static_cast<int>(chunks), recvs.data() + (g - 2) * chunks, MPI_STATUSES_IGNORE);
-    MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
-    return Status::Ok();
-  });
-  if (!out.ok()) {
-    MPI_Comm_free(&set);
-    return out;
-  }
-  // Check: piece p of the XOR over the set of every rank's segments laid out
-  // by piece (its own piece zero) is rank p's parity.
-  std::vector<uint8_t> laid(seg * g, 0), xored(seg * g);
-  for (int p = 0; p < g; ++p) {
-    if (p != r) std::memcpy(laid.data() + p * seg, segment(p), seg);
-  }
-  MPI_Allreduce(laid.data(), xored.data(), static_cast<int>(seg * g), MPI_BYTE, MPI_BXOR, set);
-  const int good = std::memcmp(xored.data() + r * seg, partial.data() + (g - 2) * seg, seg) == 0;
-  int all = 0;
-  MPI_Allreduce(&good, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  MPI_Comm_free(&set);
-  if (!all) return Status::Internal("bench_cluster: the XOR ring's parity differs from MPI_BXOR");
-  return out;
-}
-
-// The same ring over a Transport (the emulated link): one sender thread
-// sends S bytes to rank+1 in `msg`-byte messages with Transport::Send while
-// one receiver thread receives S bytes from rank-1 with Transport::Recv (tag
-// kTagBenchRing). Both threads are joined before it returns, also on error.
-Result<RingResult> TransportRing(Transport& t, const std::vector<uint8_t>& send,
-                                 std::vector<uint8_t>& recv, uint64_t msg, int reps) {
-  const int rank = t.rank(), n = t.size();
-  const int to = (rank + 1) % n, from = (rank + n - 1) % n;
-  const uint64_t bytes = send.size();
-  return TimedReps(reps, 2.0 * bytes, [&] {
-    Status sent, received;
-    {
-      JoiningThread receiver([&] {
-        for (uint64_t off = 0; off < bytes && received.ok(); off += msg) {
-          const size_t len = std::min(msg, bytes - off);
-          Result<size_t> got = t.Recv(from, kTagBenchRing, recv.data() + off, len);
-          if (!got.ok()) {
-            received = got.status();
-          } else if (*got != len) {
-            received = Status::Internal("ring: got " + std::to_string(*got) + " bytes, expected " +
-                                        std::to_string(len));
-          }
-        }
-      });
-      JoiningThread sender([&] {
-        for (uint64_t off = 0; off < bytes && sent.ok(); off += msg) {
-          sent = t.Send(to, kTagBenchRing, send.data() + off, std::min(msg, bytes - off));
-        }
-      });
-    }  // joins both threads
-    MEMENTO_RETURN_IF_ERROR(sent.WithContext("ring send to rank " + std::to_string(to)));
-    return received.WithContext("ring receive from rank " + std::to_string(from));
-  });
-}
-
 // Reads this rank's rank file of version 1; slowest rank's time.
 Result<double> TimedRemoteRead(DirectoryRemoteStore& store, int rank, std::vector<uint8_t>& dst) {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -557,28 +319,6 @@ Status EvictFile(const std::string& path) {
   if (rc != 0) return Status::IoError("posix_fadvise " + path + ": " + std::strerror(rc));
   return Status::Ok();
 }
-
-// Everything one launch measures on rank 0 (the gathered view).
-struct Report {
-  int nodes = 0, ranks = 0, ranks_per_node = 1, slots = 0, threads = 0, cores = 0;
-  uint64_t chunk = 0;
-  double protect_s = 0, snapshot_s = 0;
-  double after_snapshot_s = 0;                   // WaitSnapshot -> Wait, slowest rank, median
-  double ring_chunked_s = 0, ring_single_s = 0;  // raw MPI (never throttled)
-  double ring_link_s = 0;                        // over the emulated link; 0 when off
-  double xor_ring_s = 0;  // XOR ring reduce-scatter (xor:K without a link); 0 when not run
-  double protect_wall_s = 0, ring_wall_s = 0;  // summed over the timed reps
-  double remote_warm_s = 0, remote_cold_s = 0;
-  double remote_gibps = 0, remote_link_s = 0;  // emulated file system; 0 when off
-  double prepare_s = 0, recover_s = 0, resume_s = 0;  // recovery (5.): resume_s = both
-  double protected_s = 0;               // until Wait() after it returned: protected again
-  std::string reprotect_mode;
-  double inventory_s = 0, plan_s = 0, transfer_s = 0, reprotect_s = 0;
-  double lost_transfer_s = 0;  // the transfer phase of the lost nodes' ranks (slowest)
-  uint64_t restored_version = 0;
-  std::string source_detail;
-  std::vector<RankStats> per_rank;
-};
 
 class Bench {
  public:
@@ -916,258 +656,6 @@ class Bench {
   std::unique_ptr<DirectoryRemoteStore> remote_;
   bool cleaned_ = false;
 };
-
-double Mean(const std::vector<double>& v) {
-  double t = 0;
-  for (double x : v) t += x;
-  return v.empty() ? 0 : t / v.size();
-}
-double MinOf(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
-
-// The first fields of every JSON record of the benchmark (results and skips).
-nlohmann::ordered_json JsonHead(const std::string& scheme, int nodes) {
-  nlohmann::ordered_json j;
-  j["benchmark"] = "bench_cluster";
-  j["scheme"] = scheme;
-  j["nodes"] = nodes;
-  return j;
-}
-
-// What the printed report derives from the gathered one.
-struct Derived {
-  std::vector<double> traffic, hwm, ckpt, shm;           // per node sums
-  std::vector<double> ckpt_ratio, shm_ratio, hwm_ratio;  // per node, vs its formula
-  double node_s = 0;                                     // shard bytes per node
-  double formula_nominal = 0, formula = 0;  // the scheme's K; the formed groups' worst node
-  double protect_gibps = 0, protect_min_gibps = 0, shard_gibps = 0;
-  double mpi_raw_gibps = 0, mpi_gibps = 0, ratio = 0;
-  // Bytes per second restored into each lost node during its transfer phase
-  // against the baseline ring's per-direction bandwidth: both move S bytes
-  // per node, so it is the ring's time over the lost nodes' transfer time.
-  double transfer_vs_ring = 0;
-  // CPU seconds of all ranks per GiB of traffic (sent + received, all ranks),
-  // and the share of the machine's cores busy (CPU s / (cores x wall s)).
-  double protect_cpu_per_gib = 0, mpi_cpu_per_gib = 0, cpu_ratio = 0;
-  double protect_util = 0, mpi_util = 0;
-  double xor_ring_cpu_per_gib = 0;                // the XOR ring reduce-scatter's; 0 when not run
-  double recover_sent = 0, recover_received = 0;  // the busiest rank's
-  double recover_cpu_s = 0;                       // all ranks', inside Restore()
-  bool bit_exact = true;
-};
-
-Derived Derive(const Options& opt, const Report& r, double factor,
-               const std::vector<double>& node_factor) {
-  constexpr double gib = 1024.0 * 1024 * 1024;
-  Derived d;
-  const int nodes = r.nodes, per = r.ranks_per_node;
-  d.traffic.assign(nodes, 0);
-  d.hwm.assign(nodes, 0);
-  d.ckpt.assign(nodes, 0);
-  d.shm.assign(nodes, 0);
-  for (int i = 0; i < r.ranks; ++i) {
-    const RankStats& x = r.per_rank[i];
-    d.traffic[i / per] += x.protect_bytes;
-    d.hwm[i / per] += x.hwm;
-    d.ckpt[i / per] += x.hwm - x.rss_before;
-    d.shm[i / per] += x.shm_bytes;
-  }
-  d.node_s = static_cast<double>(opt.size) * per;
-  d.formula_nominal = factor * d.node_s * r.slots;
-  for (int n = 0; n < nodes; ++n) {
-    const double f = node_factor[n] * d.node_s * r.slots;
-    d.ckpt_ratio.push_back(d.ckpt[n] / f);
-    d.shm_ratio.push_back(d.shm[n] / f);
-    d.hwm_ratio.push_back(d.hwm[n] / f);
-  }
-  d.formula = MaxOf(node_factor) * d.node_s * r.slots;
-  d.protect_gibps = Mean(d.traffic) / r.protect_s / gib;
-  d.protect_min_gibps = MinOf(d.traffic) / r.protect_s / gib;
-  d.shard_gibps = d.node_s / r.protect_s / gib;
-  const double raw_ring_s = std::min(r.ring_chunked_s, r.ring_single_s);
-  d.mpi_raw_gibps = 2 * d.node_s / raw_ring_s / gib;
-  const double ring_s = opt.link_gibps > 0 ? r.ring_link_s : raw_ring_s;
-  d.mpi_gibps = 2 * d.node_s / ring_s / gib;
-  d.ratio = d.protect_gibps / d.mpi_gibps;
-  if (r.lost_transfer_s > 0) d.transfer_vs_ring = ring_s / r.lost_transfer_s;
-  double protect_cpu = 0, protect_bytes = 0, ring_cpu = 0, ring_bytes = 0;
-  double xor_cpu = 0, xor_bytes = 0;
-  for (const auto& x : r.per_rank) {
-    xor_cpu += x.xor_ring_cpu_s;
-    xor_bytes += x.xor_ring_bytes_total;
-    protect_cpu += x.protect_cpu_s;
-    protect_bytes += x.protect_bytes_total;
-    ring_cpu += x.ring_cpu_s;
-    ring_bytes += x.ring_bytes_total;
-    d.recover_sent = std::max(d.recover_sent, x.recover_sent);
-    d.recover_cpu_s += x.recover_cpu_s;
-    d.recover_received = std::max(d.recover_received, x.recover_received);
-    d.bit_exact = d.bit_exact && x.restored_ok > 0;
-  }
-  d.protect_cpu_per_gib = protect_cpu / (protect_bytes / gib);
-  d.mpi_cpu_per_gib = ring_cpu / (ring_bytes / gib);
-  d.cpu_ratio = d.mpi_cpu_per_gib / d.protect_cpu_per_gib;
-  if (xor_bytes > 0) d.xor_ring_cpu_per_gib = xor_cpu / (xor_bytes / gib);
-  const double cores = r.cores > 0 ? r.cores : 1;
-  d.protect_util = protect_cpu / (cores * r.protect_wall_s);
-  d.mpi_util = ring_cpu / (cores * r.ring_wall_s);
-  return d;
-}
-
-std::vector<long long> Ints(const std::vector<double>& v) {
-  std::vector<long long> out;
-  for (double x : v) out.push_back(static_cast<long long>(x));
-  return out;
-}
-
-void PrintJson(const Options& opt, const Report& r, const Derived& d) {
-  const double s = static_cast<double>(opt.size);
-  nlohmann::ordered_json j = JsonHead(opt.scheme, r.nodes);
-  j["ranks_per_node"] = r.ranks_per_node;
-  j["shard_bytes"] = d.node_s;
-  j["slots"] = r.slots;
-  j["threads"] = r.threads;
-  j["chunk_bytes"] = r.chunk;
-  j["reps"] = opt.reps;
-  j["ranks"] = r.ranks;
-  j["cores"] = r.cores;
-  j["shm_huge"] = ShmSegment::HugePages();
-  j["link_gibps"] = opt.link_gibps;
-  j["link_burst_bytes"] = opt.link_gibps > 0 ? kLinkBurstBytes : 0.0;
-  j["protect_s"] = r.protect_s;
-  j["snapshot_s"] = r.snapshot_s;
-  j["protect_after_snapshot_s"] = r.after_snapshot_s;
-  j["protect_traffic_node_mean_bytes"] = Mean(d.traffic);
-  j["protect_node_gibps"] = d.protect_gibps;
-  j["protect_node_min_gibps"] = d.protect_min_gibps;
-  j["protect_shard_gibps"] = d.shard_gibps;
-  j["mpi_ring_chunked_s"] = r.ring_chunked_s;
-  j["mpi_ring_single_s"] = r.ring_single_s;
-  j["mpi_ring_link_s"] = r.ring_link_s;
-  j["mpi_raw_node_gibps"] = d.mpi_raw_gibps;
-  j["mpi_node_gibps"] = d.mpi_gibps;
-  j["protect_cpu_s_per_gib"] = d.protect_cpu_per_gib;
-  j["mpi_cpu_s_per_gib"] = d.mpi_cpu_per_gib;
-  j["cpu_ratio"] = d.cpu_ratio;
-  j["protect_cpu_util"] = d.protect_util;
-  j["mpi_cpu_util"] = d.mpi_util;
-  j["xor_ring_s"] = r.xor_ring_s;
-  j["xor_ring_cpu_s_per_gib"] = d.xor_ring_cpu_per_gib;
-  j["protect_vs_xor_ring"] = r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0;
-  j["parity_vs_xor_ring"] =
-      r.xor_ring_s > 0 && r.after_snapshot_s > 0 ? r.xor_ring_s / r.after_snapshot_s : 0.0;
-  j["protect_cpu_vs_xor_ring"] =
-      d.xor_ring_cpu_per_gib > 0 ? d.xor_ring_cpu_per_gib / d.protect_cpu_per_gib : 0.0;
-  j["protect_vs_mpi"] = d.ratio;
-  j["protect_min_vs_mpi"] = d.protect_min_gibps / d.mpi_gibps;
-  j["target_protect_vs_mpi"] = 0.8;
-  j["protect_target_met"] = d.ratio >= 0.8;
-  j["lost_node"] = opt.lose[0];
-  j["lost_nodes"] = opt.lose;
-  j["restored_version"] = r.restored_version;
-  j["restore_bit_exact"] = d.bit_exact;
-  j["recover_source"] = r.source_detail;
-  j["prepare_s"] = r.prepare_s;
-  j["recover_s"] = r.recover_s;
-  j["inventory_s"] = r.inventory_s;
-  j["plan_s"] = r.plan_s;
-  j["transfer_s"] = r.transfer_s;
-  j["lost_transfer_s"] = r.lost_transfer_s;
-  j["transfer_vs_ring"] = d.transfer_vs_ring;
-  j["reprotect_s"] = r.reprotect_s;
-  j["reprotect_mode"] = r.reprotect_mode;
-  j["protected_s"] = r.protected_s;
-  // Over a link: the least time the replacements need to receive their shards
-  // (each lost node its S x ranks_per_node over its own link, in parallel).
-  const double link_bound_s = opt.link_gibps > 0
-                                  ? static_cast<double>(opt.size) * r.ranks_per_node /
-                                        (opt.link_gibps * 1024.0 * 1024 * 1024)
-                                  : 0.0;
-  j["link_bound_s"] = link_bound_s;
-  j["resume_vs_link_bound"] = link_bound_s > 0 ? r.recover_s / link_bound_s : 0.0;
-  j["protected_vs_link_bound"] = link_bound_s > 0 ? r.protected_s / link_bound_s : 0.0;
-  j["recover_max_sent_bytes"] = d.recover_sent;
-  j["recover_max_received_bytes"] = d.recover_received;
-  // CPU of the restore: all ranks' CPU seconds inside Restore(), per GiB
-  // restored into the lost nodes, and the share of the cores it kept busy.
-  const double restored_gib =
-      s * r.ranks_per_node * static_cast<double>(opt.lose.size()) / (1024.0 * 1024 * 1024);
-  j["recover_cpu_s"] = d.recover_cpu_s;
-  j["recover_cpu_s_per_gib"] = d.recover_cpu_s / restored_gib;
-  j["recover_cpu_util"] = d.recover_cpu_s / ((r.cores > 0 ? r.cores : 1) * r.recover_s);
-  j["remote_bytes"] = s * r.ranks;
-  j["remote_warm_s"] = r.remote_warm_s;
-  j["remote_cold_s"] = r.remote_cold_s;
-  j["recover_vs_remote_warm"] = r.recover_s / r.remote_warm_s;
-  j["recover_vs_remote_cold"] = r.recover_s / r.remote_cold_s;
-  j["resume_s"] = r.resume_s;
-  j["recover_incl_prepare_vs_remote_cold"] = r.resume_s / r.remote_cold_s;
-  j["resume_incl_prepare_vs_transfer"] =
-      r.lost_transfer_s > 0 ? r.resume_s / r.lost_transfer_s : 0.0;
-  j["remote_gibps"] = r.remote_gibps;
-  j["remote_gibps_auto"] = opt.remote_gibps < 0;
-  j["remote_link_s"] = r.remote_link_s;
-  j["recover_vs_remote_link"] = r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0;
-  j["rss_formula_nominal_node_bytes"] = d.formula_nominal;
-  j["rss_formula_node_bytes"] = d.formula;
-  j["vmhwm_node_max_bytes"] = MaxOf(d.hwm);
-  j["rss_ckpt_node_max_bytes"] = MaxOf(d.ckpt);
-  j["shm_node_max_bytes"] = MaxOf(d.shm);
-  j["rss_ckpt_vs_formula_max"] = MaxOf(d.ckpt_ratio);
-  j["rss_ckpt_vs_formula_min"] = MinOf(d.ckpt_ratio);
-  j["shm_vs_formula_max"] = MaxOf(d.shm_ratio);
-  j["vmhwm_vs_formula_max"] = MaxOf(d.hwm_ratio);
-  j["protect_traffic_node_bytes"] = Ints(d.traffic);
-  j["rss_ckpt_node_bytes"] = Ints(d.ckpt);
-  j["shm_node_bytes"] = Ints(d.shm);
-  std::printf("%s\n", j.dump().c_str());
-}
-
-void PrintText(const Options& opt, const Report& r, const Derived& d) {
-  const double mib = 1024.0 * 1024;
-  std::printf(
-      "%s N=%d S=%.0f MiB slots=%d ranks=%d cores=%d link=%s\n"
-      "  protect   %.3f s (snapshot %.3f s), traffic/node %.1f MiB -> %.3f GiB/s/node "
-      "(min node %.3f); %s ring %.3f GiB/s/node (raw MPI %.3f) -> ratio %.3f (target 0.8)\n"
-      "  cpu       protect %.2f s/GiB (cores %.0f%% busy), ring %.2f s/GiB (%.0f%%) -> cpu_ratio "
-      "%.3f\n"
-      "  recover   node(s) %s: resumed after %.3f s, protected after %.3f s (inventory %.4f "
-      "plan %.4f transfer %.3f, lost nodes' %.3f = %.3f of the ring per direction; "
-      "reprotect %.3f %s; prepare %.3f) vs remote read %.3f s warm / "
-      "%.3f s cold -> %.3f / %.3f; %s\n"
-      "  xor ring  reduce-scatter %.3f s, %.2f CPU s/GiB -> protect_vs_xor_ring %.3f, "
-      "parity_vs_xor_ring %.3f (after the snapshot: %.3f s; 0: not run)\n"
-      "  fs        whole job through %.3f GiB/s (%s): %.3f s -> recover / fs %.3f\n"
-      "  memory    formula %.0f MiB/node; VmHWM-baseline max %.0f MiB (%.3f), shm %.0f MiB "
-      "(%.3f), VmHWM %.0f MiB\n",
-      opt.scheme.c_str(), r.nodes, static_cast<double>(opt.size) / mib, r.slots, r.ranks, r.cores,
-      opt.link_gibps > 0 ? (std::to_string(opt.link_gibps) + " GiB/s").c_str() : "off", r.protect_s,
-      r.snapshot_s, Mean(d.traffic) / mib, d.protect_gibps, d.protect_min_gibps,
-      opt.link_gibps > 0 ? "link" : "MPI", d.mpi_gibps, d.mpi_raw_gibps, d.ratio,
-      d.protect_cpu_per_gib, 100 * d.protect_util, d.mpi_cpu_per_gib, 100 * d.mpi_util, d.cpu_ratio,
-      LostNodesText(opt.lose).c_str(), r.recover_s, r.protected_s, r.inventory_s, r.plan_s,
-      r.transfer_s, r.lost_transfer_s, d.transfer_vs_ring, r.reprotect_s, r.reprotect_mode.c_str(),
-      r.prepare_s, r.remote_warm_s, r.remote_cold_s, r.recover_s / r.remote_warm_s,
-      r.recover_s / r.remote_cold_s, d.bit_exact ? "bit-exact" : "RESTORE MISMATCH", r.xor_ring_s,
-      d.xor_ring_cpu_per_gib, r.xor_ring_s > 0 ? r.xor_ring_s / r.protect_s : 0.0,
-      r.xor_ring_s > 0 && r.after_snapshot_s > 0 ? r.xor_ring_s / r.after_snapshot_s : 0.0,
-      r.after_snapshot_s, r.remote_gibps, opt.remote_gibps < 0 ? "auto" : "set", r.remote_link_s,
-      r.remote_link_s > 0 ? r.recover_s / r.remote_link_s : 0.0, d.formula / mib,
-      MaxOf(d.ckpt) / mib, MaxOf(d.ckpt_ratio), MaxOf(d.shm) / mib, MaxOf(d.shm_ratio),
-      MaxOf(d.hwm) / mib);
-}
-
-// Prints the gathered report (rank 0).
-void Print(const Options& opt, const Report& r, double factor,
-           const std::vector<double>& node_factor) {
-  const Derived d = Derive(opt, r, factor, node_factor);
-  if (opt.json) {
-    PrintJson(opt, r, d);
-  } else {
-    PrintText(opt, r, d);
-  }
-  std::fflush(stdout);
-}
 
 // Memory check (rank 0 decides for all): per rank, shm = factor x S x slots
 // plus the training buffer, the ring's receive buffer and a read buffer. When

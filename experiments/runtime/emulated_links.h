@@ -118,7 +118,7 @@ class LinkBucket {
 // on `t` keep moving (Open MPI copies a large message over shared memory only
 // while both sides poll; a plain sleep here would stall every transfer this
 // rank has in flight, which a real NIC moves on its own).
-void SleepProgressing(Transport* t, Clock::time_point end) {
+inline void SleepProgressing(Transport* t, Clock::time_point end) {
   constexpr auto kSlice = std::chrono::microseconds(200);
   for (auto now = Clock::now(); now < end; now = Clock::now()) {
     t->Progress();

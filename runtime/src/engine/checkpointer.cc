@@ -13,6 +13,7 @@
 #include "memento/runtime/node_identity.h"
 #include "recovery/elastic_restorer.h"
 #include "recovery/recovery_executor.h"
+#include "recovery/report_text.h"
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
 #include "snapshot/device_copy.h"
@@ -21,10 +22,6 @@ namespace memento::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -299,7 +296,8 @@ void Checkpointer::Impl::BuildStages() {
   parts.persist_every = config_.persist_every;
   parts.hook = hook;
   parts.after_commit = [this](uint64_t version) {
-    protection_state_ = Protection::kProtected;  // the newest version is protected as the scheme says
+    // The newest version is protected as the scheme says.
+    protection_state_ = Protection::kProtected;
     ReleaseAsideStores(version);
     if (!schedule_.automatic()) return Status::Ok();
     return schedule_.Agree(transport_.get(), protection_->num_nodes(), version);

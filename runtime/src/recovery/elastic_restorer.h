@@ -140,6 +140,7 @@ class ElasticRestorer {
     return old_ranks_.at(static_cast<size_t>(node) * old_lanes_ + lane);
   }
   Status RunHook(Stage stage, uint64_t version) const;
+  static std::string OldRankName(int node, int lane);  // for errors
 
   const Parts parts_;
   const ProtectionLayout& pl_;

@@ -8,14 +8,9 @@
 #include "memento/common/check.h"
 #include "memento/erasure/crc32c.h"
 #include "recovery/recovery_executor.h"
+#include "recovery/report_text.h"
 
 namespace memento::runtime {
-namespace {
-
-std::string V(uint64_t version) { return "v" + std::to_string(version); }
-
-}  // namespace
-
 Status RecoveryExecutor::PrepareLanding() {
   std::vector<uint64_t> sizes;
   for (const RegisteredEntry& e : parts_.io->entries()) sizes.push_back(e.bytes);
@@ -87,7 +82,7 @@ Status RecoveryExecutor::LandInStore() {
     if (i >= crcs_.size() || crc.value() != crcs_[i]) {
       s = Status::Corruption("entry '" + e.name +
                              "' changed after Restore returned and before the restored " +
-                             V(plan_.version) +
+                             VersionText(plan_.version) +
                              " was copied into the node store: write the registered buffers "
                              "only after WaitSnapshot()");
     } else {

@@ -248,5 +248,46 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
   }
 };
 
+// Two copies of node 0's shard besides its own (replica:3), so another
+// valid source of the same version remains when one is corrupt.
+class SecondSourceTest : public MinimalReprotectTest {
+ protected:
+  // Saves v1 and v2 on every rank; then closes the job.
+  void SaveTwoVersions() {
+    const int n = GetParam().nodes;
+    Launch(n);
+    for (uint64_t step : {1, 2}) {
+      SaveOnAll(step);
+      if (HasFatalFailure()) return;
+    }
+    cks_.clear();
+  }
+  // XORs `pattern` into node `holder`'s newest region of `kind` for node 0
+  // (its replica, or its entry seals) at `at` (modulo its length); returns
+  // whether its region crc still holds.
+  void CorruptRegionOfNode0(int holder, const std::vector<uint8_t>& pattern, uint64_t at,
+                            bool* crc_holds, RegionKind kind = RegionKind::kReplica) {
+    auto store = NodeStore::Attach({job_, NodeIdentity(MakeConfig(holder), holder), 0});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const int slot = store->Inventory().NewestCommitted();
+    ASSERT_GE(slot, 0);
+    int done = 0;
+    for (int g = 0; g < store->region_count(); ++g) {
+      const RegionSpec& spec = store->layout().regions[g];
+      if (spec.kind != kind || spec.owner_node != 0) continue;
+      auto view = store->ReadRegion(slot, g);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      EXPECT_EQ(view->version, 2u);
+      const uint64_t from = at % view->length;
+      ASSERT_LE(from + pattern.size(), view->length);
+      uint8_t* data = const_cast<uint8_t*>(view->data);  // the shm mapping
+      for (size_t i = 0; i < pattern.size(); ++i) data[from + i] ^= pattern[i];
+      *crc_holds = store->VerifyRegion(slot, g).ok();
+      ++done;
+    }
+    ASSERT_EQ(done, 1) << "node " << holder << " holds no such region of node 0";
+  }
+};
+
 }  // namespace
 }  // namespace memento::runtime

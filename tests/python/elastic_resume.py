@@ -34,7 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
 SCRIPT = os.path.join(EXAMPLES, "elastic_train.py")
 
-from fault_resume import free_port, job_env, remove_job, segment_prefix  # noqa: E402
+from fault_resume import job_env, remove_job, segment_prefix  # noqa: E402
+from rank_jobs import free_port  # noqa: E402
 
 
 def main():

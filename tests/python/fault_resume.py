@@ -29,14 +29,10 @@ import sys
 import tempfile
 import uuid
 
+from rank_jobs import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "experiments", "torch")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def segment_prefix(job, node):

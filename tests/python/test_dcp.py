@@ -13,8 +13,6 @@
 """
 import glob
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,44 +20,20 @@ import uuid
 import pytest
 import torch
 
+from rank_jobs import run_ranks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKS = os.path.join(HERE, "dcp_ranks.py")
 PLAIN = os.path.join(HERE, "dcp_plain.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(script, n, *args, job="", launcher="torchrun"):
     """Runs `script` on n ranks (one virtual node each) under `launcher`; the plain
     script on one rank runs without one (launcher None)."""
-    port = free_port()
-    env = dict(os.environ, MEMENTO_JOB=job, DCP_NODES=",".join("n%d" % i for i in range(n)),
-               MEMENTO_SCHEME="replica:2" if n > 1 else "none", MEMENTO_TIMEOUT_S="120",
-               OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    env.pop("MEMENTO_RANKS_PER_NODE", None)
-    build = os.environ.get("MEMENTO_TEST_PYTHON_PATH")  # else the installed package
-    if build:
-        env["PYTHONPATH"] = build
-    if launcher is None:
-        assert n == 1 and script == PLAIN, "only the plain script runs without a launcher"
-        cmd = [sys.executable, script]
-    elif launcher == "mpirun":
-        cmd = [os.environ.get("MEMENTO_TEST_MPIRUN") or shutil.which("mpirun"),
-               "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable, script]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
-               "--master_port", str(port), "--max_restarts", "0", script]
-    r = subprocess.run(cmd + list(args), env=env, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=600)
-    print(r.stdout[-6000:])
-    assert r.returncode == 0, "%s %s on %d ranks exited %d" % (
-        launcher or "alone", os.path.basename(script), n, r.returncode)
-    return r.stdout
+    assert launcher is not None or script == PLAIN, "only the plain script runs alone"
+    env = dict(MEMENTO_JOB=job, DCP_NODES=",".join("n%d" % i for i in range(n)),
+               MEMENTO_SCHEME="replica:2" if n > 1 else "none", MEMENTO_TIMEOUT_S="120")
+    return run_ranks(script, n, args, env, launcher, tail=6000)
 
 
 def same_bits(a, b):

@@ -4,49 +4,21 @@ ranks from memory, bit-identical to the whole tensors the saving job held and to
 torch.distributed.checkpoint's reshard of the same step, under torchrun and mpirun (MEMENTO_TEST_MPIRUN or mpirun on PATH)."""
 import glob
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import uuid
 
 import pytest
+
+from rank_jobs import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "dtensor_ranks.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(job, nodes, phase, *args, elastic=False, launcher="torchrun"):
     """Runs dtensor_ranks.py on one rank per node of `nodes` (their MEMENTO_NODE)."""
-    port = free_port()
-    env = dict(os.environ, MEMENTO_JOB=job, DTENSOR_NODES=",".join(nodes),
-               MEMENTO_SCHEME="replica:2", MEMENTO_TIMEOUT_S="120", OMP_NUM_THREADS="1",
-               MEMENTO_ELASTIC="1" if elastic else "0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    env.pop("MEMENTO_RANKS_PER_NODE", None)
-    build = os.environ.get("MEMENTO_TEST_PYTHON_PATH")  # else the installed package
-    if build:
-        env["PYTHONPATH"] = build
-    if launcher == "mpirun":
-        cmd = [os.environ.get("MEMENTO_TEST_MPIRUN") or shutil.which("mpirun"),
-               "--allow-run-as-root", "--oversubscribe", "-np", str(len(nodes)),
-               sys.executable, WORKER]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-               str(len(nodes)), "--master_port", str(port), "--max_restarts", "0", WORKER]
-    cmd += ["--phase", phase] + list(args)
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=600)
-    print(r.stdout[-8000:])
-    assert r.returncode == 0, "%s %s on %d ranks exited %d" % (launcher, phase, len(nodes),
-                                                               r.returncode)
-    return r.stdout
+    env = dict(MEMENTO_JOB=job, DTENSOR_NODES=",".join(nodes), MEMENTO_SCHEME="replica:2",
+               MEMENTO_TIMEOUT_S="120", MEMENTO_ELASTIC="1" if elastic else "0")
+    return run_ranks(WORKER, len(nodes), ["--phase", phase] + list(args), env, launcher)
 
 
 def unlink_node(job, node):

@@ -120,6 +120,9 @@ def fail(msg):
                     lines = f.readlines()
                 print("--- %s (last 40 of %d lines)" % (name, len(lines)))
                 print("".join(lines[-40:]), end="", flush=True)
+            elif name.startswith("stall."):  # a survivor that never left train() (injob.py)
+                with open(os.path.join(folder, name), errors="replace") as f:
+                    print("--- %s\n%s" % (name, f.read()), end="", flush=True)
     print("FAIL:", msg, flush=True)
     sys.exit(1)
 
@@ -156,6 +159,11 @@ def launch(scenario, job, work, expect=0):
            "--spares", str(spares), "--inject", inject]
     if scenario == "remote_mpirun":
         cmd += ["--remote", os.path.join(work, "remote"), "--persist-every", "1"]
+    if scenario == "fresh_torchrun":
+        # Two fresh replacements start at once, and each spends seconds of CPU before it can
+        # rejoin: the interpreter, torch, and DDP's first construction (which imports
+        # torch._dynamo): 7 s alone, 18-37 s on 2 busy cores, against 60 s by default.
+        cmd += ["--injob-timeout", "120"]
     if kind == "demo":
         cmd += ["--", os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
                 pids] + DEMO_ARGS

@@ -11,12 +11,7 @@ import torch.distributed as dist
 
 import memento
 from memento import injob as rs
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from rank_jobs import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +81,31 @@ def test_connections_opened_since_are_shut_down_listening_sockets_stay():
     server.accept()[0].close()
     for s in (late, client, peer, server):
         s.close()
+
+
+def test_a_training_thread_that_stays_in_train_is_reported(tmp_path, monkeypatch):
+    """A watcher that fired: a training thread that leaves the generation in time is not
+    reported; one still in train() STALL_REPORT_S after the abort leaves every thread's
+    stack in stall.aA.rR.txt (gloo can keep a send queued past the connection's end)."""
+    monkeypatch.setenv("MEMENTO_LAUNCH_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setattr(rs, "STALL_REPORT_S", 10)
+    announce(str(tmp_path), 1, free_port())
+    report = tmp_path / "stall.a0.r3.txt"
+    left = rs._Watcher(rs.Membership(str(tmp_path)), 0, rs._socket_inodes())
+    left.start()
+    assert left.fired.wait(5)
+    left.stop()  # the training thread left in time
+    left.join(5)
+    assert not left.is_alive() and not report.exists()
+    monkeypatch.setattr(rs, "STALL_REPORT_S", 0.3)
+    stalled = rs._Watcher(rs.Membership(str(tmp_path)), 0, rs._socket_inodes())
+    stalled.start()
+    stalled.join(5)
+    assert not stalled.is_alive()
+    text = report.read_text()
+    assert text.startswith("pid %d: training thread still in train() of attempt 0" % os.getpid())
+    assert "test_a_training_thread_that_stays_in_train_is_reported" in text
 
 
 def test_a_spare_takes_the_rank_the_launcher_hands_it(tmp_path, monkeypatch):

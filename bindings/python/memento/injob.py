@@ -37,6 +37,7 @@ Sockets: the connections shut down at a loss are the TCP connections (not listen
 sockets) this process opened while the lost membership's group existed; a train() that
 opens its own connections to other services should open them before resilient().
 """
+import faulthandler
 import gc
 import json
 import os
@@ -51,6 +52,9 @@ from . import checkpointer as _checkpointer
 
 MEMBERSHIP_FILE = "injob.json"
 POLL_S = 0.02
+# How long a rank's training thread may stay in train() after its watcher aborted the old
+# group before the watcher reports it stalled (stall.aA.rR.txt in the status folder).
+STALL_REPORT_S = 10.0
 
 
 def in_job():
@@ -199,7 +203,31 @@ class _Watcher(threading.Thread):
         while not self.stopped.wait(POLL_S):
             if self.membership.newer_than(self.attempt) is not None:
                 self.abort()
+                self.report_stall()
                 return
+
+    def report_stall(self):
+        """The training thread leaves train() at once when the abort ends its collective;
+        one still inside it STALL_REPORT_S later is blocked where neither a shut-down
+        connection nor a transport abort reaches (gloo, for one, keeps an unbound send whose
+        write met a closed connection queued until the group's timeout), and its rank cannot
+        rejoin (the launcher falls back to a relaunch after --injob-timeout):
+        every thread's stack goes to MEMENTO_LAUNCH_DIR/stall.aA.rR.txt for the record."""
+        if self.stopped.wait(STALL_REPORT_S):
+            return
+        name = "stall.a%d.r%s.txt" % (self.attempt, os.environ.get("RANK", "x"))
+        path = os.path.join(os.environ.get("MEMENTO_LAUNCH_DIR", "."), name)
+        try:
+            with open(path, "w") as f:
+                f.write("pid %d: training thread still in train() of attempt %d %g s after "
+                        "its abort\n" % (os.getpid(), self.attempt, STALL_REPORT_S))
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+        except OSError:
+            path = "(not written)"
+        _logs.logger.warning("in-job recovery: rank %s still in train() of attempt %d %g s "
+                             "after the abort; stacks: %s", os.environ.get("RANK", "?"),
+                             self.attempt, STALL_REPORT_S, path)
 
     def abort(self):
         with self.lock:

@@ -58,13 +58,21 @@ std::string Hex(uint64_t v) {
 }  // namespace
 
 void AddArgs(CLI::App& app, Args& a) {
-  app.add_option("--steps", a.steps, "training steps (default 40)");
+  // Bounds that keep a typo from wrapping around (an unsigned --steps -3) or from
+  // reaching libtorch as a shape it crashes on (--dim -4, --heads 0).
+  app.add_option("--steps", a.steps, "training steps (default 40)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--seed", a.seed, "seed of the initial weights and the batches (default 1)");
-  app.add_option("--dim", a.dim, "embedding width (default 64)");
-  app.add_option("--heads", a.heads, "attention heads (default 4)");
-  app.add_option("--blocks", a.blocks, "transformer blocks (default 2)");
-  app.add_option("--context", a.context, "tokens per sequence (default 32)");
-  app.add_option("--batch", a.batch, "sequences per rank and step (default 8)");
+  app.add_option("--dim", a.dim, "embedding width (default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--heads", a.heads, "attention heads (default 4)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
+  app.add_option("--blocks", a.blocks, "transformer blocks (default 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 10));
+  app.add_option("--context", a.context, "tokens per sequence (default 32)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--batch", a.batch, "sequences per rank and step (default 8)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--lr", a.lr, "Adam learning rate (default 3e-3)");
   app.add_option("--ckpt-every", a.ckpt_every, "checkpoint every K steps (default 1)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
@@ -77,6 +85,11 @@ void AddArgs(CLI::App& app, Args& a) {
 }
 
 std::string CheckArgs(const Args& a) {
+  if (!(a.lr > 0 && std::isfinite(a.lr))) {
+    char lr[32];
+    std::snprintf(lr, sizeof(lr), "%g", a.lr);
+    return std::string("--lr ") + lr + " must be a positive, finite learning rate";
+  }
   if (a.dim % a.heads != 0) {
     return "--dim " + std::to_string(a.dim) + " must be a multiple of --heads " +
            std::to_string(a.heads);

@@ -32,11 +32,15 @@ def __getattr__(name):
     return value
 
 
+def dtensor_class():
+    """DTensor's class, or None: a DTensor exists only once torch.distributed.tensor has
+    been imported (its class lives there); until then no tensor is one, and nothing is
+    imported."""
+    return getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+
+
 def is_dtensor(t):
-    # A DTensor exists only once torch.distributed.tensor has been imported (its
-    # class lives there): until then no tensor is one, and nothing is imported.
-    api = sys.modules.get("torch.distributed.tensor")
-    dtensor = getattr(api, "DTensor", None)
+    dtensor = dtensor_class()
     return dtensor is not None and isinstance(t, dtensor)
 
 

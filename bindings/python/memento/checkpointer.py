@@ -32,18 +32,22 @@ def _shard_spec(where, global_shape, offsets, dim):
 
 
 
-def _alias_key(t):
+def _alias_key(t, is_dtensor):
     """What makes two registered tensors one entry: the same object, or views of the same
-    storage with the same offset, shape, strides and dtype (tied or shared weights)."""
-    if _compat.is_dtensor(t):
+    storage with the same offset, shape, strides and dtype (tied or shared weights).
+    Taken for every tensor at every save: the storage's address is computed from the
+    tensor's own (no storage object is made)."""
+    if is_dtensor:
         return ("dtensor", id(t))
     try:
-        ptr = t.untyped_storage().data_ptr() if t.device.type != "meta" else 0
+        device = t.device
+        offset = t.storage_offset()
+        ptr = t.data_ptr() - offset * t.element_size() if device.type != "meta" else 0
     except (RuntimeError, NotImplementedError):  # no storage (sparse, ...): refused later
         ptr = 0
     if ptr == 0 or t.numel() == 0:  # no bytes to share: every such tensor is its own
         return ("object", id(t))
-    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+    return (device, ptr, offset, t.shape, t.stride(), t.dtype)
 
 
 _OPEN = weakref.WeakSet()  # Checkpointers not closed yet (in-job recovery closes them)
@@ -243,13 +247,16 @@ class Checkpointer:
         # stored under its first name; restoring it in place restores every name.
         first = {}  # _alias_key -> (index in out or None for a DTensor, first name)
 
+        dtensor = _compat.dtensor_class()
+
         def add(name, t, replicated, spec=None, copy_at_save=False, inherited=None):
-            key = _alias_key(t)
+            is_dtensor = dtensor is not None and isinstance(t, dtensor)
+            key = _alias_key(t, is_dtensor)
             if key in first:
                 merge_alias(name, key, replicated, spec, copy_at_save, inherited)
                 return
-            first[key] = (len(out) if not _compat.is_dtensor(t) else None, name)
-            if _compat.is_dtensor(t):
+            first[key] = (len(out) if not is_dtensor else None, name)
+            if is_dtensor:
                 if name in self._shards or spec is not None:
                     raise InvalidArgumentError("register: %r is a DTensor, placed by its own "
                                                "mesh and placements: give it no shard spec"

@@ -388,7 +388,9 @@ Status Checkpointer::Impl::WaitSnapshot() {
   const auto t0 = Clock::now();
   const double start = schedule_.automatic() ? schedule_.Now() : 0;
   buffer_hold_->WaitReleased();
-  Status s = pipeline_->WaitCopied();
+  // The buffers are free once copied; the hashing of device chunks goes on
+  // behind (the commit waits for it).
+  Status s = pipeline_->WaitReleased();
   blocked_seconds_.store(blocked_seconds_.load() + SecondsSince(t0));
   if (schedule_.automatic()) schedule_.AddBlocked(schedule_.Now() - start);
   if (s.ok() && committer_) s = committer_->broken();

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -111,8 +113,42 @@ ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* s
   for (const RegisteredEntry& e : *entries_) entry_bytes_.push_back(e.bytes);
 }
 
+namespace {
+
+// A restore from the slot hashes (and, for host buffers, copies) in pieces of
+// this size, spread over up to kRestoreThreads threads: one core hashes a few
+// GB/s out of memory, under what a node's memory or a GPU's copy engine moves.
+constexpr uint64_t kRestorePiece = 4 << 20;
+constexpr unsigned kRestoreThreads = 8;
+
+// Runs f(0) .. f(n - 1) on up to kRestoreThreads threads (the caller's
+// among them), each taking the next index; returns when all returned.
+template <typename F>
+void ParallelFor(size_t n, const F& f) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>(n, std::min(hw, kRestoreThreads));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) f(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads to be had: the ones running do the rest
+    }
+  }
+  work();
+  for (std::thread& t : helpers) t.join();
+}
+
+}  // namespace
+
 Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const {
   crcs->assign(entries_->size(), 0);
+  std::vector<RegionView> views;
+  views.reserve(entries_->size());
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     MEMENTO_ASSIGN_OR_RETURN(RegionView view, store_->ReadRegion(slot, static_cast<int>(i)));
@@ -122,15 +158,67 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
                                 std::to_string(view.length) + " bytes, expected v" +
                                 std::to_string(version) + " with " + std::to_string(e.bytes));
     }
-    erasure::Crc32cStream crc;
-    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, 0, view.data, e.bytes, &crc, nullptr));
-    if (crc.value() != view.crc) {
+    views.push_back(view);
+  }
+  // Device buffers: every entry queued whole, in order, on this thread's side
+  // streams, so that the copy engines move them back to back while the host
+  // hashes the slot.
+  Status queued;
+  std::vector<int> gpus;
+  for (size_t i = 0; i < entries_->size() && queued.ok(); ++i) {
+    const RegisteredEntry& e = (*entries_)[i];
+    if (!e.device() || e.data == views[i].data) continue;
+    queued = QueueDeviceBytes(e.data, views[i].data, e.bytes, e.gpu);
+    if (std::find(gpus.begin(), gpus.end(), e.gpu) == gpus.end()) gpus.push_back(e.gpu);
+  }
+  // Host buffers are copied and hashed in one pass (streaming stores); the
+  // device entries' bytes are hashed where they lie in the slot.
+  struct Piece {
+    size_t entry;
+    uint64_t at, n;
+    uint32_t crc;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    for (uint64_t at = 0; at < views[i].length; at += kRestorePiece) {
+      pieces.push_back({i, at, std::min(kRestorePiece, views[i].length - at), 0});
+    }
+  }
+  if (queued.ok()) {
+    ParallelFor(pieces.size(), [&](size_t k) {
+      Piece& p = pieces[k];
+      const RegisteredEntry& e = (*entries_)[p.entry];
+      const uint8_t* src = views[p.entry].data + p.at;
+      uint8_t* dst = e.data + p.at;
+      erasure::Crc32cStream crc;
+      if (e.device() || dst == src) {
+        crc.Update(src, p.n);
+      } else {
+        crc.UpdateCopy(dst, src, p.n);
+      }
+      p.crc = crc.value();
+    });
+  }
+  // Nothing queued may outlive this call, whatever failed.
+  for (int gpu : gpus) {
+    Status landed = WaitQueuedCopies(gpu);
+    if (queued.ok()) queued = landed;
+  }
+  MEMENTO_RETURN_IF_ERROR(queued);
+  size_t k = 0;
+  for (size_t i = 0; i < entries_->size(); ++i) {
+    uint32_t crc = 0;
+    for (; k < pieces.size() && pieces[k].entry == i; ++k) {
+      crc = Crc32cCombine(crc, pieces[k].crc, pieces[k].n);
+    }
+    if (crc != views[i].crc) {
+      const RegisteredEntry& e = (*entries_)[i];
       return Status::Corruption("entry '" + e.name + "' of v" + std::to_string(version) + " in " +
                                 store_->segment_name() + " slot " + std::to_string(slot) +
-                                ": crc32c " + std::to_string(crc.value()) + " != sealed " +
-                                std::to_string(view.crc));
+                                ": crc32c " + std::to_string(crc) + " != sealed " +
+                                std::to_string(views[i].crc));
     }
-    (*crcs)[i] = view.crc;
+    (*crcs)[i] = views[i].crc;
   }
   if (!store_->StillSealed(slot, version)) {
     return Status::Corruption("slot " + std::to_string(slot) + " changed while restoring v" +

@@ -3,14 +3,15 @@
 // MEMENTO_WITH_CUDA off, device_copy_host.cc provides plain memcpy and
 // reports every pointer as host memory.
 //
-// Thread-safety: every function may be called from any thread. With CUDA each
-// calling thread uses its own non-blocking side stream (created on first use),
-// so copies never serialize behind the training's default stream work.
+// Thread-safety: every function may be called from any thread (DeviceCopyBatch
+// says its own). With CUDA each calling thread uses its own non-blocking side
+// stream (created on first use), so copies never serialize behind the
+// training's default stream work.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <vector>
 
 #include "memento/common/status.h"
 
@@ -81,17 +82,47 @@ class DeviceFence {
 Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
                        const DeviceFence* after = nullptr);
 
-// Copies `bytes` from memory of device `gpu` to host memory `dst` (pinned:
-// PinHostMemory) as pieces of `piece` bytes, all queued at once on the
-// calling thread's side stream after `after` (may be null), and calls
-// `landed(offset, length)` for each piece in order as soon as it is in
-// place, while the copy engine moves the next ones: the caller hashes a piece
-// without leaving the engine idle. Returns when every piece landed and was
-// handed over (the first error otherwise; later pieces are then still waited
-// for, never left in flight).
-Status CopyFromDevice(uint8_t* dst, const uint8_t* src, size_t bytes, int gpu,
-                      const DeviceFence* after, size_t piece,
-                      const std::function<void(size_t, size_t)>& landed);
+// One version's device-to-host copies, all queued at once by one thread, so
+// that the copy engine runs them back to back as it would one long copy (a
+// copy per chunk waited for before the next is queued leaves the engine idle
+// while the host hashes), and waited for one by one from any thread: the
+// snapshot workers hash each chunk as it lands. One event per copy, made on
+// first use on the copy's device and kept for the next versions.
+// Thread-safety: Queue from one thread at a time; Landed and WaitAll from any
+// thread once Queue returned, until the next Queue.
+class DeviceCopyBatch {
+ public:
+  struct Copy {
+    uint8_t* dst = nullptr;  // host memory (pinned: PinHostMemory)
+    const uint8_t* src = nullptr;
+    size_t bytes = 0;
+    int gpu = kHostMemory;  // src's device
+  };
+  DeviceCopyBatch() = default;
+  ~DeviceCopyBatch();  // waits for what is still queued, then destroys the events
+  DeviceCopyBatch(const DeviceCopyBatch&) = delete;
+  DeviceCopyBatch& operator=(const DeviceCopyBatch&) = delete;
+
+  // Queues `copies` in order, each on the calling thread's side stream of its
+  // device (made the thread's current device) after `after` (may be null),
+  // with an event after each. *queued: how many were queued, all of them or
+  // those before the first error, which is returned (naming the CUDA error;
+  // without CUDA, FailedPrecondition). Precondition: the copies of the
+  // previous Queue landed (WaitAll).
+  Status Queue(const std::vector<Copy>& copies, const DeviceFence* after, size_t* queued);
+
+  // Returns once copy `i` of the last Queue (i < its *queued) has landed.
+  Status Landed(size_t i) const;
+
+  // Returns once every copy of the last Queue has landed.
+  Status WaitAll() const;
+
+ private:
+  std::vector<void*> events_;  // cudaEvent_t per copy
+  std::vector<int> event_gpu_;  // the device each event was made on
+  std::vector<size_t> last_;    // per device of the last Queue: its last copy
+  size_t queued_ = 0;
+};
 
 // Queues a copy of `bytes` from `src` to `dst` (one of them memory of device
 // `gpu`) on the calling thread's side stream of `gpu` and returns at once;

@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,31 +42,6 @@ Result<cudaStream_t> SideStream(int gpu) {
     }
   }
   return ts.stream;
-}
-
-// Events marking the pieces of one CopyFromDevice, per copying thread and
-// device (made on first use, reused for every call, destroyed with the thread).
-struct ThreadEvents {
-  std::vector<cudaEvent_t> events;
-  ThreadEvents() = default;
-  ThreadEvents(const ThreadEvents&) = delete;
-  ThreadEvents& operator=(const ThreadEvents&) = delete;
-  ~ThreadEvents() {
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-  }
-};
-
-// At least `n` events of the calling thread for `gpu` (its current device).
-Result<std::vector<cudaEvent_t>*> PieceEvents(int gpu, size_t n) {
-  thread_local std::map<int, ThreadEvents> pools;
-  std::vector<cudaEvent_t>& events = pools[gpu].events;
-  while (events.size() < n) {
-    cudaEvent_t e = nullptr;
-    cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-    if (err != cudaSuccess) return CudaStatus(err, "cudaEventCreate for a copy's pieces");
-    events.push_back(e);
-  }
-  return &events;
 }
 
 // Makes `stream` wait for `after` (null or never recorded: nothing to wait for).
@@ -201,38 +177,80 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
   return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
-Status CopyFromDevice(uint8_t* dst, const uint8_t* src, size_t bytes, int gpu,
-                      const DeviceFence* after, size_t piece,
-                      const std::function<void(size_t, size_t)>& landed) {
-  if (bytes == 0) return Status::Ok();
-  if (gpu < 0) return Status::InvalidArgument("CopyFromDevice: no device given");
-  if (piece == 0) piece = bytes;
-  OnDevice on(gpu);
-  MEMENTO_RETURN_IF_ERROR(on.status());
-  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
-  MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
-  const size_t pieces = (bytes + piece - 1) / piece;
-  MEMENTO_ASSIGN_OR_RETURN(std::vector<cudaEvent_t>* events, PieceEvents(gpu, pieces));
-  Status queued;
-  size_t in_flight = 0;
-  for (; in_flight < pieces && queued.ok(); ++in_flight) {
-    const size_t at = in_flight * piece, n = std::min(piece, bytes - at);
-    queued = CudaStatus(cudaMemcpyAsync(dst + at, src + at, n, cudaMemcpyDeviceToHost, stream),
-                        "cudaMemcpyAsync from the device");
-    if (queued.ok()) {
-      queued = CudaStatus(cudaEventRecord((*events)[in_flight], stream), "cudaEventRecord");
+DeviceCopyBatch::~DeviceCopyBatch() {
+  (void)WaitAll();
+  for (void* e : events_) {
+    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
+}
+
+Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence* after,
+                              size_t* queued) {
+  *queued = 0;
+  queued_ = 0;
+  last_.clear();
+  if (events_.size() < copies.size()) {
+    events_.resize(copies.size(), nullptr);
+    event_gpu_.resize(copies.size(), -1);
+  }
+  std::vector<int> waited;  // devices whose stream already waits for `after`
+  // One run of copies of one device at a time, on that device.
+  for (size_t i = 0; i < copies.size();) {
+    const int gpu = copies[i].gpu;
+    if (gpu < 0) return Status::InvalidArgument("DeviceCopyBatch: a copy names no device");
+    OnDevice on(gpu);
+    MEMENTO_RETURN_IF_ERROR(on.status());
+    MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
+    if (std::find(waited.begin(), waited.end(), gpu) == waited.end()) {
+      MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
+      waited.push_back(gpu);
     }
-    if (!queued.ok()) break;
+    for (; i < copies.size() && copies[i].gpu == gpu; ++i) {
+      const Copy& c = copies[i];
+      if (events_[i] != nullptr && event_gpu_[i] != gpu) {
+        cudaEventDestroy(static_cast<cudaEvent_t>(events_[i]));
+        events_[i] = nullptr;
+      }
+      if (events_[i] == nullptr) {
+        cudaEvent_t e = nullptr;
+        MEMENTO_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                           "cudaEventCreate for a device copy"));
+        events_[i] = e;
+        event_gpu_[i] = gpu;
+      }
+      MEMENTO_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, stream),
+                     "cudaMemcpyAsync from the device"));
+      MEMENTO_RETURN_IF_ERROR(CudaStatus(
+          cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), stream), "cudaEventRecord"));
+      *queued = queued_ = i + 1;
+      // Each device's stream runs in order: WaitAll waits for the last copy
+      // of each.
+      auto known = std::find_if(last_.begin(), last_.end(),
+                                [&](size_t l) { return copies[l].gpu == gpu; });
+      if (known != last_.end()) {
+        *known = i;
+      } else {
+        last_.push_back(i);
+      }
+    }
   }
-  // Every queued piece is waited for, even after an error: none may still
-  // be writing into dst when this returns.
-  Status status = queued;
-  for (size_t i = 0; i < in_flight; ++i) {
-    Status done = CudaStatus(cudaEventSynchronize((*events)[i]), "cudaEventSynchronize");
-    if (!done.ok() && status.ok()) status = done;
-    if (status.ok()) landed(i * piece, std::min(piece, bytes - i * piece));
+  return Status::Ok();
+}
+
+Status DeviceCopyBatch::Landed(size_t i) const {
+  if (i >= queued_) return Status::FailedPrecondition("DeviceCopyBatch: copy not queued");
+  return CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[i])),
+                    "cudaEventSynchronize on a device copy");
+}
+
+Status DeviceCopyBatch::WaitAll() const {
+  Status status;
+  for (size_t i : last_) {
+    if (i >= queued_) continue;
+    Status s = Landed(i);
+    if (!s.ok() && status.ok()) status = s;
   }
-  if (!queued.ok() && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
   return status;
 }
 

@@ -21,10 +21,20 @@ Status CopyDeviceBytes(void*, const void*, size_t, int, const DeviceFence*) {
   return Status::FailedPrecondition("device memory copy requested without CUDA");
 }
 
-Status CopyFromDevice(uint8_t*, const uint8_t*, size_t, int, const DeviceFence*, size_t,
-                      const std::function<void(size_t, size_t)>&) {
+DeviceCopyBatch::~DeviceCopyBatch() = default;
+
+Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence*,
+                              size_t* queued) {
+  *queued = 0;
+  if (copies.empty()) return Status::Ok();
   return Status::FailedPrecondition("device memory copy requested without CUDA");
 }
+
+Status DeviceCopyBatch::Landed(size_t) const {
+  return Status::FailedPrecondition("device memory copy requested without CUDA");
+}
+
+Status DeviceCopyBatch::WaitAll() const { return Status::Ok(); }
 
 Status QueueDeviceBytes(void*, const void*, size_t, int) {
   return Status::FailedPrecondition("device memory copy requested without CUDA");

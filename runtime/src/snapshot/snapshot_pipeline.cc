@@ -7,13 +7,6 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
-namespace {
-
-// A device chunk is copied in pieces of this size, hashed as each lands.
-constexpr size_t kDevicePiece = 1 << 20;
-
-}  // namespace
-
 SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
                                    std::function<Status(Stage, uint64_t)> hook)
     : stages_(std::move(stages)), hook_(std::move(hook)) {
@@ -50,6 +43,26 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
   {
     std::lock_guard<std::mutex> lock(mu_);
     MEMENTO_CHECK(!running_);
+    // Written before next_ resets: a worker may claim a chunk of this
+    // version without waiting on work_cv_.
+    device_tasks_.clear();
+    device_copies_.clear();
+    device_slot_.assign(tasks->size(), 0);
+    host_pending_ = 0;
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      const CopyTask& t = (*tasks)[i];
+      if (t.gpu == kHostMemory) {
+        ++host_pending_;
+        continue;
+      }
+      device_slot_[i] = device_copies_.size();
+      device_tasks_.push_back(i);
+      device_copies_.push_back({t.dst, t.src, t.length, t.gpu});
+    }
+    device_queued_ = device_copies_.empty();
+    device_count_ = 0;
+    device_error_ = Status::Ok();
+    queue_claimed_.store(false);
     tasks_ = tasks;
     version_ = version;
     slot_ = slot;
@@ -81,16 +94,68 @@ Status SnapshotPipeline::WaitCopied() {
   return error_;
 }
 
+Status SnapshotPipeline::WaitReleased() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (device_copies_.empty()) {
+    done_cv_.wait(lock, [this] { return !running_; });
+    return error_;
+  }
+  done_cv_.wait(lock, [this] { return !running_ || (host_pending_ == 0 && device_queued_); });
+  if (!running_) return error_;
+  // Every device copy is queued, each device's on one stream, in order: the
+  // last of each landed means all did.
+  lock.unlock();
+  Status landed = batch_.WaitAll();
+  lock.lock();
+  if (!error_.ok()) return error_;
+  if (!device_error_.ok()) return device_error_;
+  return landed;
+}
+
+void SnapshotPipeline::QueueDeviceCopies() {
+  size_t queued = 0;
+  Status s = batch_.Queue(device_copies_, &fence_, &queued);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_count_ = queued;
+    device_error_ = s;
+    device_queued_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+Status SnapshotPipeline::LandDeviceChunk(size_t index, uint32_t* crc) {
+  if (!queue_claimed_.exchange(true)) QueueDeviceCopies();
+  const size_t k = device_slot_[index];
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return device_queued_; });
+    if (k >= device_count_) {
+      return device_error_.ok() ? Status::Internal("device chunk not queued") : device_error_;
+    }
+  }
+  MEMENTO_RETURN_IF_ERROR(batch_.Landed(k));
+  const CopyTask& task = (*tasks_.load())[index];
+  erasure::Crc32cStream stream;
+  stream.Update(task.dst, task.length);
+  *crc = stream.value();
+  return Status::Ok();
+}
+
 void SnapshotPipeline::WorkerLoop() {
   MarkRuntimeThread();
   uint64_t seen = 0;
+  bool has_device = false;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && running_); });
       if (stop_) return;
       seen = generation_;
+      has_device = !device_copies_.empty();
     }
+    // The device copies start before any chunk is hashed.
+    if (has_device && !queue_claimed_.exchange(true)) QueueDeviceCopies();
     while (true) {
       size_t i = next_.fetch_add(1);
       if (i >= tasks_.load()->size()) break;
@@ -105,12 +170,9 @@ void SnapshotPipeline::RunTask(size_t index) {
   Status status;
   uint32_t crc = 0;
   if (task.gpu != kHostMemory) {
-    // Each piece is hashed in the pinned destination as soon as it lands,
-    // while the copy engine moves the next ones.
-    erasure::Crc32cStream stream;
-    status = CopyFromDevice(task.dst, task.src, task.length, task.gpu, &fence_, kDevicePiece,
-                            [&](size_t at, size_t n) { stream.Update(task.dst + at, n); });
-    crc = stream.value();
+    // Hashed in the pinned destination once landed, while the copy engine
+    // moves the chunks queued after it.
+    status = LandDeviceChunk(index, &crc);
   } else {
     // The store's copy is read next by the protect (from memory: a shard is
     // far larger than the cache), so it is written without reading its
@@ -139,15 +201,15 @@ void SnapshotPipeline::RunTask(size_t index) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (task.gpu == kHostMemory) --host_pending_;
   if (!status.ok() && error_.ok()) {
     error_ =
         status.WithContext("snapshot of v" + std::to_string(version) + " entry #" +
                            std::to_string(task.entry) + " offset " + std::to_string(task.offset));
   }
-  if (--remaining_ == 0) {
-    running_ = false;
-    done_cv_.notify_all();
-  }
+  if (--remaining_ == 0) running_ = false;
+  // WaitReleased waits for the last host chunk, WaitCopied for the last chunk.
+  if (!running_ || (task.gpu == kHostMemory && host_pending_ == 0)) done_cv_.notify_all();
 }
 
 }  // namespace memento::runtime

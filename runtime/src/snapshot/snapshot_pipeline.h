@@ -4,11 +4,19 @@
 // The chunk list of a version is built by the Checkpointer from the fixed
 // layout (its vector is reused across versions: no allocation per Save).
 // Workers claim chunks with one atomic counter, so big and small entries
-// spread evenly; each chunk is copied in cache-sized pieces and its crc32c is
+// spread evenly. A host chunk is copied in cache-sized pieces and its crc32c
 // computed on the source right after each piece is copied, while the piece
-// is still in cache: one pass over memory for copy + hash (host buffers:
-// Crc32cStream::UpdateCopy, with streaming stores; device buffers: hashed
-// in the destination, pinned host memory, once copied).
+// is still in cache: one pass over memory for copy + hash
+// (Crc32cStream::UpdateCopy, with streaming stores). A version's device chunks
+// are all queued at once by the first worker to wake (DeviceCopyBatch: the
+// copy engine runs them back to back, at the speed of one long copy), and
+// each is hashed in the destination, pinned host memory, by the worker that
+// claims it once it has landed.
+//
+// The application's buffers are free again (WaitReleased) once every host
+// chunk is copied and every device copy has landed; the hashing of the device
+// chunks and the stages go on behind it until WaitCopied. The copy engine is
+// faster than a few cores hash, so the snapshot's stall is the copy's.
 //
 // Thread-safety: Start and the version lifecycle are driven by one thread at
 // a time (the Checkpointer's application thread); WaitCopied may be called
@@ -62,11 +70,21 @@ class SnapshotPipeline {
   // (OK when nothing was started).
   Status WaitCopied();
 
+  // Blocks until the last started version no longer reads the registered
+  // buffers: every host chunk copied, every device copy landed. Returns the
+  // first error known by then; one found later (a device chunk's stage) is
+  // WaitCopied's. Without device chunks the same as WaitCopied.
+  Status WaitReleased();
+
  private:
   // Records `why` as the outcome of `version`, which copies nothing.
   Status FailToStart(uint64_t version, int slot, const Status& why);
   void WorkerLoop();
+  // Queues every device chunk of the running version (DeviceCopyBatch).
+  void QueueDeviceCopies();
   void RunTask(size_t index);
+  // A device chunk: waits until it is queued and has landed, then hashes it.
+  Status LandDeviceChunk(size_t index, uint32_t* crc);
 
   const std::vector<ChunkStage*> stages_;
   DeviceFence fence_;  // recorded by Start when the version has device tasks
@@ -81,6 +99,16 @@ class SnapshotPipeline {
   bool running_ = false;
   size_t remaining_ = 0;  // chunks not yet finished
   Status error_;          // first error of the running version
+  // Device chunks: their task indices in order, each one's copy in batch_
+  // (device_slot_[task index]), and how their queueing went.
+  std::vector<size_t> device_tasks_;
+  std::vector<size_t> device_slot_;
+  std::vector<DeviceCopyBatch::Copy> device_copies_;
+  DeviceCopyBatch batch_;
+  size_t host_pending_ = 0;     // host chunks not yet copied
+  bool device_queued_ = true;   // QueueDeviceCopies returned (or nothing to queue)
+  size_t device_count_ = 0;     // device copies queued
+  Status device_error_;         // QueueDeviceCopies' error
 
   // Read by workers without the lock: a worker may claim a chunk of the next
   // version straight after the last one (stores happen before next_ resets).
@@ -89,6 +117,7 @@ class SnapshotPipeline {
   std::atomic<int> slot_{0};
   std::atomic<size_t> next_{0};
   std::atomic<bool> first_landed_{false};
+  std::atomic<bool> queue_claimed_{false};  // a worker took QueueDeviceCopies
 };
 
 }  // namespace memento::runtime

@@ -13,6 +13,11 @@ over two decades and rounded to odd element counts, fp32 and bf16 alternating.
   pinned copy   the same tensors copied by torch into preallocated pinned host
                 tensors (copy_(non_blocking=True), then one synchronize);
                 snapshot_speed_vs_pinned = pinned copy / snapshot (target >= 0.9);
+  registered    the same copy into host memory like the node store's: a tmpfs
+                file's mapping (MEMENTO_SHM_DIR, else /dev/shm) registered with
+                the driver (cudaHostRegister) instead of allocated by it; what
+                the link gives into such memory (no target: it tells the
+                engine's share of a shortfall from the memory's);
   blocked       a training loop whose step (matmuls on the device) is longer
                 than the snapshot: the time save() and wait_snapshot() hold the
                 training thread per save, over the snapshot's duration
@@ -72,6 +77,32 @@ class Timer:
         return median(times[1:])
 
 
+def registered_buffers(state):
+    """Host tensors shaped like `state` in one tmpfs file's mapping, registered with the
+    driver as the node store's slots are; (tensors, keepalive) or (None, reason)."""
+    import mmap
+    offsets, total = [], 0
+    for t in state:
+        offsets.append(total)
+        total += (t.numel() * t.element_size() + 63) // 64 * 64
+    path = os.path.join(os.environ.get("MEMENTO_SHM_DIR") or "/dev/shm",
+                        "bench-gpu-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6]))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, total)
+        mapping = mmap.mmap(fd, total)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    whole = torch.frombuffer(mapping, dtype=torch.uint8)
+    err = torch.cuda.cudart().cudaHostRegister(whole.data_ptr(), total, 0)
+    if int(err) != 0:
+        return None, "cudaHostRegister failed: %s" % err
+    views = [whole[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+             for o, t in zip(offsets, state)]
+    return views, (mapping, whole)
+
+
 def device_free(device):
     if device != "cuda":
         return 0
@@ -100,6 +131,21 @@ def run(args):
 
     pinned_s = timer(to_host, args.reps)
     h2d_s = timer(to_device, args.reps)
+    registered_s = None
+    if dev == "cuda":
+        try:
+            registered, keep = registered_buffers(state)
+        except (OSError, RuntimeError) as e:
+            registered, keep = None, str(e)
+        if registered is None:
+            print("registered host memory: %s" % keep)
+        else:
+            def to_registered():
+                for h, t in zip(registered, state):
+                    h.copy_(t, non_blocking=True)
+            registered_s = timer(to_registered, args.reps)
+            torch.cuda.cudart().cudaHostUnregister(keep[1].data_ptr())
+            del registered, keep
 
     # The step's matrices, and one product first: cuBLAS loads its kernels into device
     # memory outside torch's pool, which is not memento's.
@@ -174,6 +220,8 @@ def run(args):
         "snapshot_gbps": round(nbytes / snap_s / 1e9, 2),
         "pinned_gbps": round(nbytes / pinned_s / 1e9, 2),
         "snapshot_speed_vs_pinned": round(pinned_s / snap_s, 3),
+        "registered_copy_s": round(registered_s, 5) if registered_s else None,
+        "registered_gbps": round(nbytes / registered_s / 1e9, 2) if registered_s else None,
         "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),
         "blocked_vs_snapshot": round(blocked_s / snap_s, 4),
         "restore_s": round(restore_s, 5), "restore_vs_h2d": round(restore_s / h2d_s, 3),
@@ -183,6 +231,9 @@ def run(args):
     print("snapshot %.1f ms (%.2f GB/s) vs pinned torch copy %.1f ms (%.2f GB/s): %.3f"
           % (snap_s * 1e3, out["snapshot_gbps"], pinned_s * 1e3, out["pinned_gbps"],
              out["snapshot_speed_vs_pinned"]))
+    if registered_s:
+        print("torch's copy into registered tmpfs memory %.1f ms (%.2f GB/s)"
+              % (registered_s * 1e3, out["registered_gbps"]))
     print("blocked per save %.3f ms with a %.1f ms step: %.4f of the snapshot"
           % (blocked_s * 1e3, step_s * 1e3, out["blocked_vs_snapshot"]))
     print("restore %.1f ms vs pinned host-to-device copy %.1f ms: %.3f (bit-exact: %s)"

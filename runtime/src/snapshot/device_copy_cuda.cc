@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "snapshot/device_copy.h"
@@ -30,10 +31,11 @@ struct ThreadStream {
   }
 };
 
-// Of the calling thread's device (OnDevice made it `gpu`).
-Result<cudaStream_t> SideStream(int gpu) {
-  thread_local std::map<int, ThreadStream> streams;
-  ThreadStream& ts = streams[gpu];
+// Of the calling thread's device (OnDevice made it `gpu`); `lane` picks one
+// of the thread's several streams on it (DeviceCopyBatch).
+Result<cudaStream_t> SideStream(int gpu, int lane = 0) {
+  thread_local std::map<std::pair<int, int>, ThreadStream> streams;
+  ThreadStream& ts = streams[{gpu, lane}];
   if (ts.stream == nullptr) {
     cudaError_t err = cudaStreamCreateWithFlags(&ts.stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
@@ -193,20 +195,21 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
     events_.resize(copies.size(), nullptr);
     event_gpu_.resize(copies.size(), -1);
   }
-  std::vector<int> waited;  // devices whose stream already waits for `after`
+  std::vector<std::pair<int, int>> waited;  // (device, lane) streams that wait for `after`
   // One run of copies of one device at a time, on that device.
   for (size_t i = 0; i < copies.size();) {
     const int gpu = copies[i].gpu;
     if (gpu < 0) return Status::InvalidArgument("DeviceCopyBatch: a copy names no device");
     OnDevice on(gpu);
     MEMENTO_RETURN_IF_ERROR(on.status());
-    MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
-    if (std::find(waited.begin(), waited.end(), gpu) == waited.end()) {
-      MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
-      waited.push_back(gpu);
-    }
     for (; i < copies.size() && copies[i].gpu == gpu; ++i) {
       const Copy& c = copies[i];
+      const int lane = static_cast<int>(i % kLanes);
+      MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu, lane));
+      if (std::find(waited.begin(), waited.end(), std::make_pair(gpu, lane)) == waited.end()) {
+        MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
+        waited.emplace_back(gpu, lane);
+      }
       if (events_[i] != nullptr && event_gpu_[i] != gpu) {
         cudaEventDestroy(static_cast<cudaEvent_t>(events_[i]));
         events_[i] = nullptr;
@@ -224,10 +227,10 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
       MEMENTO_RETURN_IF_ERROR(CudaStatus(
           cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), stream), "cudaEventRecord"));
       *queued = queued_ = i + 1;
-      // Each device's stream runs in order: WaitAll waits for the last copy
-      // of each.
-      auto known = std::find_if(last_.begin(), last_.end(),
-                                [&](size_t l) { return copies[l].gpu == gpu; });
+      // Each stream runs in order: WaitAll waits for the last copy of each.
+      auto known = std::find_if(last_.begin(), last_.end(), [&](size_t l) {
+        return copies[l].gpu == gpu && l % kLanes == i % kLanes;
+      });
       if (known != last_.end()) {
         *known = i;
       } else {

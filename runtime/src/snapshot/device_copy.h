@@ -124,7 +124,7 @@ class DeviceCopyBatch {
   static constexpr size_t kLanes = 4;
 
  private:
-  std::vector<void*> events_;  // cudaEvent_t per copy
+  std::vector<void*> events_;   // cudaEvent_t per copy
   std::vector<int> event_gpu_;  // the device each event was made on
   std::vector<size_t> last_;    // per stream of the last Queue: its last copy
   size_t queued_ = 0;

@@ -23,8 +23,7 @@ Status CopyDeviceBytes(void*, const void*, size_t, int, const DeviceFence*) {
 
 DeviceCopyBatch::~DeviceCopyBatch() = default;
 
-Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence*,
-                              size_t* queued) {
+Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence*, size_t* queued) {
   *queued = 0;
   if (copies.empty()) return Status::Ok();
   return Status::FailedPrecondition("device memory copy requested without CUDA");

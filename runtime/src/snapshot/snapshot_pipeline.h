@@ -105,10 +105,10 @@ class SnapshotPipeline {
   std::vector<size_t> device_slot_;
   std::vector<DeviceCopyBatch::Copy> device_copies_;
   DeviceCopyBatch batch_;
-  size_t host_pending_ = 0;     // host chunks not yet copied
-  bool device_queued_ = true;   // QueueDeviceCopies returned (or nothing to queue)
-  size_t device_count_ = 0;     // device copies queued
-  Status device_error_;         // QueueDeviceCopies' error
+  size_t host_pending_ = 0;    // host chunks not yet copied
+  bool device_queued_ = true;  // QueueDeviceCopies returned (or nothing to queue)
+  size_t device_count_ = 0;    // device copies queued
+  Status device_error_;        // QueueDeviceCopies' error
 
   // Read by workers without the lock: a worker may claim a chunk of the next
   // version straight after the last one (stores happen before next_ resets).

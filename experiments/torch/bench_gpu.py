@@ -103,6 +103,18 @@ def registered_buffers(state):
     return views, (mapping, whole)
 
 
+def shmem_huge_mib():
+    """Shared memory (tmpfs) held in huge pages now, from /proc/meminfo; None elsewhere."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("ShmemHugePages:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return None
+
+
 def device_free(device):
     if device != "cuda":
         return 0
@@ -175,6 +187,7 @@ def run(args):
             snaps.append(time.perf_counter() - t0)
             ck.wait()
         snap_s = median(snaps[1:])
+        huge_mib = shmem_huge_mib()  # the store's two slots are up
 
         # A training loop whose step is longer than the snapshot.
         one = timer(lambda: torch.mm(a, b), 3)
@@ -220,6 +233,7 @@ def run(args):
         "snapshot_gbps": round(nbytes / snap_s / 1e9, 2),
         "pinned_gbps": round(nbytes / pinned_s / 1e9, 2),
         "snapshot_speed_vs_pinned": round(pinned_s / snap_s, 3),
+        "shmem_huge_mib": huge_mib,
         "registered_copy_s": round(registered_s, 5) if registered_s else None,
         "registered_gbps": round(nbytes / registered_s / 1e9, 2) if registered_s else None,
         "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),

@@ -54,6 +54,33 @@ def steps_table(summary_path):
     return rows
 
 
+def bench_section(b, title):
+    lines = ["", "## " + title, ""]
+    if b is None:
+        return lines + ["No result (the step failed before its last line; see the log)."]
+    lines += [
+        "%s tensors, %s MiB on %s, same run. Snapshot %.1f ms (%.2f GB/s), torch's copy "
+        "into pinned host tensors %.1f ms (%.2f GB/s); a step of %.1f ms; restore %.1f ms "
+        "(bit-exact: %s), torch's pinned host-to-device copy %.1f ms. Device memory "
+        "memento used beyond the tensors: %s MiB."
+        % (b["tensors"], b["state_mib"], b["device"], b["snapshot_s"] * 1e3,
+           b["snapshot_gbps"], b["pinned_copy_s"] * 1e3, b["pinned_gbps"],
+           b["step_s"] * 1e3, b["restore_s"] * 1e3, b["restore_bit_exact"],
+           b["h2d_copy_s"] * 1e3, b["device_mib_used_by_memento"]),
+        "", "Torch's copy of the same tensors into host memory like the node store's "
+        "(a tmpfs mapping registered with cudaHostRegister): %s. Shared memory in huge "
+        "pages while the store was up: %s MiB."
+        % ("%.1f ms (%.2f GB/s)" % (b["registered_copy_s"] * 1e3, b["registered_gbps"])
+           if b.get("registered_copy_s") else "not measured", b.get("shmem_huge_mib", "?")),
+        "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
+    for key, what, target, higher in TARGETS:
+        v = b.get(key)
+        met = v is not None and (v >= target if higher else v <= target)
+        lines.append("| %s | %s | %s %s | %s |" % (what, v, ">=" if higher else "<=",
+                                                   target, "yes" if met else "**no**"))
+    return lines
+
+
 def report(out_dir):
     env = read_kv(os.path.join(out_dir, "env.txt"))
     on_gpu = env.get("torch_sees_gpu") == "True" and env.get("gpu", "none") != "none"
@@ -64,7 +91,7 @@ def report(out_dir):
                   ""]
     lines += ["| machine | |", "| --- | --- |"]
     for key in ("gpu", "gpus", "driver", "compute_capability", "nvcc", "torch", "torch_cuda",
-                "cpus", "host_memory_gib", "shm_dir", "dev_shm_free_mib", "commit", "date"):
+                "cpus", "host_memory_gib", "shm_dir", "dev_shm_free_mib", "thp_shmem", "commit", "date"):
         lines.append("| %s | %s |" % (key, env.get(key, "?")))
     lines += ["", "Command: `scripts/gpu-check` (one run; each step's output is in its log).",
               "", "## Steps", ""] + steps_table(os.path.join(out_dir, "summary.txt"))
@@ -85,31 +112,13 @@ def report(out_dir):
             "| %s | %s | %s | %s |" % (rt.get("save_ms"), rt.get("snapshot_ms"),
                                       rt.get("commit_ms"), rt.get("restore_ms"))]
 
-    b = read_json(os.path.join(out_dir, "bench.json"))
-    lines += ["", "## Device state against torch's own copies (experiments/torch/bench_gpu.py)",
-              ""]
-    if b is None:
-        lines.append("No result (the step failed before its last line; see the log).")
-    else:
-        lines += [
-            "%s tensors, %s MiB on %s, same run. Snapshot %.1f ms (%.2f GB/s), torch's copy "
-            "into pinned host tensors %.1f ms (%.2f GB/s); a step of %.1f ms; restore %.1f ms "
-            "(bit-exact: %s), torch's pinned host-to-device copy %.1f ms. Device memory "
-            "memento used beyond the tensors: %s MiB."
-            % (b["tensors"], b["state_mib"], b["device"], b["snapshot_s"] * 1e3,
-               b["snapshot_gbps"], b["pinned_copy_s"] * 1e3, b["pinned_gbps"],
-               b["step_s"] * 1e3, b["restore_s"] * 1e3, b["restore_bit_exact"],
-               b["h2d_copy_s"] * 1e3, b["device_mib_used_by_memento"]),
-            "", "Torch's copy of the same tensors into host memory like the node store's "
-            "(a tmpfs mapping registered with cudaHostRegister): %s."
-            % ("%.1f ms (%.2f GB/s)" % (b["registered_copy_s"] * 1e3, b["registered_gbps"])
-               if b.get("registered_copy_s") else "not measured"),
-            "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
-        for key, what, target, higher in TARGETS:
-            v = b.get(key)
-            met = v is not None and (v >= target if higher else v <= target)
-            lines.append("| %s | %s | %s %s | %s |" % (what, v, ">=" if higher else "<=",
-                                                       target, "yes" if met else "**no**"))
+    lines += bench_section(read_json(os.path.join(out_dir, "bench.json")),
+                           "Device state against torch's own copies "
+                           "(experiments/torch/bench_gpu.py)")
+    huge = read_json(os.path.join(out_dir, "bench_huge.json"))
+    if huge is not None:
+        lines += bench_section(huge, "The same with the node stores on a tmpfs of 2 MiB pages "
+                               "(huge=always)")
     return "\n".join(lines) + "\n"
 
 

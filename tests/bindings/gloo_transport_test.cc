@@ -127,6 +127,67 @@ TEST(GlooTransport, AllgatherCarriesEverySizeInRankOrder) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// The reductions and the barrier on one rank, two, and five (rounds of
+// Bruck's allgather that carry fewer blocks than the round before): every
+// rank gets the same maximum, minimum and conjunction of all ranks' values.
+TEST(GlooTransport, ReductionsAgreeOnEveryRankCount) {
+  for (int n : {1, 2, 5}) {
+    auto errors = RunGlooRanks(n, std::chrono::seconds(60), [n](int rank, Transport& t) {
+      auto max = t.AllReduceMax(10 * rank - 7);
+      auto min = t.AllReduceMin(1000 - rank * rank);
+      auto all = t.AllTrue(rank != n - 1 || n == 1);
+      auto none_false = t.AllTrue(true);
+      if (!max.ok() || !min.ok() || !all.ok() || !none_false.ok()) {
+        return std::string("a reduction failed");
+      }
+      if (*max != 10 * (n - 1) - 7) return "max " + std::to_string(*max);
+      if (*min != 1000 - (n - 1) * (n - 1)) return "min " + std::to_string(*min);
+      if (*all != (n == 1)) return std::string("AllTrue with one false rank said true");
+      if (!*none_false) return std::string("AllTrue of all true said false");
+      Status b = t.Barrier();
+      return b.ok() ? std::string() : "barrier: " + b.ToString();
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << n << " ranks, rank " << r;
+  }
+}
+
+// A collective that a peer never joins ends at once when the transport is
+// aborted (what in-job recovery does when a rank is lost), with Unavailable,
+// not after the timeout: gloo's own collectives cannot be aborted, so the
+// transport's are made of point-to-point operations, which can.
+TEST(GlooTransport, AbortEndsACollectiveAPeerNeverJoins) {
+  constexpr auto kTimeout = std::chrono::seconds(60);
+  std::atomic<int> returned{0};
+  auto errors = RunGlooRanks(3, kTimeout, [&](int rank, Transport& t) {
+    if (rank == 2) {  // never joins; aborts once the others came back
+      while (returned.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      t.Abort();
+      return std::string("stayed out");
+    }
+    std::thread aborter([&t] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      t.Abort();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto all = t.AllTrue(true);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    aborter.join();
+    ++returned;
+    if (all.ok()) return std::string("AllTrue succeeded without rank 2");
+    if (all.status().code() != StatusCode::kUnavailable) {
+      return "AllTrue ended with " + all.status().ToString() + " after " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) +
+             " s, not Unavailable at the abort";
+    }
+    if (waited >= kTimeout / 2) return std::string("AllTrue waited for the timeout");
+    if (!t.Aborted()) return std::string("the transport does not say it was aborted");
+    return std::string("aborted");
+  });
+  EXPECT_EQ(errors[0], "aborted");
+  EXPECT_EQ(errors[1], "aborted");
+  EXPECT_EQ(errors[2], "stayed out");
+}
+
 // A started send returns before its receive is posted, and a small Send
 // before it is received: rank 1 takes the messages in another order than
 // rank 0 sends them. A transport whose sends wait for their receives

@@ -1,6 +1,8 @@
 #include "memento/torch/gloo_transport.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +44,10 @@ at::Tensor Blob(void* data, size_t bytes) {
 Status WaitedTwice() {
   return Status::FailedPrecondition("a started transfer was already waited for");
 }
+
+// The gloo tag of the collectives' messages: above every message's (2 * tag
+// + 1 for tags up to kMaxTag).
+constexpr int kCollectiveTag = 2 * (runtime::kMaxTag + 1);
 
 // Bytes per rank of Allgather's single-collective slot: 1 KiB up to 64
 // ranks, then shrinking so that a slot allgather receives at most 64 KiB
@@ -91,7 +97,8 @@ class GlooTransport final : public Transport {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   Status Barrier() override {
-    return Collective("barrier", [&] { return pg_->barrier(); });
+    std::vector<at::Tensor> one{at::zeros({1}, at::kByte)};
+    return GatherBytes(one, "barrier").status();
   }
 
   Result<bool> AllTrue(bool mine) override {
@@ -113,7 +120,7 @@ class GlooTransport final : public Transport {
     const int64_t length = static_cast<int64_t>(bytes);
     std::memcpy(head[0].data_ptr(), &length, sizeof(length));
     if (head_bytes != 0) std::memcpy(head[0].data_ptr<uint8_t>() + sizeof(length), data, head_bytes);
-    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> heads, GatherBytes(head));
+    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> heads, GatherBytes(head, "allgather"));
     std::vector<size_t> lengths(size_);
     size_t longest = 0;
     std::vector<std::vector<uint8_t>> result(size_);
@@ -131,7 +138,7 @@ class GlooTransport final : public Transport {
       std::memcpy(tail[0].data_ptr(), static_cast<const uint8_t*>(data) + inline_bytes,
                   bytes - inline_bytes);
     }
-    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> tails, GatherBytes(tail));
+    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> tails, GatherBytes(tail, "allgather"));
     for (int r = 0; r < size_; ++r) {
       if (lengths[r] <= inline_bytes) continue;
       const uint8_t* p = tails[r].data_ptr<uint8_t>();
@@ -364,12 +371,19 @@ class GlooTransport final : public Transport {
     return m.size();
   }
 
+  // Every rank's value gathered, reduced here (the collectives carry a few
+  // bytes a rank: gathering costs what reducing on the way would).
   Result<int64_t> Reduce(int64_t mine, c10d::ReduceOp op) {
-    std::vector<at::Tensor> t{at::full({1}, mine, at::kLong)};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = op;
-    MEMENTO_RETURN_IF_ERROR(Collective("allreduce", [&] { return pg_->allreduce(t, opts); }));
-    return t[0].item<int64_t>();
+    std::vector<at::Tensor> t{at::empty({sizeof(int64_t)}, at::kByte)};
+    std::memcpy(t[0].data_ptr(), &mine, sizeof(mine));
+    MEMENTO_ASSIGN_OR_RETURN(std::vector<at::Tensor> all, GatherBytes(t, "allreduce"));
+    int64_t out = mine;
+    for (const at::Tensor& v : all) {
+      int64_t x = 0;
+      std::memcpy(&x, v.data_ptr(), sizeof(x));
+      out = op == c10d::ReduceOp::MIN ? std::min(out, x) : std::max(out, x);
+    }
+    return out;
   }
 
   // A gloo failure as a Status. A collective's failure or any timeout breaks
@@ -398,9 +412,10 @@ class GlooTransport final : public Transport {
     }
   }
 
-  // Aborts the receives and sends being waited for: gloo keeps a receive
-  // pending in its context, not on the pair, so a peer's closed connection
-  // does not end it; only its abort (or the timeout) does.
+  // Aborts the receives and sends being waited for, the collectives' among
+  // them: gloo keeps a receive pending in its context, not on the pair, so a
+  // peer's closed connection does not end it; only its abort (or the
+  // timeout) does.
   void Abort() override {
     broken_.store(true);
     std::lock_guard<std::mutex> lock(waiting_mu_);
@@ -435,49 +450,88 @@ class GlooTransport final : public Transport {
     bool aborted_ = false;
   };
 
-  // Waits for a posted point-to-point operation.
-  Status WaitWork(const char* what, const c10::intrusive_ptr<c10d::Work>& work) {
+  // Waits for a posted point-to-point operation, at most `timeout` (the
+  // transport's by default); a failed one is aborted, so nothing of it stays
+  // posted.
+  Status WaitWork(const char* what, const c10::intrusive_ptr<c10d::Work>& work,
+                  bool collective = false, std::chrono::milliseconds timeout = {}) {
     Waiting waiting(this, work);
-    if (waiting.aborted()) return Status::Unavailable("gloo transport: aborted");
+    if (waiting.aborted()) {
+      AbortWork(work);
+      return Status::Unavailable("gloo transport: aborted");
+    }
     try {
-      work->wait(timeout_);
+      work->wait(timeout.count() > 0 ? timeout : timeout_);
       return Status::Ok();
     } catch (const std::exception& e) {
-      try {
-        work->abort();
-      } catch (const std::exception&) {
-      }
-      return Failure(what, e, false);
+      AbortWork(work);
+      return Failure(what, e, collective);
     }
   }
 
-  // Runs a collective and waits for it.
-  // Every rank's `mine` (one byte tensor, the same length everywhere), in rank order.
-  Result<std::vector<at::Tensor>> GatherBytes(std::vector<at::Tensor>& mine) {
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(mine[0]));
-    MEMENTO_RETURN_IF_ERROR(Collective("allgather", [&] { return pg_->allgather(out, mine); }));
-    return std::move(out[0]);
+  static void AbortWork(const c10::intrusive_ptr<c10d::Work>& work) {
+    try {
+      work->abort();
+    } catch (const std::exception&) {
+    }
   }
 
-  template <typename F>
-  Status Collective(const char* what, F&& start) {
+  // Every rank's `mine` (one byte tensor, the same length everywhere), in
+  // rank order: Bruck's allgather, ceil(log2(size)) rounds of one send and one
+  // receive, made of point-to-point operations because those are what gloo
+  // can abort (Abort ends a collective a lost peer left waiting; gloo's own
+  // collectives run to their timeout). Collectives of a rank run one at a
+  // time, so that their messages, on one gloo tag, meet in order. A failure
+  // breaks the transport, as the engine's collectives expect.
+  Result<std::vector<at::Tensor>> GatherBytes(std::vector<at::Tensor>& mine, const char* what) {
+    std::lock_guard<std::mutex> lock(collective_mu_);
     if (broken_.load()) return Status::Unavailable("gloo transport: broken by an earlier failure");
-    try {
-      c10::intrusive_ptr<c10d::Work> work = start();
-      Waiting waiting(this, work);
-      if (waiting.aborted()) return Status::Unavailable("gloo transport: aborted");
-      work->wait(timeout_);
-      return Status::Ok();
-    } catch (const std::exception& e) {
-      return Failure(what, e, true);
+    const int64_t block = mine[0].numel();
+    // blocks[i] is rank (rank_ + i) % size_'s, once received.
+    at::Tensor blocks = at::empty({static_cast<int64_t>(size_) * block}, at::kByte);
+    blocks.narrow(0, 0, block).copy_(mine[0]);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (int k = 1; k < size_; k *= 2) {
+      const int64_t count = std::min(k, size_ - k) * block;
+      const int to = (rank_ - k + size_) % size_, from = (rank_ + k) % size_;
+      std::vector<at::Tensor> out{blocks.narrow(0, 0, count)};
+      std::vector<at::Tensor> in{blocks.narrow(0, static_cast<int64_t>(k) * block, count)};
+      c10::intrusive_ptr<c10d::Work> recv, send;
+      Status posted = Start(
+          what, [&] { return pg_->recv(in, from, kCollectiveTag); }, &recv);
+      if (posted.ok()) {
+        posted = Start(
+            what, [&] { return pg_->send(out, to, kCollectiveTag); }, &send);
+      }
+      Status done = posted;
+      for (const auto* work : {&send, &recv}) {
+        if (!*work) continue;
+        if (!done.ok()) {
+          AbortWork(*work);
+          continue;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        done = WaitWork(what, *work, /*collective=*/true,
+                        std::max(left, std::chrono::milliseconds(1)));
+      }
+      if (!done.ok()) {
+        broken_.store(true);
+        return done;
+      }
     }
+    std::vector<at::Tensor> all(size_);
+    for (int i = 0; i < size_; ++i) {
+      all[(rank_ + i) % size_] = blocks.narrow(0, static_cast<int64_t>(i) * block, block);
+    }
+    return all;
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   const int rank_, size_;
   const std::chrono::milliseconds timeout_;
   std::atomic<bool> broken_{false};
+  std::mutex collective_mu_;  // one collective at a time (GatherBytes)
   // The point-to-point works being waited for (how many waiters each), for Abort.
   std::mutex waiting_mu_;
   std::map<c10d::Work*, int> waiting_;

@@ -45,7 +45,6 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     MEMENTO_CHECK(!running_);
     // Written before next_ resets: a worker may claim a chunk of this
     // version without waiting on work_cv_.
-    device_tasks_.clear();
     device_copies_.clear();
     device_slot_.assign(tasks->size(), 0);
     host_pending_ = 0;
@@ -56,7 +55,6 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
         continue;
       }
       device_slot_[i] = device_copies_.size();
-      device_tasks_.push_back(i);
       device_copies_.push_back({t.dst, t.src, t.length, t.gpu});
     }
     device_queued_ = device_copies_.empty();

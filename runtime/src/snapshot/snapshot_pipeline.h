@@ -99,9 +99,8 @@ class SnapshotPipeline {
   bool running_ = false;
   size_t remaining_ = 0;  // chunks not yet finished
   Status error_;          // first error of the running version
-  // Device chunks: their task indices in order, each one's copy in batch_
-  // (device_slot_[task index]), and how their queueing went.
-  std::vector<size_t> device_tasks_;
+  // Device chunks: each one's copy in batch_ (device_slot_[task index]), and
+  // how their queueing went.
   std::vector<size_t> device_slot_;
   std::vector<DeviceCopyBatch::Copy> device_copies_;
   DeviceCopyBatch batch_;

@@ -39,11 +39,6 @@ def dtensor_class():
     return getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
 
 
-def is_dtensor(t):
-    dtensor = dtensor_class()
-    return dtensor is not None and isinstance(t, dtensor)
-
-
 def local_tensor(t):
     """The tensor a DTensor keeps on this rank (its storage, not a copy)."""
     return t._local_tensor

@@ -247,10 +247,13 @@ class Checkpointer:
         # stored under its first name; restoring it in place restores every name.
         first = {}  # _alias_key -> (index in out or None for a DTensor, first name)
 
-        dtensor = _compat.dtensor_class()
+        dtensor = _compat.dtensor_class()  # looked up once: every tensor is asked
+
+        def is_dt(t):
+            return dtensor is not None and isinstance(t, dtensor)
 
         def add(name, t, replicated, spec=None, copy_at_save=False, inherited=None):
-            is_dtensor = dtensor is not None and isinstance(t, dtensor)
+            is_dtensor = is_dt(t)
             key = _alias_key(t, is_dtensor)
             if key in first:
                 merge_alias(name, key, replicated, spec, copy_at_save, inherited)
@@ -335,7 +338,7 @@ class Checkpointer:
                             # Adam's step counter is not, whatever its shape.
                             inherited = (by_param.get(id(p)) if value.shape == p.shape
                                          and key != "step" and not replicated else None)
-                            if _compat.is_dtensor(p) and not _compat.is_dtensor(value):
+                            if is_dt(p) and not is_dt(value):
                                 # A plain tensor beside a DTensor parameter (FSDP2's step)
                                 # is the same on every rank of the mesh.
                                 inherited = None

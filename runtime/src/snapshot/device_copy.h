@@ -87,11 +87,12 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
 // copy per chunk waited for before the next is queued leaves an engine idle
 // while the host hashes), and waited for one by one from any thread: the
 // snapshot workers hash each chunk as it lands. The copies of a device go
-// round-robin to kLanes streams of the queuing thread: into memory the driver
-// registered (the node store's tmpfs pages) one stream moved 18.8 GB/s and
-// two 24 GB/s on an H200 whose single stream into cudaHostAlloc memory moved
-// 53 GB/s (experiments/results/gpu.md). One event per copy, made on first use
-// on the copy's device and kept for the next versions.
+// round-robin to kLanes streams of the queuing thread: on an H200 (see
+// experiments/results/gpu.md) the snapshot into memory the driver registered
+// (the node store's tmpfs pages) moved 18.8 GB/s on one stream, 24 GB/s when
+// two threads each kept a stream busy, and torch's one stream into
+// cudaHostAlloc memory 53 GB/s. One event per copy, made on first use on the
+// copy's device and kept for the next versions.
 // Thread-safety: Queue from one thread at a time; Landed and WaitAll from any
 // thread once Queue returned, until the next Queue.
 class DeviceCopyBatch {

@@ -195,7 +195,6 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
     events_.resize(copies.size(), nullptr);
     event_gpu_.resize(copies.size(), -1);
   }
-  std::vector<std::pair<int, int>> waited;  // (device, lane) streams that wait for `after`
   // One run of copies of one device at a time, on that device.
   for (size_t i = 0; i < copies.size();) {
     const int gpu = copies[i].gpu;
@@ -206,10 +205,12 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
       const Copy& c = copies[i];
       const int lane = static_cast<int>(i % kLanes);
       MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu, lane));
-      if (std::find(waited.begin(), waited.end(), std::make_pair(gpu, lane)) == waited.end()) {
-        MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
-        waited.emplace_back(gpu, lane);
-      }
+      // last_ holds a copy of each stream used so far: a stream not yet in
+      // it waits for `after` before its first copy.
+      auto last = std::find_if(last_.begin(), last_.end(), [&](size_t l) {
+        return copies[l].gpu == gpu && l % kLanes == i % kLanes;
+      });
+      if (last == last_.end()) MEMENTO_RETURN_IF_ERROR(WaitFor(stream, after));
       if (events_[i] != nullptr && event_gpu_[i] != gpu) {
         cudaEventDestroy(static_cast<cudaEvent_t>(events_[i]));
         events_[i] = nullptr;
@@ -228,11 +229,8 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
           cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), stream), "cudaEventRecord"));
       *queued = queued_ = i + 1;
       // Each stream runs in order: WaitAll waits for the last copy of each.
-      auto known = std::find_if(last_.begin(), last_.end(), [&](size_t l) {
-        return copies[l].gpu == gpu && l % kLanes == i % kLanes;
-      });
-      if (known != last_.end()) {
-        *known = i;
+      if (last != last_.end()) {
+        *last = i;
       } else {
         last_.push_back(i);
       }

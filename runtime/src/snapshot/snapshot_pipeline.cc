@@ -34,8 +34,9 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     Status begun = stage->Begin(version, slot, static_cast<int>(tasks->size()));
     if (!begun.ok() && failed.ok()) failed = begun;
   }
-  if (failed.ok() && std::any_of(tasks->begin(), tasks->end(),
-                                 [](const CopyTask& t) { return t.gpu != kHostMemory; })) {
+  const bool has_device = std::any_of(tasks->begin(), tasks->end(),
+                                      [](const CopyTask& t) { return t.gpu != kHostMemory; });
+  if (failed.ok() && has_device) {
     failed = producer_event != nullptr ? fence_.Adopt(producer_event)
                                        : fence_.Record(producer_stream);
   }
@@ -45,17 +46,18 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     MEMENTO_CHECK(!running_);
     // Written before next_ resets: a worker may claim a chunk of this
     // version without waiting on work_cv_.
+    // A version of host buffers alone touches none of the device state.
     device_copies_.clear();
-    device_slot_.assign(tasks->size(), 0);
-    host_pending_ = 0;
-    for (size_t i = 0; i < tasks->size(); ++i) {
-      const CopyTask& t = (*tasks)[i];
-      if (t.gpu == kHostMemory) {
-        ++host_pending_;
-        continue;
+    host_pending_ = tasks->size();
+    if (has_device) {
+      device_slot_.assign(tasks->size(), 0);
+      for (size_t i = 0; i < tasks->size(); ++i) {
+        const CopyTask& t = (*tasks)[i];
+        if (t.gpu == kHostMemory) continue;
+        --host_pending_;
+        device_slot_[i] = device_copies_.size();
+        device_copies_.push_back({t.dst, t.src, t.length, t.gpu});
       }
-      device_slot_[i] = device_copies_.size();
-      device_copies_.push_back({t.dst, t.src, t.length, t.gpu});
     }
     device_queued_ = device_copies_.empty();
     device_count_ = 0;

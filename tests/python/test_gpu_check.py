@@ -76,6 +76,16 @@ def test_a_python_without_torch_is_named_and_stops_the_run(tmp_path):
     assert not (tmp_path / "b").exists(), "nothing is configured when a dependency is missing"
 
 
+@pytest.mark.parametrize("var,value", [("GPU_CHECK_BUILD_S", "abc"),
+                                       ("GPU_CHECK_DEADLINE_S", "0")])
+def test_a_bad_time_limit_is_named_before_anything_runs(tmp_path, var, value):
+    run = subprocess.run([SCRIPT, "--out", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, **{var: value}))
+    assert run.returncode == 2, run.stdout[-3000:]
+    assert "%s='%s' must be a whole number of seconds" % (var, value) in run.stdout + run.stderr
+    assert not (tmp_path / "out").exists(), "nothing is written for a bad setting"
+
+
 def test_the_report_refuses_a_folder_that_is_not_a_run(tmp_path):
     run = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "torch",
                                                        "gpu_report.py"), "--out", str(tmp_path)],

@@ -91,7 +91,8 @@ def report(out_dir):
                   ""]
     lines += ["| machine | |", "| --- | --- |"]
     for key in ("gpu", "gpus", "driver", "compute_capability", "nvcc", "torch", "torch_cuda",
-                "cpus", "host_memory_gib", "shm_dir", "dev_shm_free_mib", "thp_shmem", "commit", "date"):
+                "cpus", "host_memory_gib", "shm_dir", "dev_shm_free_mib", "thp_shmem", "commit",
+                "date"):
         lines.append("| %s | %s |" % (key, env.get(key, "?")))
     lines += ["", "Command: `scripts/gpu-check` (one run; each step's output is in its log).",
               "", "## Steps", ""] + steps_table(os.path.join(out_dir, "summary.txt"))

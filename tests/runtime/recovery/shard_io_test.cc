@@ -4,6 +4,8 @@
 // ReadShardRange: a range of the shard out of a sealed slot. CopySlotToBuffers:
 // the own slot into the buffers, hashed in parallel pieces. Behind: a
 // survivor's own copy at a lower priority than its node's transfers.
+#include "recovery/shard_io.h"
+
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -14,13 +16,13 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/node_store.h"
-#include "recovery/shard_io.h"
 #include "store/store_test_util.h"
 
 namespace memento::runtime {
@@ -97,12 +99,10 @@ TEST(LandedCopy, AGapOrAnOverlapIsNotComplete) {
   }
 }
 
-// A range of the shard read out of a sealed slot: entries concatenated, an
-// empty entry skipped, and only what lies past the last entry (stripe
-// padding) zero-filled, whatever the buffer held before.
-TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
-  testing::JobCleaner cleaner(testing::UniqueJob("range"));
-  const std::vector<uint64_t> sizes = {5000, 0, 3000};
+// A store of one region per size whose slot for v1 holds `shard` (the
+// entries' bytes back to back), sealed; the slot in *slot.
+void SealedV1(const std::string& job, const std::vector<uint64_t>& sizes,
+              const std::vector<uint8_t>& shard, std::optional<NodeStore>* store, int* slot) {
   StoreLayout layout;
   for (size_t i = 0; i < sizes.size(); ++i) {
     RegionSpec r;
@@ -110,35 +110,50 @@ TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
     r.capacity = sizes[i];
     layout.regions.push_back(r);
   }
-  auto store = NodeStore::Create({cleaner.job(), "n", 0}, layout, 2);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto slot = store->BeginWrite(1, 0);
-  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
-  std::vector<uint8_t> shard(8000);
-  for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto created = NodeStore::Create({job, "n", 0}, layout, 2);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  store->emplace(std::move(*created));
+  auto begun = (*store)->BeginWrite(1, 0);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  *slot = *begun;
   uint64_t at = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] > 0)
-      std::memcpy(store->MutableRegion(*slot, static_cast<int>(i)), &shard[at], sizes[i]);
-    ASSERT_TRUE(store
+    if (sizes[i] > 0) {
+      std::memcpy((*store)->MutableRegion(*slot, static_cast<int>(i)), &shard[at], sizes[i]);
+    }
+    ASSERT_TRUE((*store)
                     ->SealRegion(*slot, static_cast<int>(i), sizes[i],
                                  erasure::Crc32c(&shard[at], sizes[i]))
                     .ok());
     at += sizes[i];
   }
-  ASSERT_TRUE(store->SealSlot(*slot, 1).ok());
+  ASSERT_TRUE((*store)->SealSlot(*slot, 1).ok());
+}
+
+// A range of the shard read out of a sealed slot: entries concatenated, an
+// empty entry skipped, and only what lies past the last entry (stripe
+// padding) zero-filled, whatever the buffer held before.
+TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
+  testing::JobCleaner cleaner(testing::UniqueJob("range"));
+  const std::vector<uint64_t> sizes = {5000, 0, 3000};
+  std::vector<uint8_t> shard(8000);
+  for (size_t i = 0; i < shard.size(); ++i) shard[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::optional<NodeStore> store;
+  int slot = -1;
+  SealedV1(cleaner.job(), sizes, shard, &store, &slot);
+  if (HasFatalFailure()) return;
   // Across the empty entry and 1000 bytes past the end.
   std::vector<uint8_t> dst(5000, 0xAA);
-  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 4000, dst.size(), dst.data()).ok());
+  ASSERT_TRUE(ReadShardRange(*store, slot, sizes, 4000, dst.size(), dst.data()).ok());
   EXPECT_TRUE(std::equal(dst.begin(), dst.begin() + 4000, shard.begin() + 4000));
   EXPECT_TRUE(std::all_of(dst.begin() + 4000, dst.end(), [](uint8_t b) { return b == 0; }));
   // Wholly past the end: all zero, and nothing written past the range.
   std::fill(dst.begin(), dst.end(), 0xAA);
-  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 9000, 100, dst.data()).ok());
+  ASSERT_TRUE(ReadShardRange(*store, slot, sizes, 9000, 100, dst.data()).ok());
   EXPECT_TRUE(std::all_of(dst.begin(), dst.begin() + 100, [](uint8_t b) { return b == 0; }));
   EXPECT_EQ(dst[100], 0xAA);
   std::vector<uint8_t> all(8000, 0xAA);
-  ASSERT_TRUE(ReadShardRange(*store, *slot, sizes, 0, all.size(), all.data()).ok());
+  ASSERT_TRUE(ReadShardRange(*store, slot, sizes, 0, all.size(), all.data()).ok());
   EXPECT_EQ(all, shard);
 }
 
@@ -150,29 +165,16 @@ TEST(ReadShardRange, CopiesTheEntriesAndZeroesOnlyPastTheEnd) {
 TEST(CopySlotToBuffers, EntriesOfManyPiecesComeBackAndADamagedPieceIsNamed) {
   testing::JobCleaner cleaner(testing::UniqueJob("slotcopy"));
   const std::vector<uint64_t> sizes = {(9u << 20) + 3, 0, 1, 4u << 20};
-  StoreLayout layout;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    RegionSpec r;
-    r.name = "e" + std::to_string(i);
-    r.capacity = sizes[i];
-    layout.regions.push_back(r);
-  }
-  auto store = NodeStore::Create({cleaner.job(), "n", 0}, layout, 2);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto slot = store->BeginWrite(1, 0);
-  ASSERT_TRUE(slot.ok()) << slot.status().ToString();
   std::vector<std::vector<uint8_t>> want;
+  std::vector<uint8_t> shard;
   for (size_t i = 0; i < sizes.size(); ++i) {
     want.push_back(testing::Pattern(sizes[i], static_cast<uint32_t>(i + 1)));
-    if (sizes[i] > 0) {
-      std::memcpy(store->MutableRegion(*slot, static_cast<int>(i)), want[i].data(), sizes[i]);
-    }
-    ASSERT_TRUE(store
-                    ->SealRegion(*slot, static_cast<int>(i), sizes[i],
-                                 erasure::Crc32c(want[i].data(), sizes[i]))
-                    .ok());
+    shard.insert(shard.end(), want[i].begin(), want[i].end());
   }
-  ASSERT_TRUE(store->SealSlot(*slot, 1).ok());
+  std::optional<NodeStore> store;
+  int slot = -1;
+  SealedV1(cleaner.job(), sizes, shard, &store, &slot);
+  if (HasFatalFailure()) return;
 
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<RegisteredEntry> entries;
@@ -183,15 +185,15 @@ TEST(CopySlotToBuffers, EntriesOfManyPiecesComeBackAndADamagedPieceIsNamed) {
   }
   ShardIo io(&entries, &*store, nullptr, nullptr, nullptr);
   std::vector<uint32_t> crcs;
-  Status copied = io.CopySlotToBuffers(*slot, 1, &crcs);
+  Status copied = io.CopySlotToBuffers(slot, 1, &crcs);
   ASSERT_TRUE(copied.ok()) << copied.ToString();
   for (size_t i = 0; i < sizes.size(); ++i) {
     EXPECT_TRUE(buffers[i] == want[i]) << "entry " << i;
     EXPECT_EQ(crcs[i], erasure::Crc32c(want[i].data(), sizes[i])) << "entry " << i;
   }
 
-  const_cast<uint8_t*>(store->ReadRegion(*slot, 0)->data)[(8u << 20) + 12345] ^= 0x04;
-  Status damaged = io.CopySlotToBuffers(*slot, 1, &crcs);
+  const_cast<uint8_t*>(store->ReadRegion(slot, 0)->data)[(8u << 20) + 12345] ^= 0x04;
+  Status damaged = io.CopySlotToBuffers(slot, 1, &crcs);
   EXPECT_EQ(damaged.code(), StatusCode::kCorruption) << damaged.ToString();
   EXPECT_NE(damaged.message().find("entry 'e0' of v1"), std::string::npos) << damaged.ToString();
   EXPECT_NE(damaged.message().find("!= sealed " +

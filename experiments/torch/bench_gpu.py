@@ -18,6 +18,9 @@ over two decades and rounded to odd element counts, fp32 and bf16 alternating.
                 the driver (cudaHostRegister) instead of allocated by it; what
                 the link gives into such memory (no target: it tells the
                 engine's share of a shortfall from the memory's);
+  lanes         the pinned and the registered copies again, round-robin over 4
+                streams as the engine's copies are: whether more copies in
+                flight move more bytes into either memory;
   blocked       a training loop whose step (matmuls on the device) is longer
                 than the snapshot: the time save() and wait_snapshot() hold the
                 training thread per save, over the snapshot's duration
@@ -43,6 +46,9 @@ import uuid
 import torch
 
 import memento
+
+
+LANES = 4  # the engine's copy streams per device (DeviceCopyBatch::kLanes)
 
 
 def make_state(count, total_bytes, device):
@@ -142,8 +148,24 @@ def run(args):
             t.copy_(h, non_blocking=True)
 
     pinned_s = timer(to_host, args.reps)
+    lanes = [torch.cuda.Stream() for _ in range(LANES)] if dev == "cuda" else []
+
+    def on_lanes(dst):
+        """The same copies round-robin over LANES side streams, as the engine queues them."""
+        def copy():
+            current = torch.cuda.current_stream()
+            for s in lanes:
+                s.wait_stream(current)
+            for i, (h, t) in enumerate(zip(dst, state)):
+                with torch.cuda.stream(lanes[i % LANES]):
+                    h.copy_(t, non_blocking=True)
+            for s in lanes:
+                current.wait_stream(s)
+        return copy
+
+    pinned_lanes_s = timer(on_lanes(pinned), args.reps) if lanes else None
     h2d_s = timer(to_device, args.reps)
-    registered_s = None
+    registered_s = registered_lanes_s = None
     if dev == "cuda":
         try:
             registered, keep = registered_buffers(state)
@@ -156,6 +178,7 @@ def run(args):
                 for h, t in zip(registered, state):
                     h.copy_(t, non_blocking=True)
             registered_s = timer(to_registered, args.reps)
+            registered_lanes_s = timer(on_lanes(registered), args.reps)
             torch.cuda.cudart().cudaHostUnregister(keep[1].data_ptr())
             del registered, keep
 
@@ -236,6 +259,10 @@ def run(args):
         "shmem_huge_mib": huge_mib,
         "registered_copy_s": round(registered_s, 5) if registered_s else None,
         "registered_gbps": round(nbytes / registered_s / 1e9, 2) if registered_s else None,
+        "lanes": LANES,
+        "pinned_lanes_gbps": round(nbytes / pinned_lanes_s / 1e9, 2) if pinned_lanes_s else None,
+        "registered_lanes_gbps":
+            round(nbytes / registered_lanes_s / 1e9, 2) if registered_lanes_s else None,
         "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),
         "blocked_vs_snapshot": round(blocked_s / snap_s, 4),
         "restore_s": round(restore_s, 5), "restore_vs_h2d": round(restore_s / h2d_s, 3),
@@ -248,6 +275,9 @@ def run(args):
     if registered_s:
         print("torch's copy into registered tmpfs memory %.1f ms (%.2f GB/s)"
               % (registered_s * 1e3, out["registered_gbps"]))
+    if pinned_lanes_s:
+        print("the same copies on %d streams: into pinned %.2f GB/s, into registered %s GB/s"
+              % (LANES, out["pinned_lanes_gbps"], out["registered_lanes_gbps"]))
     print("blocked per save %.3f ms with a %.1f ms step: %.4f of the snapshot"
           % (blocked_s * 1e3, step_s * 1e3, out["blocked_vs_snapshot"]))
     print("restore %.1f ms vs pinned host-to-device copy %.1f ms: %.3f (bit-exact: %s)"

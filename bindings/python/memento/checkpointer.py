@@ -7,6 +7,7 @@ import weakref
 import torch
 
 from . import _compat, _logs, _memento, dcp, launch_events, optim, placement, stateful
+from ._entry_cache import EntryCache
 from ._logs import flush_logs as _flush_logs
 from ._memento import FailedPreconditionError, InvalidArgumentError, MementoError  # noqa: F401
 from .report import RestoreReport
@@ -87,6 +88,8 @@ class Checkpointer:
         self._counts = {"model": 0, "optimizer": 0, "lr_scheduler": 0, "stateful": 0}
         self._placer = placement.Placer()
         self._dtensor_slots = []  # DTensorSlots of the last _entries(), in its order
+        self._cache = EntryCache()  # the last entry list, while the same tensors walk to it
+        self._set = None            # the entry list the engine holds (set_tensors)
         # remote_format="dcp": the values and paths the runtime's DCP writer needs.
         self._dcp = dcp.Records() if self._impl.remote_format == "dcp" else None
         _OPEN.add(self)
@@ -114,6 +117,7 @@ class Checkpointer:
         # A registration that fails leaves what was registered before as it was.
         saved = (list(self._sources), dict(self._shards), list(self._extras),
                  dict(self._statefuls), set(self._prefixes), dict(self._counts))
+        self._cache.clear()
         try:
             self._register(objects, extra, replicated, shards, global_shape, offsets, named)
             # Refuses, by name, what cannot be placed (a Partial DTensor, ...); shards= may
@@ -228,6 +232,26 @@ class Checkpointer:
                 for kind, prefix, obj, _, _ in self._sources if kind == "module"}
 
     def _entries(self, states=None, unknown_shards_ok=False):
+        """_build_entries(), or the list it built last while the registered sources walk to
+        the same tensors, in the same places (memento._entry_cache)."""
+        if states is None:
+            states = self._module_states()
+        entries, walk = self._cache.lookup(self._sources, states)
+        if entries is not None:
+            self._dtensor_slots = self._cache.slots
+            return entries
+        entries = self._build_entries(states, unknown_shards_ok)
+        if not unknown_shards_ok:  # register()'s check: shards= may name later entries
+            self._cache.store(self._sources, states, walk, entries, self._dtensor_slots)
+        return entries
+
+    def _set_tensors(self, entries):
+        """Hands the engine `entries` unless it holds that very list already."""
+        if entries is not self._set:
+            self._impl.set_tensors(entries)
+            self._set = entries
+
+    def _build_entries(self, states, unknown_shards_ok):
         """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.
 
         In registration order. A tensor registered under several names (tied weights, views
@@ -237,8 +261,6 @@ class Checkpointer:
         running statistics): save() copies it before it returns instead of snapshotting it in
         place behind training.
         """
-        if states is None:
-            states = self._module_states()
         out = []
         by_param = {}  # id(parameter) -> shard spec, for its optimizer state
         used = set()
@@ -387,7 +409,7 @@ class Checkpointer:
             if self._impl.would_save(int(step)):
                 states = self._module_states()
                 entries = self._entries(states)
-                self._impl.set_tensors(entries)
+                self._set_tensors(entries)
                 extra = self._extra_state(states)
                 self._impl.set_user_state(pickle.dumps(extra, protocol=4))
                 if self._dcp is not None:
@@ -422,7 +444,7 @@ class Checkpointer:
         them (the training loop does, before optimizer.step()).
         """
         try:
-            self._impl.set_tensors(self._entries())
+            self._set_tensors(self._entries())
             report = self._impl.restore()
             if report is None:
                 return self._restore_from_dcp(from_dcp, step)

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fingerprint.h"
 #include "memento/runtime/config.h"
 #include "memento/runtime/log.h"
 #include "memento/torch/launcher.h"
@@ -531,4 +532,5 @@ PYBIND11_MODULE(_memento, m) {
   m.def("config_variables", [] { return memento::runtime::Config::VariableNames(); });
   m.def("detect_launcher", [] { return std::string(LauncherName(DetectLauncher())); });
   BindCheckpointer(m);
+  BindFingerprint(m);
 }

@@ -1,0 +1,189 @@
+"""save() reuses the entry list of the last save while the registered objects walk to the
+same tensors, and builds it anew when any of them changed (memento._entry_cache)."""
+import pytest
+import torch
+
+import memento
+from memento import _memento
+
+
+class CountingImpl:
+    """The engine's binding, counting the entry lists handed to it."""
+
+    def __init__(self, impl):
+        self._impl = impl
+        self.set_calls = 0
+
+    def set_tensors(self, entries):
+        self.set_calls += 1
+        return self._impl.set_tensors(entries)
+
+    def __getattr__(self, name):
+        return getattr(self._impl, name)
+
+
+def model_and_adam():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8),
+                                torch.nn.Linear(8, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    return model, opt
+
+
+def step(model, opt, ck):
+    model(torch.randn(4, 6)).pow(2).mean().backward()
+    ck.wait_snapshot()
+    opt.step()
+    opt.zero_grad()
+
+
+def test_saves_of_the_same_tensors_build_the_entries_once_and_restore_bit_exact(job):
+    model, opt = model_and_adam()
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        ck._impl = counting = CountingImpl(ck._impl)
+        for s in range(1, 6):
+            step(model, opt, ck)
+            ck.save(s)
+        ck.wait()
+        assert ck._cache.hits == 4
+        assert counting.set_calls == 1
+        expect = {k: v.clone() for k, v in model.state_dict().items()}
+        expect_m = opt.state[model[0].weight]["exp_avg"].clone()
+        for t in list(model.state_dict().values()) + [opt.state[model[0].weight]["exp_avg"]]:
+            t.detach().fill_(7)
+        assert ck.restore() == 5
+        assert counting.set_calls == 1  # restore() hands over the same list: not again
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, expect[k]), k
+        assert torch.equal(opt.state[model[0].weight]["exp_avg"], expect_m)
+
+
+def replace_storage(model, opt, named):
+    model[0].weight.data = torch.full((8, 6), 3.0)
+
+
+def replace_parameter(model, opt, named):
+    model[2].weight = torch.nn.Parameter(torch.full((3, 8), 3.0))
+    opt.param_groups[0]["params"][4] = model[2].weight
+    opt.state[model[2].weight] = {}
+
+
+def shrink_in_place(model, opt, named):
+    named.resize_(5)  # the same storage, a shorter tensor
+    named.fill_(3.0)
+
+
+def replace_buffer(model, opt, named):
+    model[1].running_mean = torch.full((8,), 3.0)
+
+
+def add_param_group(model, opt, named):
+    extra = torch.nn.Parameter(torch.full((2,), 3.0))
+    opt.add_param_group({"params": [extra]})
+    opt.state[extra] = {"exp_avg": torch.full((2,), 3.0)}
+    named.extra = extra  # kept alive beside the optimizer
+
+
+@pytest.mark.parametrize("change", [replace_storage, replace_parameter, shrink_in_place,
+                                    replace_buffer, add_param_group])
+def test_a_changed_tensor_builds_the_entries_again(job, change):
+    """Each change must reach the engine: with the old list, the next save would copy the
+    tensors registered before the change (or the old shape of the same storage)."""
+    model, opt = model_and_adam()
+    named = torch.arange(12, dtype=torch.float32)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        ck.register("counter", named)
+        ck._impl = counting = CountingImpl(ck._impl)
+        step(model, opt, ck)
+        ck.save(1)
+        ck.save(2)
+        ck.wait()
+        assert counting.set_calls == 1
+        change(model, opt, named)
+        ck.save(3)
+        ck.wait()
+        assert counting.set_calls == 2, "the change was not seen"
+        current = {id(t) for t in list(model.state_dict(keep_vars=True).values()) + [named]}
+        stored = dict((name, t) for name, t, _ in ck.tensors())
+        assert tuple(stored["counter"].shape) == tuple(named.shape)
+        # Every entry views the tensor registered now: its storage and shape.
+        for name, t, _ in ck.tensors():
+            if name.startswith("model.") or name == "counter":
+                owner = named if name == "counter" else \
+                    model.state_dict(keep_vars=True)[name[len("model."):]]
+                assert id(owner) in current
+                assert t.data_ptr() == owner.data_ptr() and t.shape == owner.shape, name
+        threes = [t for name, t, _ in ck.tensors() if torch.all(t == 3.0) and t.numel() > 1]
+        assert threes, "no entry holds the new tensor"
+        for t in threes:
+            t.zero_()
+        assert ck.restore() == 3
+        assert all(torch.all(t == 3.0) for t in threes)
+
+
+def test_a_new_optimizer_state_key_builds_the_entries_again(job):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    # An SGD with dampening makes its momentum buffers at the first step, not at register().
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.5)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        ck.save(1)
+        ck.wait()
+        assert "optimizer.state.0.momentum_buffer" not in ck.entry_names()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        ck.save(2)
+        ck.wait()
+        assert "optimizer.state.0.momentum_buffer" in ck.entry_names()
+
+
+def test_register_forgets_the_entries():
+    model, opt = model_and_adam()
+    ck = memento.Checkpointer(launcher="single", scheme="none")
+    try:
+        ck.register(model)
+        assert len(ck.tensors()) == len(ck.tensors())
+        ck.register(opt)
+        assert any(name.startswith("optimizer.") for name, _, _ in ck.tensors())
+    finally:
+        ck.close()
+
+
+def fingerprint(*objects):
+    return _memento.tensor_fingerprint(list(objects))
+
+
+def test_the_fingerprint_changes_with_every_place_of_a_tensor_and_nothing_else():
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    other = torch.zeros(3)
+    same = fingerprint(base, other, 1.5, "x")
+    assert same == fingerprint(base, other, 1.5, "x")
+    # Values that are not tensors count by type: a float step counter changes every step.
+    assert same == fingerprint(base, other, 2.5, "y")
+    assert same != fingerprint(base, other, 2, "x")
+    assert same != fingerprint(other, base, 1.5, "x")
+    assert same != fingerprint(base.clone(), other, 1.5, "x")  # another object
+    base.add_(1)  # values do not count
+    assert same == fingerprint(base, other, 1.5, "x")
+
+    def changed(mutate):
+        t = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+        before = fingerprint(t)
+        mutate(t)
+        return before != fingerprint(t)
+
+    assert changed(lambda t: t.t_())                                    # shape and strides
+    assert changed(lambda t: t.as_strided_((4, 6), (1, 4)))             # strides alone
+    assert changed(lambda t: t.set_(t.untyped_storage(), 6, (3, 6), (6, 1)))  # shape, offset
+    assert changed(lambda t: t.resize_(20))                             # the same storage
+    assert changed(lambda t: t.set_(torch.zeros(4, 6)))                 # another storage
+    assert changed(lambda t: setattr(t, "data", t.data.double()))       # dtype
+    assert changed(lambda t: t.as_strided_((4, 6), (6, 1), 0)) is False  # nothing changed
+    whole = torch.arange(24, dtype=torch.float32)
+    rows = whole[:18].view(3, 6)
+    before = fingerprint(rows)
+    rows.set_(whole.untyped_storage(), 6, (3, 6), (6, 1))  # the offset alone
+    assert before != fingerprint(rows)

@@ -102,8 +102,8 @@ Status SnapshotPipeline::WaitReleased() {
   }
   done_cv_.wait(lock, [this] { return !running_ || (host_pending_ == 0 && device_queued_); });
   if (!running_) return error_;
-  // Every device copy is queued, each device's on one stream, in order: the
-  // last of each landed means all did.
+  // Every device copy is queued, each device's round-robin on its lanes, each
+  // lane in order: the last copy of every lane landed means all did.
   lock.unlock();
   Status landed = batch_.WaitAll();
   lock.lock();

@@ -21,42 +21,40 @@ from . import _compat, _memento, optim
 
 
 class EntryCache:
-    """One entry list and what it was built from."""
+    """One entry list and what it was built from, replaced as one tuple: a getter on
+    another thread (ck.tensors() from a watchdog) never pairs one build's fingerprint
+    with another's entries."""
 
     def __init__(self):
-        self._keys = None
-        self._fingerprint = None
-        self._objects = None  # the walk: keeps its tensors (and their addresses) alive
-        self._dtensors = False
-        self.entries = None
-        self.slots = None     # the DTensorSlots of `entries`
+        # (keys, fingerprint, walked objects, walked past DTensors, entries, DTensorSlots)
+        self._last = None
         self.hits = 0
 
     def clear(self):
         """Forgets the list (hits go on counting)."""
-        hits = self.hits
-        self.__init__()
-        self.hits = hits
+        self._last = None
 
     def lookup(self, sources, states):
-        """(the entries built last if `sources` still walk to the same tensors, else None;
-        the walk, for store() after a new build)."""
-        walk = self._walk(sources, states, self._dtensors)
-        if (self.entries is not None and walk[0] == self._keys and
-                _memento.tensor_fingerprint(walk[1]) == self._fingerprint):
+        """(entries, DTensorSlots) built last if `sources` still walk to the same tensors,
+        else (None, None); and the walk, for store() after a new build."""
+        last = self._last
+        walk = self._walk(sources, states, last is not None and last[3])
+        if (last is not None and walk[0] == last[0] and
+                _memento.tensor_fingerprint(walk[1]) == last[1]):
             self.hits += 1
-            return self.entries, walk
-        return None, walk
+            return last[4], last[5], walk
+        return None, None, walk
 
     def store(self, sources, states, walk, entries, slots):
         """Keeps `entries` (built from what `walk` found) for the next lookup."""
         dtensors = bool(slots)
-        if dtensors != self._dtensors:  # a walk past DTensors also takes their local tensors
-            walk = self._walk(sources, states, dtensors)
-        self._keys, self._objects = walk
-        self._fingerprint = _memento.tensor_fingerprint(self._objects)
-        self._dtensors = dtensors
-        self.entries, self.slots = entries, slots
+        last = self._last
+        if dtensors != (last is not None and last[3]):
+            walk = self._walk(sources, states, dtensors)  # past DTensors: their local tensors
+        keys, objects = walk
+        # The objects stay referenced: the tensors, and so their addresses, stay theirs.
+        self._last = (keys, _memento.tensor_fingerprint(objects), objects, dtensors, entries,
+                      slots)
 
     @staticmethod
     def _walk(sources, states, dtensors):

@@ -236,9 +236,9 @@ class Checkpointer:
         the same tensors, in the same places (memento._entry_cache)."""
         if states is None:
             states = self._module_states()
-        entries, walk = self._cache.lookup(self._sources, states)
+        entries, slots, walk = self._cache.lookup(self._sources, states)
         if entries is not None:
-            self._dtensor_slots = self._cache.slots
+            self._dtensor_slots = slots
             return entries
         entries = self._build_entries(states, unknown_shards_ok)
         if not unknown_shards_ok:  # register()'s check: shards= may name later entries

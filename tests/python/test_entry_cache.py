@@ -187,3 +187,34 @@ def test_the_fingerprint_changes_with_every_place_of_a_tensor_and_nothing_else()
     before = fingerprint(rows)
     rows.set_(whole.untyped_storage(), 6, (3, 6), (6, 1))  # the offset alone
     assert before != fingerprint(rows)
+
+
+def test_a_dtensor_whose_local_tensor_is_replaced_builds_the_entries_again(job, tmp_path):
+    """A DTensor keeps its object while its local tensor is swapped (as FSDP2 may do when it
+    resets its sharded parameters): the walk takes each DTensor's local tensor too."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    dist.init_process_group("gloo", init_method="file://%s" % (tmp_path / "pg"), rank=0,
+                            world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        w = distribute_tensor(torch.arange(8, dtype=torch.float32), mesh, [Shard(0)])
+        with memento.Checkpointer(job=job, launcher="single") as ck:
+            ck.register("w", w)
+            ck._impl = counting = CountingImpl(ck._impl)
+            ck.save(1)
+            ck.save(2)
+            ck.wait()
+            assert counting.set_calls == 1 and ck._cache.hits >= 1
+            w._local_tensor = torch.full((8,), 3.0)
+            ck.save(3)
+            ck.wait()
+            assert counting.set_calls == 2, "the new local tensor was not seen"
+            (name, stored, _), = ck.tensors()
+            assert stored.data_ptr() == w._local_tensor.data_ptr()
+            w._local_tensor.zero_()
+            assert ck.restore() == 3
+            assert torch.all(w._local_tensor == 3.0)
+    finally:
+        dist.destroy_process_group()

@@ -89,7 +89,7 @@ class Checkpointer:
         self._placer = placement.Placer()
         self._dtensor_slots = []  # DTensorSlots of the last _entries(), in its order
         self._cache = EntryCache()  # the last entry list, while the same tensors walk to it
-        self._set = None            # the entry list the engine holds (set_tensors)
+        self._set = None            # (engine, the entry list it holds: set_tensors)
         # remote_format="dcp": the values and paths the runtime's DCP writer needs.
         self._dcp = dcp.Records() if self._impl.remote_format == "dcp" else None
         _OPEN.add(self)
@@ -247,9 +247,9 @@ class Checkpointer:
 
     def _set_tensors(self, entries):
         """Hands the engine `entries` unless it holds that very list already."""
-        if entries is not self._set:
+        if self._set is None or self._set[0] is not self._impl or self._set[1] is not entries:
             self._impl.set_tensors(entries)
-            self._set = entries
+            self._set = (self._impl, entries)
 
     def _build_entries(self, states, unknown_shards_ok):
         """[(name, tensor, replicated, global_shape, offsets, copy_at_save)] as registered now.

@@ -31,6 +31,10 @@ def read_kv(path):
     return out
 
 
+def gbps(v):
+    return "%.2f GB/s" % v if v else "not measured"
+
+
 def read_json(path):
     try:
         with open(path) as f:
@@ -72,6 +76,10 @@ def bench_section(b, title):
         "pages while the store was up: %s MiB."
         % ("%.1f ms (%.2f GB/s)" % (b["registered_copy_s"] * 1e3, b["registered_gbps"])
            if b.get("registered_copy_s") else "not measured", b.get("shmem_huge_mib", "?")),
+        "", "The same copies round-robin over %s streams, as the engine queues them: into "
+        "pinned host tensors %s, into the registered mapping %s."
+        % (b.get("lanes", "?"), gbps(b.get("pinned_lanes_gbps")),
+           gbps(b.get("registered_lanes_gbps"))),
         "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
     for key, what, target, higher in TARGETS:
         v = b.get(key)

@@ -62,6 +62,11 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
     assert "| snapshot speed / torch copy into pinned host tensors | %s |" % (
         bench["snapshot_speed_vs_pinned"]) in report
     assert ("No GPU was visible" in report) == (not gpu)
+    # The copies on the engine's lanes: measured on a GPU, named as missing without one.
+    lanes = [line for line in report.splitlines() if "round-robin over 4 streams" in line]
+    assert lanes, report
+    missing = "pinned host tensors not measured"
+    assert all((missing in line) == (not gpu) for line in lanes), lanes
 
 
 def test_a_python_without_torch_is_named_and_stops_the_run(tmp_path):

@@ -79,10 +79,11 @@ class EntryCache:
                         keys.append(())
         dtensor = _compat.dtensor_class() if dtensors else None
         if dtensor is not None:
-            local = []
+            more = []
             for t in objects:
                 if isinstance(t, dtensor):
-                    local.append(_compat.local_tensor(t))
-                    keys.append(id(getattr(t, "_spec", None)))
-            objects.extend(local)
+                    spec = getattr(t, "_spec", None)
+                    keys.append(id(spec))
+                    more += [_compat.local_tensor(t), spec]  # the spec held: its id stays its
+            objects.extend(more)
         return keys, objects

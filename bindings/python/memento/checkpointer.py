@@ -127,6 +127,9 @@ class Checkpointer:
             (self._sources, self._shards, self._extras, self._statefuls, self._prefixes,
              self._counts) = saved
             raise
+        finally:
+            # Also after: a save() on another thread may have built a list meanwhile.
+            self._cache.clear()
         return self
 
     def _register(self, objects, extra, replicated, shards, global_shape, offsets, named):

@@ -123,6 +123,19 @@ def test_a_changed_tensor_builds_the_entries_again(job, change):
         assert all(torch.all(t == 3.0) for t in threes)
 
 
+def test_close_lets_go_of_the_tensors_the_list_walked(job):
+    import weakref
+    model = torch.nn.Linear(4, 8)
+    ck = memento.Checkpointer(job=job)
+    ck.register(model)
+    ck.save(1)
+    old = weakref.ref(model.weight)
+    model.weight = torch.nn.Parameter(torch.zeros(8, 4))  # the walk still holds the old one
+    assert old() is not None
+    ck.close()
+    assert old() is None
+
+
 def test_register_forgets_the_entries(job):
     """A later register() may change what the same tensors are stored as (here a shard
     spec for an entry already registered): the next save must not reuse the old list."""

@@ -549,6 +549,8 @@ class Checkpointer:
             if failure is not None:
                 raise failure
         finally:
+            # The reused entry list holds the tensors it walked: not beyond the run.
+            self._cache.clear()
             _flush_logs()
 
     def _report_done(self):

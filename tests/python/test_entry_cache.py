@@ -149,7 +149,16 @@ def test_register_forgets_the_entries(job):
 
 
 def fingerprint(*objects):
-    return _memento.tensor_fingerprint(list(objects))
+    """The bytes, after checking that the allocation-free comparison agrees with them."""
+    out = _memento.tensor_fingerprint(list(objects))
+    assert _memento.tensor_fingerprint_matches(list(objects), out)
+    assert not _memento.tensor_fingerprint_matches(list(objects), out + out[:8])
+    assert not _memento.tensor_fingerprint_matches(list(objects) + [1.0], out)
+    if out:
+        assert not _memento.tensor_fingerprint_matches(list(objects), out[:-8])
+        assert not _memento.tensor_fingerprint_matches(list(objects),
+                                                       out[:-1] + bytes([out[-1] ^ 1]))
+    return out
 
 
 def test_the_fingerprint_changes_with_every_place_of_a_tensor_and_nothing_else():
@@ -163,6 +172,8 @@ def test_the_fingerprint_changes_with_every_place_of_a_tensor_and_nothing_else()
     assert same != fingerprint(other, base, 1.5, "x")
     assert same != fingerprint(base.clone(), other, 1.5, "x")  # another object
     base.add_(1)  # values do not count
+    deep = torch.zeros([1] * 20)  # a record longer than the comparison's inline room
+    assert fingerprint(deep) != fingerprint(deep.view([1] * 19))
     assert same == fingerprint(base, other, 1.5, "x")
 
     def changed(mutate):

@@ -10,9 +10,10 @@ the same objects as the last one reuses its list instead. What it compares:
 - every tensor met on the way (module states, optimizer parameters and their state,
   tensors registered by name, a DTensor's local tensor): the same object, with the
   same storage, offset, dtype, device, shape and strides (_memento.tensor_fingerprint,
-  one pass in C++), so a parameter replaced, `p.data = ...`, a resize or a move is a
-  new list; a DTensor also keeps its spec object (its placements and mesh). Values that
-  are not tensors (a float `step`, a module's extra state) count by their type only.
+  one pass in C++; a save compares without building it), so a parameter replaced,
+  `p.data = ...`, a resize or a move is a new list; a DTensor also keeps its spec
+  object (its placements and mesh). Values that are not tensors (a float `step`, a
+  module's extra state) count by their type only.
 
 What the walk holds keeps those objects alive until the next build, so no other
 tensor can take one's place at the same address. register() forgets the list.
@@ -40,7 +41,7 @@ class EntryCache:
         last = self._last
         walk = self._walk(sources, states, last is not None and last[3])
         if (last is not None and walk[0] == last[0] and
-                _memento.tensor_fingerprint(walk[1]) == last[1]):
+                _memento.tensor_fingerprint_matches(walk[1], last[1])):
             self.hits += 1
             return last[4], last[5], walk
         return None, None, walk

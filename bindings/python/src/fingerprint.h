@@ -13,6 +13,10 @@ namespace py = pybind11;
 // the same tensors in the same places.
 py::bytes TensorFingerprint(const py::sequence& objects);
 
+// TensorFingerprint(objects) == fingerprint, without building the bytes: each
+// object's record is compared as it is read (the check of every save).
+bool TensorFingerprintMatches(const py::sequence& objects, const py::bytes& fingerprint);
+
 void BindFingerprint(py::module_& m);
 
 }  // namespace memento::torch_adapter

@@ -549,8 +549,9 @@ class Checkpointer:
             if failure is not None:
                 raise failure
         finally:
-            # The reused entry list holds the tensors it walked: not beyond the run.
+            # The entry list and the tensors it walked are not held beyond the run.
             self._cache.clear()
+            self._set = None
             _flush_logs()
 
     def _report_done(self):

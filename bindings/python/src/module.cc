@@ -296,6 +296,9 @@ class PyCheckpointer {
       ck.reset();
       transport.reset();
     }
+    // The registered tensors are not held beyond the run (the GIL is held:
+    // a tensor made from a Python buffer releases it in its deleter).
+    tensors_->clear();
     return s;
   }
 

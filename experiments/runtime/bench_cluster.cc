@@ -365,7 +365,7 @@ class Bench {
     out->ranks_per_node = config_.ranks_per_node;
     out->nodes = size_ / config_.ranks_per_node;
     out->slots = config_.slots;
-    out->threads = config_.threads;
+    out->threads = config_.SnapshotThreads(/*device_state=*/false, 0, 0, 1);  // host buffers
     out->chunk = config_.chunk_bytes;
     out->cores = static_cast<int>(std::thread::hardware_concurrency());
     return Status::Ok();

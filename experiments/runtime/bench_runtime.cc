@@ -115,7 +115,7 @@ Result<Result1> RunOne(const Options& opt, uint64_t bytes, int index) {
   config.scheme = "none";
   config.persist_every = 0;
   config.remote_dir.clear();
-  r.threads = config.threads;
+  r.threads = config.SnapshotThreads(/*device_state=*/false, 0, 0, 1);  // host buffers
   r.chunk = config.chunk_bytes;
   auto group = InProcessGroup::Create(1);
   std::unique_ptr<Checkpointer> ck;

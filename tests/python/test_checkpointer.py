@@ -408,6 +408,20 @@ def test_logs_go_through_python_logging(job, caplog):
         ck.wait()
     messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
     assert any("node store" in m for m in messages), messages
+    assert "snapshot: 2 worker threads (auto, host buffers)" in messages, messages
+
+
+def test_a_set_thread_count_is_taken_as_given(job, caplog):
+    caplog.set_level(logging.INFO, logger="memento")
+    with memento.Checkpointer(job=job, log="info", threads=5) as ck:
+        assert "MEMENTO_THREADS=5" in ck.config
+        ck.register("t", torch.ones(2))
+        ck.save(1)
+        ck.wait()
+    messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
+    assert "snapshot: 5 worker threads (MEMENTO_THREADS, host buffers)" in messages, messages
+    with pytest.raises((ValueError, memento.MementoError), match="MEMENTO_THREADS"):
+        memento.Checkpointer(job=job + "x", threads="many")
 
 
 def test_optimizer_hook_waits_for_the_snapshot(job):

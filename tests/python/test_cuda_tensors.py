@@ -1,6 +1,9 @@
 """CUDA tensors through the Python package (one rank): every dtype and odd sizes,
 non-contiguous tensors, tensors written on a non-default stream. Each test is
 skipped, with the reason, where torch sees no GPU."""
+import logging
+import os
+
 import pytest
 import torch
 
@@ -65,6 +68,33 @@ def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job):
     for k, t in tensors.items():
         assert t.is_cuda
         assert torch.equal(raw(t), expect[k]), k
+
+
+def test_device_tensors_get_more_snapshot_threads_and_big_ones_restore_in_pieces(job, caplog):
+    # Auto: half this rank's CPUs, 2..8 (Config::SnapshotThreads); one rank here.
+    caplog.set_level(logging.INFO, logger="memento")
+    torch.cuda.set_device(0)
+    cpus = len(os.sched_getaffinity(0))
+    expect = max(2, min(8, cpus // 2))
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    # Over 16 MiB: the restore queues it in several copies on several streams.
+    tensors = {"big": random_tensor((20 << 20) + 3, torch.float32, gen),
+               "small": random_tensor(5, torch.bfloat16, gen)}
+    expect_bytes = {k: raw(t) for k, t in tensors.items()}
+    with memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0,
+                              log="info") as ck:
+        ck.register(**tensors)
+        ck.save(1)
+        ck.wait()
+        for t in tensors.values():
+            overwrite(t)
+        assert int(ck.restore()) == 1
+    torch.cuda.synchronize()
+    for k, t in tensors.items():
+        assert torch.equal(raw(t), expect_bytes[k]), k
+    messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
+    line = "snapshot: %d worker threads (auto, device buffers)" % expect
+    assert line in messages, messages
 
 
 def test_non_contiguous_tensors_restore_bit_exact(job):

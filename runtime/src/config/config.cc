@@ -333,7 +333,9 @@ Status Config::Validate() const {
   if (chunk_bytes < (4u << 10) || chunk_bytes > (1ull << 30)) {
     return Bad(kChunkBytes, std::to_string(chunk_bytes), "4K..1G (bytes, K/M/G suffix)");
   }
-  if (threads < 1 || threads > 64) return Bad(kThreads, std::to_string(threads), "1..64");
+  if (threads < 0 || threads > 64) {
+    return Bad(kThreads, std::to_string(threads), "0 (auto) or 1..64");
+  }
   if (!(timeout_s >= 0.001 && timeout_s <= 86400)) {
     return Bad(kTimeout, std::to_string(timeout_s), kTimeoutForms);
   }
@@ -413,9 +415,13 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
       if (!v.ok()) return Bad(var, value, "4K..1G: bytes with optional K, M or G suffix");
       c.chunk_bytes = *v;
     } else if (var == kThreads) {
-      Result<long long> v = ParseInt(var, value, 1, 64, "an integer 1..64");
-      if (!v.ok()) return v.status();
-      c.threads = static_cast<int>(*v);
+      if (value == "auto") {
+        c.threads = 0;
+      } else {
+        Result<long long> v = ParseInt(var, value, 1, 64, "auto or an integer 1..64");
+        if (!v.ok()) return v.status();
+        c.threads = static_cast<int>(*v);
+      }
     } else if (var == kTimeout) {
       Result<double> v = ParseSeconds(var, value);
       if (!v.ok()) return v.status();
@@ -529,17 +535,26 @@ std::string Config::ToString() const {
   os << kJob << "=" << job << " " << kNode << "=" << node << " " << kRanksPerNode << "="
      << ranks_per_node << " " << kScheme << "=" << scheme << " " << kSlots << "=" << slots << " "
      << kRemote << "=" << remote_dir << " " << kRemoteFormat << "=" << remote_format << " "
-     << kTransportDevice << "=" << device_transport << " "
-     << kPersistEvery << "=" << persist_every << " "
-     << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level) << " "
-     << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "=" << threads << " " << kTimeout
-     << "=" << timeout_s << " " << kStale << "="
+     << kTransportDevice << "=" << device_transport << " " << kPersistEvery << "=" << persist_every
+     << " " << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level)
+     << " " << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "="
+     << (threads == 0 ? std::string("auto") : std::to_string(threads)) << " " << kTimeout << "="
+     << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
      << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "="
      << (elastic ? 1 : 0) << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0)
      << " " << kShmDir << "=" << (shm_dir.empty() ? "/dev/shm" : shm_dir) << " " << kResumeFinished
      << "=" << (resume_finished ? 1 : 0) << " " << kKeepFinished << "=" << (keep_finished ? 1 : 0);
   return os.str();
+}
+
+int Config::SnapshotThreads(bool device_state, int cpus, int machine_cpus,
+                            int ranks_on_node) const {
+  if (threads > 0) return threads;
+  if (!device_state) return 2;
+  cpus = std::max(1, cpus);
+  const int share = cpus < machine_cpus ? cpus : cpus / std::max(1, ranks_on_node);
+  return std::clamp(share / 2, 2, 8);
 }
 
 }  // namespace memento::runtime

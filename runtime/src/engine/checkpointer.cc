@@ -1,5 +1,8 @@
 #include "memento/runtime/checkpointer.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,16 @@ namespace memento::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The CPUs online, and those this process may run on (its affinity mask).
+int OnlineCpus() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+int AffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return OnlineCpus();
+  return std::max(1, CPU_COUNT(&set));
+}
 
 }  // namespace
 
@@ -261,7 +274,12 @@ void Checkpointer::Impl::BuildStages() {
   }
   stages.insert(stages.end(), extra_stages_.begin(), extra_stages_.end());
   const StageHook hook = Hook();
-  pipeline_ = std::make_unique<SnapshotPipeline>(config_.threads, std::move(stages), hook);
+  const int threads =
+      config_.SnapshotThreads(any_device_, AffinityCpus(), OnlineCpus(), protection_->lanes());
+  Log(LogLevel::kInfo, "snapshot: " + std::to_string(threads) + " worker threads (" +
+                           (config_.threads > 0 ? "MEMENTO_THREADS" : "auto") + ", " +
+                           (any_device_ ? "device" : "host") + " buffers)");
+  pipeline_ = std::make_unique<SnapshotPipeline>(threads, std::move(stages), hook);
   if (remote_) {
     std::vector<std::string> names;
     std::vector<EntryLayout> layouts;

@@ -119,6 +119,9 @@ namespace {
 // this size, spread over up to kRestoreThreads threads: one core hashes a few
 // GB/s out of memory, under what a node's memory or a GPU's copy engine moves.
 constexpr uint64_t kRestorePiece = 4 << 20;
+// A device entry is queued in copies of at most this size, spread over the
+// side streams.
+constexpr uint64_t kDeviceRestorePiece = 16 << 20;
 constexpr unsigned kRestoreThreads = 8;
 
 // Runs f(0) .. f(n - 1) on up to kRestoreThreads threads (the caller's
@@ -160,16 +163,21 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
     }
     views.push_back(view);
   }
-  // Device buffers: every entry queued whole, in order, on this thread's side
-  // streams, so that the copy engines move them back to back while the host
+  // Device buffers: every entry queued at once, in pieces round-robin over
+  // this thread's side streams (as the snapshot's copies are), so that the
+  // copy engines move them back to back, several in flight, while the host
   // hashes the slot.
   Status queued;
   std::vector<int> gpus;
+  size_t lane = 0;
   for (size_t i = 0; i < entries_->size() && queued.ok(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     if (!e.device() || e.data == views[i].data) continue;
-    queued = QueueDeviceBytes(e.data, views[i].data, e.bytes, e.gpu);
     if (std::find(gpus.begin(), gpus.end(), e.gpu) == gpus.end()) gpus.push_back(e.gpu);
+    for (uint64_t at = 0; at < e.bytes && queued.ok(); at += kDeviceRestorePiece) {
+      queued = QueueDeviceBytes(e.data + at, views[i].data + at,
+                                std::min(kDeviceRestorePiece, e.bytes - at), e.gpu, lane++);
+    }
   }
   // Host buffers are copied and hashed in one pass (streaming stores); the
   // device entries' bytes are hashed where they lie in the slot.

@@ -132,12 +132,15 @@ class DeviceCopyBatch {
 };
 
 // Queues a copy of `bytes` from `src` to `dst` (one of them memory of device
-// `gpu`) on the calling thread's side stream of `gpu` and returns at once;
-// `src` must stay unchanged and `dst` unread until WaitQueuedCopies(gpu)
-// returns. Copies of one thread to one device run in the order queued.
-Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu);
+// `gpu`) on the calling thread's side stream `lane` (modulo
+// DeviceCopyBatch::kLanes) of `gpu` and returns at once; `src` must stay
+// unchanged and `dst` unread until WaitQueuedCopies(gpu) returns. Copies of
+// one thread to one device and lane run in the order queued; copies on
+// different lanes may run at the same time.
+Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu, size_t lane = 0);
 
-// Returns when every copy the calling thread queued for device `gpu` is done.
+// Returns when every copy the calling thread queued for device `gpu`, on any
+// lane, is done.
 Status WaitQueuedCopies(int gpu);
 
 }  // namespace memento::runtime

@@ -33,9 +33,13 @@ struct ThreadStream {
 
 // Of the calling thread's device (OnDevice made it `gpu`); `lane` picks one
 // of the thread's several streams on it (DeviceCopyBatch).
-Result<cudaStream_t> SideStream(int gpu, int lane = 0) {
+std::map<std::pair<int, int>, ThreadStream>& ThreadStreams() {
   thread_local std::map<std::pair<int, int>, ThreadStream> streams;
-  ThreadStream& ts = streams[{gpu, lane}];
+  return streams;
+}
+
+Result<cudaStream_t> SideStream(int gpu, int lane = 0) {
+  ThreadStream& ts = ThreadStreams()[{gpu, lane}];
   if (ts.stream == nullptr) {
     cudaError_t err = cudaStreamCreateWithFlags(&ts.stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
@@ -255,12 +259,13 @@ Status DeviceCopyBatch::WaitAll() const {
   return status;
 }
 
-Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu) {
+Status QueueDeviceBytes(void* dst, const void* src, size_t bytes, int gpu, size_t lane) {
   if (bytes == 0) return Status::Ok();
   if (gpu < 0) return Status::InvalidArgument("QueueDeviceBytes: no device given");
   OnDevice on(gpu);
   MEMENTO_RETURN_IF_ERROR(on.status());
-  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
+  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream,
+                           SideStream(gpu, static_cast<int>(lane % DeviceCopyBatch::kLanes)));
   return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream),
                     "cudaMemcpyAsync");
 }
@@ -269,8 +274,13 @@ Status WaitQueuedCopies(int gpu) {
   if (gpu < 0) return Status::InvalidArgument("WaitQueuedCopies: no device given");
   OnDevice on(gpu);
   MEMENTO_RETURN_IF_ERROR(on.status());
-  MEMENTO_ASSIGN_OR_RETURN(cudaStream_t stream, SideStream(gpu));
-  return CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  Status status;
+  for (auto& [key, ts] : ThreadStreams()) {
+    if (key.first != gpu || ts.stream == nullptr) continue;
+    Status s = CudaStatus(cudaStreamSynchronize(ts.stream), "cudaStreamSynchronize");
+    if (!s.ok() && status.ok()) status = s;
+  }
+  return status;
 }
 
 }  // namespace memento::runtime

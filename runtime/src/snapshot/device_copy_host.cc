@@ -35,7 +35,7 @@ Status DeviceCopyBatch::Landed(size_t) const {
 
 Status DeviceCopyBatch::WaitAll() const { return Status::Ok(); }
 
-Status QueueDeviceBytes(void*, const void*, size_t, int) {
+Status QueueDeviceBytes(void*, const void*, size_t, int, size_t) {
   return Status::FailedPrecondition("device memory copy requested without CUDA");
 }
 

@@ -33,7 +33,7 @@ TEST(Config, DefaultsAreValid) {
   EXPECT_EQ(c->persist_every, 10);
   EXPECT_EQ(c->persist_keep, 2);
   EXPECT_EQ(c->chunk_bytes, 4u << 20);
-  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->threads, 0);  // auto
   EXPECT_EQ(c->log_level, LogLevel::kWarn);
   EXPECT_EQ(c->stale_policy, StalePolicy::kError);
   EXPECT_TRUE(c->remote_dir.empty());
@@ -145,6 +145,41 @@ TEST(Config, BadValuesNameTheVariable) {
     EXPECT_NE(c.status().message().find(var), std::string::npos) << c.status().ToString();
     EXPECT_NE(c.status().message().find("accepted"), std::string::npos) << c.status().ToString();
   }
+}
+
+// MEMENTO_THREADS: auto by default; auto sizes the snapshot workers by where
+// the buffers lie and the CPUs this rank may use; a number is taken as given.
+TEST(Config, SnapshotThreadsAuto) {
+  const Config def;
+  EXPECT_EQ(def.threads, 0) << "auto is the default";
+  EXPECT_NE(def.ToString().find("MEMENTO_THREADS=auto"), std::string::npos) << def.ToString();
+  auto parsed = Config::FromMap({{"MEMENTO_THREADS", "auto"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->threads, 0);
+  auto bad = Config::FromMap({{"MEMENTO_THREADS", "Auto"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto or an integer 1..64"), std::string::npos)
+      << bad.status().ToString();
+
+  // (device_state, cpus of this process, cpus online, ranks on the node)
+  EXPECT_EQ(def.SnapshotThreads(false, 64, 64, 1), 2) << "host buffers: two";
+  EXPECT_EQ(def.SnapshotThreads(true, 16, 16, 1), 8) << "one rank on 16 CPUs: half";
+  EXPECT_EQ(def.SnapshotThreads(true, 224, 224, 8), 8) << "at most eight";
+  EXPECT_EQ(def.SnapshotThreads(true, 64, 64, 8), 4) << "8 unbound ranks share 64 CPUs";
+  EXPECT_EQ(def.SnapshotThreads(true, 12, 96, 8), 6) << "a rank bound to 12 CPUs has them";
+  EXPECT_EQ(def.SnapshotThreads(true, 2, 2, 1), 2) << "at least two";
+  EXPECT_EQ(def.SnapshotThreads(true, 1, 96, 8), 2) << "bound to one CPU: still two";
+  EXPECT_EQ(def.SnapshotThreads(true, 0, 0, 0), 2) << "nothing known: two";
+
+  Config set;
+  set.threads = 3;
+  EXPECT_EQ(set.SnapshotThreads(true, 64, 64, 1), 3) << "a number is taken as given";
+  EXPECT_EQ(set.SnapshotThreads(false, 64, 64, 1), 3);
+  EXPECT_NE(set.ToString().find("MEMENTO_THREADS=3"), std::string::npos);
+  set.threads = -1;
+  EXPECT_FALSE(set.Validate().ok());
+  set.threads = 0;
+  EXPECT_TRUE(set.Validate().ok());
 }
 
 // The default saves at every Save call; auto needs the failure rate, and says so.

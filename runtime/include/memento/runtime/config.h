@@ -136,10 +136,10 @@ struct Config {
   // larger ones cut per-chunk overhead.
   uint64_t chunk_bytes = 4ull << 20;
 
-  // MEMENTO_THREADS. Background threads copying chunks into the slot.
-  // Default 2, range 1..64. More threads raise snapshot bandwidth until memory
-  // bandwidth saturates, and take cores from training.
-  int threads = 2;
+  // MEMENTO_THREADS. Background threads copying chunks into the slot: "auto"
+  // (0, the default; SnapshotThreads) or 1..64. More threads raise snapshot
+  // bandwidth until memory bandwidth saturates, and take cores from training.
+  int threads = 0;
 
   // MEMENTO_TIMEOUT_S. Seconds a collective or a peer transfer may take before
   // the peer is declared gone (Status Timeout). Default 300, range
@@ -243,6 +243,19 @@ struct Config {
 
   // "MEMENTO_JOB=memento MEMENTO_SLOTS=2 ..." for logs and reports.
   std::string ToString() const;
+
+  // The snapshot worker threads to run: `threads` when set. "auto" is 2 when
+  // every registered buffer is host memory. When some lie on a GPU it is half
+  // this rank's share of the CPUs, between 2 and 8: the copy engine moves a
+  // device chunk without the CPU, but every byte of it is then hashed
+  // (crc32c) on the host where it landed, one core hashes about 20 GB/s out
+  // of memory, and a GPU's host link moves about 50 GB/s; the other half of
+  // the share is left to the training's own threads. `cpus`: the CPUs this
+  // process may run on (affinity); `machine_cpus`: the CPUs online;
+  // `ranks_on_node`: the ranks sharing the node. A process bound to fewer
+  // CPUs than the machine has takes those as its share; an unbound one
+  // shares them all with its node's ranks.
+  int SnapshotThreads(bool device_state, int cpus, int machine_cpus, int ranks_on_node) const;
 
   // Names of all variables, in documentation order.
   static const std::vector<std::string>& VariableNames();

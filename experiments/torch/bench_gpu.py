@@ -3,7 +3,7 @@
 all measured in the same run (one process, one GPU).
 
     PYTHONPATH=build/python python experiments/torch/bench_gpu.py [--device cuda|cpu]
-        [--mib 1100] [--tensors 320] [--reps 5] [--json FILE]
+        [--mib 1100] [--tensors 320] [--reps 5] [--threads 2,4,8] [--json FILE]
 
 State: --tensors tensors on the device, about --mib MiB in all, sizes spread
 over two decades and rounded to odd element counts, fp32 and bf16 alternating.
@@ -20,7 +20,12 @@ over two decades and rounded to odd element counts, fp32 and bf16 alternating.
                 engine's share of a shortfall from the memory's);
   lanes         the pinned and the registered copies again, round-robin over 4
                 streams as the engine's copies are: whether more copies in
-                flight move more bytes into either memory;
+                flight move more bytes into either memory; and the copies back
+                from the registered mapping to the device, on one stream and on
+                4 (what the restore reads from);
+  threads       the snapshot again with MEMENTO_THREADS = each of --threads
+                (the snapshot workers hash every landed byte on the host):
+                whether the hashing or the copy bounds the snapshot;
   blocked       a training loop whose step (matmuls on the device) is longer
                 than the snapshot: the time save() and wait_snapshot() hold the
                 training thread per save, over the snapshot's duration
@@ -37,6 +42,7 @@ compare host copies and mean nothing for the targets).
 """
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -62,6 +68,16 @@ def make_state(count, total_bytes, device):
         dtype = torch.float32 if i % 2 == 0 else torch.bfloat16
         tensors.append(torch.randn(n, generator=gen, dtype=torch.float32).to(dtype).to(device))
     return tensors
+
+
+class Grab(logging.Handler):
+    """Keeps the engine's log lines (the snapshot's worker count among them)."""
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
 
 
 def median(xs):
@@ -150,22 +166,25 @@ def run(args):
     pinned_s = timer(to_host, args.reps)
     lanes = [torch.cuda.Stream() for _ in range(LANES)] if dev == "cuda" else []
 
-    def on_lanes(dst):
+    def on_lanes(host, to_device=False):
         """The same copies round-robin over LANES side streams, as the engine queues them."""
         def copy():
             current = torch.cuda.current_stream()
             for s in lanes:
                 s.wait_stream(current)
-            for i, (h, t) in enumerate(zip(dst, state)):
+            for i, (h, t) in enumerate(zip(host, state)):
                 with torch.cuda.stream(lanes[i % LANES]):
-                    h.copy_(t, non_blocking=True)
+                    if to_device:
+                        t.copy_(h, non_blocking=True)
+                    else:
+                        h.copy_(t, non_blocking=True)
             for s in lanes:
                 current.wait_stream(s)
         return copy
 
     pinned_lanes_s = timer(on_lanes(pinned), args.reps) if lanes else None
     h2d_s = timer(to_device, args.reps)
-    registered_s = registered_lanes_s = None
+    registered_s = registered_lanes_s = registered_h2d_s = registered_h2d_lanes_s = None
     if dev == "cuda":
         try:
             registered, keep = registered_buffers(state)
@@ -177,8 +196,13 @@ def run(args):
             def to_registered():
                 for h, t in zip(registered, state):
                     h.copy_(t, non_blocking=True)
+            def from_registered():
+                for h, t in zip(registered, state):
+                    t.copy_(h, non_blocking=True)
             registered_s = timer(to_registered, args.reps)
             registered_lanes_s = timer(on_lanes(registered), args.reps)
+            registered_h2d_s = timer(from_registered, args.reps)
+            registered_h2d_lanes_s = timer(on_lanes(registered, to_device=True), args.reps)
             torch.cuda.cudart().cudaHostUnregister(keep[1].data_ptr())
             del registered, keep
 
@@ -194,8 +218,13 @@ def run(args):
     out = {"device": dev, "tensors": len(state), "state_mib": round(nbytes / 2**20, 1),
            "gpu": torch.cuda.get_device_name(0) if dev == "cuda" else "",
            "torch": torch.__version__}
+    grab = Grab()
+    logger = logging.getLogger("memento")
+    logger.addHandler(grab)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     with memento.Checkpointer(job=job, launcher="single", scheme="none", slots=2,
-                              persist_every=0) as ck:
+                              persist_every=0, log="info") as ck:
         ck.register(**{"t%03d" % i: t for i, t in enumerate(state)})
         assert ck.restore() is None
         free_before = device_free(dev)
@@ -233,23 +262,44 @@ def run(args):
         ck.wait()
         blocked_s = median(blocked[1:])
 
-        # Restore after every tensor was overwritten.
+        # Restore after every tensor was overwritten (median of 3, each checked).
         timer.sync()
         to_host()  # the committed state, to check the restore against
         timer.sync()
         expect = [h.clone() for h in pinned]
-        for t in state:
-            t.view(-1).view(torch.uint8).bitwise_not_()
-        timer.sync()
-        t0 = time.perf_counter()
-        report = ck.restore()
-        timer.sync()
-        restore_s = time.perf_counter() - t0
+        restores, exact, report = [], True, None
+        for _ in range(3):
+            for t in state:
+                t.view(-1).view(torch.uint8).bitwise_not_()
+            timer.sync()
+            t0 = time.perf_counter()
+            report = ck.restore()
+            timer.sync()
+            restores.append(time.perf_counter() - t0)
+            exact = exact and all(torch.equal(t.cpu().view(torch.uint8), e.view(torch.uint8))
+                                  for t, e in zip(state, expect))
+        restore_s = median(restores)
         free_after = device_free(dev)
-        exact = all(torch.equal(t.cpu().view(torch.uint8), e.view(torch.uint8))
-                    for t, e in zip(state, expect))
         out.update({"restored_step": int(report) if report is not None else None,
                     "restore_bit_exact": exact})
+
+    logger.removeHandler(grab)
+    auto = [m for m in grab.lines if m.startswith("snapshot: ") and "worker threads" in m]
+    out["snapshot_threads"] = int(auto[0].split()[1]) if auto else None
+    by_threads = {}
+    for n in args.threads:
+        with memento.Checkpointer(job="%s-t%d" % (job, n), launcher="single", scheme="none",
+                                  slots=2, persist_every=0, threads=n) as ck:
+            ck.register(**{"t%03d" % i: t for i, t in enumerate(state)})
+            snaps = []
+            for step in range(args.reps + 1):
+                timer.sync()
+                t0 = time.perf_counter()
+                ck.save(step + 1)
+                ck.wait_snapshot()
+                snaps.append(time.perf_counter() - t0)
+                ck.wait()
+        by_threads[str(n)] = round(nbytes / median(snaps[1:]) / 1e9, 2)
     out.update({
         "snapshot_s": round(snap_s, 5), "save_call_s": round(median(saves[1:]), 5),
         "pinned_copy_s": round(pinned_s, 5), "h2d_copy_s": round(h2d_s, 5),
@@ -263,25 +313,41 @@ def run(args):
         "pinned_lanes_gbps": round(nbytes / pinned_lanes_s / 1e9, 2) if pinned_lanes_s else None,
         "registered_lanes_gbps":
             round(nbytes / registered_lanes_s / 1e9, 2) if registered_lanes_s else None,
+        "registered_h2d_gbps":
+            round(nbytes / registered_h2d_s / 1e9, 2) if registered_h2d_s else None,
+        "registered_h2d_lanes_gbps":
+            round(nbytes / registered_h2d_lanes_s / 1e9, 2) if registered_h2d_lanes_s else None,
+        "h2d_gbps": round(nbytes / h2d_s / 1e9, 2),
+        "restore_gbps": round(nbytes / restore_s / 1e9, 2),
+        "snapshot_gbps_by_threads": by_threads,
         "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),
         "blocked_vs_snapshot": round(blocked_s / snap_s, 4),
         "restore_s": round(restore_s, 5), "restore_vs_h2d": round(restore_s / h2d_s, 3),
         "device_mib_used_by_memento": round((free_before - free_after) / 2**20, 1),
         "targets": {"snapshot_speed_vs_pinned": ">= 0.9", "blocked_vs_snapshot": "<= 0.05",
                     "restore_vs_h2d": "<= 1.1"}})
-    print("snapshot %.1f ms (%.2f GB/s) vs pinned torch copy %.1f ms (%.2f GB/s): %.3f"
-          % (snap_s * 1e3, out["snapshot_gbps"], pinned_s * 1e3, out["pinned_gbps"],
-             out["snapshot_speed_vs_pinned"]))
+    print("snapshot %.1f ms (%.2f GB/s, %s worker threads) vs pinned torch copy %.1f ms "
+          "(%.2f GB/s): %.3f"
+          % (snap_s * 1e3, out["snapshot_gbps"], out["snapshot_threads"], pinned_s * 1e3,
+             out["pinned_gbps"], out["snapshot_speed_vs_pinned"]))
     if registered_s:
         print("torch's copy into registered tmpfs memory %.1f ms (%.2f GB/s)"
               % (registered_s * 1e3, out["registered_gbps"]))
     if pinned_lanes_s:
         print("the same copies on %d streams: into pinned %.2f GB/s, into registered %s GB/s"
               % (LANES, out["pinned_lanes_gbps"], out["registered_lanes_gbps"]))
+    if registered_h2d_s:
+        print("torch's copy from registered tmpfs memory to the device: one stream %.2f GB/s, "
+              "%d streams %.2f GB/s" % (out["registered_h2d_gbps"], LANES,
+                                        out["registered_h2d_lanes_gbps"]))
+    if by_threads:
+        print("snapshot by worker threads (MEMENTO_THREADS): " +
+              ", ".join("%s: %.2f GB/s" % kv for kv in by_threads.items()))
     print("blocked per save %.3f ms with a %.1f ms step: %.4f of the snapshot"
           % (blocked_s * 1e3, step_s * 1e3, out["blocked_vs_snapshot"]))
-    print("restore %.1f ms vs pinned host-to-device copy %.1f ms: %.3f (bit-exact: %s)"
-          % (restore_s * 1e3, h2d_s * 1e3, out["restore_vs_h2d"], exact))
+    print("restore %.1f ms (%.2f GB/s) vs pinned host-to-device copy %.1f ms (%.2f GB/s): "
+          "%.3f (bit-exact: %s)" % (restore_s * 1e3, out["restore_gbps"], h2d_s * 1e3,
+                                    out["h2d_gbps"], out["restore_vs_h2d"], exact))
     return out
 
 
@@ -292,8 +358,14 @@ def main():
     ap.add_argument("--mib", type=int, default=1100)
     ap.add_argument("--tensors", type=int, default=320)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", default="2,4,8",
+                    help="snapshot worker counts to measure the snapshot with ('' for none)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args()
+    try:
+        args.threads = [int(n) for n in args.threads.split(",") if n.strip()]
+    except ValueError:
+        ap.error("--threads: comma-separated integers, got %r" % args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench_gpu: --device cuda, but torch sees no GPU")
     out = run(args)

@@ -80,6 +80,18 @@ def bench_section(b, title):
         "pinned host tensors %s, into the registered mapping %s."
         % (b.get("lanes", "?"), gbps(b.get("pinned_lanes_gbps")),
            gbps(b.get("registered_lanes_gbps"))),
+        "", "Torch's copies from the registered mapping back to the device (what a restore "
+        "reads from): on one stream %s, on %s streams %s; memento's restore %s, torch's from "
+        "pinned host tensors %s."
+        % (gbps(b.get("registered_h2d_gbps")), b.get("lanes", "?"),
+           gbps(b.get("registered_h2d_lanes_gbps")), gbps(b.get("restore_gbps")),
+           gbps(b.get("h2d_gbps"))),
+        "", "Snapshot worker threads: %s (MEMENTO_THREADS=auto). The snapshot with each "
+        "count set: %s."
+        % (b.get("snapshot_threads", "?"),
+           ", ".join("%s threads %s" % (n, gbps(v))
+                     for n, v in (b.get("snapshot_gbps_by_threads") or {}).items())
+           or "not measured"),
         "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
     for key, what, target, higher in TARGETS:
         v = b.get(key)

@@ -67,6 +67,18 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
     assert lanes, report
     missing = "pinned host tensors not measured"
     assert all((missing in line) == (not gpu) for line in lanes), lanes
+    # The copies back from registered memory: a GPU's figure; memento's restore: always.
+    back = [line for line in report.splitlines() if "back to the device" in line]
+    assert len(back) == 1, report
+    assert ("on one stream not measured" in back[0]) == (not gpu), back
+    assert "memento's restore %.2f GB/s" % bench["restore_gbps"] in back[0], back
+    # The snapshot's worker count (auto), and the snapshot with each count set.
+    threads = [line for line in report.splitlines() if line.startswith("Snapshot worker")]
+    assert len(threads) == 1, report
+    assert "threads: %d (MEMENTO_THREADS=auto)" % bench["snapshot_threads"] in threads[0]
+    assert sorted(bench["snapshot_gbps_by_threads"]) == ["2", "4", "8"], bench
+    for n, v in bench["snapshot_gbps_by_threads"].items():
+        assert v > 0 and "%s threads %.2f GB/s" % (n, v) in threads[0], (n, threads)
 
 
 def test_a_python_without_torch_is_named_and_stops_the_run(tmp_path):

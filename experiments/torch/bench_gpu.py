@@ -25,7 +25,9 @@ over two decades and rounded to odd element counts, fp32 and bf16 alternating.
                 4 (what the restore reads from);
   threads       the snapshot again with MEMENTO_THREADS = each of --threads
                 (the snapshot workers hash every landed byte on the host):
-                whether the hashing or the copy bounds the snapshot;
+                whether the hashing or the copy bounds the snapshot; and the
+                same with MEMENTO_DEVICE_COPY=staged (through pinned buffers of
+                the driver's, copied into the store on the host);
   blocked       a training loop whose step (matmuls on the device) is longer
                 than the snapshot: the time save() and wait_snapshot() hold the
                 training thread per save, over the snapshot's duration
@@ -286,20 +288,22 @@ def run(args):
     logger.removeHandler(grab)
     auto = [m for m in grab.lines if m.startswith("snapshot: ") and "worker threads" in m]
     out["snapshot_threads"] = int(auto[0].split()[1]) if auto else None
-    by_threads = {}
-    for n in args.threads:
-        with memento.Checkpointer(job="%s-t%d" % (job, n), launcher="single", scheme="none",
-                                  slots=2, persist_every=0, threads=n) as ck:
-            ck.register(**{"t%03d" % i: t for i, t in enumerate(state)})
-            snaps = []
-            for step in range(args.reps + 1):
-                timer.sync()
-                t0 = time.perf_counter()
-                ck.save(step + 1)
-                ck.wait_snapshot()
-                snaps.append(time.perf_counter() - t0)
-                ck.wait()
-        by_threads[str(n)] = round(nbytes / median(snaps[1:]) / 1e9, 2)
+    by_threads = {"direct": {}, "staged": {}}
+    for copy in by_threads:
+        for n in args.threads:
+            with memento.Checkpointer(job="%s-%s%d" % (job, copy[0], n), launcher="single",
+                                      scheme="none", slots=2, persist_every=0, threads=n,
+                                      device_copy=copy) as ck:
+                ck.register(**{"t%03d" % i: t for i, t in enumerate(state)})
+                snaps = []
+                for step in range(args.reps + 1):
+                    timer.sync()
+                    t0 = time.perf_counter()
+                    ck.save(step + 1)
+                    ck.wait_snapshot()
+                    snaps.append(time.perf_counter() - t0)
+                    ck.wait()
+            by_threads[copy][str(n)] = round(nbytes / median(snaps[1:]) / 1e9, 2)
     out.update({
         "snapshot_s": round(snap_s, 5), "save_call_s": round(median(saves[1:]), 5),
         "pinned_copy_s": round(pinned_s, 5), "h2d_copy_s": round(h2d_s, 5),
@@ -319,7 +323,8 @@ def run(args):
             round(nbytes / registered_h2d_lanes_s / 1e9, 2) if registered_h2d_lanes_s else None,
         "h2d_gbps": round(nbytes / h2d_s / 1e9, 2),
         "restore_gbps": round(nbytes / restore_s / 1e9, 2),
-        "snapshot_gbps_by_threads": by_threads,
+        "snapshot_gbps_by_threads": by_threads["direct"],
+        "staged_snapshot_gbps_by_threads": by_threads["staged"],
         "step_s": round(step_s, 5), "blocked_per_save_s": round(blocked_s, 6),
         "blocked_vs_snapshot": round(blocked_s / snap_s, 4),
         "restore_s": round(restore_s, 5), "restore_vs_h2d": round(restore_s / h2d_s, 3),
@@ -340,9 +345,10 @@ def run(args):
         print("torch's copy from registered tmpfs memory to the device: one stream %.2f GB/s, "
               "%d streams %.2f GB/s" % (out["registered_h2d_gbps"], LANES,
                                         out["registered_h2d_lanes_gbps"]))
-    if by_threads:
-        print("snapshot by worker threads (MEMENTO_THREADS): " +
-              ", ".join("%s: %.2f GB/s" % kv for kv in by_threads.items()))
+    for copy, runs in by_threads.items():
+        if runs:
+            print("snapshot by worker threads (MEMENTO_THREADS), device copies %s: " % copy +
+                  ", ".join("%s: %.2f GB/s" % kv for kv in runs.items()))
     print("blocked per save %.3f ms with a %.1f ms step: %.4f of the snapshot"
           % (blocked_s * 1e3, step_s * 1e3, out["blocked_vs_snapshot"]))
     print("restore %.1f ms (%.2f GB/s) vs pinned host-to-device copy %.1f ms (%.2f GB/s): "

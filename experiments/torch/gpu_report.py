@@ -35,6 +35,12 @@ def gbps(v):
     return "%.2f GB/s" % v if v else "not measured"
 
 
+def by_threads(runs):
+    """'2 threads 18.75 GB/s, 4 threads ...' from {"2": 18.75, ...}."""
+    return ", ".join("%s threads %s" % (n, gbps(v)) for n, v in (runs or {}).items()) \
+        or "not measured"
+
+
 def read_json(path):
     try:
         with open(path) as f:
@@ -87,11 +93,9 @@ def bench_section(b, title):
            gbps(b.get("registered_h2d_lanes_gbps")), gbps(b.get("restore_gbps")),
            gbps(b.get("h2d_gbps"))),
         "", "Snapshot worker threads: %s (MEMENTO_THREADS=auto). The snapshot with each "
-        "count set: %s."
-        % (b.get("snapshot_threads", "?"),
-           ", ".join("%s threads %s" % (n, gbps(v))
-                     for n, v in (b.get("snapshot_gbps_by_threads") or {}).items())
-           or "not measured"),
+        "count set: %s. The same with MEMENTO_DEVICE_COPY=staged: %s."
+        % (b.get("snapshot_threads", "?"), by_threads(b.get("snapshot_gbps_by_threads")),
+           by_threads(b.get("staged_snapshot_gbps_by_threads"))),
         "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
     for key, what, target, higher in TARGETS:
         v = b.get(key)

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -156,15 +157,21 @@ class DeviceCheckpointTest : public ::testing::Test {
 };
 
 TEST_F(DeviceCheckpointTest, DeviceBuffersRestoreBitExactFromTheNodeStore) {
-  const Config config = MakeConfig("none");
-  Launch(1, config);
-  SaveAll(3);
-  SaveAll(4);
-  Launch(1, config);  // a relaunch re-attaches the node store
-  auto restored = RestoreAll();
-  ASSERT_TRUE(restored[0].ok()) << restored[0].status().ToString();
-  EXPECT_EQ(restored[0]->version, 4u);
-  EXPECT_EQ(Mismatch(0, 4), -1);
+  for (const std::string copy : {"direct", "staged"}) {
+    SCOPED_TRACE(copy);
+    Config config = MakeConfig("none");
+    config.device_copy = copy;
+    Launch(1, config);
+    SaveAll(3);
+    SaveAll(4);
+    Launch(1, config);  // a relaunch re-attaches the node store
+    auto restored = RestoreAll();
+    ASSERT_TRUE(restored[0].ok()) << restored[0].status().ToString();
+    EXPECT_EQ(restored[0]->version, 4u);
+    EXPECT_EQ(Mismatch(0, 4), -1);
+    cks_.clear();
+    (void)CleanJob(job_);
+  }
 }
 
 TEST_F(DeviceCheckpointTest, LostNodeOfDeviceShardsIsRebuiltFromPeers) {
@@ -208,12 +215,15 @@ const char* FenceName(Fence f) {
 }
 void PrintTo(Fence f, std::ostream* os) { *os << FenceName(f); }
 
+// With each MEMENTO_DEVICE_COPY: direct (one worker queues every chunk) and
+// staged (each worker queues its own pieces, each after the fence).
 class ProducerStreamTest : public DeviceCheckpointTest,
-                           public ::testing::WithParamInterface<Fence> {};
+                           public ::testing::WithParamInterface<std::tuple<Fence, bool>> {};
 
 TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
-  const Fence fence = GetParam();
-  const Config config = MakeConfig("none");
+  const Fence fence = std::get<0>(GetParam());
+  Config config = MakeConfig("none");
+  config.device_copy = std::get<1>(GetParam()) ? "staged" : "direct";
   Launch(1, config);
   SaveAll(1);
   Fill(0, 1);
@@ -257,9 +267,14 @@ TEST_P(ProducerStreamTest, SnapshotIsOrderedAfterTheProducingStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fences, ProducerStreamTest,
-                         ::testing::Values(Fence::kLegacyDefault, Fence::kOwnStream,
-                                           Fence::kCallersEvent),
-                         [](const auto& info) { return std::string(FenceName(info.param)); });
+                         ::testing::Combine(::testing::Values(Fence::kLegacyDefault,
+                                                              Fence::kOwnStream,
+                                                              Fence::kCallersEvent),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(FenceName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "Staged" : "Direct");
+                         });
 
 }  // namespace
 }  // namespace memento::runtime

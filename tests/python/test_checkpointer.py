@@ -352,6 +352,17 @@ def test_settings_keywords_and_typed_errors(job):
         ck.wait()
         t.zero_()
         assert ck.restore() == 1 and torch.equal(t, torch.arange(4.0))
+    # The device copy mode: a bad value is named; with host tensors staged changes nothing.
+    with pytest.raises(ValueError, match="MEMENTO_DEVICE_COPY='bounce'"):
+        memento.Checkpointer(job=job, device_copy="bounce")
+    with memento.Checkpointer(job=job, device_copy="staged") as ck:
+        assert "MEMENTO_DEVICE_COPY=staged" in ck.config
+        t = torch.arange(4.0) * 2
+        ck.register("t", t)
+        ck.save(2)
+        ck.wait()
+        t.zero_()
+        assert ck.restore() == 2 and torch.equal(t, torch.arange(4.0) * 2)
     for name in ["NotFoundError", "CorruptionError", "TimeoutError", "UnavailableError",
                  "ResourceExhaustedError", "FailedPreconditionError"]:
         cls = getattr(memento, name)

@@ -16,6 +16,9 @@ pytestmark = pytest.mark.skipif(
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool]
 ODD_SIZES = [1, 7, 4099, 3 * (1 << 20) + 5]
+# MEMENTO_DEVICE_COPY: the copy engine into the store's registered pages, or through
+# the snapshot workers' pinned buffers.
+COPIES = ["direct", "staged"]
 
 
 def raw(t):
@@ -38,10 +41,11 @@ def overwrite(t):
             t.add_(1)
 
 
-def saved_then_overwritten(job, tensors, step=1):
+def saved_then_overwritten(job, tensors, step=1, **settings):
     """Saves `tensors` ({name: tensor}) as `step`, overwrites each, restores; returns the
     report and the data pointers before and after."""
-    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0)
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0,
+                              **settings)
     ck.register(**tensors)
     assert ck.restore() is None
     ck.save(step)
@@ -56,13 +60,14 @@ def saved_then_overwritten(job, tensors, step=1):
     return report, before, after
 
 
-def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job):
+@pytest.mark.parametrize("device_copy", COPIES)
+def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job, device_copy):
     torch.cuda.set_device(0)
     gen = torch.Generator(device="cuda").manual_seed(1)
     tensors = {"%s_%d" % (str(d).split(".")[-1], n): random_tensor(n, d, gen)
                for d in DTYPES for n in ODD_SIZES}
     expect = {k: raw(t) for k, t in tensors.items()}
-    report, before, after = saved_then_overwritten(job, tensors)
+    report, before, after = saved_then_overwritten(job, tensors, device_copy=device_copy)
     assert int(report) == 1
     assert before == after, "restore() must write the tensors in place"
     for k, t in tensors.items():
@@ -70,19 +75,23 @@ def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job):
         assert torch.equal(raw(t), expect[k]), k
 
 
-def test_device_tensors_get_more_snapshot_threads_and_big_ones_restore_in_pieces(job, caplog):
+@pytest.mark.parametrize("device_copy", COPIES)
+def test_device_tensors_get_more_snapshot_threads_and_big_ones_restore_in_pieces(
+        job, caplog, device_copy):
     # Auto: half this rank's CPUs, 2..8 (Config::SnapshotThreads); one rank here.
     caplog.set_level(logging.INFO, logger="memento")
     torch.cuda.set_device(0)
     cpus = len(os.sched_getaffinity(0))
     expect = max(2, min(8, cpus // 2))
     gen = torch.Generator(device="cuda").manual_seed(2)
-    # Over 16 MiB: the restore queues it in several copies on several streams.
+    # Over 16 MiB: the restore queues it in several copies on several streams; staged,
+    # each 4 MiB chunk goes through a worker's buffers in four pieces.
     tensors = {"big": random_tensor((20 << 20) + 3, torch.float32, gen),
                "small": random_tensor(5, torch.bfloat16, gen)}
     expect_bytes = {k: raw(t) for k, t in tensors.items()}
     with memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0,
-                              log="info") as ck:
+                              log="info", device_copy=device_copy) as ck:
+        assert "MEMENTO_DEVICE_COPY=%s" % device_copy in ck.config
         ck.register(**tensors)
         ck.save(1)
         ck.wait()
@@ -93,11 +102,13 @@ def test_device_tensors_get_more_snapshot_threads_and_big_ones_restore_in_pieces
     for k, t in tensors.items():
         assert torch.equal(raw(t), expect_bytes[k]), k
     messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
-    line = "snapshot: %d worker threads (auto, device buffers)" % expect
+    line = "snapshot: %d worker threads (auto, device buffers), device copies %s" % (
+        expect, device_copy)
     assert line in messages, messages
 
 
-def test_non_contiguous_tensors_restore_bit_exact(job):
+@pytest.mark.parametrize("device_copy", COPIES)
+def test_non_contiguous_tensors_restore_bit_exact(job, device_copy):
     torch.cuda.set_device(0)
     base = torch.arange(4099 * 3, device="cuda", dtype=torch.float32).view(4099, 3)
     transposed = base.clone().t()          # strides (1, 3)
@@ -106,20 +117,22 @@ def test_non_contiguous_tensors_restore_bit_exact(job):
     assert not transposed.is_contiguous() and not strided.is_contiguous()
     expect = {k: t.detach().cpu().clone() for k, t in tensors.items()}
     strides = {k: t.stride() for k, t in tensors.items()}
-    report, before, after = saved_then_overwritten(job, tensors)
+    report, before, after = saved_then_overwritten(job, tensors, device_copy=device_copy)
     assert int(report) == 1 and before == after
     for k, t in tensors.items():
         assert t.stride() == strides[k], "%s: the view's layout changed" % k
         assert torch.equal(t.cpu(), expect[k]), k
 
 
-def test_snapshot_waits_for_the_current_non_default_stream(job):
+@pytest.mark.parametrize("device_copy", COPIES)
+def test_snapshot_waits_for_the_current_non_default_stream(job, device_copy):
     """The last write of the saved step is still queued on a side stream (behind a
     device-side sleep of 0.2 s) when save() is called from within that stream's context: the
     snapshot must hold the written values, not what the tensor held at save()."""
     torch.cuda.set_device(0)
     w = torch.zeros(1 << 20, device="cuda")
-    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0)
+    ck = memento.Checkpointer(job=job, launcher="single", scheme="none", persist_every=0,
+                              device_copy=device_copy)
     ck.register(w=w)
     assert ck.restore() is None
     side = torch.cuda.Stream()

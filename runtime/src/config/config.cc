@@ -44,6 +44,7 @@ constexpr char kShmDir[] = "MEMENTO_SHM_DIR";
 constexpr char kResumeFinished[] = "MEMENTO_RESUME_FINISHED";
 constexpr char kKeepFinished[] = "MEMENTO_KEEP_FINISHED";
 constexpr char kTransportDevice[] = "MEMENTO_TRANSPORT_DEVICE";
+constexpr char kDeviceCopy[] = "MEMENTO_DEVICE_COPY";
 constexpr char kIntervalForms[] = "auto or a positive integer (save every N-th step)";
 constexpr char kNodeMtbfForms[] = "hours > 0, a decimal number such as 8760 or 0.5";
 // Not a Config field: "1" turns unknown MEMENTO_* variables from an error into
@@ -283,11 +284,30 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
 }
 
 const std::vector<std::string>& Config::VariableNames() {
-  static const std::vector<std::string> names = {
-      kJob,         kNode, kRanksPerNode, kScheme,  kSlots,   kRemote, kPersistEvery,
-      kPersistKeep, kLog,  kChunkBytes,   kThreads, kTimeout, kStale,  kInterval, kNodeMtbf, kElastic,
-      kBackgroundReprotect, kShmDir,
-      kResumeFinished,      kKeepFinished, kRemoteFormat, kRestoreFrom, kTransportDevice};
+  static const std::vector<std::string> names = {kJob,
+                                                 kNode,
+                                                 kRanksPerNode,
+                                                 kScheme,
+                                                 kSlots,
+                                                 kRemote,
+                                                 kPersistEvery,
+                                                 kPersistKeep,
+                                                 kLog,
+                                                 kChunkBytes,
+                                                 kThreads,
+                                                 kTimeout,
+                                                 kStale,
+                                                 kInterval,
+                                                 kNodeMtbf,
+                                                 kElastic,
+                                                 kBackgroundReprotect,
+                                                 kShmDir,
+                                                 kResumeFinished,
+                                                 kKeepFinished,
+                                                 kRemoteFormat,
+                                                 kRestoreFrom,
+                                                 kTransportDevice,
+                                                 kDeviceCopy};
   return names;
 }
 
@@ -325,6 +345,9 @@ Status Config::Validate() const {
   }
   if (device_transport != "off" && device_transport != "auto" && device_transport != "nccl") {
     return Bad(kTransportDevice, device_transport, "off, auto or nccl");
+  }
+  if (device_copy != "direct" && device_copy != "staged") {
+    return Bad(kDeviceCopy, device_copy, "direct or staged");
   }
   if (persist_every < 0) {
     return Bad(kPersistEvery, std::to_string(persist_every), "0 (never) or a positive integer");
@@ -382,6 +405,13 @@ Result<Config> Config::FromMap(const std::map<std::string, std::string>& vars) {
                    "off (default), auto (NCCL when every rank has GPU tensors) or nccl");
       }
       c.device_transport = value;
+    } else if (var == kDeviceCopy) {
+      if (value != "direct" && value != "staged") {
+        return Bad(var, value,
+                   "direct (default: the GPU writes into the store's registered pages) or staged "
+                   "(through pinned buffers of the driver's, copied on the host)");
+      }
+      c.device_copy = value;
     } else if (var == kRestoreFrom) {
       if (value.find('\0') != std::string::npos) return Bad(var, value, "a directory");
       c.restore_from = value;
@@ -535,11 +565,11 @@ std::string Config::ToString() const {
   os << kJob << "=" << job << " " << kNode << "=" << node << " " << kRanksPerNode << "="
      << ranks_per_node << " " << kScheme << "=" << scheme << " " << kSlots << "=" << slots << " "
      << kRemote << "=" << remote_dir << " " << kRemoteFormat << "=" << remote_format << " "
-     << kTransportDevice << "=" << device_transport << " " << kPersistEvery << "=" << persist_every
-     << " " << kPersistKeep << "=" << persist_keep << " " << kLog << "=" << LogLevelName(log_level)
-     << " " << kChunkBytes << "=" << chunk_bytes << " " << kThreads << "="
-     << (threads == 0 ? std::string("auto") : std::to_string(threads)) << " " << kTimeout << "="
-     << timeout_s << " " << kStale << "="
+     << kTransportDevice << "=" << device_transport << " " << kDeviceCopy << "=" << device_copy
+     << " " << kPersistEvery << "=" << persist_every << " " << kPersistKeep << "=" << persist_keep
+     << " " << kLog << "=" << LogLevelName(log_level) << " " << kChunkBytes << "=" << chunk_bytes
+     << " " << kThreads << "=" << (threads == 0 ? std::string("auto") : std::to_string(threads))
+     << " " << kTimeout << "=" << timeout_s << " " << kStale << "="
      << (stale_policy == StalePolicy::kError ? "error" : "replace") << " " << kInterval << "="
      << IntervalText(interval) << " " << kNodeMtbf << "=" << node_mtbf_h << " " << kElastic << "="
      << (elastic ? 1 : 0) << " " << kBackgroundReprotect << "=" << (background_reprotect ? 1 : 0)

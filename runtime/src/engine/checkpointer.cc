@@ -276,10 +276,14 @@ void Checkpointer::Impl::BuildStages() {
   const StageHook hook = Hook();
   const int threads =
       config_.SnapshotThreads(any_device_, AffinityCpus(), OnlineCpus(), protection_->lanes());
-  Log(LogLevel::kInfo, "snapshot: " + std::to_string(threads) + " worker threads (" +
-                           (config_.threads > 0 ? "MEMENTO_THREADS" : "auto") + ", " +
-                           (any_device_ ? "device" : "host") + " buffers)");
-  pipeline_ = std::make_unique<SnapshotPipeline>(threads, std::move(stages), hook);
+  const bool staged = config_.device_copy == "staged";
+  Log(LogLevel::kInfo,
+      "snapshot: " + std::to_string(threads) + " worker threads (" +
+          (config_.threads > 0 ? "MEMENTO_THREADS" : "auto") + ", " +
+          (any_device_ ? "device" : "host") + " buffers)" +
+          (any_device_ ? std::string(", device copies ") + config_.device_copy : std::string()));
+  pipeline_ =
+      std::make_unique<SnapshotPipeline>(threads, std::move(stages), hook, any_device_ && staged);
   if (remote_) {
     std::vector<std::string> names;
     std::vector<EntryLayout> layouts;

@@ -38,6 +38,15 @@ Status PinHostMemory(void* ptr, size_t bytes);
 // Undoes PinHostMemory (before the mapping goes away).
 void UnpinHostMemory(void* ptr);
 
+// `bytes` of pinned host memory the driver allocates (cudaHostAlloc; portable:
+// every device copies into it at pinned speed), with
+// device `gpu` made the calling thread's current device first (a thread's
+// first CUDA call makes a context on its current device). Errors name the
+// CUDA error; without CUDA, FailedPrecondition.
+Result<void*> AllocatePinned(size_t bytes, int gpu);
+// Frees what AllocatePinned returned (nullptr: nothing).
+void FreePinned(void* ptr);
+
 // A point in a producing stream's queued work that device copies wait for:
 // the snapshot of a version must copy what the training's stream produces,
 // not what a buffer held when Save was called (the copies run on side
@@ -90,8 +99,9 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
 // round-robin to kLanes streams of the queuing thread: on an H200 (see
 // experiments/results/gpu.md) the snapshot into memory the driver registered
 // (the node store's tmpfs pages) moved 18.8 GB/s on one stream, 24 GB/s when
-// two threads each kept a stream busy, and torch's one stream into
-// cudaHostAlloc memory 53 GB/s. One event per copy, made on first use on the
+// two threads each kept a stream busy (both with two snapshot workers
+// hashing every landed byte), and torch's one stream into cudaHostAlloc
+// memory 53 GB/s. One event per copy, made on first use on the
 // copy's device and kept for the next versions.
 // Thread-safety: Queue from one thread at a time; Landed and WaitAll from any
 // thread once Queue returned, until the next Queue.

@@ -147,6 +147,20 @@ void UnpinHostMemory(void* ptr) {
   if (cudaHostUnregister(ptr) != cudaSuccess) cudaGetLastError();
 }
 
+Result<void*> AllocatePinned(size_t bytes, int gpu) {
+  if (gpu < 0) return Status::InvalidArgument("AllocatePinned: no device given");
+  OnDevice on(gpu);
+  MEMENTO_RETURN_IF_ERROR(on.status());
+  void* p = nullptr;
+  MEMENTO_RETURN_IF_ERROR(CudaStatus(
+      cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable), "cudaHostAlloc"));
+  return p;
+}
+
+void FreePinned(void* ptr) {
+  if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+}
+
 DeviceFence::~DeviceFence() {
   if (own_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(own_));
 }

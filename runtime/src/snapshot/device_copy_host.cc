@@ -11,6 +11,12 @@ Status PinHostMemory(void*, size_t) { return Status::Ok(); }
 
 void UnpinHostMemory(void*) {}
 
+Result<void*> AllocatePinned(size_t, int) {
+  return Status::FailedPrecondition("pinned device staging requested without CUDA");
+}
+
+void FreePinned(void*) {}
+
 DeviceFence::~DeviceFence() = default;
 
 Status DeviceFence::Record(void*) { return Status::Ok(); }

@@ -7,9 +7,18 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
+namespace {
+
+// A staged device chunk moves through its worker's buffers in pieces of this
+// size (at most): a chunk of several pieces keeps one on the copy engine
+// while the worker copies out the one before.
+constexpr size_t kStagedPiece = 1 << 20;
+
+}  // namespace
+
 SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
-                                   std::function<Status(Stage, uint64_t)> hook)
-    : stages_(std::move(stages)), hook_(std::move(hook)) {
+                                   std::function<Status(Stage, uint64_t)> hook, bool staged_device)
+    : stages_(std::move(stages)), staged_device_(staged_device), hook_(std::move(hook)) {
   MEMENTO_CHECK_GE(threads, 1);
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
@@ -49,11 +58,12 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     // A version of host buffers alone touches none of the device state.
     device_copies_.clear();
     host_pending_ = tasks->size();
-    if (has_device) {
+    has_device_ = has_device;
+    if (has_device && !staged_device_) {
       device_slot_.assign(tasks->size(), 0);
       for (size_t i = 0; i < tasks->size(); ++i) {
         const CopyTask& t = (*tasks)[i];
-        if (t.gpu == kHostMemory) continue;
+        if (CopiedByWorker(t)) continue;
         --host_pending_;
         device_slot_[i] = device_copies_.size();
         device_copies_.push_back({t.dst, t.src, t.length, t.gpu});
@@ -96,12 +106,12 @@ Status SnapshotPipeline::WaitCopied() {
 
 Status SnapshotPipeline::WaitReleased() {
   std::unique_lock<std::mutex> lock(mu_);
-  if (device_copies_.empty()) {
+  if (!has_device_) {
     done_cv_.wait(lock, [this] { return !running_; });
     return error_;
   }
   done_cv_.wait(lock, [this] { return !running_ || (host_pending_ == 0 && device_queued_); });
-  if (!running_) return error_;
+  if (!running_ || device_copies_.empty()) return error_;
   // Every device copy is queued, each device's round-robin on its lanes, each
   // lane in order: the last copy of every lane landed means all did.
   lock.unlock();
@@ -144,6 +154,7 @@ Status SnapshotPipeline::LandDeviceChunk(size_t index, uint32_t* crc) {
 
 void SnapshotPipeline::WorkerLoop() {
   MarkRuntimeThread();
+  std::unique_ptr<StagedCopier> staged;  // freed when the worker ends
   uint64_t seen = 0;
   bool has_device = false;
   while (true) {
@@ -159,17 +170,22 @@ void SnapshotPipeline::WorkerLoop() {
     while (true) {
       size_t i = next_.fetch_add(1);
       if (i >= tasks_.load()->size()) break;
-      RunTask(i);
+      RunTask(i, &staged);
     }
   }
 }
 
-void SnapshotPipeline::RunTask(size_t index) {
+void SnapshotPipeline::RunTask(size_t index, std::unique_ptr<StagedCopier>* staged) {
   const CopyTask& task = (*tasks_.load())[index];
   const uint64_t version = version_.load();
   Status status;
   uint32_t crc = 0;
-  if (task.gpu != kHostMemory) {
+  if (task.gpu != kHostMemory && staged_device_) {
+    if (*staged == nullptr) *staged = std::make_unique<StagedCopier>(kStagedPiece);
+    erasure::Crc32cStream stream;
+    status = (*staged)->ToHost(task.dst, task.src, task.length, task.gpu, &fence_, &stream);
+    crc = stream.value();
+  } else if (task.gpu != kHostMemory) {
     // Hashed in the pinned destination once landed, while the copy engine
     // moves the chunks queued after it.
     status = LandDeviceChunk(index, &crc);
@@ -201,7 +217,7 @@ void SnapshotPipeline::RunTask(size_t index) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (task.gpu == kHostMemory) --host_pending_;
+  if (CopiedByWorker(task)) --host_pending_;
   if (!status.ok() && error_.ok()) {
     error_ =
         status.WithContext("snapshot of v" + std::to_string(version) + " entry #" +
@@ -209,7 +225,7 @@ void SnapshotPipeline::RunTask(size_t index) {
   }
   if (--remaining_ == 0) running_ = false;
   // WaitReleased waits for the last host chunk, WaitCopied for the last chunk.
-  if (!running_ || (task.gpu == kHostMemory && host_pending_ == 0)) done_cv_.notify_all();
+  if (!running_ || (CopiedByWorker(task) && host_pending_ == 0)) done_cv_.notify_all();
 }
 
 }  // namespace memento::runtime

@@ -18,6 +18,12 @@
 // chunks and the stages go on behind it until WaitCopied. The copy engine is
 // faster than a few cores hash, so the snapshot's stall is the copy's.
 //
+// Staged (MEMENTO_DEVICE_COPY=staged), a device chunk is instead claimed like
+// a host chunk by a worker, which moves it through its own two pinned
+// buffers (StagedCopier): the copy engine fills one while the worker copies
+// the other into the slot, hashing it. Several workers keep several copies in
+// flight. The buffers are released once the chunk is in the slot.
+//
 // Thread-safety: Start and the version lifecycle are driven by one thread at
 // a time (the Checkpointer's application thread); WaitCopied may be called
 // from any thread, concurrently.
@@ -27,14 +33,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "memento/common/status.h"
-#include "memento/runtime/stage.h"
 #include "memento/runtime/chunk_stage.h"
+#include "memento/runtime/stage.h"
 #include "snapshot/device_copy.h"
+#include "snapshot/staged_copy.h"
 
 namespace memento::runtime {
 
@@ -50,9 +58,10 @@ struct CopyTask {
 class SnapshotPipeline {
  public:
   // `stages` are called for every chunk, in order; `hook` (may be empty) at
-  // Stage::kSnapshot after the first landed chunk of each version.
+  // Stage::kSnapshot after the first landed chunk of each version;
+  // `staged_device`: device chunks go through each worker's pinned buffers.
   SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
-                   std::function<Status(Stage, uint64_t)> hook);
+                   std::function<Status(Stage, uint64_t)> hook, bool staged_device = false);
   ~SnapshotPipeline();  // finishes the running version, joins the workers
 
   // Starts copying `*tasks` (kept alive and unchanged by the caller until
@@ -82,11 +91,17 @@ class SnapshotPipeline {
   void WorkerLoop();
   // Queues every device chunk of the running version (DeviceCopyBatch).
   void QueueDeviceCopies();
-  void RunTask(size_t index);
+  // `staged`: the worker's copier, made on its first staged device chunk.
+  void RunTask(size_t index, std::unique_ptr<StagedCopier>* staged);
   // A device chunk: waits until it is queued and has landed, then hashes it.
   Status LandDeviceChunk(size_t index, uint32_t* crc);
+  // Whether task `t` is copied and hashed by the worker that claims it alone
+  // (a host chunk, or a staged device chunk): such a chunk releases the
+  // application's buffer once it is done.
+  bool CopiedByWorker(const CopyTask& t) const { return t.gpu == kHostMemory || staged_device_; }
 
   const std::vector<ChunkStage*> stages_;
+  const bool staged_device_;
   DeviceFence fence_;  // recorded by Start when the version has device tasks
   const std::function<Status(Stage, uint64_t)> hook_;
   std::vector<std::thread> workers_;
@@ -104,7 +119,8 @@ class SnapshotPipeline {
   std::vector<size_t> device_slot_;
   std::vector<DeviceCopyBatch::Copy> device_copies_;
   DeviceCopyBatch batch_;
-  size_t host_pending_ = 0;    // host chunks not yet copied
+  size_t host_pending_ = 0;    // chunks CopiedByWorker not yet copied
+  bool has_device_ = false;    // the running version has device chunks
   bool device_queued_ = true;  // QueueDeviceCopies returned (or nothing to queue)
   size_t device_count_ = 0;    // device copies queued
   Status device_error_;        // QueueDeviceCopies' error

@@ -63,10 +63,14 @@ TEST(Config, ParsesEveryVariable) {
                             {"MEMENTO_KEEP_FINISHED", "1"},
                             {"MEMENTO_REMOTE_FORMAT", "dcp"},
                             {"MEMENTO_RESTORE_FROM", "/ckpt/step-100"},
-                            {"MEMENTO_TRANSPORT_DEVICE", "nccl"}});
+                            {"MEMENTO_TRANSPORT_DEVICE", "nccl"},
+                            {"MEMENTO_DEVICE_COPY", "staged"}});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->device_transport, "nccl");
   EXPECT_EQ(Config().device_transport, "off") << "the default";
+  EXPECT_EQ(c->device_copy, "staged");
+  EXPECT_EQ(Config().device_copy, "direct") << "the default";
+  EXPECT_NE(c->ToString().find("MEMENTO_DEVICE_COPY=staged"), std::string::npos);
   EXPECT_EQ(c->remote_format, "dcp");
   EXPECT_EQ(Config().remote_format, "memento") << "the default";
   EXPECT_EQ(c->restore_from, "/ckpt/step-100");
@@ -91,7 +95,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_DOUBLE_EQ(c->timeout_s, 2.5);
   EXPECT_EQ(c->stale_policy, StalePolicy::kReplace);
   EXPECT_EQ(c->shm_dir, "/mnt/huge-shm");  // FromMap checks the form only, FromEnv the directory
-  EXPECT_EQ(Config::VariableNames().size(), 23u);
+  EXPECT_EQ(Config::VariableNames().size(), 24u);
 }
 
 // A bad value names the variable, the value and the accepted forms.
@@ -112,6 +116,8 @@ TEST(Config, BadValuesNameTheVariable) {
       {"MEMENTO_SCHEME", "rs:4"},
       {"MEMENTO_SCHEME", "rs:4+"},
       {"MEMENTO_TRANSPORT_DEVICE", "gpu"},
+      {"MEMENTO_DEVICE_COPY", "bounce"},
+      {"MEMENTO_DEVICE_COPY", "Staged"},
       {"MEMENTO_SLOTS", "1"},
       {"MEMENTO_SLOTS", "two"},
       {"MEMENTO_PERSIST_EVERY", "-3"},

@@ -116,6 +116,17 @@ struct Config {
   // give the same value.
   std::string device_transport = "off";
 
+  // MEMENTO_DEVICE_COPY. direct (default) | staged: how a snapshot copies GPU
+  // tensors into the node store. direct: the copy engine writes into the
+  // store's pages, which the driver registered (cudaHostRegister), and the
+  // snapshot workers hash them there. staged: the copy engine writes into two
+  // 1 MiB pinned buffers per snapshot worker that the driver allocated
+  // (cudaHostAlloc), and the worker copies each into the store while hashing
+  // it: for hosts whose GPU writes into registered pages more slowly than
+  // into the driver's own, at the price of a copy on the host. A rank's own
+  // choice; without GPU tensors it changes nothing.
+  std::string device_copy = "direct";
+
   // MEMENTO_PERSIST_EVERY. Every P-th committed version (counted by Save
   // calls that commit) is streamed to the remote tier in the background.
   // Default 10; 0 = never. Smaller P bounds the work lost when memory cannot

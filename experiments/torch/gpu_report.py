@@ -35,6 +35,10 @@ def gbps(v):
     return "%.2f GB/s" % v if v else "not measured"
 
 
+def ms(seconds):
+    return "%.3f" % (seconds * 1e3) if seconds is not None else "?"
+
+
 def by_threads(runs):
     """'2 threads 18.75 GB/s, 4 threads ...' from {"2": 18.75, ...}."""
     return ", ".join("%s threads %s" % (n, gbps(v)) for n, v in (runs or {}).items()) \
@@ -70,13 +74,15 @@ def bench_section(b, title):
         return lines + ["No result (the step failed before its last line; see the log)."]
     lines += [
         "%s tensors, %s MiB on %s, same run. Snapshot %.1f ms (%.2f GB/s), torch's copy "
-        "into pinned host tensors %.1f ms (%.2f GB/s); a step of %.1f ms; restore %.1f ms "
+        "into pinned host tensors %.1f ms (%.2f GB/s); a step of %.1f ms, save() alone "
+        "%s ms, blocked %s ms per save of which %s ms in wait_snapshot(); restore %.1f ms "
         "(bit-exact: %s), torch's pinned host-to-device copy %.1f ms. Device memory "
         "memento used beyond the tensors: %s MiB."
         % (b["tensors"], b["state_mib"], b["device"], b["snapshot_s"] * 1e3,
            b["snapshot_gbps"], b["pinned_copy_s"] * 1e3, b["pinned_gbps"],
-           b["step_s"] * 1e3, b["restore_s"] * 1e3, b["restore_bit_exact"],
-           b["h2d_copy_s"] * 1e3, b["device_mib_used_by_memento"]),
+           b["step_s"] * 1e3, ms(b.get("save_call_s")), ms(b.get("blocked_per_save_s")),
+           ms(b.get("blocked_in_wait_snapshot_s")), b["restore_s"] * 1e3,
+           b["restore_bit_exact"], b["h2d_copy_s"] * 1e3, b["device_mib_used_by_memento"]),
         "", "Torch's copy of the same tensors into host memory like the node store's "
         "(a tmpfs mapping registered with cudaHostRegister): %s. Shared memory in huge "
         "pages while the store was up: %s MiB."

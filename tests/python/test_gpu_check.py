@@ -72,6 +72,9 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
     assert len(back) == 1, report
     assert ("on one stream not measured" in back[0]) == (not gpu), back
     assert "memento's restore %.2f GB/s" % bench["restore_gbps"] in back[0], back
+    # Where the training's time per save goes.
+    assert "blocked %.3f ms per save of which %.3f ms in wait_snapshot()" % (
+        bench["blocked_per_save_s"] * 1e3, bench["blocked_in_wait_snapshot_s"] * 1e3) in report
     # The snapshot's worker count (auto), and the snapshot with each count set.
     threads = [line for line in report.splitlines() if line.startswith("Snapshot worker")]
     assert len(threads) == 1, report

@@ -1,5 +1,6 @@
 """memento's Python module on one rank: bit-exact restore, dtypes, layouts,
 names, errors, extra state, logging, the optimizer hook."""
+import json
 import logging
 import os
 import random
@@ -108,6 +109,11 @@ def test_model_with_adam_restores_bit_exact_with_rng_and_extra(job):
     assert sched.last_epoch == 3
     d = report.to_dict()
     assert d["step"] == 3 and d["version"] == 3
+    # The engine's whole report, made when asked for; to_dict() has it too.
+    whole = json.loads(report.json)
+    assert whole["version"] == 3 and whole["protection"] == "protected"
+    assert [e["name"] for e in whole["entries"]] == [e["name"] for e in d["entries"]]
+    assert d["json"] == report.json and report == memento.RestoreReport(d)
     assert set(report.sources().values()) == {"local-memory"}
     assert "model.fc1.weight" in report.sources()
     assert ck.reregistrations() == 0  # Adam state was created at register()
@@ -420,6 +426,22 @@ def test_logs_go_through_python_logging(job, caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "memento"]
     assert any("node store" in m for m in messages), messages
     assert "snapshot: 2 worker threads (auto, host buffers)" in messages, messages
+    assert not any(m.startswith("recovery report {") for m in messages), messages
+
+
+def test_the_debug_log_has_the_whole_recovery_report(job, caplog):
+    caplog.set_level(logging.DEBUG, logger="memento")
+    with memento.Checkpointer(job=job, log="debug") as ck:
+        ck.register("t", torch.ones(2))
+        ck.save(1)
+        ck.wait()
+        report = ck.restore()
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == "memento" and r.getMessage().startswith("recovery report {")]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    logged, whole = json.loads(lines[0][len("recovery report "):]), json.loads(report.json)
+    assert logged["version"] == whole["version"] == 1
+    assert logged["entries"] == whole["entries"] and len(whole["entries"]) >= 1
 
 
 def test_a_set_thread_count_is_taken_as_given(job, caplog):

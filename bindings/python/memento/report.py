@@ -18,11 +18,22 @@ class RestoreReport:
 
     def __init__(self, d):
         self._d = dict(d)
+        # The engine's report as JSON: a str, or a function that makes it (on first use).
+        self._json = self._d.pop("json", None)
         for k, v in self._d.items():
             setattr(self, k, v)
 
+    @property
+    def json(self):
+        if callable(self._json):
+            self._json = self._json()
+        return self._json
+
     def to_dict(self):
-        return dict(self._d)
+        d = dict(self._d)
+        if self._json is not None:
+            d["json"] = self.json
+        return d
 
     def sources(self):
         """{entry name: source} ("local-memory", "replica", "decode", "remote")."""
@@ -36,7 +47,7 @@ class RestoreReport:
     def __eq__(self, other):
         if isinstance(other, int):
             return int(self.step) == other
-        return isinstance(other, RestoreReport) and other._d == self._d
+        return isinstance(other, RestoreReport) and other.to_dict() == self.to_dict()
 
     def __hash__(self):
         return hash(int(self.step))

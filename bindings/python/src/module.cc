@@ -63,7 +63,7 @@ T Check(Result<T> r) {
   return std::move(r).value();
 }
 
-py::dict ReportDict(const RestoreResult& r) {
+py::dict ReportDict(RestoreResult r) {
   const runtime::RestoreReport& rep = r.report;
   py::dict d;
   d["step"] = r.step;
@@ -92,7 +92,10 @@ py::dict ReportDict(const RestoreResult& r) {
   d["transfer_s"] = rep.stats.transfer_s;
   d["reprotect_s"] = rep.stats.reprotect_s;
   d["summary"] = rep.Summary();
-  d["json"] = rep.ToJson();
+  // The whole report as JSON costs more than a small restore: made when asked
+  // for (RestoreReport.json in the package).
+  auto whole = std::make_shared<const runtime::RestoreReport>(std::move(r.report));
+  d["json"] = py::cpp_function([whole] { return whole->ToJson(); });
   return d;
 }
 
@@ -194,7 +197,7 @@ class PyCheckpointer {
     std::optional<RestoreResult> v = Check(Call(
         [](TorchCheckpointer& c) -> Result<std::optional<RestoreResult>> { return c.Restore(); }));
     if (!v) return py::none();
-    return ReportDict(*v);
+    return ReportDict(std::move(*v));
   }
 
   // After close() the waits have nothing to wait for and return at once.

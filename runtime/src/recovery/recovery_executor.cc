@@ -128,7 +128,9 @@ Result<RestoreReport> RecoveryExecutor::Run() {
                            std::to_string(report_.lost_nodes.size()) + "; sent " +
                            std::to_string(report_.stats.bytes_sent) + " B, received " +
                            std::to_string(report_.stats.bytes_received) + " B]");
-  Log(LogLevel::kDebug, "recovery report " + report_.ToJson());
+  // The whole report as JSON is built only for a debug log (it costs more than
+  // a small restore itself).
+  if (LogEnabled(LogLevel::kDebug)) Log(LogLevel::kDebug, "recovery report " + report_.ToJson());
   return std::move(report_);
 }
 

@@ -13,8 +13,6 @@ each restore, the work every restore did before. Medians of --restores restores 
 of warm-up, each restoring the committed version from this rank's node store; ratio =
 lazy / eager. Prints one line "BENCH_RESTORE_CALL {json}" (also written to --json).
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,7 +24,7 @@ import torch
 import memento
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_save_call import model_job, named_job  # noqa: E402
+from bench_save_call import run_both  # noqa: E402
 
 
 def measure(make, device, restores):
@@ -60,26 +58,12 @@ def measure(make, device, restores):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--restores", type=int, default=40)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.device == "cuda":
-        torch.cuda.set_device(0)
-    out = {"device": args.device, "torch": torch.__version__, "restores": args.restores}
-    for name, make in (("model", model_job), ("named", named_job)):
-        r = measure(make, args.device, args.restores)
-        out[name] = r
-        print("%-6s %4d entries: restore() %.3f ms with the JSON on demand, %.3f ms with it "
-              "made (%d bytes): %.3f" % (name, r["entries"], r["lazy_ms"], r["eager_ms"],
-                                         r["json_bytes"], r["ratio"]))
-    line = json.dumps(out, sort_keys=True)
-    print("BENCH_RESTORE_CALL " + line)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(line + "\n")
-
+    run_both(__doc__.splitlines()[0], "restores", 40, measure,
+             lambda name, r: "%-6s %4d entries: restore() %.3f ms with the JSON on demand, "
+             "%.3f ms with it made (%d bytes): %.3f" % (name, r["entries"], r["lazy_ms"],
+                                                       r["eager_ms"], r["json_bytes"],
+                                                       r["ratio"]),
+             "BENCH_RESTORE_CALL")
 
 if __name__ == "__main__":
     main()

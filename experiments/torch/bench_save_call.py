@@ -77,26 +77,33 @@ def measure(make, device, saves):
             "cache_hits": hits}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_both(description, count_name, count_default, measure, describe, tag):
+    """The command line of this bench and bench_restore_call.py: measures both
+    registrations, prints describe(name, result) for each and one line "TAG {json}"."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--saves", type=int, default=60)
+    parser.add_argument("--" + count_name, type=int, default=count_default)
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.device == "cuda":
         torch.cuda.set_device(0)
-    out = {"device": args.device, "torch": torch.__version__, "saves": args.saves}
+    count = getattr(args, count_name)
+    out = {"device": args.device, "torch": torch.__version__, count_name: count}
     for name, make in (("model", model_job), ("named", named_job)):
-        r = measure(make, args.device, args.saves)
-        out[name] = r
-        print("%-6s %4d entries: save() %.3f ms reused, %.3f ms rebuilt: %.3f"
-              % (name, r["entries"], r["reused_ms"], r["rebuilt_ms"], r["ratio"]))
+        out[name] = measure(make, args.device, count)
+        print(describe(name, out[name]))
     line = json.dumps(out, sort_keys=True)
-    print("BENCH_SAVE_CALL " + line)
+    print(tag + " " + line)
     if args.json:
         with open(args.json, "w") as f:
             f.write(line + "\n")
 
+
+def main():
+    run_both(__doc__.splitlines()[0], "saves", 60, measure,
+             lambda name, r: "%-6s %4d entries: save() %.3f ms reused, %.3f ms rebuilt: %.3f"
+             % (name, r["entries"], r["reused_ms"], r["rebuilt_ms"], r["ratio"]),
+             "BENCH_SAVE_CALL")
 
 if __name__ == "__main__":
     main()

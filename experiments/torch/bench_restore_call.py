@@ -17,24 +17,16 @@ import os
 import statistics
 import sys
 import time
-import uuid
 
 import torch
 
-import memento
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_save_call import run_both  # noqa: E402
+from bench_save_call import registered, run_both  # noqa: E402
 
 
 def measure(make, device, restores):
-    objects, named = make(device)
     times = {"lazy": [], "eager": []}
-    job = "bench-restore-call-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
-    with memento.Checkpointer(job=job, launcher="single", scheme="none", slots=2,
-                              persist_every=0) as ck:
-        ck.register(*objects, **named)
-        assert ck.restore() is None
+    with registered(make, device, "bench-restore-call") as ck:
         ck.save(1)
         ck.wait()
         entries = len(ck.tensors())

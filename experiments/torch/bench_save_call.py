@@ -17,6 +17,7 @@ follows outside the timing); ratio = reused / rebuilt. Prints one line
 "BENCH_SAVE_CALL {json}" (also written to --json).
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -48,14 +49,21 @@ def named_job(device):
     return (), {"t%03d" % i: t for i, t in enumerate(tensors)}
 
 
-def measure(make, device, saves):
+@contextlib.contextmanager
+def registered(make, device, prefix):
+    """A one-rank Checkpointer of a fresh job with make(device)'s registration."""
     objects, named = make(device)
-    times = {"reused": [], "rebuilt": []}
-    job = "bench-save-call-%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
+    job = "%s-%d-%s" % (prefix, os.getpid(), uuid.uuid4().hex[:6])
     with memento.Checkpointer(job=job, launcher="single", scheme="none", slots=2,
                               persist_every=0) as ck:
         ck.register(*objects, **named)
         assert ck.restore() is None
+        yield ck
+
+
+def measure(make, device, saves):
+    times = {"reused": [], "rebuilt": []}
+    with registered(make, device, "bench-save-call") as ck:
         entries = len(ck.tensors())
         step = 0
         for i in range(2 * (saves + 5)):

@@ -31,13 +31,14 @@ struct ThreadStream {
   }
 };
 
-// Of the calling thread's device (OnDevice made it `gpu`); `lane` picks one
-// of the thread's several streams on it (DeviceCopyBatch).
+// The calling thread's side streams, by (device, lane).
 std::map<std::pair<int, int>, ThreadStream>& ThreadStreams() {
   thread_local std::map<std::pair<int, int>, ThreadStream> streams;
   return streams;
 }
 
+// Of the calling thread's device (OnDevice made it `gpu`); `lane` picks one
+// of the thread's several streams on it (DeviceCopyBatch, QueueDeviceBytes).
 Result<cudaStream_t> SideStream(int gpu, int lane = 0) {
   ThreadStream& ts = ThreadStreams()[{gpu, lane}];
   if (ts.stream == nullptr) {

@@ -14,6 +14,7 @@
 // stream); not shared.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -23,6 +24,54 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
+
+// The piece pipeline of StagedCopier::ToHost over any two one-copy batches
+// with DeviceCopyBatch's Queue / Landed / WaitAll (tests drive it with a host
+// stand-in): piece k of `n` bytes (at most `piece`) goes through buf[k % 2];
+// before it is queued, piece k - 2 (that buffer's last) is waited for and
+// copied out to `dst`, hashed into *crc, while piece k - 1 is on the copy
+// engine. Pieces leave the buffers in order, so *crc sees them in order.
+// Returns the first error; nothing is still queued when it returns.
+template <typename Batch>
+Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu, size_t piece,
+                             uint8_t* const buf[2], Batch* const batch[2], const DeviceFence* after,
+                             erasure::Crc32cStream* crc) {
+  struct Pending {
+    uint8_t* dst = nullptr;
+    size_t n = 0;
+  } pending[2];
+  auto drain = [&](int b) {
+    Status landed = batch[b]->Landed(0);
+    if (landed.ok()) crc->UpdateCopy(pending[b].dst, buf[b], pending[b].n);
+    pending[b] = Pending{};
+    return landed;
+  };
+  std::vector<DeviceCopyBatch::Copy> one(1);
+  Status status;
+  size_t k = 0;
+  for (size_t off = 0; off < n && status.ok(); off += piece, ++k) {
+    const int b = static_cast<int>(k % 2);
+    if (pending[b].n > 0) status = drain(b);
+    if (!status.ok()) break;
+    const size_t len = std::min(piece, n - off);
+    size_t queued = 0;
+    one[0] = DeviceCopyBatch::Copy{buf[b], src + off, len, gpu};
+    status = batch[b]->Queue(one, after, &queued);
+    if (status.ok()) pending[b] = Pending{dst + off, len};
+  }
+  // The older piece first: the last one queued is in buf[(k - 1) % 2].
+  for (size_t i = 0; i < 2; ++i) {
+    const int b = static_cast<int>((k + i) % 2);
+    if (pending[b].n == 0) continue;
+    if (status.ok()) {
+      status = drain(b);
+    } else {
+      (void)batch[b]->WaitAll();  // nothing queued may outlive the call
+      pending[b] = Pending{};
+    }
+  }
+  return status;
+}
 
 class StagedCopier {
  public:
@@ -49,7 +98,6 @@ class StagedCopier {
   const size_t piece_;
   uint8_t* buf_[2] = {nullptr, nullptr};  // portable: any device copies into them
   DeviceCopyBatch batch_[2];              // one copy each: the piece in buf_[i]
-  std::vector<DeviceCopyBatch::Copy> one_ = std::vector<DeviceCopyBatch::Copy>(1);
 };
 
 }  // namespace memento::runtime

@@ -1,0 +1,151 @@
+// CopyThroughTwoBuffers, the piece pipeline of MEMENTO_DEVICE_COPY=staged,
+// driven by a host stand-in for the copy engine (the GPU path itself runs in
+// tests/cuda and the Python CUDA tests, on a GPU): every byte arrives in
+// order and hashed, two copies are in flight, a buffer is never queued again
+// before its piece was copied out, and no copy outlives a failed call.
+#include "snapshot/staged_copy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memento/erasure/crc32c.h"
+
+namespace memento::runtime {
+namespace {
+
+// What the two stand-ins of one call saw.
+struct Counters {
+  int in_flight = 0;     // queued, not yet landed
+  int most = 0;          // the most in flight at once
+  int queues = 0;        // Queue calls
+  int landings = 0;      // Landed calls
+  int fail_queue = -1;   // the Queue call (0-based) that fails
+  int fail_landed = -1;  // the Landed call (0-based) that fails
+};
+
+// One copy at a time, like a DeviceCopyBatch of one copy. The copy "runs"
+// until it is waited for: its bytes land in Landed or WaitAll, so a buffer
+// read before its copy was waited for holds the previous piece.
+class HostBatch {
+ public:
+  explicit HostBatch(Counters* c) : c_(c) {}
+
+  Status Queue(const std::vector<DeviceCopyBatch::Copy>& copies, const DeviceFence*,
+               size_t* queued) {
+    *queued = 0;
+    EXPECT_EQ(copies.size(), 1u);
+    EXPECT_FALSE(pending_) << "a buffer queued again before its last piece landed";
+    if (c_->queues++ == c_->fail_queue) return Status::Internal("queue refused (test)");
+    copy_ = copies[0];
+    pending_ = true;
+    c_->most = std::max(c_->most, ++c_->in_flight);
+    *queued = 1;
+    return Status::Ok();
+  }
+
+  Status Landed(size_t i) {
+    EXPECT_EQ(i, 0u);
+    EXPECT_TRUE(pending_) << "waited for a copy that was not queued";
+    Land();
+    if (c_->landings++ == c_->fail_landed) return Status::Internal("copy failed (test)");
+    return Status::Ok();
+  }
+
+  Status WaitAll() {
+    Land();
+    return Status::Ok();
+  }
+
+  bool pending() const { return pending_; }
+
+ private:
+  void Land() {
+    if (!pending_) return;
+    std::memcpy(copy_.dst, copy_.src, copy_.bytes);
+    pending_ = false;
+    --c_->in_flight;
+  }
+
+  Counters* c_;
+  DeviceCopyBatch::Copy copy_;
+  bool pending_ = false;
+};
+
+constexpr size_t kPiece = 4096;
+
+struct Outcome {
+  std::vector<uint8_t> src, dst;
+  Counters counters;
+  Status status;
+  uint32_t crc = 0;
+  bool left_in_flight = false;
+};
+
+Outcome CopyWith(size_t n, int fail_queue = -1, int fail_landed = -1) {
+  Outcome run;
+  std::mt19937 rng(static_cast<unsigned>(n));
+  run.src.resize(n);
+  for (auto& b : run.src) b = static_cast<uint8_t>(rng());
+  run.dst.assign(n, 0);
+  run.counters.fail_queue = fail_queue;
+  run.counters.fail_landed = fail_landed;
+  std::vector<uint8_t> a(kPiece, 0xEE), b(kPiece, 0xEE);
+  uint8_t* const bufs[2] = {a.data(), b.data()};
+  HostBatch first(&run.counters), second(&run.counters);
+  HostBatch* const batches[2] = {&first, &second};
+  erasure::Crc32cStream crc;
+  run.status = CopyThroughTwoBuffers(run.dst.data(), run.src.data(), n, /*gpu=*/0, kPiece, bufs,
+                                     batches, nullptr, &crc);
+  run.crc = crc.value();
+  run.left_in_flight = first.pending() || second.pending();
+  return run;
+}
+
+TEST(StagedCopy, EveryByteArrivesInOrderAndHashedWithTwoPiecesInFlight) {
+  for (size_t n :
+       {size_t{1}, size_t{7}, kPiece - 1, kPiece, kPiece + 1, 2 * kPiece, 5 * kPiece + 3}) {
+    SCOPED_TRACE(n);
+    const Outcome run = CopyWith(n);
+    ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+    EXPECT_EQ(run.dst, run.src);
+    EXPECT_EQ(run.crc, erasure::Crc32c(run.src.data(), n));
+    const int pieces = static_cast<int>((n + kPiece - 1) / kPiece);
+    EXPECT_EQ(run.counters.queues, pieces);
+    EXPECT_EQ(run.counters.landings, pieces) << "every piece waited for once";
+    EXPECT_EQ(run.counters.most, std::min(pieces, 2)) << "double-buffered";
+    EXPECT_FALSE(run.left_in_flight);
+  }
+}
+
+TEST(StagedCopy, NothingQueuedOutlivesAFailedQueue) {
+  for (int fail = 0; fail < 5; ++fail) {
+    SCOPED_TRACE(fail);
+    const Outcome run = CopyWith(5 * kPiece + 3, fail, -1);
+    EXPECT_EQ(run.status.code(), StatusCode::kInternal);
+    EXPECT_NE(run.status.message().find("queue refused"), std::string::npos);
+    EXPECT_FALSE(run.left_in_flight);
+    EXPECT_EQ(run.counters.in_flight, 0);
+    EXPECT_EQ(run.counters.queues, fail + 1) << "no piece is queued after the failure";
+  }
+}
+
+TEST(StagedCopy, NothingQueuedOutlivesAFailedCopy) {
+  for (int fail = 0; fail < 5; ++fail) {
+    SCOPED_TRACE(fail);
+    const Outcome run = CopyWith(5 * kPiece + 3, -1, fail);
+    EXPECT_EQ(run.status.code(), StatusCode::kInternal);
+    EXPECT_NE(run.status.message().find("copy failed"), std::string::npos);
+    EXPECT_FALSE(run.left_in_flight);
+    EXPECT_EQ(run.counters.in_flight, 0);
+    // The pieces before the failed one arrived, in order.
+    EXPECT_EQ(std::memcmp(run.dst.data(), run.src.data(), static_cast<size_t>(fail) * kPiece), 0);
+  }
+}
+
+}  // namespace
+}  // namespace memento::runtime

@@ -31,7 +31,7 @@ Status StagedCopier::ToHost(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
   if (n == 0) return Status::Ok();
   MEMENTO_RETURN_IF_ERROR(Allocate(gpu));
   DeviceCopyBatch* const batches[2] = {&batch_[0], &batch_[1]};
-  return CopyThroughTwoBuffers(dst, src, n, gpu, piece_, buf_, batches, after, crc);
+  return CopyThroughTwoBuffers(dst, src, n, gpu, piece_, buf_, batches, after, crc, &one_);
 }
 
 }  // namespace memento::runtime

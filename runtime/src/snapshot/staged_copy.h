@@ -31,11 +31,13 @@ namespace memento::runtime {
 // before it is queued, piece k - 2 (that buffer's last) is waited for and
 // copied out to `dst`, hashed into *crc, while piece k - 1 is on the copy
 // engine. Pieces leave the buffers in order, so *crc sees them in order.
-// Returns the first error; nothing is still queued when it returns.
+// Returns the first error; nothing is still queued when it returns. `one`:
+// the caller's list of one copy, reused for every piece (no allocation per
+// chunk).
 template <typename Batch>
 Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu, size_t piece,
                              uint8_t* const buf[2], Batch* const batch[2], const DeviceFence* after,
-                             erasure::Crc32cStream* crc) {
+                             erasure::Crc32cStream* crc, std::vector<DeviceCopyBatch::Copy>* one) {
   struct Pending {
     uint8_t* dst = nullptr;
     size_t n = 0;
@@ -46,7 +48,7 @@ Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu
     pending[b] = Pending{};
     return landed;
   };
-  std::vector<DeviceCopyBatch::Copy> one(1);
+  one->resize(1);
   Status status;
   size_t k = 0;
   for (size_t off = 0; off < n && status.ok(); off += piece, ++k) {
@@ -55,8 +57,8 @@ Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu
     if (!status.ok()) break;
     const size_t len = std::min(piece, n - off);
     size_t queued = 0;
-    one[0] = DeviceCopyBatch::Copy{buf[b], src + off, len, gpu};
-    status = batch[b]->Queue(one, after, &queued);
+    (*one)[0] = DeviceCopyBatch::Copy{buf[b], src + off, len, gpu};
+    status = batch[b]->Queue(*one, after, &queued);
     if (status.ok()) pending[b] = Pending{dst + off, len};
   }
   // The older piece first: the last one queued is in buf[(k - 1) % 2].
@@ -98,6 +100,7 @@ class StagedCopier {
   const size_t piece_;
   uint8_t* buf_[2] = {nullptr, nullptr};  // portable: any device copies into them
   DeviceCopyBatch batch_[2];              // one copy each: the piece in buf_[i]
+  std::vector<DeviceCopyBatch::Copy> one_;  // the copy queued, reused
 };
 
 }  // namespace memento::runtime

@@ -99,8 +99,9 @@ Outcome CopyWith(size_t n, int fail_queue = -1, int fail_landed = -1) {
   HostBatch first(&run.counters), second(&run.counters);
   HostBatch* const batches[2] = {&first, &second};
   erasure::Crc32cStream crc;
+  std::vector<DeviceCopyBatch::Copy> one;
   run.status = CopyThroughTwoBuffers(run.dst.data(), run.src.data(), n, /*gpu=*/0, kPiece, bufs,
-                                     batches, nullptr, &crc);
+                                     batches, nullptr, &crc, &one);
   run.crc = crc.value();
   run.left_in_flight = first.pending() || second.pending();
   return run;

@@ -19,6 +19,9 @@ ODD_SIZES = [1, 7, 4099, 3 * (1 << 20) + 5]
 # MEMENTO_DEVICE_COPY: the copy engine into the store's registered pages, or through
 # the snapshot workers' pinned buffers.
 COPIES = ["direct", "staged"]
+# The restore report's words for device bytes read from a store this process did not
+# register with the driver.
+STAGED = "staged through pinned buffers"
 
 
 def raw(t):
@@ -70,9 +73,54 @@ def test_every_dtype_and_odd_size_restores_bit_exact_in_place(job, device_copy):
     report, before, after = saved_then_overwritten(job, tensors, device_copy=device_copy)
     assert int(report) == 1
     assert before == after, "restore() must write the tensors in place"
+    # The process that saved registered the store's pages: the copy engine reads them,
+    # unless device copies are staged both ways.
+    assert (STAGED in report.source_detail) == (device_copy == "staged"), report.source_detail
     for k, t in tensors.items():
         assert t.is_cuda
         assert torch.equal(raw(t), expect[k]), k
+
+
+def test_a_relaunch_restores_through_pinned_buffers_bit_exact(job):
+    """A new Checkpointer of the job (as after a relaunch) never registered the store's
+    pages: the restore threads move the device bytes through their own pinned buffers,
+    every dtype and odd size, pieces of several buffers' worth among them."""
+    torch.cuda.set_device(0)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    sizes = ODD_SIZES + [(9 << 20) + 3]  # over two 4 MiB restore pieces as float32
+    tensors = {"%s_%d" % (str(d).split(".")[-1], n): random_tensor(n, d, gen)
+               for d in DTYPES for n in sizes}
+    expect = {k: raw(t) for k, t in tensors.items()}
+    with memento.Checkpointer(job=job, launcher="single", scheme="none",
+                              persist_every=0) as ck:
+        ck.register(**tensors)
+        ck.save(1)
+        ck.wait()
+    for t in tensors.values():
+        overwrite(t)
+    with memento.Checkpointer(job=job, launcher="single", scheme="none",
+                              persist_every=0) as ck:
+        ck.register(**tensors)
+        report = ck.restore()
+        torch.cuda.synchronize()
+        assert int(report) == 1
+        device_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        why = "(the slot's pages are not registered with the driver in this process)"
+        assert "%d device bytes %s %s" % (device_bytes, STAGED, why) in report.source_detail, \
+            report.source_detail
+        for k, t in tensors.items():
+            assert torch.equal(raw(t), expect[k]), k
+        # Saved again by this process (the restored values), its slot is registered: the
+        # next restore reads it with the copy engine.
+        ck.save(2)
+        ck.wait()
+        for t in tensors.values():
+            overwrite(t)
+        report = ck.restore()
+        torch.cuda.synchronize()
+        assert int(report) == 2 and STAGED not in report.source_detail, report.source_detail
+        for k, t in tensors.items():
+            assert torch.equal(raw(t), expect[k]), k
 
 
 @pytest.mark.parametrize("device_copy", COPIES)
@@ -105,6 +153,13 @@ def test_device_tensors_get_more_snapshot_threads_and_big_ones_restore_in_pieces
     line = "snapshot: %d worker threads (auto, device buffers), device copies %s" % (
         expect, device_copy)
     assert line in messages, messages
+    # The slot's pages are registered with the driver (once, in one range: the two entries
+    # are neighbours) for the copy engine's direct copies; staged copies never need it.
+    registered = [m for m in messages if "pages registered with the driver" in m]
+    if device_copy == "direct":
+        assert len(registered) == 1 and "(1 ranges)" in registered[0], messages
+    else:
+        assert not registered, registered
 
 
 @pytest.mark.parametrize("device_copy", COPIES)

@@ -20,6 +20,7 @@
 #include "recovery/reprotector.h"
 #include "recovery/shard_io.h"
 #include "snapshot/device_copy.h"
+#include "snapshot/page_runs.h"
 
 namespace memento::runtime {
 namespace {
@@ -384,25 +385,47 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
     return s;
   }
   for (CopyTask& t : tasks_) t.dst = store_.MutableRegion(slot, t.entry) + t.offset;
-  if (any_device_) {
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      const int region = static_cast<int>(i);
-      if (!entries_[i].device() || !pinned_regions_.insert({slot, region}).second) continue;
-      uint8_t* p = store_.MutableRegion(slot, region);
-      Status pin = PinHostMemory(p, entries_[i].bytes);
-      if (pin.ok()) {
-        pinned_ptrs_.push_back(p);
-      } else {
-        Log(LogLevel::kWarn, "pinning slot memory: " + pin.ToString());
-      }
-    }
-  }
+  if (any_device_ && pinned_slots_.count(slot) == 0) pinned_slots_[slot] = PinSlot(slot);
   committer_->Begin();
   Status started = pipeline_->Start(version, slot, &tasks_, device_stream_, device_event_);
   committer_->Submit(version, slot, persistable, Status::Ok());
   // A stage refusing to begin still goes through the commit thread, so that
   // this rank votes "false" in the version's commit collective.
   return started;
+}
+
+bool Checkpointer::Impl::PinSlot(int slot) {
+  // Staged copies move between the device and the driver's own buffers; the
+  // store is registered only for the copy engine to reach it: direct copies,
+  // and the NCCL link's copies between its staging and the store.
+  if (config_.device_copy == "staged" && config_.device_transport == "off") return false;
+  std::vector<std::pair<uintptr_t, uint64_t>> device;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (!entries_[i].device()) continue;
+    device.push_back({reinterpret_cast<uintptr_t>(store_.MutableRegion(slot, static_cast<int>(i))),
+                      entries_[i].bytes});
+  }
+  const auto t0 = Clock::now();
+  uint64_t bytes = 0;
+  int runs = 0;
+  bool all = true;
+  for (const PageRun& run : PageRuns(std::move(device), static_cast<uint64_t>(getpagesize()))) {
+    void* p = reinterpret_cast<void*>(run.begin);
+    Status pin = PinHostMemory(p, run.end - run.begin);
+    if (!pin.ok()) {
+      Log(LogLevel::kWarn, "pinning slot memory: " + pin.ToString());
+      all = false;
+      continue;
+    }
+    pinned_ptrs_.push_back(p);
+    bytes += run.end - run.begin;
+    ++runs;
+  }
+  Log(LogLevel::kInfo, "slot " + std::to_string(slot) + ": " + std::to_string(bytes) +
+                           " bytes of device entries' pages registered with the driver (" +
+                           std::to_string(runs) + " ranges) in " +
+                           std::to_string(SecondsSince(t0)) + " s");
+  return all;
 }
 
 Status Checkpointer::Impl::WaitSnapshot() {
@@ -456,8 +479,12 @@ Result<RestoreReport> Checkpointer::Impl::RestoreNewest(
     std::unique_ptr<RecoveryExecutor> executor;
   };
   auto run = std::make_shared<RestoreRun>();
+  std::set<int> registered;
+  for (const auto& [slot, all] : pinned_slots_) {
+    if (all) registered.insert(slot);
+  }
   run->io = std::make_unique<ShardIo>(&entries_, &store_, &*protection_, remote_.get(),
-                                      transport_.get());
+                                      transport_.get(), &device_copiers_, std::move(registered));
   Reprotector::Parts rp;
   rp.transport = transport_.get();
   rp.store = &store_;
@@ -563,6 +590,7 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   parts.aside = elastic_aside_;
   parts.chunk_bytes = config_.chunk_bytes;
   parts.hook = Hook();
+  parts.copiers = &device_copiers_;
   const uint64_t own_lineage = lineage_;
   parts.lineage = &lineage_;
   ElasticRestorer restorer(std::move(parts));

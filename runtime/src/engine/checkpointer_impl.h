@@ -21,17 +21,18 @@
 #include <utility>
 #include <vector>
 
-#include "snapshot/entry_crc_stage.h"
-#include "memento/runtime/checkpointer.h"
-#include "memento/runtime/node_store.h"
 #include "engine/committer.h"
 #include "engine/save_schedule.h"
+#include "memento/runtime/checkpointer.h"
+#include "memento/runtime/node_store.h"
 #include "persist/persister.h"
 #include "protect/protect_stage.h"
 #include "protect/protection_layout.h"
 #include "recovery/buffer_hold.h"
+#include "snapshot/entry_crc_stage.h"
 #include "snapshot/registered_entry.h"
 #include "snapshot/snapshot_pipeline.h"
+#include "snapshot/staged_copy.h"
 #include "store/slot_allocator.h"
 
 namespace memento::runtime {
@@ -139,6 +140,13 @@ class Checkpointer::Impl {
   // Starts the pipeline for `version` (the Save path minus its argument
   // checks). `persistable`: whether this version counts for persist_every.
   Status StartVersion(uint64_t version, bool persistable);
+  // Registers the pages of slot `slot`'s device entries with the driver, so
+  // that the copy engine reaches them directly (PageRuns: one call per run
+  // of neighbouring entries); a failure is logged and leaves the copies to
+  // the driver's staging. Logs what it registered and how long it took.
+  // True when every page is registered (false with staged device copies,
+  // which register nothing).
+  bool PinSlot(int slot);
   // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveNow(uint64_t step);
   // InvalidArgument when `step` is not above the latest committed version.
@@ -190,8 +198,15 @@ class Checkpointer::Impl {
   bool finished_ = false;  // Finish ran: Save and Restore refuse
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes
-  std::set<std::pair<int, int>> pinned_regions_;  // (slot, region) host-registered for CUDA
-  std::vector<void*> pinned_ptrs_;                // their addresses, unpinned at destruction
+  // The slots PinSlot ran for (once each, at their first Save), and whether
+  // the driver registered all of their device entries' pages (a restore
+  // from such a slot lets the copy engine read it); the registered ranges'
+  // starts, unregistered at destruction.
+  std::map<int, bool> pinned_slots_;
+  std::vector<void*> pinned_ptrs_;
+  // Pinned buffer pairs of the restores' copies into device buffers (ShardIo),
+  // kept from one restore to the next.
+  StagedCopierPool device_copiers_;
   std::unique_ptr<SnapshotPipeline> pipeline_;
   std::unique_ptr<SlotAllocator> slots_;
   std::unique_ptr<Persister> persister_;

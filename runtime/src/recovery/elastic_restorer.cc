@@ -17,7 +17,6 @@
 #include "recovery/partial_decode.h"
 #include "recovery/report_text.h"
 #include "recovery/shard_io.h"
-#include "snapshot/device_copy.h"
 
 namespace memento::runtime {
 namespace {
@@ -481,10 +480,16 @@ Status ElasticRestorer::Finish(const Status& local) {
   std::vector<uint32_t> crcs(entries.size(), 0);
   if (mine.ok()) {
     for (size_t i = 0; i < entries.size() && mine.ok(); ++i) {
-      crcs[i] = erasure::Crc32c(dst_[i], entries[i].bytes);
-      if (entries[i].device()) {
-        mine = CopyDeviceBytes(entries[i].data, dst_[i], entries[i].bytes, entries[i].gpu);
+      const RegisteredEntry& e = entries[i];
+      if (!e.device() || e.bytes == 0) {
+        crcs[i] = erasure::Crc32c(dst_[i], e.bytes);
+        continue;
       }
+      // Assembled in host memory not registered with the driver: through a
+      // pinned buffer pair, hashed on the way.
+      erasure::Crc32cStream crc;
+      mine = parts_.copiers->ToDevice(e.data, dst_[i], e.bytes, e.gpu, &crc);
+      crcs[i] = crc.value();
     }
   }
   const uint8_t outcome = mine.ok() ? 0 : 1;

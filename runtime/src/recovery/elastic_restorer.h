@@ -59,6 +59,7 @@
 #include "recovery/inventory.h"
 #include "recovery/reprotector.h"
 #include "snapshot/registered_entry.h"
+#include "snapshot/staged_copy.h"
 #include "transport/wire.h"
 
 namespace memento::runtime {
@@ -77,6 +78,9 @@ class ElasticRestorer {
     StageHook hook;  // may be empty
     // Set to the lineage of the restored version.
     uint64_t* lineage = nullptr;
+    // The pinned buffer pairs the assembled slices of device entries go
+    // through to the device (copied and hashed in one pass).
+    StagedCopierPool* copiers = nullptr;
   };
   explicit ElasticRestorer(Parts parts);
 

@@ -16,7 +16,8 @@ Status RecoveryExecutor::PrepareLanding() {
   for (const RegisteredEntry& e : parts_.io->entries()) sizes.push_back(e.bytes);
   if (!MyNodeLost()) {
     landed_ = ShardLanding::InMemory(sizes);
-    landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
+    landed_copy_ =
+        std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_, parts_.io->copiers());
     return Status::Ok();
   }
   // A lost node's store holds nothing of this run: the slot the re-protect
@@ -39,7 +40,7 @@ Status RecoveryExecutor::PrepareLanding() {
     for (const RegisteredEntry& e : entries) data.push_back(e.data);
     landed_ = ShardLanding::InBuffers(data, sizes);
     buffer_slot_ = slot;
-    landed_copy_ = std::make_unique<LandedCopy>(&entries, &landed_);
+    landed_copy_ = std::make_unique<LandedCopy>(&entries, &landed_, parts_.io->copiers());
     return Status::Ok();
   }
   Status begun = parts_.store->BeginWriteSlot(slot, plan_.version, lineage_);
@@ -48,7 +49,8 @@ Status RecoveryExecutor::PrepareLanding() {
     return begun.WithContext("restore: slot for the rebuilt shard");
   }
   landed_ = ShardLanding::InSlot(parts_.store, slot, sizes);
-  landed_copy_ = std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_);
+  landed_copy_ =
+      std::make_unique<LandedCopy>(&parts_.io->entries(), &landed_, parts_.io->copiers());
   return Status::Ok();
 }
 

@@ -197,6 +197,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   }
   MEMENTO_CHECK(mine_ != nullptr);
   crcs_.clear();
+  staged_bytes_ = 0;
   mismatch_ = Mismatch::kNone;
   source_ = RestoreSource::kLocalMemory;
   my_slot_ = parts_.store->FindVersion(plan_.version, lineage_);
@@ -215,7 +216,7 @@ Status RecoveryExecutor::TransferAndRestore() {
   std::optional<Behind> own_copy;
   if (mine_->kind == placement::SourceKind::kLocal && my_slot_) {
     own_copy.emplace([this, slot = *my_slot_] {
-      return parts_.io->CopySlotToBuffers(slot, plan_.version, &crcs_);
+      return parts_.io->CopySlotToBuffers(slot, plan_.version, &crcs_, &staged_bytes_);
     });
   }
   Status landing = Status::Ok();
@@ -479,6 +480,11 @@ Status RecoveryExecutor::RestoreMyShard(Behind* own_copy) {
       // A copy that fails its crc32c here is marked bad and the plan made
       // again (nothing was verified before the transfer).
       if (s.code() == StatusCode::kCorruption) mismatch_ = Mismatch::kSealed;
+      if (s.ok() && staged_bytes_ > 0) {
+        report_.source_detail += "; " + std::to_string(staged_bytes_) +
+                                 " device bytes staged through pinned buffers (the slot's pages "
+                                 "are not registered with the driver in this process)";
+      }
       return s;
     }
     case placement::SourceKind::kRemote:

@@ -294,6 +294,7 @@ class RecoveryExecutor {
   std::vector<ReduceChain> chains_;
   std::vector<DecodeChainInfo> chain_info_;
   std::vector<uint32_t> crcs_;  // this rank's restored entries
+  uint64_t staged_bytes_ = 0;   // of them, device bytes staged (CopySlotToBuffers)
   ShardLanding landed_;         // replica / decode: the shard as rebuilt
   // Landed in the buffers (else -1): the slot LandInStore fills, pinned from
   // the landing on, so that a Save issued meanwhile takes another one.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <system_error>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "memento/erasure/crc32c.h"
 #include "snapshot/crc32c_combine.h"
 #include "snapshot/device_copy.h"
+#include "snapshot/staged_copy.h"
 
 namespace memento::runtime {
 namespace {
@@ -26,38 +28,40 @@ namespace {
 // is hashed).
 constexpr uint64_t kPiece = 256 << 10;
 
-// Copies n bytes from src into entry `e`'s buffer at offset `at`, piece by
-// piece, hashing them as they leave src into *crc and, when given, *also
-// (src that is the buffer itself is only hashed).
-// Host buffers are written with streaming stores (Crc32cStream::UpdateCopy):
-// a restored shard is far larger than the cache.
+// Copies n bytes from src into entry `e`'s buffer at offset `at`, hashing
+// them as they leave src into *crc and, when given, *also (src that is the
+// buffer itself is only hashed). Host buffers are written piece by piece
+// with streaming stores (Crc32cStream::UpdateCopy): a restored shard is far
+// larger than the cache. Device buffers: through a pinned buffer pair of
+// `copiers`, since src (a landing in a fresh store's slot or in the heap) is
+// not registered with the driver, which would stage each piece on this
+// thread itself.
 Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, uint64_t n,
-                     erasure::Crc32cStream* crc, erasure::Crc32cStream* also) {
+                     erasure::Crc32cStream* crc, erasure::Crc32cStream* also,
+                     StagedCopierPool* copiers) {
+  if (e.device()) {
+    Status s = copiers->ToDevice(e.data + at, src, n, e.gpu, crc);
+    if (s.ok() && also != nullptr) also->Update(src, n);
+    return s;
+  }
   for (uint64_t done = 0; done < n; done += kPiece) {
     const uint64_t k = std::min(kPiece, n - done);
     uint8_t* dst = e.data + at + done;
     if (dst == src + done) {
       crc->Update(dst, k);  // landed in the buffer itself: only hashed
-    } else if (e.device()) {
-      // Queued: the copy engine moves this piece while the next is hashed.
-      Status queued = QueueDeviceBytes(dst, src + done, k, e.gpu);
-      if (!queued.ok()) {
-        (void)WaitQueuedCopies(e.gpu);  // nothing queued may outlive src
-        return queued;
-      }
-      crc->Update(src + done, k);
     } else {
       crc->UpdateCopy(dst, src + done, k);
     }
     if (also != nullptr) also->Update(src + done, k);
   }
-  return e.device() ? WaitQueuedCopies(e.gpu) : Status::Ok();
+  return Status::Ok();
 }
 
 }  // namespace
 
-LandedCopy::LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed)
-    : entries_(entries), landed_(landed), parts_(entries->size()) {
+LandedCopy::LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed,
+                       StagedCopierPool* copiers)
+    : entries_(entries), landed_(landed), copiers_(copiers), parts_(entries->size()) {
   uint64_t at = 0;
   for (const RegisteredEntry& e : *entries_) {
     base_.push_back(at);
@@ -75,7 +79,7 @@ void LandedCopy::Piece(uint64_t off, uint64_t len) {
     if (lo >= hi) continue;
     erasure::Crc32cStream crc;
     const uint64_t at = lo - base_[i];
-    ok = CopyIntoEntry(e, at, landed_->entries().at(i) + at, hi - lo, &crc, nullptr).ok();
+    ok = CopyIntoEntry(e, at, landed_->entries().at(i) + at, hi - lo, &crc, nullptr, copiers_).ok();
     done.push_back({i, Part{at, hi - lo, crc.value()}});
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -108,8 +112,15 @@ bool LandedCopy::Finish(std::vector<uint32_t>* crcs, uint32_t* whole) {
 }
 
 ShardIo::ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
-                 const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport)
-    : entries_(entries), store_(store), layout_(layout), remote_(remote), transport_(transport) {
+                 const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport,
+                 StagedCopierPool* copiers, std::set<int> registered_slots)
+    : entries_(entries),
+      store_(store),
+      layout_(layout),
+      remote_(remote),
+      transport_(transport),
+      copiers_(copiers),
+      registered_slots_(std::move(registered_slots)) {
   for (const RegisteredEntry& e : *entries_) entry_bytes_.push_back(e.bytes);
 }
 
@@ -137,7 +148,10 @@ void ParallelFor(size_t n, const F& f) {
   std::vector<std::thread> helpers;
   for (size_t t = 1; t < threads; ++t) {
     try {
-      helpers.emplace_back(work);
+      helpers.emplace_back([&work] {
+        MarkRuntimeThread();  // its device copies leave it on their device
+        work();
+      });
     } catch (const std::system_error&) {
       break;  // no more threads to be had: the ones running do the rest
     }
@@ -148,7 +162,9 @@ void ParallelFor(size_t n, const F& f) {
 
 }  // namespace
 
-Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const {
+Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs,
+                                  uint64_t* staged_bytes) const {
+  if (staged_bytes != nullptr) *staged_bytes = 0;
   crcs->assign(entries_->size(), 0);
   std::vector<RegionView> views;
   views.reserve(entries_->size());
@@ -163,16 +179,25 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
     }
     views.push_back(view);
   }
-  // Device buffers: every entry queued at once, in pieces round-robin over
-  // this thread's side streams (as the snapshot's copies are), so that the
-  // copy engines move them back to back, several in flight, while the host
-  // hashes the slot.
+  // Device buffers from a slot whose pages this process registered with the
+  // driver: every entry queued at once, in pieces round-robin over this
+  // thread's side streams (as the snapshot's copies are), so that the copy
+  // engines move them back to back, several in flight, while the host hashes
+  // the slot. From a slot it did not register (after a relaunch; staged
+  // copies), the driver would stage every piece through its own buffers on
+  // this one thread: the pieces go through the restore threads' own pinned
+  // buffers instead (StagedCopier), copied and hashed there in one pass.
+  const bool staged = registered_slots_.count(slot) == 0;
   Status queued;
   std::vector<int> gpus;
   size_t lane = 0;
   for (size_t i = 0; i < entries_->size() && queued.ok(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
-    if (!e.device() || e.data == views[i].data) continue;
+    if (!e.device()) continue;
+    if (staged) {
+      if (staged_bytes != nullptr) *staged_bytes += e.bytes;
+      continue;
+    }
     if (std::find(gpus.begin(), gpus.end(), e.gpu) == gpus.end()) gpus.push_back(e.gpu);
     for (uint64_t at = 0; at < e.bytes && queued.ok(); at += kDeviceRestorePiece) {
       queued = QueueDeviceBytes(e.data + at, views[i].data + at,
@@ -192,6 +217,8 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
       pieces.push_back({i, at, std::min(kRestorePiece, views[i].length - at), 0});
     }
   }
+  std::mutex staged_mu;
+  Status staged_status;  // the first failed staged piece's; guarded by staged_mu
   if (queued.ok()) {
     ParallelFor(pieces.size(), [&](size_t k) {
       Piece& p = pieces[k];
@@ -199,7 +226,13 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
       const uint8_t* src = views[p.entry].data + p.at;
       uint8_t* dst = e.data + p.at;
       erasure::Crc32cStream crc;
-      if (e.device() || dst == src) {
+      if (e.device() && staged) {
+        Status s = copiers_->ToDevice(dst, src, p.n, e.gpu, &crc);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(staged_mu);
+          if (staged_status.ok()) staged_status = s.WithContext("entry '" + e.name + "'");
+        }
+      } else if (e.device() || dst == src) {
         crc.Update(src, p.n);
       } else {
         crc.UpdateCopy(dst, src, p.n);
@@ -213,6 +246,7 @@ Status ShardIo::CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32
     if (queued.ok()) queued = landed;
   }
   MEMENTO_RETURN_IF_ERROR(queued);
+  MEMENTO_RETURN_IF_ERROR(staged_status);
   size_t k = 0;
   for (size_t i = 0; i < entries_->size(); ++i) {
     uint32_t crc = 0;
@@ -300,7 +334,12 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     if (e.device()) {
-      MEMENTO_RETURN_IF_ERROR(CopyDeviceBytes(e.data, staging[staged++].data(), e.bytes, e.gpu));
+      // From the heap: through a pinned buffer pair, as the driver would
+      // stage it on this thread anyway.
+      erasure::Crc32cStream crc;
+      MEMENTO_RETURN_IF_ERROR(
+          copiers_->ToDevice(e.data, staging[staged++].data(), e.bytes, e.gpu, &crc)
+              .WithContext("entry '" + e.name + "'"));
     }
     (*crcs)[i] = crc_by_name[e.name];
   }
@@ -314,7 +353,8 @@ Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed, std::vector<uint
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     erasure::Crc32cStream crc;
-    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, 0, landed.entries().at(i), e.bytes, &crc, &all));
+    MEMENTO_RETURN_IF_ERROR(
+        CopyIntoEntry(e, 0, landed.entries().at(i), e.bytes, &crc, &all, copiers_));
     (*crcs)[i] = crc.value();
   }
   *whole = all.value();

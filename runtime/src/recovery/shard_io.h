@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "protect/entry_seals.h"
 #include "protect/protection_layout.h"
 #include "snapshot/registered_entry.h"
+#include "snapshot/staged_copy.h"
 #include "store/shard_landing.h"
 
 namespace memento::runtime {
@@ -64,8 +66,10 @@ Status ReadShardRange(const NodeStore& store, int slot, const std::vector<uint64
 // then copies the landed shard in one pass (ShardIo::CopyLandedToBuffers).
 class LandedCopy {
  public:
-  // Both borrowed; `landed` holds the shard as it lands.
-  LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed);
+  // All borrowed; `landed` holds the shard as it lands; `copiers` stage the
+  // pieces for device buffers (ShardIo::copiers()).
+  LandedCopy(const std::vector<RegisteredEntry>* entries, const ShardLanding* landed,
+             StagedCopierPool* copiers);
   // Bytes [off, off + len) of the shard have landed. Thread-safe.
   void Piece(uint64_t off, uint64_t len);
   // True when the pieces covered every byte of the shard exactly once and
@@ -81,6 +85,7 @@ class LandedCopy {
   };
   const std::vector<RegisteredEntry>* entries_;
   const ShardLanding* landed_;
+  StagedCopierPool* copiers_;
   std::vector<uint64_t> base_;  // shard offset of each entry
   std::mutex mu_;
   std::vector<std::vector<Part>> parts_;  // per entry; guarded by mu_
@@ -89,14 +94,23 @@ class LandedCopy {
 
 class ShardIo {
  public:
-  // Everything is borrowed; `remote` may be null (no remote tier).
+  // Borrowed; `remote` may be null (no remote tier). `copiers`: the pinned
+  // buffer pairs that copies into device buffers go through from host memory
+  // not registered with the driver. `registered_slots`: the store's slots
+  // whose device entries' pages this process registered (the copy engine
+  // reads those directly).
   ShardIo(const std::vector<RegisteredEntry>* entries, const NodeStore* store,
-          const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport);
+          const ProtectionLayout* layout, RemoteStore* remote, const Transport* transport,
+          StagedCopierPool* copiers, std::set<int> registered_slots = {});
 
   // Copies the sealed entries of `slot` (which must hold `version`) into the
   // buffers, hashing the bytes as they leave the slot; Corruption naming the entry on
   // a size, version or crc32c mismatch, or if the slot changed meanwhile.
-  Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs) const;
+  // *staged_bytes (when given): the bytes of device entries that went
+  // through pinned buffer pairs (copiers(), 2 MiB per restore thread)
+  // because `slot` is not among the registered slots.
+  Status CopySlotToBuffers(int slot, uint64_t version, std::vector<uint32_t>* crcs,
+                           uint64_t* staged_bytes = nullptr) const;
 
   // Reads this rank's file of remote `version` (the one of its place in the
   // layout) into the buffers. ElasticRestoreNeeded when it was written by a
@@ -139,6 +153,9 @@ class ShardIo {
       std::vector<std::string>* notes) const;
 
   const std::vector<RegisteredEntry>& entries() const { return *entries_; }
+  // The pinned buffer pairs the copies into device buffers go through (for
+  // a LandedCopy).
+  StagedCopierPool* copiers() const { return copiers_; }
   bool has_remote() const { return remote_ != nullptr; }
 
  private:
@@ -148,6 +165,8 @@ class ShardIo {
   const ProtectionLayout* layout_;
   RemoteStore* remote_;
   const Transport* transport_;
+  StagedCopierPool* copiers_;
+  const std::set<int> registered_slots_;
 };
 
 }  // namespace memento::runtime

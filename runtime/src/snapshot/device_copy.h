@@ -91,8 +91,9 @@ class DeviceFence {
 Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
                        const DeviceFence* after = nullptr);
 
-// One version's device-to-host copies, all queued at once by one thread, so
-// that the copy engines run them back to back as they would one long copy (a
+// Device copies all queued at once by one thread (a version's copies into
+// the node store; a staged copy's one piece, either way), so that the copy
+// engines run them back to back as they would one long copy (a
 // copy per chunk waited for before the next is queued leaves an engine idle
 // while the host hashes), and waited for one by one from any thread: the
 // snapshot workers hash each chunk as it lands. The copies of a device go
@@ -108,10 +109,12 @@ Status CopyDeviceBytes(void* dst, const void* src, size_t bytes, int gpu,
 class DeviceCopyBatch {
  public:
   struct Copy {
-    uint8_t* dst = nullptr;  // host memory (pinned: PinHostMemory)
+    // One of them memory of device `gpu`, the other pinned host memory
+    // (PinHostMemory, AllocatePinned); the driver tells the direction.
+    uint8_t* dst = nullptr;
     const uint8_t* src = nullptr;
     size_t bytes = 0;
-    int gpu = kHostMemory;  // src's device
+    int gpu = kHostMemory;
   };
   DeviceCopyBatch() = default;
   ~DeviceCopyBatch();  // waits for what is still queued, then destroys the events

@@ -241,9 +241,8 @@ Status DeviceCopyBatch::Queue(const std::vector<Copy>& copies, const DeviceFence
         events_[i] = e;
         event_gpu_[i] = gpu;
       }
-      MEMENTO_RETURN_IF_ERROR(
-          CudaStatus(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, stream),
-                     "cudaMemcpyAsync from the device"));
+      MEMENTO_RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync"));
       MEMENTO_RETURN_IF_ERROR(CudaStatus(
           cudaEventRecord(static_cast<cudaEvent_t>(events_[i]), stream), "cudaEventRecord"));
       *queued = queued_ = i + 1;

@@ -7,14 +7,6 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
-namespace {
-
-// A staged device chunk moves through its worker's buffers in pieces of this
-// size (at most): a chunk of several pieces keeps one on the copy engine
-// while the worker copies out the one before.
-constexpr size_t kStagedPiece = 1 << 20;
-
-}  // namespace
 
 SnapshotPipeline::SnapshotPipeline(int threads, std::vector<ChunkStage*> stages,
                                    std::function<Status(Stage, uint64_t)> hook, bool staged_device)
@@ -181,7 +173,7 @@ void SnapshotPipeline::RunTask(size_t index, std::unique_ptr<StagedCopier>* stag
   Status status;
   uint32_t crc = 0;
   if (task.gpu != kHostMemory && staged_device_) {
-    if (*staged == nullptr) *staged = std::make_unique<StagedCopier>(kStagedPiece);
+    if (*staged == nullptr) *staged = std::make_unique<StagedCopier>(kStagedPieceBytes);
     erasure::Crc32cStream stream;
     status = (*staged)->ToHost(task.dst, task.src, task.length, task.gpu, &fence_, &stream);
     crc = stream.value();

@@ -1,5 +1,7 @@
 #include "snapshot/staged_copy.h"
 
+#include <utility>
+
 #include "memento/common/check.h"
 
 namespace memento::runtime {
@@ -32,6 +34,40 @@ Status StagedCopier::ToHost(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
   MEMENTO_RETURN_IF_ERROR(Allocate(gpu));
   DeviceCopyBatch* const batches[2] = {&batch_[0], &batch_[1]};
   return CopyThroughTwoBuffers(dst, src, n, gpu, piece_, buf_, batches, after, crc, &one_);
+}
+
+Status StagedCopier::ToDevice(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
+                              erasure::Crc32cStream* crc) {
+  if (n == 0) return Status::Ok();
+  MEMENTO_RETURN_IF_ERROR(Allocate(gpu));
+  DeviceCopyBatch* const batches[2] = {&batch_[0], &batch_[1]};
+  return CopyToDeviceThroughTwoBuffers(dst, src, n, gpu, piece_, buf_, batches, crc, &one_);
+}
+
+std::unique_ptr<StagedCopier> StagedCopierPool::Take() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      std::unique_ptr<StagedCopier> copier = std::move(free_.back());
+      free_.pop_back();
+      return copier;
+    }
+  }
+  return std::make_unique<StagedCopier>(kStagedPieceBytes);
+}
+
+void StagedCopierPool::Give(std::unique_ptr<StagedCopier> copier) {
+  if (copier == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(std::move(copier));
+}
+
+Status StagedCopierPool::ToDevice(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
+                                  erasure::Crc32cStream* crc) {
+  std::unique_ptr<StagedCopier> copier = Take();
+  Status s = copier->ToDevice(dst, src, n, gpu, crc);
+  Give(std::move(copier));
+  return s;
 }
 
 }  // namespace memento::runtime

@@ -1,5 +1,8 @@
-// StagedCopier: device-to-host copies through two pinned buffers that the
-// driver allocated (cudaHostAlloc), for MEMENTO_DEVICE_COPY=staged.
+// StagedCopier: copies between a device and host memory through two pinned
+// buffers that the driver allocated (cudaHostAlloc): device to host for
+// MEMENTO_DEVICE_COPY=staged, host to device for a restore from host memory
+// that is not registered with the driver (a node store this process did not
+// register: after a relaunch, or with staged copies; the heap).
 //
 // The node store's pages are registered with the driver (cudaHostRegister);
 // the copy engine may write into them more slowly than into memory the
@@ -10,13 +13,15 @@
 // written by the CPU only. The CPU's extra copy is the price; the snapshot
 // workers run it in parallel.
 //
-// Thread-safety: one object per thread (its copies go on that thread's side
-// stream); not shared.
+// Thread-safety: one thread at a time (its copies go on the calling
+// thread's side streams, and none outlives a call).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -24,6 +29,11 @@
 #include "snapshot/device_copy.h"
 
 namespace memento::runtime {
+
+// The size of each of a StagedCopier's two buffers, as the snapshot and the
+// restore use them: a chunk or restore piece of several keeps one on the
+// copy engine while the thread copies the other.
+inline constexpr size_t kStagedPieceBytes = 1 << 20;
 
 // The piece pipeline of StagedCopier::ToHost over any two one-copy batches
 // with DeviceCopyBatch's Queue / Landed / WaitAll (tests drive it with a host
@@ -75,6 +85,43 @@ Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu
   return status;
 }
 
+// The other way, for a restore from host memory the driver does not know as
+// pinned: piece k of `src` is copied into buf[k % 2] by the calling thread,
+// hashed into *crc on the way, and queued to `dst` (memory of device `gpu`)
+// while the copy engine still moves piece k - 1 from the other buffer; a
+// buffer is refilled only once its last piece landed. Returns the first
+// error; nothing is still queued when it returns.
+template <typename Batch>
+Status CopyToDeviceThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
+                                     size_t piece, uint8_t* const buf[2], Batch* const batch[2],
+                                     erasure::Crc32cStream* crc,
+                                     std::vector<DeviceCopyBatch::Copy>* one) {
+  bool pending[2] = {false, false};
+  one->resize(1);
+  Status status;
+  size_t k = 0;
+  for (size_t off = 0; off < n && status.ok(); off += piece, ++k) {
+    const int b = static_cast<int>(k % 2);
+    if (pending[b]) {
+      pending[b] = false;
+      status = batch[b]->Landed(0);
+      if (!status.ok()) break;
+    }
+    const size_t len = std::min(piece, n - off);
+    crc->UpdateCopy(buf[b], src + off, len);
+    size_t queued = 0;
+    (*one)[0] = DeviceCopyBatch::Copy{dst + off, buf[b], len, gpu};
+    status = batch[b]->Queue(*one, nullptr, &queued);
+    pending[b] = queued > 0;
+  }
+  for (int b = 0; b < 2; ++b) {
+    if (!pending[b]) continue;
+    Status landed = status.ok() ? batch[b]->Landed(0) : batch[b]->WaitAll();
+    if (status.ok()) status = landed;
+  }
+  return status;
+}
+
 class StagedCopier {
  public:
   // Pieces of at most `piece_bytes` (> 0); the buffers are allocated by the
@@ -91,6 +138,12 @@ class StagedCopier {
   Status ToHost(uint8_t* dst, const uint8_t* src, size_t n, int gpu, const DeviceFence* after,
                 erasure::Crc32cStream* crc);
 
+  // Copies `n` bytes from host memory `src` (any: the calling thread copies
+  // each piece into a buffer) to `dst`, memory of device `gpu`, and adds them
+  // to *crc in order. Returns when every byte is in `dst` and nothing of it is
+  // still queued, whatever failed. Errors name the CUDA error.
+  Status ToDevice(uint8_t* dst, const uint8_t* src, size_t n, int gpu, erasure::Crc32cStream* crc);
+
   // Pinned host bytes this copier holds (0 before its first copy).
   size_t pinned_bytes() const { return buf_[0] != nullptr ? 2 * piece_ : 0; }
 
@@ -101,6 +154,23 @@ class StagedCopier {
   uint8_t* buf_[2] = {nullptr, nullptr};  // portable: any device copies into them
   DeviceCopyBatch batch_[2];              // one copy each: the piece in buf_[i]
   std::vector<DeviceCopyBatch::Copy> one_;  // the copy queued, reused
+};
+
+// StagedCopiers for threads that come and go (the restore's): Take() hands
+// one to the calling thread (a free one, else a new one), Give() takes it
+// back for the next. The copiers and their pinned buffers (2 MiB each) live
+// as long as the pool. Thread-safe.
+class StagedCopierPool {
+ public:
+  std::unique_ptr<StagedCopier> Take();
+  void Give(std::unique_ptr<StagedCopier> copier);
+
+  // StagedCopier::ToDevice on a copier taken for the call.
+  Status ToDevice(uint8_t* dst, const uint8_t* src, size_t n, int gpu, erasure::Crc32cStream* crc);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<StagedCopier>> free_;  // guarded by mu_
 };
 
 }  // namespace memento::runtime

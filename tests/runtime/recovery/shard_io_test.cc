@@ -58,7 +58,8 @@ std::vector<std::pair<uint64_t, uint64_t>> Pieces(uint64_t size, uint64_t piece)
 TEST(LandedCopy, PiecesInAnyOrderOnAnyThreadGiveTheOnePassCrcs) {
   const std::vector<uint64_t> sizes = {10000, 0, 333333, 1, 4096};
   Shard s(sizes);
-  LandedCopy copy(&s.entries, &s.landed);
+  StagedCopierPool copiers;  // host buffers: never used
+  LandedCopy copy(&s.entries, &s.landed, &copiers);
   const auto pieces = Pieces(s.landed.size(), 4096);  // many straddle two entries
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
@@ -84,7 +85,8 @@ TEST(LandedCopy, AGapOrAnOverlapIsNotComplete) {
   const std::vector<uint64_t> sizes = {5000, 7000};
   for (int mode = 0; mode < 4; ++mode) {
     Shard s(sizes);
-    LandedCopy copy(&s.entries, &s.landed);
+    StagedCopierPool copiers;
+    LandedCopy copy(&s.entries, &s.landed, &copiers);
     auto pieces = Pieces(s.landed.size(), 1000);
     if (mode == 0) pieces.pop_back();                       // a gap
     if (mode == 1) pieces.push_back(pieces.front());        // a piece twice
@@ -183,7 +185,8 @@ TEST(CopySlotToBuffers, EntriesOfManyPiecesComeBackAndADamagedPieceIsNamed) {
     buffers.emplace_back(sizes[i], 0xAA);
     entries.push_back({"e" + std::to_string(i), buffers.back().data(), sizes[i], {}, kHostMemory});
   }
-  ShardIo io(&entries, &*store, nullptr, nullptr, nullptr);
+  StagedCopierPool copiers;  // host buffers: never used
+  ShardIo io(&entries, &*store, nullptr, nullptr, nullptr, &copiers);
   std::vector<uint32_t> crcs;
   Status copied = io.CopySlotToBuffers(slot, 1, &crcs);
   ASSERT_TRUE(copied.ok()) << copied.ToString();

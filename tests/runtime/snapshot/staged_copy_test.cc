@@ -1,14 +1,18 @@
-// CopyThroughTwoBuffers, the piece pipeline of MEMENTO_DEVICE_COPY=staged,
-// driven by a host stand-in for the copy engine (the GPU path itself runs in
-// tests/cuda and the Python CUDA tests, on a GPU): every byte arrives in
-// order and hashed, two copies are in flight, a buffer is never queued again
-// before its piece was copied out, and no copy outlives a failed call.
+// The staged piece pipelines, driven by a host stand-in for the copy engine
+// (the GPU paths themselves run in tests/cuda and the Python CUDA tests, on
+// a GPU): CopyThroughTwoBuffers (MEMENTO_DEVICE_COPY=staged) and
+// CopyToDeviceThroughTwoBuffers (a restore from a node store this process
+// did not register). Every byte arrives in order and hashed, two copies are
+// in flight, a buffer is never reused before its piece landed, and no copy
+// outlives a failed call.
 #include "snapshot/staged_copy.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,7 +90,11 @@ struct Outcome {
   bool left_in_flight = false;
 };
 
-Outcome CopyWith(size_t n, int fail_queue = -1, int fail_landed = -1) {
+enum class Way { kToHost, kToDevice };
+const char* WayName(Way w) { return w == Way::kToHost ? "ToHost" : "ToDevice"; }
+void PrintTo(Way w, std::ostream* os) { *os << WayName(w); }
+
+Outcome CopyWith(size_t n, int fail_queue = -1, int fail_landed = -1, Way way = Way::kToHost) {
   Outcome run;
   std::mt19937 rng(static_cast<unsigned>(n));
   run.src.resize(n);
@@ -100,18 +108,29 @@ Outcome CopyWith(size_t n, int fail_queue = -1, int fail_landed = -1) {
   HostBatch* const batches[2] = {&first, &second};
   erasure::Crc32cStream crc;
   std::vector<DeviceCopyBatch::Copy> one;
-  run.status = CopyThroughTwoBuffers(run.dst.data(), run.src.data(), n, /*gpu=*/0, kPiece, bufs,
-                                     batches, nullptr, &crc, &one);
+  if (way == Way::kToHost) {
+    run.status = CopyThroughTwoBuffers(run.dst.data(), run.src.data(), n, /*gpu=*/0, kPiece, bufs,
+                                       batches, nullptr, &crc, &one);
+  } else {
+    run.status = CopyToDeviceThroughTwoBuffers(run.dst.data(), run.src.data(), n, /*gpu=*/0, kPiece,
+                                               bufs, batches, &crc, &one);
+  }
   run.crc = crc.value();
   run.left_in_flight = first.pending() || second.pending();
   return run;
 }
 
-TEST(StagedCopy, EveryByteArrivesInOrderAndHashedWithTwoPiecesInFlight) {
+// Each way, with the stand-in copying a buffer only when its copy is waited
+// for: to the host, a buffer copied out before its piece landed holds the
+// previous piece; to the device, a buffer refilled before its last piece
+// landed sends the new piece in its place. Either way the bytes differ.
+class StagedCopyWays : public ::testing::TestWithParam<Way> {};
+
+TEST_P(StagedCopyWays, EveryByteArrivesInOrderAndHashedWithTwoPiecesInFlight) {
   for (size_t n :
        {size_t{1}, size_t{7}, kPiece - 1, kPiece, kPiece + 1, 2 * kPiece, 5 * kPiece + 3}) {
     SCOPED_TRACE(n);
-    const Outcome run = CopyWith(n);
+    const Outcome run = CopyWith(n, -1, -1, GetParam());
     ASSERT_TRUE(run.status.ok()) << run.status.ToString();
     EXPECT_EQ(run.dst, run.src);
     EXPECT_EQ(run.crc, erasure::Crc32c(run.src.data(), n));
@@ -123,29 +142,60 @@ TEST(StagedCopy, EveryByteArrivesInOrderAndHashedWithTwoPiecesInFlight) {
   }
 }
 
-TEST(StagedCopy, NothingQueuedOutlivesAFailedQueue) {
+TEST_P(StagedCopyWays, NothingQueuedOutlivesAFailedQueue) {
   for (int fail = 0; fail < 5; ++fail) {
     SCOPED_TRACE(fail);
-    const Outcome run = CopyWith(5 * kPiece + 3, fail, -1);
+    const Outcome run = CopyWith(5 * kPiece + 3, fail, -1, GetParam());
     EXPECT_EQ(run.status.code(), StatusCode::kInternal);
     EXPECT_NE(run.status.message().find("queue refused"), std::string::npos);
     EXPECT_FALSE(run.left_in_flight);
     EXPECT_EQ(run.counters.in_flight, 0);
     EXPECT_EQ(run.counters.queues, fail + 1) << "no piece is queued after the failure";
+    // What arrived before the failure, in order: to the host, the pieces
+    // copied out of the buffers (the one still in flight is dropped); to
+    // the device, every piece queued.
+    const int arrived = GetParam() == Way::kToDevice ? fail : std::max(0, fail - 1);
+    EXPECT_EQ(std::memcmp(run.dst.data(), run.src.data(), static_cast<size_t>(arrived) * kPiece),
+              0);
   }
 }
 
-TEST(StagedCopy, NothingQueuedOutlivesAFailedCopy) {
+TEST_P(StagedCopyWays, NothingQueuedOutlivesAFailedCopy) {
   for (int fail = 0; fail < 5; ++fail) {
     SCOPED_TRACE(fail);
-    const Outcome run = CopyWith(5 * kPiece + 3, -1, fail);
+    const Outcome run = CopyWith(5 * kPiece + 3, -1, fail, GetParam());
     EXPECT_EQ(run.status.code(), StatusCode::kInternal);
     EXPECT_NE(run.status.message().find("copy failed"), std::string::npos);
     EXPECT_FALSE(run.left_in_flight);
     EXPECT_EQ(run.counters.in_flight, 0);
+    // A failed copy stops the pieces after it: at most one more was queued.
+    EXPECT_LE(run.counters.queues, fail + 2);
     // The pieces before the failed one arrived, in order.
     EXPECT_EQ(std::memcmp(run.dst.data(), run.src.data(), static_cast<size_t>(fail) * kPiece), 0);
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, StagedCopyWays, ::testing::Values(Way::kToHost, Way::kToDevice),
+                         [](const auto& info) { return std::string(WayName(info.param)); });
+
+// A copier given back is the next one taken (its pinned buffers are kept);
+// copiers taken together are distinct.
+TEST(StagedCopierPool, HandsBackWhatWasGivenAndNeverOneCopierTwice) {
+  StagedCopierPool pool;
+  std::unique_ptr<StagedCopier> a = pool.Take();
+  std::unique_ptr<StagedCopier> b = pool.Take();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a.get(), b.get());
+  StagedCopier* const first = a.get();
+  pool.Give(std::move(a));
+  pool.Give(nullptr);  // nothing to keep
+  std::unique_ptr<StagedCopier> again = pool.Take();
+  EXPECT_EQ(again.get(), first);
+  std::unique_ptr<StagedCopier> fresh = pool.Take();
+  EXPECT_NE(fresh.get(), first);
+  EXPECT_NE(fresh.get(), b.get());
+  EXPECT_EQ(again->pinned_bytes(), 0u) << "buffers are allocated by the first copy";
 }
 
 }  // namespace

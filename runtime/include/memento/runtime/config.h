@@ -116,14 +116,20 @@ struct Config {
   // give the same value.
   std::string device_transport = "off";
 
-  // MEMENTO_DEVICE_COPY. direct (default) | staged: how a snapshot copies GPU
-  // tensors into the node store. direct: the copy engine writes into the
-  // store's pages, which the driver registered (cudaHostRegister), and the
-  // snapshot workers hash them there. staged: the copy engine writes into two
-  // 1 MiB pinned buffers per snapshot worker that the driver allocated
-  // (cudaHostAlloc), and the worker copies each into the store while hashing
-  // it: for hosts whose GPU writes into registered pages more slowly than
-  // into the driver's own, at the price of a copy on the host. A rank's own
+  // MEMENTO_DEVICE_COPY. direct (default) | staged: how GPU tensors move
+  // between the device and the node store. direct: the copy engine writes
+  // into (and a restore reads from) the store's pages, which the driver
+  // registered (cudaHostRegister), and the snapshot workers hash them there.
+  // staged: the copy engine writes into two 1 MiB pinned buffers per
+  // snapshot worker that the driver allocated (cudaHostAlloc), and the worker
+  // copies each into the store while hashing it; a restore copies the store's
+  // bytes into the restore threads' buffer pairs on the host and the copy
+  // engine reads them there: for hosts whose GPU moves data to and from
+  // registered pages more slowly than the driver's own, at the price of a
+  // copy on the host. staged registers none of the store's pages (unless
+  // MEMENTO_TRANSPORT_DEVICE is on: the NCCL link's copies reach the store,
+  // and restores then read it directly). A restore from pages this process
+  // never registered (after a relaunch) is staged either way. A rank's own
   // choice; without GPU tensors it changes nothing.
   std::string device_copy = "direct";
 

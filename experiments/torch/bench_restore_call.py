@@ -57,5 +57,6 @@ def main():
                                                        r["ratio"]),
              "BENCH_RESTORE_CALL")
 
+
 if __name__ == "__main__":
     main()

@@ -113,5 +113,6 @@ def main():
              % (name, r["entries"], r["reused_ms"], r["rebuilt_ms"], r["ratio"]),
              "BENCH_SAVE_CALL")
 
+
 if __name__ == "__main__":
     main()

@@ -18,6 +18,8 @@ TARGETS = [  # (key in bench.json, what it is, target, whether higher is better)
      0.9, True),
     ("blocked_vs_snapshot", "training blocked per save / snapshot duration", 0.05, False),
     ("restore_vs_h2d", "restore / torch copy from pinned host tensors", 1.1, False),
+    ("restore_relaunch_vs_h2d", "restore after a relaunch / torch copy from pinned host "
+     "tensors", 1.1, False),
 ]
 
 
@@ -98,10 +100,23 @@ def bench_section(b, title):
         % (gbps(b.get("registered_h2d_gbps")), b.get("lanes", "?"),
            gbps(b.get("registered_h2d_lanes_gbps")), gbps(b.get("restore_gbps")),
            gbps(b.get("h2d_gbps"))),
+        "", "Restore after a relaunch (a new Checkpointer of the job: the store's pages were "
+        "never registered by it): %s ms (%s); its next restore, with the pinned buffer pairs "
+        "made: %s ms; device bytes through the restore threads' pinned buffers: %s."
+        % (ms(b.get("restore_relaunch_s")), gbps(b.get("restore_relaunch_gbps")),
+           ms(b.get("restore_relaunch_again_s")), b.get("restore_relaunch_staged", "?")),
+        "", "The first save() into each of the store's slots (it registers the slot's "
+        "pages with the driver): %s ms. The engine's warnings: %s."
+        % (", ".join(ms(t) for t in b.get("first_save_calls_s") or []) or "?",
+           "; ".join(b.get("engine_warnings") or []).replace("|", "/") or "none"),
         "", "Snapshot worker threads: %s (MEMENTO_THREADS=auto). The snapshot with each "
         "count set: %s. The same with MEMENTO_DEVICE_COPY=staged: %s."
         % (b.get("snapshot_threads", "?"), by_threads(b.get("snapshot_gbps_by_threads")),
            by_threads(b.get("staged_snapshot_gbps_by_threads"))),
+        "", "The restore in the process that saved, with each MEMENTO_DEVICE_COPY: %s."
+        % (", ".join("%s %s" % (k, gbps(v))
+                     for k, v in (b.get("restore_gbps_by_copy") or {}).items())
+           or "not measured"),
         "", "| ratio | measured | target | met |", "| --- | --- | --- | --- |"]
     for key, what, target, higher in TARGETS:
         v = b.get(key)

@@ -56,7 +56,8 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
     with open(out / "bench.json") as f:
         bench = json.load(f)
     assert bench["restore_bit_exact"] and bench["tensors"] >= 300, bench
-    for key in ("snapshot_speed_vs_pinned", "blocked_vs_snapshot", "restore_vs_h2d"):
+    for key in ("snapshot_speed_vs_pinned", "blocked_vs_snapshot", "restore_vs_h2d",
+                "restore_relaunch_vs_h2d"):
         assert bench[key] > 0, (key, bench)
     report = (out / "gpu.md").read_text()
     assert "| snapshot speed / torch copy into pinned host tensors | %s |" % (
@@ -72,6 +73,24 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
     assert len(back) == 1, report
     assert ("on one stream not measured" in back[0]) == (not gpu), back
     assert "memento's restore %.2f GB/s" % bench["restore_gbps"] in back[0], back
+    # The restore after a relaunch: through pinned buffers on a GPU (the store is not
+    # registered), host tensors copied as ever without one.
+    assert bench["restore_relaunch_staged"] == gpu, bench
+    relaunch = [line for line in report.splitlines() if line.startswith("Restore after")]
+    assert len(relaunch) == 1, report
+    assert "%.3f ms (%.2f GB/s)" % (bench["restore_relaunch_s"] * 1e3,
+                                    bench["restore_relaunch_gbps"]) in relaunch[0], relaunch
+    assert "its next restore, with the pinned buffer pairs made: %.3f ms" % (
+        bench["restore_relaunch_again_s"] * 1e3) in relaunch[0], relaunch
+    assert relaunch[0].endswith("pinned buffers: %s." % gpu), relaunch
+    assert "| restore after a relaunch / torch copy from pinned host tensors | %s |" % (
+        bench["restore_relaunch_vs_h2d"]) in report
+    # The first saves into the two slots, and the engine's warnings (none in this run).
+    first = [line for line in report.splitlines() if line.startswith("The first save()")]
+    assert len(first) == 1 and len(bench["first_save_calls_s"]) == 2, (first, bench)
+    assert "%s ms" % ", ".join("%.3f" % (t * 1e3) for t in bench["first_save_calls_s"]) \
+        in first[0], first
+    assert bench["engine_warnings"] == [] and first[0].endswith("warnings: none."), first
     # Where the training's time per save goes.
     assert "blocked %.3f ms per save of which %.3f ms in wait_snapshot()" % (
         bench["blocked_per_save_s"] * 1e3, bench["blocked_in_wait_snapshot_s"] * 1e3) in report
@@ -85,6 +104,11 @@ def test_a_run_on_the_existing_build_reports_every_step(tmp_path):
         assert sorted(bench[key]) == ["2", "4", "8"], bench
         for n, v in bench[key].items():
             assert v > 0 and "%s threads %.2f GB/s" % (n, v) in part, (key, n, threads)
+    # The restore in the saving process with each kind of device copy.
+    by_copy = [line for line in report.splitlines() if line.startswith("The restore in the")]
+    assert len(by_copy) == 1 and sorted(bench["restore_gbps_by_copy"]) == ["direct", "staged"]
+    for copy, v in bench["restore_gbps_by_copy"].items():
+        assert v > 0 and "%s %.2f GB/s" % (copy, v) in by_copy[0], by_copy
 
 
 def test_a_python_without_torch_is_named_and_stops_the_run(tmp_path):

@@ -5,10 +5,12 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -57,6 +59,38 @@ std::string Join(const std::vector<int>& v) {
   return s.empty() ? "none" : s;
 }
 
+// Runs `on_expiry` on a thread of its own unless destroyed within `limit`.
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds limit, std::function<void()> on_expiry)
+      : thread_([this, limit, on_expiry = std::move(on_expiry)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_for(lock, limit, [this] { return done_; })) on_expiry();
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+std::string Seconds(std::chrono::milliseconds t) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f", t.count() / 1000.0);
+  return text;
+}
+
 // Ends the process when the repair it guards has not finished within `limit`.
 // Shrink and agreement wait for every live process: one that stays alive
 // without taking part (stalled in its own code), or an MPI that hangs in
@@ -65,14 +99,10 @@ std::string Join(const std::vector<int>& v) {
 class RepairDeadline {
  public:
   explicit RepairDeadline(std::chrono::milliseconds limit)
-      : thread_([this, limit] {
-          std::unique_lock<std::mutex> lock(mu_);
-          if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-          char seconds[32];
-          std::snprintf(seconds, sizeof(seconds), "%.1f", limit.count() / 1000.0);
+      : watchdog_(limit, [limit] {
           Log(LogLevel::kError,
-              std::string("in-job recovery: the repair of the job's world did not finish within ") +
-                  seconds +
+              "in-job recovery: the repair of the job's world did not finish within " +
+                  Seconds(limit) +
                   " s (MEMENTO_TIMEOUT_S): a live process did not take part, or MPI hung; "
                   "ending this process (exit " +
                   std::to_string(UlfmWorld::kRepairTimeoutExit) +
@@ -80,23 +110,40 @@ class RepairDeadline {
           std::fflush(nullptr);
           std::_Exit(UlfmWorld::kRepairTimeoutExit);
         }) {}
-  ~RepairDeadline() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  RepairDeadline(const RepairDeadline&) = delete;
-  RepairDeadline& operator=(const RepairDeadline&) = delete;
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: starts once the members it uses exist
+  Watchdog watchdog_;
 };
+
+// MPI_Comm_split of a repair round over `shrunk`, revoked when it has not
+// returned within `limit`. Open MPI 5's communicator activation, the split's
+// last step, intermittently never completes on a communicator that a
+// second shrink made, though every live process is in it (its issue #13138
+// reports the same of the shrink). *revoked: whether it was: the round must
+// then be repeated over a new shrink whatever the split returned, since
+// `shrunk` can no longer be the world.
+int SplitWithin(std::chrono::milliseconds limit, MPI_Comm shrunk, int color, int key,
+                MPI_Comm* work, bool* revoked) {
+  std::atomic<bool> fired{false};
+  int rc = MPI_SUCCESS;
+  {
+#if MEMENTO_ULFM
+    const Watchdog watchdog(limit, [limit, shrunk, &fired] {
+      fired = true;
+      Log(LogLevel::kWarn, "ulfm: the repair's MPI_Comm_split did not return within " +
+                               Seconds(limit) + " s; revoking it and repeating the round");
+      MPIX_Comm_revoke(shrunk);
+    });
+#else
+    (void)limit;
+#endif
+    rc = MPI_Comm_split(shrunk, color, key, work);
+  }
+  // A failed split's handle is undefined (Open MPI's names no communicator).
+  if (rc != MPI_SUCCESS) *work = MPI_COMM_NULL;
+  *revoked = fired;
+  return rc;
+}
 
 }  // namespace
 
@@ -228,6 +275,10 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     MPI_Wait(&watch_request_, MPI_STATUS_IGNORE);  // ends in error: the world is revoked
     watch_request_ = MPI_REQUEST_NULL;
   }
+  // A healthy split takes milliseconds; several hung ones in a row still
+  // leave the repair inside its deadline.
+  const auto split_limit =
+      std::max(repair_timeout_ / (2 * kRepairRounds), std::chrono::milliseconds(1));
   for (int round = 0; round < kRepairRounds; ++round) {
     MPI_Comm shrunk = MPI_COMM_NULL;
     MEMENTO_RETURN_IF_ERROR(Check(MPIX_Comm_shrink(world_, &shrunk), "MPIX_Comm_shrink"));
@@ -275,7 +326,10 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     const bool enough = lost.size() <= waiting.size();
     for (size_t i = 0; enough && i < lost.size(); ++i) roles[waiting[i]] = lost[i];
     const int color = enough && roles[me] >= 0 ? 0 : MPI_UNDEFINED;
-    if (!everyone(MPI_Comm_split(shrunk, color, roles[me], &work))) {
+    if (split_hook_) split_hook_(round, rank_);
+    bool revoked = false;
+    const int split = SplitWithin(split_limit, shrunk, color, roles[me], &work, &revoked);
+    if (!everyone(revoked ? MPI_ERR_OTHER : split)) {
       retry(&work);
       continue;
     }

@@ -115,4 +115,13 @@ if [[ $remote_tier == remote ]]; then
   grep "generation $gen: restored v" "$out" | grep -q "remote" ||
     fail "no rank of generation $gen restored from the remote tier"
 fi
+if [[ -n ${MEMENTO_TEST_SPLIT_STALL:-} ]]; then
+  # A rank held back its split past the others' limit: they revoked the
+  # round and repeated it.
+  grep -q "holds back the repair's split" "$out" || fail "no rank held back its split"
+  grep -q "MPI_Comm_split did not return within" "$out" ||
+    fail "no split was revoked at its time limit"
+  echo "PASS: $line (a split held back past its limit was revoked and the round repeated)"
+  exit 0
+fi
 echo "PASS: $line"

@@ -26,6 +26,10 @@
 // Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
 // name "spare", so that one that takes rank r's place is a new machine
 // ("spare/r" with MEMENTO_RANKS_PER_NODE=1), unless MEMENTO_NODE names one.
+// MEMENTO_TEST_SPLIT_STALL="rank:ms": working rank `rank` waits `ms` before
+// the MPI_Comm_split of each repair's first round (UlfmWorld's split hook),
+// so that the others' splits outlast their time limit: they must revoke the
+// round and repeat it, and the job still finish in its launch.
 // STEP_MS: each step also sleeps that long (a step `memento launch` can see).
 //
 // Under `memento launch --launcher ulfm` (MEMENTO_LAUNCH_DIR set) the job
@@ -281,6 +285,19 @@ int Main(int argc, char** argv) {
   MPI_Allgather(&start_pid, 1, MPI_INT, job.first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   const std::vector<int>& first_pids = job.first_pids;
   if ((*world)->rank() < 0 && std::getenv("MEMENTO_NODE") == nullptr) job.config.node = "spare";
+  if (const char* stall = std::getenv("MEMENTO_TEST_SPLIT_STALL")) {
+    int stall_rank = -2, stall_ms = 0;
+    if (std::sscanf(stall, "%d:%d", &stall_rank, &stall_ms) != 2 || stall_ms <= 0) {
+      std::fprintf(stderr, "MEMENTO_TEST_SPLIT_STALL: '%s' is not rank:ms\n", stall);
+      return 2;
+    }
+    (*world)->set_split_hook([stall_rank, stall_ms](int round, int rank) {
+      if (round != 0 || rank != stall_rank) return;
+      std::fprintf(stderr, "ulfm_worker rank %d: holds back the repair's split %d ms\n", rank,
+                   stall_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
+    });
+  }
   Status run = RunResilient(**world, [&](std::shared_ptr<Transport> t, const UlfmWorld& w) {
     // Sizes that depend on the working rank: a spare learns its own here.
     if (job.bufs.empty()) {

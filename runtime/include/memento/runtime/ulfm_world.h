@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "memento/common/status.h"
@@ -115,6 +116,15 @@ class UlfmWorld {
                         std::chrono::microseconds poll = kDefaultWatchPoll);
   void StopWatching();
 
+  // Tests: called by RepairAfterFailure on every process just before each
+  // round's MPI_Comm_split, with the round (0 first) and the process's
+  // working rank before the repair (-1: a spare), e.g. to hold one process
+  // past the split's time limit (a split that has not returned within
+  // 1/16 of the repair timeout is revoked and the round repeated).
+  void set_split_hook(std::function<void(int round, int rank)> hook) {
+    split_hook_ = std::move(hook);
+  }
+
  private:
   UlfmWorld() = default;
 
@@ -128,6 +138,7 @@ class UlfmWorld {
   std::thread watcher_;
   std::atomic<bool> stop_watching_{false};
   MPI_Request watch_request_ = MPI_REQUEST_NULL;  // pending once the watcher saw a failure
+  std::function<void(int, int)> split_hook_;      // may be empty
 };
 
 // Whether memento was built against an MPI with ULFM.

@@ -503,7 +503,9 @@ TEST_P(MinimalReprotectTest, SaveDuringTheBackgroundReprotectCommitsAndStaysProt
   std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
   std::vector<Protection> at_return(n), while_saving(n), after_wait(n);
   std::vector<Status> save(n), wait(n);
-  std::vector<bool> exact(n, false);
+  // One byte per rank: the rank threads write their own elements at once
+  // (std::vector<bool> would pack them into shared words, a data race).
+  std::vector<uint8_t> exact(n, 0);
   Run([&](int r) {
     for (auto& b : bufs_[r]) std::fill(b.begin(), b.end(), 0xEE);
     out[r] = cks_[r]->Restore();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -31,8 +32,9 @@ uint8_t Pattern(int rank, uint64_t step, size_t entry, size_t i) {
   return static_cast<uint8_t>((i * 131 + entry * 31 + step * 7 + rank * 17 + (i >> 9)) & 0xFF);
 }
 
-// Odd sizes, one larger than a chunk, one smaller, one of several chunks.
-const std::vector<size_t> kEntryBytes = {3 * 65536 + 17, 333, 1 << 20};
+// Odd sizes, one larger than a chunk, one smaller, one of several chunks,
+// one of several remote reads (4 MiB) and pinned pieces (1 MiB).
+const std::vector<size_t> kEntryBytes = {3 * 65536 + 17, 333, 1 << 20, (9 << 20) + 3};
 
 class DeviceCheckpointTest : public ::testing::Test {
  protected:
@@ -198,6 +200,33 @@ TEST_F(DeviceCheckpointTest, LostNodeOfDeviceShardsIsRebuiltFromPeers) {
     cks_.clear();
     (void)CleanJob(job_);
   }
+}
+
+// Every node store lost after v5 was persisted: the remote tier serves it,
+// each device entry streaming from its rank file into device memory through
+// one pinned buffer pair (no host copy of the shard), bit-exact.
+TEST_F(DeviceCheckpointTest, WithEveryNodeLostDeviceShardsStreamFromTheRemoteTier) {
+  const std::filesystem::path remote = std::filesystem::temp_directory_path() / ("memento-" + job_);
+  Config config = MakeConfig("replica:2");
+  config.persist_every = 1;
+  config.remote_dir = remote.string();
+  Launch(2, config);
+  SaveAll(5);
+  std::vector<Status> persisted(2);
+  OnEveryRank([&](int r) { persisted[r] = cks_[r]->WaitPersist(); });
+  for (const Status& s : persisted) ASSERT_TRUE(s.ok()) << s.ToString();
+  cks_.clear();
+  ASSERT_TRUE(CleanJob(job_).ok());  // every node lost
+  Launch(2, config);
+  auto restored = RestoreAll();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(restored[r].ok()) << "rank " << r << ": " << restored[r].status().ToString();
+    EXPECT_EQ(restored[r]->version, 5u);
+    for (const auto& e : restored[r]->entries) EXPECT_EQ(e.source, RestoreSource::kRemote);
+    EXPECT_EQ(Mismatch(r, 5), -1) << "rank " << r;
+  }
+  cks_.clear();
+  std::filesystem::remove_all(remote);
 }
 
 // A job of 4 nodes (replica:2) relaunched with Config::elastic on 3: every

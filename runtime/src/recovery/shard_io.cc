@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <system_error>
@@ -29,21 +30,16 @@ namespace {
 constexpr uint64_t kPiece = 256 << 10;
 
 // Copies n bytes from src into entry `e`'s buffer at offset `at`, hashing
-// them as they leave src into *crc and, when given, *also (src that is the
-// buffer itself is only hashed). Host buffers are written piece by piece
+// them as they leave src into *crc (src that is the buffer itself is only
+// hashed). Host buffers are written piece by piece
 // with streaming stores (Crc32cStream::UpdateCopy): a restored shard is far
 // larger than the cache. Device buffers: through a pinned buffer pair of
 // `copiers`, since src (a landing in a fresh store's slot or in the heap) is
 // not registered with the driver, which would stage each piece on this
 // thread itself.
 Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, uint64_t n,
-                     erasure::Crc32cStream* crc, erasure::Crc32cStream* also,
-                     StagedCopierPool* copiers) {
-  if (e.device()) {
-    Status s = copiers->ToDevice(e.data + at, src, n, e.gpu, crc);
-    if (s.ok() && also != nullptr) also->Update(src, n);
-    return s;
-  }
+                     erasure::Crc32cStream* crc, StagedCopierPool* copiers) {
+  if (e.device()) return copiers->ToDevice(e.data + at, src, n, e.gpu, crc);
   for (uint64_t done = 0; done < n; done += kPiece) {
     const uint64_t k = std::min(kPiece, n - done);
     uint8_t* dst = e.data + at + done;
@@ -52,7 +48,6 @@ Status CopyIntoEntry(const RegisteredEntry& e, uint64_t at, const uint8_t* src, 
     } else {
       crc->UpdateCopy(dst, src + done, k);
     }
-    if (also != nullptr) also->Update(src + done, k);
   }
   return Status::Ok();
 }
@@ -79,7 +74,7 @@ void LandedCopy::Piece(uint64_t off, uint64_t len) {
     if (lo >= hi) continue;
     erasure::Crc32cStream crc;
     const uint64_t at = lo - base_[i];
-    ok = CopyIntoEntry(e, at, landed_->entries().at(i) + at, hi - lo, &crc, nullptr, copiers_).ok();
+    ok = CopyIntoEntry(e, at, landed_->entries().at(i) + at, hi - lo, &crc, copiers_).ok();
     done.push_back({i, Part{at, hi - lo, crc.value()}});
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -317,47 +312,46 @@ Status ShardIo::ReadRemoteToBuffers(uint64_t version, std::vector<uint32_t>* crc
                                       ", this rank registered " + DescribeLayout(e.layout) +
                                       " (are the ranks cut the same way as when it was written?)");
   }
+  // Device entries stream from the file into device memory through one
+  // pinned buffer pair, a read (at most 4 MiB) at a time: no copy of the
+  // shard is ever whole in host memory. The read checks each entry's crc32c
+  // on the bytes it hands over.
+  std::unique_ptr<StagedCopier> copier;
+  Status copied;
   std::vector<RemoteEntryTarget> targets;
-  std::vector<std::vector<uint8_t>> staging;  // device entries go through host memory
-  staging.reserve(entries_->size());
   for (const RegisteredEntry& e : *entries_) {
-    void* dst = e.data;
+    RemoteEntryTarget t{e.name, e.data, e.bytes, nullptr};
     if (e.device()) {
-      staging.emplace_back(e.bytes);
-      dst = staging.back().data();
+      if (copier == nullptr) copier = copiers_->Take();
+      t.data = nullptr;
+      t.sink = [&copier, &copied, &e](uint64_t at, const uint8_t* bytes, uint64_t len) {
+        if (!copied.ok()) return;
+        copied = copier->ToDevice(e.data + at, bytes, len, e.gpu, /*crc=*/nullptr)
+                     .WithContext("entry '" + e.name + "'");
+      };
     }
-    targets.push_back({e.name, dst, e.bytes});
+    targets.push_back(std::move(t));
   }
-  MEMENTO_RETURN_IF_ERROR(remote_->ReadRankFile(version, rank, targets));
-  size_t staged = 0;
+  Status read = remote_->ReadRankFile(version, rank, targets);
+  copiers_->Give(std::move(copier));
+  MEMENTO_RETURN_IF_ERROR(read);
+  MEMENTO_RETURN_IF_ERROR(copied);
   crcs->assign(entries_->size(), 0);
-  for (size_t i = 0; i < entries_->size(); ++i) {
-    const RegisteredEntry& e = (*entries_)[i];
-    if (e.device()) {
-      // From the heap: through a pinned buffer pair, as the driver would
-      // stage it on this thread anyway.
-      erasure::Crc32cStream crc;
-      MEMENTO_RETURN_IF_ERROR(
-          copiers_->ToDevice(e.data, staging[staged++].data(), e.bytes, e.gpu, &crc)
-              .WithContext("entry '" + e.name + "'"));
-    }
-    (*crcs)[i] = crc_by_name[e.name];
-  }
+  for (size_t i = 0; i < entries_->size(); ++i) (*crcs)[i] = crc_by_name[(*entries_)[i].name];
   return Status::Ok();
 }
 
 Status ShardIo::CopyLandedToBuffers(const ShardLanding& landed, std::vector<uint32_t>* crcs,
                                     uint32_t* whole) const {
   crcs->assign(entries_->size(), 0);
-  erasure::Crc32cStream all;
+  *whole = 0;
   for (size_t i = 0; i < entries_->size(); ++i) {
     const RegisteredEntry& e = (*entries_)[i];
     erasure::Crc32cStream crc;
-    MEMENTO_RETURN_IF_ERROR(
-        CopyIntoEntry(e, 0, landed.entries().at(i), e.bytes, &crc, &all, copiers_));
+    MEMENTO_RETURN_IF_ERROR(CopyIntoEntry(e, 0, landed.entries().at(i), e.bytes, &crc, copiers_));
     (*crcs)[i] = crc.value();
+    *whole = Crc32cCombine(*whole, crc.value(), e.bytes);  // no second pass over the shard
   }
-  *whole = all.value();
   return Status::Ok();
 }
 

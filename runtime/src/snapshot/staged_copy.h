@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -89,7 +90,8 @@ Status CopyThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu
 // pinned: piece k of `src` is copied into buf[k % 2] by the calling thread,
 // hashed into *crc on the way, and queued to `dst` (memory of device `gpu`)
 // while the copy engine still moves piece k - 1 from the other buffer; a
-// buffer is refilled only once its last piece landed. Returns the first
+// buffer is refilled only once its last piece landed (`crc` may be null:
+// copied only, for a source the caller verifies). Returns the first
 // error; nothing is still queued when it returns.
 template <typename Batch>
 Status CopyToDeviceThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n, int gpu,
@@ -108,7 +110,11 @@ Status CopyToDeviceThroughTwoBuffers(uint8_t* dst, const uint8_t* src, size_t n,
       if (!status.ok()) break;
     }
     const size_t len = std::min(piece, n - off);
-    crc->UpdateCopy(buf[b], src + off, len);
+    if (crc != nullptr) {
+      crc->UpdateCopy(buf[b], src + off, len);
+    } else {
+      std::memcpy(buf[b], src + off, len);
+    }
     size_t queued = 0;
     (*one)[0] = DeviceCopyBatch::Copy{dst + off, buf[b], len, gpu};
     status = batch[b]->Queue(*one, nullptr, &queued);
@@ -140,8 +146,9 @@ class StagedCopier {
 
   // Copies `n` bytes from host memory `src` (any: the calling thread copies
   // each piece into a buffer) to `dst`, memory of device `gpu`, and adds them
-  // to *crc in order. Returns when every byte is in `dst` and nothing of it is
-  // still queued, whatever failed. Errors name the CUDA error.
+  // to *crc in order (when `crc` is not null). Returns when every byte is in
+  // `dst` and nothing of it is still queued, whatever failed. Errors name the
+  // CUDA error.
   Status ToDevice(uint8_t* dst, const uint8_t* src, size_t n, int gpu, erasure::Crc32cStream* crc);
 
   // Pinned host bytes this copier holds (0 before its first copy).

@@ -175,6 +175,27 @@ TEST_P(StagedCopyWays, NothingQueuedOutlivesAFailedCopy) {
   }
 }
 
+// Without a hash (a source the caller verifies, as the remote read does):
+// the same bytes, pieces and overlap.
+TEST(StagedCopyToDevice, WithoutAHashEveryByteStillArrives) {
+  const size_t n = 3 * kPiece + 5;
+  std::vector<uint8_t> src(n), dst(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> a(kPiece), b(kPiece);
+  uint8_t* const bufs[2] = {a.data(), b.data()};
+  Counters counters;
+  HostBatch first(&counters), second(&counters);
+  HostBatch* const batches[2] = {&first, &second};
+  std::vector<DeviceCopyBatch::Copy> one;
+  ASSERT_TRUE(CopyToDeviceThroughTwoBuffers(dst.data(), src.data(), n, /*gpu=*/0, kPiece, bufs,
+                                            batches, /*crc=*/nullptr, &one)
+                  .ok());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(counters.queues, 4);
+  EXPECT_EQ(counters.most, 2);
+  EXPECT_FALSE(first.pending() || second.pending());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ways, StagedCopyWays, ::testing::Values(Way::kToHost, Way::kToDevice),
                          [](const auto& info) { return std::string(WayName(info.param)); });
 

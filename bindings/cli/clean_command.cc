@@ -1,19 +1,22 @@
-// memento clean --job J: unlink a job's shared-memory segments on this machine.
+// memento clean --job J [--json]: unlink a job's shared-memory segments on this machine.
 // The logic lives in runtime/ (store_admin.h); this file parses flags and prints.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "flags.h"
 #include "job_flag.h"
+#include "memento/launch/json_text.h"
 #include "memento/runtime/store_admin.h"
 
 namespace memento::cli {
 
 void AddCleanCommand(CLI::App& app) {
   auto job = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
   CLI::App* cmd =
       app.add_subcommand("clean", "unlink a job's shared-memory segments on this machine");
   cmd->footer(
@@ -22,10 +25,24 @@ void AddCleanCommand(CLI::App& app) {
       "user owns are left alone and named.\n"
       "Exit code 0 when done, 1 when a segment could not be removed, 2 on bad usage.");
   AddJobOption(cmd, job.get());
-  cmd->callback([job] {
+  cmd->add_flag("--json", *json, "machine-readable output (one JSON object)");
+  cmd->callback([job, json] {
     CheckJobFlag(*job);
     std::vector<std::string> others;
     auto removed = runtime::CleanJob(*job, &others);
+    if (*json) {
+      // The same object whether or not every segment went; on a failure the
+      // error names every segment removed and every one not.
+      nlohmann::ordered_json out = {
+          {"job", *job},
+          {"ok", removed.ok()},
+          {"removed", removed.ok() ? *removed : std::vector<std::string>{}},
+          {"left_to_other_users", others}};
+      if (!removed.ok()) out["error"] = removed.status().ToString();
+      std::printf("%s\n", launch::JsonText(out, 2).c_str());
+      if (!removed.ok()) throw CommandFailed(1);
+      return;
+    }
     for (const auto& name : others) std::printf("left %s: another user's\n", name.c_str());
     if (!removed.ok()) {
       std::fprintf(stderr, "memento clean: %s\n", removed.status().ToString().c_str());

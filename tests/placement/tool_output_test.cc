@@ -136,9 +136,20 @@ TEST(ToolOutputTest, InspectJsonParsesBackAndCleanNamesItsFlag) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.all.find("--job is required"), std::string::npos) << r.all;
 
-  r = RunCommand(cli + " clean --job " + job.job);
+  r = RunCommand(cli + " clean --job " + job.job + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.all;
-  EXPECT_NE(r.out.find("2 segment(s)"), std::string::npos) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("job"), job.job);
+  EXPECT_EQ(j.at("ok"), true);
+  EXPECT_EQ(j.at("removed").size(), 2u) << r.out;
+  for (const nlohmann::json& name : j["removed"]) {
+    EXPECT_NE(name.get<std::string>().find(job.job), std::string::npos) << r.out;
+  }
+  EXPECT_TRUE(j.at("left_to_other_users").empty());
+  EXPECT_FALSE(j.contains("error"));
+  r = RunCommand(cli + " clean --job " + job.job);  // nothing left
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  EXPECT_NE(r.out.find("0 segment(s)"), std::string::npos) << r.out;
   r = RunCommand(cli + " inspect --job " + job.job + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.all;
   EXPECT_TRUE(nlohmann::json::parse(r.out).at("segments").empty());

@@ -377,7 +377,10 @@ Status Checkpointer::Impl::SaveNow(uint64_t step) {
 }
 
 Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
-  const int slot = slots_->Acquire();
+  const auto t0 = Clock::now();
+  bool waited = false;
+  const int slot = slots_->Acquire(&waited);
+  if (waited) NoteSlotWait(version, SecondsSince(t0));
   if (Status s = store_.BeginWriteSlot(slot, version, lineage_); !s.ok()) {
     // Still through the commit thread, so that this rank votes "false" in the
     // version's commit collective instead of leaving the others waiting.
@@ -392,6 +395,23 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   // A stage refusing to begin still goes through the commit thread, so that
   // this rank votes "false" in the version's commit collective.
   return started;
+}
+
+void Checkpointer::Impl::NoteSlotWait(uint64_t version, double seconds) {
+  // The caller stood still for it: said loudly once, then at info. What held
+  // the slots is named by the remedy: a persist (the usual case, with 2
+  // slots) or a restore's background re-protect.
+  const LogLevel level = slot_waits_++ == 0 ? LogLevel::kWarn : LogLevel::kInfo;
+  if (!LogEnabled(level)) return;
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.3f", seconds);
+  Log(level, "v" + std::to_string(version) + " waited " + took +
+                 " s for a slot of the node store: every slot but the newest committed "
+                 "version's was held by a persist still writing to the remote tier (or by a "
+                 "restore's re-protect). MEMENTO_SLOTS=" +
+                 std::to_string(config_.slots + 1) +
+                 " (one shard of memory more) lets training go on while a persist writes; "
+                 "a larger MEMENTO_PERSIST_EVERY persists less often");
 }
 
 bool Checkpointer::Impl::PinSlot(int slot) {

@@ -147,6 +147,8 @@ class Checkpointer::Impl {
   // True when every page is registered (false with staged device copies,
   // which register nothing).
   bool PinSlot(int slot);
+  // Logs that `version` waited `seconds` for a slot (held by persists).
+  void NoteSlotWait(uint64_t version, double seconds);
   // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveNow(uint64_t step);
   // InvalidArgument when `step` is not above the latest committed version.
@@ -203,6 +205,7 @@ class Checkpointer::Impl {
   // from such a slot lets the copy engine read it); the registered ranges'
   // starts, unregistered at destruction.
   std::map<int, bool> pinned_slots_;
+  int slot_waits_ = 0;  // versions that waited for a slot (NoteSlotWait)
   std::vector<void*> pinned_ptrs_;
   // Pinned buffer pairs of the restores' copies into device buffers (ShardIo),
   // kept from one restore to the next.

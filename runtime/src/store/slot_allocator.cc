@@ -24,7 +24,8 @@ int SlotAllocator::Choose(const StoreInventory& inventory, int committed,
   return best;
 }
 
-int SlotAllocator::Acquire() {
+int SlotAllocator::Acquire(bool* waited) {
+  if (waited != nullptr) *waited = false;
   for (;;) {
     // The store is read without the lock (it may hash headers); the choice is
     // re-made under the lock with the current pins and committed slot.
@@ -34,6 +35,7 @@ int SlotAllocator::Acquire() {
     if (chosen >= 0) return chosen;
     // Only pins can free a slot here (one slot is committed, slots >= 2).
     MEMENTO_CHECK_GT(pins_.size(), 1u);
+    if (waited != nullptr) *waited = true;
     cv_.wait(lock);
   }
 }

@@ -29,8 +29,8 @@ class SlotAllocator {
   explicit SlotAllocator(const NodeStore* store);
 
   // A slot to write a new version into (see Policy); blocks while every
-  // candidate is pinned or committed.
-  int Acquire();
+  // candidate is pinned or committed. *waited (when given): whether it did.
+  int Acquire(bool* waited = nullptr);
 
   // The slot that must not be rewritten: the newest committed version's, or
   // -1 when no version is held in memory.

@@ -143,6 +143,59 @@ TEST_F(CheckpointerTest, WaitPersistWaitsForThePersistsAfterAFailedVersion) {
   EXPECT_EQ(*remote.ListComplete(), std::vector<uint64_t>{1});
 }
 
+// With 2 slots a Save may wait for a persist to free one (v1's persist is
+// slowed down: v3 finds v1's slot pinned and v2's committed); the wait is
+// logged once as a warning naming the remedy, MEMENTO_SLOTS=3, with which
+// the same saves never wait.
+TEST_F(CheckpointerTest, ASaveThatWaitsForAPersistSaysSoAndAThirdSlotAvoidsIt) {
+  std::mutex mu;
+  std::vector<std::pair<LogLevel, std::string>> lines;
+  SetLogSink([&](LogLevel level, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back({level, line});
+  });
+  struct SinkReset {
+    ~SinkReset() { SetLogSink(LogSink()); }
+  } reset;
+  // v1's persist holds its slot until v3 was saved, or 1.5 s at most (with 2
+  // slots v3 cannot be saved before).
+  std::atomic<bool> saved_v3{false};
+  FaultHooks hooks;
+  hooks.at_stage = [&saved_v3](Stage stage, uint64_t version) {
+    for (int i = 0; stage == Stage::kPersist && version == 1 && i < 150 && !saved_v3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return Status::Ok();
+  };
+  for (const int slots : {2, 3}) {
+    SCOPED_TRACE(slots);
+    saved_v3 = false;
+    Config c = MakeConfig();
+    c.slots = slots;
+    c.persist_every = 1;
+    Launch(2, c, hooks, /*with_remote=*/true);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    saved_v3 = true;
+    Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()); });
+    ranks_.clear();
+    std::lock_guard<std::mutex> lock(mu);
+    int waits = 0;
+    for (const auto& [level, line] : lines) {
+      if (line.find("waited") == std::string::npos) continue;
+      ++waits;
+      EXPECT_EQ(level, LogLevel::kWarn) << line;  // once per checkpointer: one per rank
+      EXPECT_NE(line.find("v3 waited"), std::string::npos) << line;
+      EXPECT_NE(line.find("MEMENTO_SLOTS=3"), std::string::npos) << line;
+    }
+    EXPECT_EQ(waits, slots == 2 ? 2 : 0);
+    lines.clear();
+    (void)CleanJob(c.job);
+    std::filesystem::remove_all(remote_dir_);
+  }
+}
+
 // A failed version that the next Save overtook (nobody called Wait in
 // between) is still reported, by the next Wait, once: v2 fails to seal, v3
 // commits, Wait says why v2 failed, and the Wait after that is OK.

@@ -22,7 +22,7 @@ def main():
         optimizer.zero_grad()
         ck.save(step + 1)
         fault.maybe_die(step + 1, rank)
-    ck.wait()
+    ck.close()  # the normal end: the same job run again starts fresh
     print("rank %d: checkpoints %s" % (rank, ck.protection_state()), flush=True)
     if args.out:
         ddp_common.dump("%s/rank%d.pt" % (args.out, rank), model, optimizer)

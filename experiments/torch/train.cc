@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     OrThrow(ck->Save(step + 1));  // memento
     MaybeDie(step + 1, rank);
   }
-  OrThrow(ck->Wait());  // memento
+  OrThrow(ck->Finish());  // memento: the normal end (the same job run again starts fresh)
   if (!out.empty()) {
     std::ofstream f(out + "/rank" + std::to_string(rank) + ".bin", std::ios::binary);
     for (const auto& t : net.parameters()) Append(f, t);

@@ -20,6 +20,7 @@
 #include "memento/placement/checkpoint_cost_model.h"
 #include "memento/placement/goodput_model.h"
 #include "memento/placement/goodput_simulation.h"
+#include "memento/placement/placement_map.h"
 #include "memento/placement/scheme.h"
 #include "memento/placement/serve_probability.h"
 
@@ -248,12 +249,26 @@ json EstimateJson(const GoodputEstimate& e) {
           {"memory_served_fraction", e.memory_served_fraction}};
 }
 
-json CandidateJson(const Candidate& c, double step_s) {
+// Which kinds of failure the job has (a flag gave their rate): the others
+// have no serve probability to show (the model takes them as served).
+struct FailureKinds {
+  bool node, rack, multi;
+};
+FailureKinds KindsOf(const FailureProcess& f) {
+  return {f.node_mtbf_s != kNever, f.rack_mtbf_s != kNever && f.nodes_per_rack > 0,
+          f.multi_events_per_day > 0};
+}
+
+json CandidateJson(const Candidate& c, double step_s, const FailureKinds& kinds) {
   const auto& plan = c.best.plan;
+  auto p = [](bool given, double v) { return given ? json(v) : json(nullptr); };
   json j = {{"scheme", c.name},
             {"remote_only", c.remote_only},
             {"memory_factor", c.memory_factor},
-            {"serve", {{"node", c.serve.node}, {"rack", c.serve.rack}, {"multi", c.serve.multi}}},
+            {"serve",
+             {{"node", p(kinds.node, c.serve.node)},
+              {"rack", p(kinds.rack, c.serve.rack)},
+              {"multi", p(kinds.multi, c.serve.multi)}}},
             {"costs",
              {{"stall_s", c.costs.stall_s},
               {"protect_s", c.costs.protect_s},
@@ -353,7 +368,9 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
       Fail(std::string("--") + required, "(missing)", "is required (a flag or a --config key)");
     }
   }
-  if (a.nodes < 1) Fail("--nodes", std::to_string(a.nodes), "must be >= 1");
+  if (a.nodes < 1 || a.nodes > kMaxNodes) {
+    Fail("--nodes", std::to_string(a.nodes), "must be in 1.." + std::to_string(kMaxNodes));
+  }
   const auto shard = ParseBytes(a.shard);
   if (!shard) {
     Fail("--shard", a.shard,
@@ -368,8 +385,12 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
   Job job{JobShape{a.nodes, *shard, a.step_s}, FailuresFromArgs(a), {}};
   CheckCostArgs(a);
   if (a.top < 1) Fail("--top", std::to_string(a.top), "must be >= 1");
-  if (a.save_every < 0) Fail("--save-every-steps", std::to_string(a.save_every), "must be >= 1");
-  if (a.persist_every < 0) {
+  // Given as 0 is not "left out": refused as a negative count is.
+  if (a.save_every < 0 || (given.at("save-every-steps")->count() > 0 && a.save_every == 0)) {
+    Fail("--save-every-steps", std::to_string(a.save_every), "must be >= 1");
+  }
+  if (a.persist_every < 0 ||
+      (given.at("persist-every-saves")->count() > 0 && a.persist_every == 0)) {
     Fail("--persist-every-saves", std::to_string(a.persist_every), "must be >= 1");
   }
   // Every interval up to it is evaluated per scheme.
@@ -461,7 +482,8 @@ placement::OptimalPlan BestOrGivenPlan(const AdviseArgs& a, const Job& job, cons
   }
   placement::OptimalPlan given = *best;
   if (a.save_every > 0) given.plan.save_every_steps = a.save_every;
-  if (a.persist_every > 0) given.plan.persist_every_saves = a.persist_every;
+  // Remote-only persists every save synchronously: no persist interval applies.
+  if (a.persist_every > 0 && !c.remote_only) given.plan.persist_every_saves = a.persist_every;
   // The persist period (p saves of k T + stall each) must cover the persist
   // time, as in the search.
   auto period = [&](int p) {
@@ -512,15 +534,23 @@ std::optional<Candidate> Evaluate(const std::string& name, const AdviseArgs& a, 
     auto parsed = Scheme::Parse(name);
     if (!parsed.ok()) Fail("--schemes", name, parsed.status().message());
     c.scheme = *parsed;
-    c.memory_factor = c.scheme.NominalMemoryFactor();
+    if (Status st = c.scheme.ValidateFor(a.nodes); !st.ok()) {
+      excluded->push_back({{"scheme", name}, {"reason", st.message()}});
+      return std::nullopt;
+    }
+    // What the fullest node of the layout holds: more than the nominal 1 + M/K
+    // when N leaves a smaller last group.
+    auto topology = placement::TopologyFor(a.nodes, job.failures);
+    if (!topology.ok()) throw FlagError{name + ": " + topology.status().message()};
+    auto layout = placement::GroupLayout::Build(*topology, c.scheme);
+    if (!layout.ok()) throw FlagError{name + ": " + layout.status().message()};
+    c.memory_factor = placement::WorstNodeMemoryFactor(*layout);
     if (c.memory_factor > a.memory_budget + 1e-12) {
       excluded->push_back(
           {{"scheme", name},
-           {"reason", "memory " + Fmt("%.3f", c.memory_factor) + " x S above the budget"}});
-      return std::nullopt;
-    }
-    if (Status st = c.scheme.ValidateFor(a.nodes); !st.ok()) {
-      excluded->push_back({{"scheme", name}, {"reason", st.message()}});
+           {"reason", "memory " + Fmt("%.3f", c.memory_factor) +
+                          " x S on its fullest node (nominal " +
+                          Fmt("%.3f", c.scheme.NominalMemoryFactor()) + ") above the budget"}});
       return std::nullopt;
     }
   }
@@ -576,9 +606,9 @@ void PrintJson(const AdviseArgs& a, const Job& job, const std::vector<Candidate>
   out["schemes"] = json::array();
   for (const Candidate& c : candidates) {
     if (c.remote_only) {
-      out["remote_only"] = CandidateJson(c, a.step_s);
+      out["remote_only"] = CandidateJson(c, a.step_s, KindsOf(job.failures));
     } else {
-      out["schemes"].push_back(CandidateJson(c, a.step_s));
+      out["schemes"].push_back(CandidateJson(c, a.step_s, KindsOf(job.failures)));
     }
   }
   out["excluded"] = excluded;
@@ -597,6 +627,8 @@ void PrintTable(const AdviseArgs& a, const Job& job, const std::vector<Candidate
   std::printf("%-4s %-15s %6s %9s %9s %9s %-22s %-24s %9s %17s\n", "rank", "scheme", "mem/S",
               "P(node)", "P(rack)", "P(multi)", "save every", "persist every", "goodput",
               "MTBF/2: same|best");
+  const FailureKinds kinds = KindsOf(job.failures);
+  auto pct = [](bool given, double v) { return given ? Fmt("%.3f%%", 100 * v) : std::string("-"); };
   int rank = 0;
   for (const Candidate& c : candidates) {
     if (c.remote_only) continue;
@@ -607,9 +639,10 @@ void PrintTable(const AdviseArgs& a, const Job& job, const std::vector<Candidate
     const std::string persist = std::to_string(plan.persist_every_saves) + " saves (" +
                                 Duration(plan.persist_every_saves * c.best.estimate.save_cycle_s) +
                                 ")";
-    std::printf("%-4d %-15s %6.3f %8.3f%% %8.3f%% %8.3f%% %-22s %-24s %8.4f%% %7.3f%%|%.3f%%\n",
-                rank, c.name.c_str(), c.memory_factor, 100 * c.serve.node, 100 * c.serve.rack,
-                100 * c.serve.multi, save.c_str(), persist.c_str(), 100 * c.best.estimate.goodput,
+    std::printf("%-4d %-15s %6.3f %9s %9s %9s %-22s %-24s %8.4f%% %7.3f%%|%.3f%%\n", rank,
+                c.name.c_str(), c.memory_factor, pct(kinds.node, c.serve.node).c_str(),
+                pct(kinds.rack, c.serve.rack).c_str(), pct(kinds.multi, c.serve.multi).c_str(),
+                save.c_str(), persist.c_str(), 100 * c.best.estimate.goodput,
                 100 * c.same_plan_half.goodput, 100 * c.best_half.estimate.goodput);
   }
   for (const Candidate& c : candidates) {

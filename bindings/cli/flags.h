@@ -9,6 +9,9 @@
 
 namespace memento::cli {
 
+// The most nodes `rate` and `advise` take (their layouts and tables are O(N)).
+inline constexpr int kMaxNodes = 1 << 24;
+
 // Bad usage found by a callback (a value out of range, flags that conflict). Printed as
 // "memento <subcommand>: <message>" with a pointer to --help; exit code 2.
 class UsageError : public CLI::ParseError {

@@ -24,8 +24,6 @@ using placement::GroupLayout;
 using placement::Scheme;
 using placement::Topology;
 
-constexpr int kMaxNodes = 1 << 24;
-
 // Flag values as given; numbers are parsed strictly in the callback.
 struct RateFlags {
   std::string nodes;
@@ -261,11 +259,7 @@ SchemeReport Evaluate(const Options& o, const Topology& topology, const std::str
   if (!layout.ok()) throw UsageError(layout.status().message());
   SchemeReport r{scheme, 0, {}, layout->rack_conflicts(), {}, {}};
   for (const auto& g : layout->groups()) r.group_sizes.push_back(g.size());
-  // A shard size divisible by every K' <= 16, so the factor is exact for common schemes.
-  const uint64_t kShard = 720720ull * 4096;
-  r.memory_factor =
-      static_cast<double>(placement::PlacementMap::Uniform(*layout, kShard).max_bytes_per_node()) /
-      static_cast<double>(kShard);
+  r.memory_factor = placement::WorstNodeMemoryFactor(*layout);
   if (!o.failures.empty()) {
     const int max_f = *std::max_element(o.failures.begin(), o.failures.end());
     auto exact = placement::ExactRecoveryProbabilities(*layout, max_f);

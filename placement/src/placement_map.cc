@@ -89,4 +89,11 @@ uint64_t PlacementMap::max_bytes_per_node() const {
   return m;
 }
 
+double WorstNodeMemoryFactor(const GroupLayout& layout) {
+  // A shard size every K <= 16 divides, so the factor is exact for the common schemes.
+  constexpr uint64_t kShard = 720720ull * 4096;
+  return static_cast<double>(PlacementMap::Uniform(layout, kShard).max_bytes_per_node()) /
+         static_cast<double>(kShard);
+}
+
 }  // namespace memento::placement

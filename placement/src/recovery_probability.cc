@@ -233,8 +233,10 @@ MonteCarloEstimate WilsonInterval(uint64_t successes, uint64_t trials, double z)
   const double denom = 1 + z2 / n;
   const double center = (p + z2 / (2 * n)) / denom;
   const double half = z * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom;
-  e.ci_low = std::max(0.0, center - half);
-  e.ci_high = std::min(1.0, center + half);
+  // At p = 0 (or 1) the bound is exactly 0 (1); center - half leaves rounding
+  // noise (3e-18) that reads as a probability.
+  e.ci_low = successes == 0 ? 0.0 : std::max(0.0, center - half);
+  e.ci_high = successes == trials ? 1.0 : std::min(1.0, center + half);
   return e;
 }
 

@@ -75,6 +75,54 @@ TEST(GoodputAdviseTest, MemoryBudgetFiltersSchemes) {
   }
 }
 
+// A scheme's memory is its fullest node's, from the layout `rate` reports
+// too: rs:6+3 on 16 nodes forms groups of 9 and 7, whose 4 data nodes hold
+// S + 3 parity pieces of S/4 (1.75, not the nominal 1 + 3/6); rs:8+2 a group
+// of 6 (1.5, not 1.25). Over the budget, the exclusion says both figures.
+TEST(GoodputAdviseTest, MemoryIsTheFullestNodesOfTheLayout) {
+  const auto rate = Json(RunCli("rate --nodes 16 --scheme rs:6+3 --failures 1 --json"));
+  const double fullest = rate["schemes"][0]["memory_per_node"].get<double>();
+  EXPECT_GT(fullest, 1.5 + 1e-9) << rate.dump();
+  const std::string job = std::string(kJob) + "--schemes rs:6+3,rs:8+2 ";
+  auto j = Json(RunCli(job + "--memory-budget " + std::to_string(fullest) + " --json"));
+  ASSERT_EQ(j["schemes"].size(), 2u) << j.dump();
+  for (const auto& s : j["schemes"]) {
+    const double factor = s["memory_factor"].get<double>();
+    if (s["scheme"] == "rs:6+3") {
+      EXPECT_DOUBLE_EQ(factor, fullest);
+    } else {
+      EXPECT_GT(factor, 1.25 + 1e-9) << s["scheme"];  // rs:8+2: a last group of 6
+    }
+  }
+  j = Json(RunCli(job + "--memory-budget 1.4 --json"));
+  EXPECT_TRUE(j["schemes"].empty()) << j.dump();
+  ASSERT_EQ(j["excluded"].size(), 2u) << j.dump();
+  const std::string why = j["excluded"][0]["reason"].get<std::string>();
+  EXPECT_NE(why.find("fullest node (nominal"), std::string::npos) << why;
+}
+
+// Kinds of failure the job does not have show no serve probability: "-" in
+// the table, null in the JSON (not 100 %, which reads as "memory serves it").
+TEST(GoodputAdviseTest, ServeProbabilitiesOnlyForTheFailuresGiven) {
+  const std::string job = "advise --nodes 16 --shard 1G --step-s 1 --schemes xor:4,none ";
+  auto j = Json(RunCli(job + "--node-mtbf-h 100 --json"));
+  ASSERT_EQ(j["schemes"].size(), 2u) << j.dump();
+  for (const auto& s : j["schemes"]) {
+    EXPECT_TRUE(s["serve"]["node"].is_number()) << s.dump();
+    EXPECT_TRUE(s["serve"]["rack"].is_null()) << s.dump();
+    EXPECT_TRUE(s["serve"]["multi"].is_null()) << s.dump();
+    EXPECT_EQ(s["serve"]["node"].get<double>(), s["scheme"] == "none" ? 0.0 : 1.0) << s.dump();
+  }
+  j = Json(RunCli(job + "--process-mtbf-h 100 --multi-per-day 1 --json"));
+  for (const auto& s : j["schemes"]) {
+    EXPECT_TRUE(s["serve"]["node"].is_null()) << s.dump();
+    EXPECT_TRUE(s["serve"]["multi"].is_number()) << s.dump();
+  }
+  const CliRun text = RunCli(job + "--node-mtbf-h 100");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("  0.000%         -         -"), std::string::npos) << text.output;
+}
+
 TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   CliRun r = RunCli(std::string(kJob) + "--node-mtbf-h -5");
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -138,6 +186,17 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   r = RunCli(std::string(kJob) + "--save-every-steps -2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--save-every-steps -2"), std::string::npos) << r.output;
+  // 0 given is refused as a negative count is, not taken as the flag left out.
+  for (const char* flag : {"--save-every-steps", "--persist-every-saves"}) {
+    r = RunCli(std::string(kJob) + flag + " 0");
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find(std::string(flag) + " 0"), std::string::npos) << r.output;
+  }
+  // Past the largest job the tables are built for: a usage error, not bad_alloc.
+  r = RunCli("advise --nodes 2000000000 --shard 1G --step-s 1 --node-mtbf-h 1000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nodes 2000000000"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1..16777216"), std::string::npos) << r.output;
 
   // Numbers are decimal, as everywhere in the tool: no hex, '+' or blank for
   // integers, no nan or hex float; and a leading zero is not octal (CLI11
@@ -177,6 +236,9 @@ TEST(GoodputAdviseTest, GivenPlanIsEvaluated) {
   EXPECT_EQ(s["persist_every_saves"], 3);
   EXPECT_NEAR(s["estimate"]["goodput"].get<double>(), 1 - 0.5 / 5.5, 1e-12);
   EXPECT_EQ(j["remote_only"]["save_every_steps"], 5);
+  // Remote-only persists every save (synchronously): the persist interval
+  // given is the memory schemes', not reported for it.
+  EXPECT_EQ(j["remote_only"]["persist_every_saves"], 1) << j["remote_only"].dump();
 
   // A save interval given alone: the persist interval is searched for it and
   // covers the persist time (10 s here, 1.5 s per save, so at least 7 saves).

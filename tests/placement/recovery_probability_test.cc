@@ -233,6 +233,14 @@ TEST(RecoveryProbabilityTest, WilsonInterval) {
   const MonteCarloEstimate all = WilsonInterval(100, 100);
   EXPECT_EQ(all.ci_high, 1.0);
   EXPECT_LT(all.ci_low, 1.0);
+  // None served: the lower bound is 0 exactly, not rounding noise, for any count.
+  for (uint64_t trials : {1u, 3u, 100u, 2000u, 1000003u}) {
+    SCOPED_TRACE(trials);
+    const MonteCarloEstimate none = WilsonInterval(0, trials);
+    EXPECT_EQ(none.ci_low, 0.0);
+    EXPECT_GT(none.ci_high, 0.0);
+    EXPECT_EQ(WilsonInterval(trials, trials).ci_high, 1.0);
+  }
 }
 
 TEST(RecoveryProbabilityTest, WholeRackLoss) {

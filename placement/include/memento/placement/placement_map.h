@@ -57,4 +57,10 @@ class PlacementMap {
   std::vector<std::vector<HeldItem>> held_;
 };
 
+// The most any node of `layout` holds for checkpoints, as a multiple of the
+// shard size S (equal shards; its own shard included). A smaller last group
+// makes it larger than the scheme's nominal 1 + M/K (Scheme::NominalMemoryFactor):
+// e.g. rs:6+3 on 16 nodes, whose last group of 4 holds 3 parity pieces of S.
+double WorstNodeMemoryFactor(const GroupLayout& layout);
+
 }  // namespace memento::placement

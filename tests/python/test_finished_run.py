@@ -100,6 +100,33 @@ def test_a_with_block_left_by_an_exception_does_not_finish(job):
     assert restored == 1, "a failed run is restored by its relaunch"
 
 
+def test_a_close_after_a_failed_save_does_not_finish(job):
+    """Whether the save failed in Python's part (the extra state does not pickle) or in the
+    adapter's (the extra state is larger than its capacity), close() right after it marks
+    nothing: the relaunch restores the last committed step (it used to find the run
+    finished and its stores unlinked, and start over)."""
+    import threading
+    for bad in ({"lock": threading.Lock()}, {"blob": b"x" * 300_000}):
+        model = torch.nn.Linear(4, 3)
+        ck = memento.Checkpointer(job=job, extra_capacity=65536)
+        ck.register(model)
+        ck.save(1)
+        ck.wait()
+        ck.register(extra=bad)
+        try:
+            ck.save(2)
+        except (TypeError, memento.MementoError):
+            pass
+        else:
+            raise AssertionError("save(2) with %s did not fail" % sorted(bad))
+        ck.close()
+        assert len(segments(job)) == 1, "closed after a failed save: the stores stay"
+        with memento.Checkpointer(job=job, extra_capacity=65536) as again:
+            again.register(model)
+            assert again.restore() == 1, "a relaunch restores the last committed step"
+        assert segments(job) == [], "that run ended normally"
+
+
 def test_the_settings_are_keywords():
     keywords = memento.settings_keywords()
     assert keywords["resume_finished"] == "MEMENTO_RESUME_FINISHED"

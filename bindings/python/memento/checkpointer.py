@@ -403,6 +403,7 @@ class Checkpointer:
         With interval=N or interval="auto" (MEMENTO_INTERVAL) only some steps are saved;
         the others return at once without copying anything (interval_stats() counts them).
         """
+        saved = False
         try:
             t0 = time.perf_counter()
             if loss is not None:
@@ -421,7 +422,15 @@ class Checkpointer:
             # The training thread's time in Python's part of save() is stall too.
             self._impl.add_caller_stall(time.perf_counter() - t0)
             self._impl.save(int(step))
+            saved = True
         finally:
+            if not saved:
+                # Failed in Python's part (pickling the extra state, ...) or the engine's:
+                # this rank's last save failed, so close() marks nothing.
+                try:
+                    self._impl.note_failed_save()
+                except MementoError:
+                    pass  # closed: nothing to mark anyway
             _flush_logs()
 
     def restore(self, from_dcp=None, step=None):

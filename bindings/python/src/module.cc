@@ -468,6 +468,8 @@ void BindCheckpointer(py::module_& m) {
            [](PyCheckpointer& c, double seconds) {
              c.Get([seconds](TorchCheckpointer& t) { t.AddCallerStall(seconds); });
            })
+      .def("note_failed_save",
+           [](PyCheckpointer& c) { c.Get([](TorchCheckpointer& t) { t.NoteFailedSave(); }); })
       .def("report_done",
            [](PyCheckpointer& c, const std::string& hash) {
              c.Get([&hash](TorchCheckpointer& t) { t.ReportDone(hash); });

@@ -435,6 +435,9 @@ Result<std::optional<RestoreResult>> TorchCheckpointer::Restore() {
 Status TorchCheckpointer::Save(uint64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   Status s = impl_->Save(step);
+  // A failure before the engine's Save (staging, extra state) is this rank's
+  // last save failing too: the engine's Finish must not mark the run.
+  if (!s.ok()) NoteFailedSave();
   impl_->NoteNode();
   if (progress_ && s.ok()) {
     progress_->AddStall(
@@ -465,6 +468,9 @@ void TorchCheckpointer::ReportDone(const std::string& state_hash) {
 Status TorchCheckpointer::Wait() { return impl_->Wait(); }
 Status TorchCheckpointer::WaitPersist() { return impl_->WaitPersist(); }
 Status TorchCheckpointer::Finish() { return impl_->Finish(); }
+void TorchCheckpointer::NoteFailedSave() {
+  if (runtime::Checkpointer* engine = impl_->engine()) engine->NoteFailedSave();
+}
 std::optional<uint64_t> TorchCheckpointer::LatestCommitted() const {
   return impl_->WithEngine([](const runtime::Checkpointer* e) {
     return e != nullptr ? e->LatestCommitted() : std::nullopt;

@@ -75,6 +75,7 @@ Status Checkpointer::RegisterBuffer(const std::string& name, void* data, uint64_
 Status Checkpointer::AddChunkStage(ChunkStage* stage) { return impl_->AddChunkStage(stage); }
 Status Checkpointer::Prepare() { return impl_->Prepare(); }
 Status Checkpointer::Save(uint64_t step) { return impl_->Save(step); }
+void Checkpointer::NoteFailedSave() { impl_->NoteFailedSave(); }
 Status Checkpointer::WaitSnapshot() { return impl_->WaitSnapshot(); }
 Status Checkpointer::Wait() { return impl_->Wait(); }
 Status Checkpointer::WaitPersist() { return impl_->WaitPersist(); }
@@ -337,6 +338,18 @@ void Checkpointer::Impl::BuildStages() {
 }
 
 Status Checkpointer::Impl::Save(uint64_t step) {
+  const std::optional<uint64_t> before = last_started_;
+  Status s = SaveCall(step);
+  // A step the schedule passes over leaves the last failure standing.
+  if (!s.ok()) {
+    last_save_failed_ = true;
+  } else if (last_started_ != before) {
+    last_save_failed_ = false;
+  }
+  return s;
+}
+
+Status Checkpointer::Impl::SaveCall(uint64_t step) {
   const auto t0 = Clock::now();
   if (finished_) return Status::FailedPrecondition("Save: the checkpointer is closed (Finish)");
   MEMENTO_RETURN_IF_ERROR(Prepare());

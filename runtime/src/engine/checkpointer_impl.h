@@ -47,6 +47,8 @@ class Checkpointer::Impl {
   Status AddChunkStage(ChunkStage* stage);
   Status Prepare();
   Status Save(uint64_t step);
+  // The layer above failed a Save before it reached this one: Finish marks nothing.
+  void NoteFailedSave() { last_save_failed_ = true; }
   Status WaitSnapshot();
   Status Wait();
   Status WaitPersist();
@@ -150,6 +152,7 @@ class Checkpointer::Impl {
   // Logs that `version` waited `seconds` for a slot (held by persists).
   void NoteSlotWait(uint64_t version, double seconds);
   // Save's checks and the start of `step`'s version, once the schedule chose to save it.
+  Status SaveCall(uint64_t step);  // Save, before its outcome is noted
   Status SaveNow(uint64_t step);
   // InvalidArgument when `step` is not above the latest committed version.
   Status CheckStepIncreases(uint64_t step) const;
@@ -197,6 +200,11 @@ class Checkpointer::Impl {
   // The last version a Save started (reset by a Restore): Finish marks the
   // run only when it committed. Application thread.
   std::optional<uint64_t> last_started_;
+  // The last Save returned an error (or the layer above said one of its own
+  // failed, NoteFailedSave): the run's end is not checkpointed, so Finish
+  // marks nothing. Cleared by a Save that starts a version or a Restore that
+  // succeeds (not by a step the schedule passes over). Application thread.
+  bool last_save_failed_ = false;
   bool finished_ = false;  // Finish ran: Save and Restore refuse
   EntryCrcStage crc_stage_;
   std::vector<CopyTask> tasks_;                   // reused by every version; only dst changes

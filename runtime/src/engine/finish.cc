@@ -84,6 +84,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   }
   if (restored.ok()) {
     last_started_.reset();
+    last_save_failed_ = false;  // the buffers hold a committed version again
     if (resumed) ClearFinishedMarks(*resumed);
   }
   return restored;
@@ -204,15 +205,17 @@ Status Checkpointer::Impl::Finish() {
     return waited.ok() ? broken : waited;
   }
   const std::optional<uint64_t> latest = committer_->latest();
-  const bool mine = waited.ok() && latest && (!last_started_ || *last_started_ <= *latest);
+  const bool mine =
+      waited.ok() && latest && !last_save_failed_ && (!last_started_ || *last_started_ <= *latest);
   Result<bool> all = transport_->AllTrue(mine);
   if (!all.ok()) return waited.ok() ? all.status().WithContext("Finish") : waited;
   if (!*all) {
-    std::string why = !latest ? "no version committed"
+    std::string why = !latest             ? "no version committed"
+                      : last_save_failed_ ? "this rank's last save failed"
                       : !mine
                           ? "this rank's last version (v" +
                                 std::to_string(last_started_.value_or(*latest)) + ") did not commit"
-                          : "another rank's last version did not commit";
+                          : "another rank's last version or save failed";
     Log(latest ? LogLevel::kWarn : LogLevel::kInfo,
         job + ": not marked finished (" + why + "); a relaunch restores as after a failure");
     return waited;

@@ -152,6 +152,35 @@ TEST_F(Finish, AfterAFailedSaveNothingIsMarked) {
   }
 }
 
+// A Save refused before it copied anything (a step that does not increase,
+// on rank 1 only) or a failure the layer above noted (NoteFailedSave: its
+// own part of the save failed, on rank 0) is this rank's last save failing
+// too: nothing is marked, the stores stay. A Save that starts a version
+// afterwards clears it.
+TEST_F(Finish, AfterASaveRefusedOrNotedFailedNothingIsMarked) {
+  const Config c = MakeConfig();
+  const int n = 2;
+  Launch(n, c);
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(ranks_[1].ck->Save(1).code(), StatusCode::kInvalidArgument);  // not increasing
+  for (const Status& s : FinishAll()) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Segments().size(), 2u) << "a run whose last save was refused keeps its stores";
+  for (const auto& m : Marks()) EXPECT_FALSE(m.has_value());
+
+  Launch(n, c);
+  for (const auto& r : RestoreAll()) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ranks_[0].ck->NoteFailedSave();
+  for (const auto& s : FinishAll()) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Segments().size(), 2u) << "a failure noted by the layer above is a failed save";
+
+  Launch(n, c);
+  for (const auto& r : RestoreAll()) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ranks_[0].ck->NoteFailedSave();
+  for (const Status& s : SaveAll(2)) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const auto& s : FinishAll()) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(Segments().empty()) << "v2 committed after the failure: a normal end";
+}
+
 // Memory gone, the remote tier holds the finished run's versions and its
 // mark: the next run starts fresh; resume_finished restores the newest
 // persisted version. An older run's remote versions are never restored in

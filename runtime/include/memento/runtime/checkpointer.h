@@ -269,7 +269,9 @@ class Checkpointer {
   // node's memory (the mapping goes with the Checkpointer; the remote tier
   // stays). A later run under the job id then starts fresh (Restore above).
   // If some rank's last version did not commit (a failed Save, checkpointing
-  // broken), or nothing ever committed, nothing is marked or unlinked (a
+  // broken), its last Save returned an error (even one refused before any
+  // copy, such as a step that does not increase; or NoteFailedSave), or
+  // nothing ever committed, nothing is marked or unlinked (a
   // relaunch restores as after a failure), logged at warn. Returns the
   // failure Wait() would have returned, else the agreement's (Timeout /
   // Unavailable when a peer is gone), else OK; a failed remote write is
@@ -278,6 +280,12 @@ class Checkpointer {
   // Afterwards Save and Restore fail with FailedPrecondition; a second
   // Finish returns OK at once.
   Status Finish();
+
+  // For a layer above (a framework adapter) whose own part of a Save failed
+  // before it called Save (staging, extra state): the run's last Save counts
+  // as failed, so Finish marks nothing, until a Save that starts a version
+  // or a Restore succeeds.
+  void NoteFailedSave();
 
   // The newest version committed (or restored) by this Checkpointer; empty
   // before the first one. Thread-safe.

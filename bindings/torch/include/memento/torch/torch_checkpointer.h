@@ -261,6 +261,10 @@ class TorchCheckpointer {
   // Config::resume_finished. Not for a run that is failing. OK at once before
   // the first Save or Restore; afterwards Save and Restore fail.
   Status Finish();
+  // A save that failed before Save was called (the caller's own part of it:
+  // a Python binding pickling its extra state) counts as this rank's last
+  // save failing: Finish then marks nothing (Save notes its own failures).
+  void NoteFailedSave();
 
   // For `memento launch`'s progress line and timeline (no-ops outside it):
   // the loss of the step whose Save comes next; time the caller was blocked

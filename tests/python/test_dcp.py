@@ -12,6 +12,7 @@
   named; a version whose persist was cut short is never chosen.
 """
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -248,9 +249,37 @@ def test_from_dcp_reads_the_step_and_what_memento_wrote_matches_dcp_save(job, tm
     ck2.register(fresh, torch.optim.AdamW(fresh.parameters(), lr=0.01))
     report = ck2.restore()
     assert report.source == "dcp" and int(report) == 3, report
+    # Every attribute a report from memory has.
+    assert report.source_detail == "dcp " + version and report.bytes_received == 0
+    assert report.transfer_s >= 0 and report.protection in ("protected", "unprotected")
+    assert json.loads(report.json)["source"] == "dcp"
+    for key in ("inventory_s", "plan_s", "reprotect_s", "reprotect_mode", "elastic_plan"):
+        assert key in report.to_dict(), key
     for k, v in held[3].items():
         assert same_bits(v, fresh.state_dict()[k]), k
     ck2.close()
+
+
+def test_from_dcp_refuses_optimizer_state_the_optimizer_has_not_created(job, tmp_path):
+    """RMSprop creates its state at its first step: a fresh one has none, and dcp.load
+    would pass over the checkpoint's moments in silence. restore(from_dcp=) names them."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.RMSprop(model.parameters(), lr=0.01)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    path = str(tmp_path / "step-1")
+    dcp.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, checkpoint_id=path)
+    fresh = torch.nn.Linear(4, 2)
+    ck = memento.Checkpointer(job=job, scheme="none")
+    ck.register(fresh, torch.optim.RMSprop(fresh.parameters(), lr=0.01))
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=path)
+    assert "optimizer.state.0.square_avg" in str(e.value), e.value
+    assert "has not created yet" in str(e.value), e.value
+    ck.close()
 
 
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):

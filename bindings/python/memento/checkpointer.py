@@ -1,4 +1,6 @@
 """Checkpointer: the Python face of memento's engine (registration, save, restore)."""
+import json
+import operator
 import pickle
 import time
 import types
@@ -478,10 +480,17 @@ class Checkpointer:
         seconds = time.perf_counter() - t0
         _logs.logger.info("restore: started from the DCP checkpoint %s at step %d (%.2f s)",
                           path, step, seconds)
+        # Every attribute a report from memory has (nothing moved between ranks, nothing
+        # in memory yet: protected once the first save() commits), and where it came from.
         return RestoreReport({
             "step": step, "version": step, "source": "dcp", "dcp_path": path, "entries": [],
-            "lost_nodes": [], "elastic": False, "notes": [], "restore_s": seconds,
-            "summary": "v%d from the DCP checkpoint %s, %.2f s" % (step, path, seconds)})
+            "lost_nodes": [], "elastic": False, "elastic_plan": "", "notes": [],
+            "restore_s": seconds, "source_detail": "dcp " + path, "bytes_sent": 0,
+            "bytes_received": 0, "reprotect_mode": "", "protection": self.protection_state(),
+            "inventory_s": 0.0, "plan_s": 0.0, "transfer_s": seconds, "reprotect_s": 0.0,
+            "summary": "v%d from the DCP checkpoint %s, %.2f s" % (step, path, seconds),
+            "json": lambda: json.dumps({"version": step, "source": "dcp", "dcp_path": path,
+                                        "restore_s": seconds})})
 
     def wait_snapshot(self):
         """Returns when registered tensors may be modified again (call before optimizer.step)."""

@@ -238,6 +238,22 @@ def load(ck, path, step=None):
             "from_dcp=%r: the checkpoint has no %s (%d of the %d values registered; it holds "
             "%s ...)" % (path, ", ".join(missing[:8]), len(missing), len(required),
                          ", ".join(sorted(keys)[:8])))
+    # Optimizer state the checkpoint holds and the optimizer does not have yet (created at
+    # its first step: RMSprop, SGD with dampening, ...): dcp.load would pass over it in
+    # silence and the restore would train on from fresh moments.
+    have = set(required)
+    for kind, prefix, _, _, _ in ck._sources:
+        if kind != "optimizer":
+            continue
+        state = _name(prefix) + ".state."
+        absent = sorted(k for k in keys if k.startswith(state) and k not in have)
+        if absent:
+            raise InvalidArgumentError(
+                "from_dcp=%r: the checkpoint holds %s (%d values of optimizer '%s') that the "
+                "optimizer has not created yet (its state appears at its first step): this "
+                "restore would drop them; give the optimizer its state before restore() (as "
+                "its first step would create it), or restore with dcp.load after one step"
+                % (path, ", ".join(absent[:8]), len(absent), _name(prefix)))
     # Stateful objects and modules' extra state come along when the checkpoint has them.
     for name, obj in ck._statefuls.items():
         state = {name: obj.state_dict()}

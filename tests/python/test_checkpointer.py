@@ -3,6 +3,7 @@ names, errors, extra state, logging, the optimizer hook."""
 import json
 import logging
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -93,6 +94,12 @@ def test_model_with_adam_restores_bit_exact_with_rng_and_extra(job):
     extra["data_pos"] = 99
     report = ck.restore()
     assert report == 3 and int(report) == 3 and list(range(report, 5)) == [3, 4]
+    # It is the int step: arithmetic, comparisons and formats as an int's.
+    assert report + 1 == 4 and report - 1 == 2 and report // 2 == 1 and report < 10
+    assert max(report, 2) == 3 and "%d" % report == "3" and f"{report:d}" == "3"
+    assert isinstance(report, int) and report != 4 and bool(report)
+    assert pickle.loads(pickle.dumps(report)) == report
+    assert bool(memento.RestoreReport({"step": 0, "summary": "v0"})), "step 0 is a report"
     got = all_state(model, opt)
     assert expect.keys() == got.keys()
     for k in expect:

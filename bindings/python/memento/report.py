@@ -1,8 +1,10 @@
 """RestoreReport: what Checkpointer.restore() brought back, and from where."""
 
 
-class RestoreReport:
-    """What restore() brought back. Behaves as the int step (range(start, n)).
+class RestoreReport(int):
+    """What restore() brought back. It is the int step (an int subclass: range(start, n),
+    start + 1, start < n, "%d" % start, f"{start:d}" all work), and always true (a report of
+    step 0 too: restore() returns None when there is nothing to restore).
 
     Attributes: step, version, summary (one short line: the version, this rank's entries
     counted per source, the lost nodes, "elastic", the seconds restore() took; as repr()
@@ -15,6 +17,9 @@ class RestoreReport:
     topology), elastic_plan, notes (why newer versions were passed over), json (the
     engine's recovery report). to_dict() has them all.
     """
+
+    def __new__(cls, d):
+        return super().__new__(cls, int(d["step"]))
 
     def __init__(self, d):
         self._d = dict(d)
@@ -39,18 +44,22 @@ class RestoreReport:
         """{entry name: source} ("local-memory", "replica", "decode", "remote")."""
         return {e["name"]: e["source"] for e in self.entries}
 
-    def __index__(self):
-        return int(self.step)
-
-    __int__ = __index__
+    def __bool__(self):
+        return True
 
     def __eq__(self, other):
-        if isinstance(other, int):
-            return int(self.step) == other
-        return isinstance(other, RestoreReport) and other.to_dict() == self.to_dict()
+        if isinstance(other, RestoreReport):
+            return other.to_dict() == self.to_dict()
+        return int(self) == other
+
+    def __ne__(self, other):
+        return not self == other
 
     def __hash__(self):
-        return hash(int(self.step))
+        return int.__hash__(self)
+
+    def __reduce__(self):
+        return (RestoreReport, (self.to_dict(),))
 
     def __repr__(self):
         return "RestoreReport(%s)" % self.summary

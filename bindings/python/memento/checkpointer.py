@@ -61,6 +61,18 @@ def open_checkpointers():
     return list(_OPEN)
 
 
+def _count(what, value):
+    """`value` as an int >= 0 (an int, a numpy or 0-dim tensor integer; not a float, which
+    would be truncated), else InvalidArgumentError naming `what`."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError("%s=%r: expected an integer >= 0" % (what, value)) from None
+    if n < 0:
+        raise InvalidArgumentError("%s=%d: expected an integer >= 0" % (what, n))
+    return n
+
+
 class Checkpointer:
     """In-memory checkpoints of torch tensors, modules and optimizers."""
 
@@ -79,8 +91,9 @@ class Checkpointer:
                 value = int(value)
             variables[keywords[key]] = str(value)
         # total_steps: the step the job runs to, for `memento launch`'s progress line.
-        self._impl = _memento._Checkpointer(variables, launcher, int(extra_capacity),
-                                            int(total_steps or 0))
+        extra_capacity = _count("extra_capacity", extra_capacity)
+        total_steps = _count("total_steps", total_steps or 0)
+        self._impl = _memento._Checkpointer(variables, launcher, extra_capacity, total_steps)
         self._sources = []      # (kind, prefix, object, replicated, shard spec of a tensor)
         self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
         self._extras = []       # dicts given as extra=
@@ -408,6 +421,7 @@ class Checkpointer:
         saved = False
         try:
             t0 = time.perf_counter()
+            step = _count("save: step", step)
             if loss is not None:
                 if isinstance(loss, torch.Tensor):
                     loss = loss.detach()
@@ -417,7 +431,7 @@ class Checkpointer:
                 entries = self._entries(states)
                 self._set_tensors(entries)
                 extra = self._extra_state(states)
-                self._impl.set_user_state(pickle.dumps(extra, protocol=4))
+                self._impl.set_user_state(stateful.dumps(extra))
                 if self._dcp is not None:
                     self._dcp.set(self._impl, self._sources, states, [e[0] for e in entries],
                                   extra, step)

@@ -8,6 +8,7 @@ stateful objects registered by name (LR schedulers, data loaders: anything with
 state_dict() / load_state_dict(), as torch.distributed.checkpoint's Stateful).
 """
 import collections
+import pickle
 import random
 import types
 
@@ -158,6 +159,30 @@ def build(sources, extras, statefuls, module_states):
                        for k, v in d.items()} for d in extras]
     state["stateful"] = {name: obj.state_dict() for name, obj in statefuls.items()}
     return state
+
+
+def dumps(state):
+    """The extra state `build` made, pickled. A value that cannot be pickled (a lock, a
+    file, a lambda) is named by where it was registered, not left to pickle's bare
+    TypeError: extra[key], the stateful object's name, or the module value."""
+    try:
+        return pickle.dumps(state, protocol=4)
+    except Exception as e:  # noqa: BLE001 - pickle raises TypeError, AttributeError, ...
+        places = [("extra[%r]" % k, v) for d in state.get("extra", []) for k, v in d.items()]
+        places += [("the stateful object %r" % name, v)
+                   for name, v in state.get("stateful", {}).items()]
+        places += [("%s (a module's value)" % ".".join(filter(None, (prefix, k))), v)
+                   for prefix, values in state.get("modules", {}).items()
+                   for k, v in values.items()]
+        for where, value in places:
+            try:
+                pickle.dumps(value, protocol=4)
+            except Exception as why:  # noqa: BLE001
+                raise InvalidArgumentError(
+                    "save: %s cannot be pickled (%s: %s); keep it out of the saved state, or "
+                    "give it state_dict() / load_state_dict()" % (where, type(why).__name__,
+                                                                  why)) from e
+        raise
 
 
 def check(state, sources, extras, statefuls):

@@ -282,6 +282,56 @@ def test_from_dcp_refuses_optimizer_state_the_optimizer_has_not_created(job, tmp
     ck.close()
 
 
+class _TiedLM(torch.nn.Module):
+    """An LM head sharing the embedding's weight, as GPT-2 and Llama-style models tie them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Linear(8, 16, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, x):
+        return self.head(self.embed(x))
+
+
+def test_a_tied_weight_is_in_the_dcp_checkpoint_under_every_name(job, tmp_path):
+    """memento stores a tied weight once; the DCP checkpoint it writes names it under each
+    key of model.state_dict() (over the same bytes), so that a plain strict dcp.load and
+    restore(from_dcp=) of the tied model both take it."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    torch.manual_seed(5)
+    model = _TiedLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    ck = memento.Checkpointer(job=job, scheme="none", remote=str(tmp_path / "remote"),
+                              remote_format="dcp", persist_every=1)
+    ck.register(model, opt)
+    model(torch.tensor([[1, 2, 3]])).sum().backward()
+    ck.wait_snapshot()
+    opt.step()
+    ck.save(1)
+    ck.wait()
+    ck.wait_persist()
+    ck.close()
+    version = newest_version(str(tmp_path / "remote"), job)
+    keys = set(FileSystemReader(version).read_metadata().state_dict_metadata)
+    assert {"model.embed.weight", "model.head.weight"} <= keys, sorted(keys)
+    fresh = _TiedLM()
+    state = {"model": fresh.state_dict()}
+    dcp.load(state, checkpoint_id=version)  # strict: every key of the state dict
+    fresh.load_state_dict(state["model"])
+    assert same_bits(fresh.head.weight, model.head.weight)
+    assert fresh.head.weight is fresh.embed.weight
+    again = _TiedLM()
+    ck2 = memento.Checkpointer(job=job + "-b", scheme="none")
+    ck2.register(again, torch.optim.AdamW(again.parameters(), lr=0.01))
+    assert ck2.restore(from_dcp=version) == 1
+    assert same_bits(again.embed.weight, model.embed.weight)
+    ck2.close()
+
+
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
     """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
     dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""

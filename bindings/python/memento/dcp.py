@@ -21,12 +21,13 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _memento, optim
+from . import _compat, _memento, optim
 from ._memento import InvalidArgumentError, MementoError
 
 STEP_KEY = "memento.step"  # the step of a version memento persisted as DCP
 _ITEMS_RECORD = "dcp.items"
 _PATHS_RECORD = "dcp.paths"
+_ALIASES_RECORD = "dcp.aliases"
 
 
 def _terminal(values):
@@ -108,20 +109,46 @@ def _name(prefix):
 
 
 def tensor_paths(sources, states):
-    """{entry name: path} of the registered tensors in the nested state dict."""
+    """{entry name: (path, value)} of the registered tensors in the nested state dict."""
     paths = {}
     for kind, prefix, obj, _, _ in sources:
         if kind == "module":
-            for key in states[prefix]:
-                paths[prefix + key] = [_name(prefix), key]
+            for key, value in states[prefix].items():
+                paths[prefix + key] = ([_name(prefix), key], value)
         elif kind == "optimizer":
             for i, p in enumerate(optim.optimizer_params(obj)):
-                for key in obj.state.get(p, {}):
-                    paths["%sstate.%d.%s" % (prefix, i, key)] = [_name(prefix), "state", str(i),
-                                                                 key]
+                for key, value in obj.state.get(p, {}).items():
+                    paths["%sstate.%d.%s" % (prefix, i, key)] = (
+                        [_name(prefix), "state", str(i), key], value)
         elif kind == "tensor":
-            paths[prefix] = [prefix]
+            paths[prefix] = ([prefix], obj)
     return paths
+
+
+def tensor_aliases(found, stored):
+    """{name: stored name} for the tensors of `found` (tensor_paths) stored under another
+    name (tied weights: an LM head sharing the embedding's). DCP names every one: a plain
+    dcp.load of model.state_dict() wants the head's key too."""
+    from .checkpointer import _alias_key  # the rule register() merges names by
+    dtensor = _compat.dtensor_class()
+
+    def key(t):
+        plain = isinstance(t, torch.Tensor) and not (dtensor and isinstance(t, dtensor))
+        return _alias_key(t, False) if plain else None
+
+    by_key = {}
+    for name, (_, value) in found.items():
+        k = key(value) if name in stored else None
+        if k is not None and k[0] != "object":
+            by_key.setdefault(k, name)
+    aliases = {}
+    for name, (_, value) in found.items():
+        if name in stored:
+            continue
+        k = key(value)
+        if k is not None and k in by_key:
+            aliases[name] = by_key[k]
+    return aliases
 
 
 def values(sources, extra_state, step):
@@ -161,6 +188,7 @@ class Records:
     def __init__(self):
         self._paths_key = None
         self._paths_blob = None
+        self._aliases_blob = None
 
     def set(self, impl, sources, states, entry_names, extra_state, step):
         items = bytearray()
@@ -173,13 +201,17 @@ class Records:
         key = (tuple(entry_names), tuple(sorted(paths)))
         if key != self._paths_key:  # the tensors' paths change only with registrations
             stored = set(entry_names)
+            found = tensor_paths(sources, states)
+            aliases = tensor_aliases(found, stored)
             tensors = {n: [_json_key(k) for k in p]
-                       for n, p in tensor_paths(sources, states).items() if n in stored}
+                       for n, (p, _) in found.items() if n in stored or n in aliases}
             tensors.update(paths)
             self._paths_blob = json.dumps(tensors).encode()
+            self._aliases_blob = json.dumps(aliases).encode()
             self._paths_key = key
         impl.set_user_record(_ITEMS_RECORD, bytes(items))
         impl.set_user_record(_PATHS_RECORD, self._paths_blob)
+        impl.set_user_record(_ALIASES_RECORD, self._aliases_blob)
 
 
 # ---- reading a DCP checkpoint ------------------------------------------------------------

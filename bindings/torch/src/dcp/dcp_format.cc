@@ -34,6 +34,7 @@ constexpr uint64_t kReadChunk = 4ull << 20;
 // Records of the extra state the Python package fills for this format.
 constexpr char kItemsRecord[] = "user.dcp.items";
 constexpr char kPathsRecord[] = "user.dcp.paths";
+constexpr char kAliasesRecord[] = "user.dcp.aliases";
 
 std::string Hex(uint32_t v) {
   char buf[16];
@@ -188,10 +189,11 @@ Status WriteArchive(const uint8_t* data, const Block& b, at::ScalarType dtype,
 }
 
 // The non-tensor values the Python package put in the extra state's record
-// kItemsRecord (fqn, torch.save'd bytes) as DCP bytes items, and the nested
-// paths of every item (kPathsRecord).
+// kItemsRecord (fqn, torch.save'd bytes) as DCP bytes items, the nested
+// paths of every item (kPathsRecord), and the other names of stored tensors
+// (kAliasesRecord: tied weights, {name: stored entry}).
 Status WriteValueItems(const uint8_t* extra, uint64_t bytes, runtime::RemoteFileSink* out,
-                       json* items, json* paths) {
+                       json* items, json* paths, json* aliases) {
   auto records = DecodeExtraState(extra, bytes);
   if (!records.ok()) return Status::Ok();  // not yet written: nothing to add
   auto found = records->find(kItemsRecord);
@@ -227,6 +229,14 @@ Status WriteValueItems(const uint8_t* extra, uint64_t bytes, runtime::RemoteFile
     *paths = json::parse(found->second, nullptr, false);
     if (paths->is_discarded() || !paths->is_object()) {
       return Status::InvalidArgument("dcp: the record " + std::string(kPathsRecord) +
+                                     " of the extra state is not a JSON object");
+    }
+  }
+  found = records->find(kAliasesRecord);
+  if (found != records->end()) {
+    *aliases = json::parse(found->second, nullptr, false);
+    if (aliases->is_discarded() || !aliases->is_object()) {
+      return Status::InvalidArgument("dcp: the record " + std::string(kAliasesRecord) +
                                      " of the extra state is not a JSON object");
     }
   }
@@ -334,7 +344,8 @@ DcpFormat::DcpFormat(std::map<std::string, DcpTensor> tensors, std::string extra
 Status DcpFormat::WriteRankFile(const RankFileContext& file,
                                 const std::vector<RemoteEntrySource>& entries,
                                 runtime::RemoteFileSink* out) {
-  json jentries = json::array(), items = json::array(), paths = json::object();
+  json jentries = json::array(), items = json::array(), paths = json::object(),
+       aliases = json::object();
   for (const RemoteEntrySource& e : entries) {
     const uint32_t crc = erasure::Crc32c(e.data, e.bytes);
     if (e.crc && *e.crc != crc) {
@@ -391,15 +402,15 @@ Status DcpFormat::WriteRankFile(const RankFileContext& file,
         MEMENTO_RETURN_IF_ERROR(out->Write(e.data, e.bytes));
       }
       if (e.name == extra_entry_ && file.rank == 0) {
-        MEMENTO_RETURN_IF_ERROR(WriteValueItems(data, e.bytes, out, &items, &paths));
+        MEMENTO_RETURN_IF_ERROR(WriteValueItems(data, e.bytes, out, &items, &paths, &aliases));
       }
     }
     jentries.push_back({{"name", e.name}, {"bytes", e.bytes}, {"crc", crc},
                         {"layout", LayoutJson(e.layout)}, {"segments", segments}});
   }
-  json index = {{"format", kIndexFormat}, {"job", file.job}, {"version", file.version},
+  json index = {{"format", kIndexFormat}, {"job", file.job},     {"version", file.version},
                 {"rank", file.rank},      {"entries", jentries}, {"items", items},
-                {"paths", paths}};
+                {"paths", paths},         {"aliases", aliases}};
   const std::string text = index.dump();
   char footer[kFooterBytes];
   const uint64_t len = text.size();

@@ -129,6 +129,7 @@ Status AddItem(const json& item, const std::string& file, Items* out) {
 Result<Items> CollectItems(const std::vector<std::string>& indexes,
                            const std::vector<std::string>& files) {
   Items items;
+  std::map<std::string, std::string> aliases;  // name -> stored tensor
   try {
     for (size_t r = 0; r < indexes.size(); ++r) {
       const json index = json::parse(indexes[r]);
@@ -138,9 +139,26 @@ Result<Items> CollectItems(const std::vector<std::string>& indexes,
       for (const auto& [fqn, path] : index.at("paths").items()) {
         if (!items.paths.contains(fqn)) items.paths[fqn] = path;
       }
+      // Rank files written before aliases were recorded have none.
+      if (index.contains("aliases")) {
+        for (const auto& [alias, target] : index.at("aliases").items()) {
+          aliases.emplace(alias, target.get<std::string>());
+        }
+      }
     }
   } catch (const json::exception& ex) {
     return Status::Corruption(std::string("dcp: a rank file's memento index: ") + ex.what());
+  }
+  // Another name of a stored tensor (a tied weight) is an item of its own
+  // over the same bytes, as dcp.save writes each key of a state dict: a plain
+  // dcp.load of model.state_dict() wants every key.
+  for (const auto& [alias, target] : aliases) {
+    auto t = items.tensors.find(target);
+    if (t == items.tensors.end() || items.tensors.count(alias) || items.bytes.count(alias)) {
+      continue;
+    }
+    items.tensors.emplace(alias, t->second);
+    items.order.push_back(alias);
   }
   return items;
 }

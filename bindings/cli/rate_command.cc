@@ -261,17 +261,27 @@ SchemeReport Evaluate(const Options& o, const Topology& topology, const std::str
   for (const auto& g : layout->groups()) r.group_sizes.push_back(g.size());
   r.memory_factor = placement::WorstNodeMemoryFactor(*layout);
   if (!o.failures.empty()) {
-    const int max_f = *std::max_element(o.failures.begin(), o.failures.end());
-    auto exact = placement::ExactRecoveryProbabilities(*layout, max_f);
+    // Exact up to the largest f asked for whose count of failure sets is in range: an
+    // f beyond it leaves the smaller ones exact (only its own row has no exact value).
+    std::vector<int> asked = o.failures;
+    std::sort(asked.rbegin(), asked.rend());
+    Result<placement::ExactRecovery> exact = Status::NotFound("no --failures");
+    Status first_refusal;
+    for (int f : asked) {
+      exact = placement::ExactRecoveryProbabilities(*layout, f);
+      if (exact.ok()) break;
+      if (first_refusal.ok()) first_refusal = exact.status();
+    }
+    const int exact_up_to = exact.ok() ? static_cast<int>(exact->recover.size()) - 1 : -1;
     // Out of range, the Monte Carlo estimate is still worth printing when one was asked for.
-    if (!exact.ok() && (o.trials == 0 || o.compare)) {
-      throw UsageError("--failures: " + exact.status().message());
+    if (exact_up_to < asked.front() && (o.trials == 0 || o.compare)) {
+      throw UsageError("--failures: " + first_refusal.message());
     }
     for (int f : o.failures) {
       Row row;
       row.failures = f;
-      row.has_exact = exact.ok();
-      if (exact.ok()) {
+      row.has_exact = f <= exact_up_to;
+      if (row.has_exact) {
         row.exact = exact->recover[f];
         row.lose = exact->lose[f];
       }

@@ -97,6 +97,22 @@ TEST(RateCommandTest, NearOneIsNotPrintedAsHundredPercent) {
   EXPECT_NE(c.output.find("1 - 7.20e-11"), std::string::npos) << c.output;
 }
 
+// An f whose failure sets are too many to count exactly leaves the others exact; with
+// Monte Carlo it has that estimate alone; without, the command names the f refused.
+TEST(RateCommandTest, AnFTooLargeForTheExactValueLeavesTheSmallerOnesExact) {
+  CliRun r = RunCli("rate --nodes 100000 --scheme replica:2 --failures 2,3000 --trials 10 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = nlohmann::json::parse(r.output)["schemes"][0]["node_failures"];
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  EXPECT_EQ(rows[0]["failures"], 2);
+  EXPECT_NEAR(rows[0]["exact"].get<double>(), 1 - 1 / 99999.0, 1e-12) << rows.dump();
+  EXPECT_TRUE(rows[1]["exact"].is_null()) << rows.dump();
+  EXPECT_TRUE(rows[1]["monte_carlo"].is_object()) << rows.dump();
+  r = RunCli("rate --nodes 100000 --scheme replica:2 --failures 2,3000 --trials 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("C(100000, 3000)"), std::string::npos) << r.output;
+}
+
 // Numbers are decimal digits only; each refusal names the flag and the value.
 TEST(RateCommandTest, NonDecimalNumbersAreRefusedByName) {
   struct Case {

@@ -71,6 +71,20 @@ int GroupConflicts(const Topology& t, const std::vector<std::vector<int>>& group
   return c;
 }
 
+// Groups that the loss of one rack breaks: one rack holds more of their
+// nodes than the group tolerates (`tolerance` lost members).
+int RackLossBreaks(const Topology& t, const std::vector<std::vector<int>>& groups, int tolerance) {
+  if (!t.has_racks()) return 0;
+  int broken = 0;
+  for (const auto& g : groups) {
+    std::map<int, int> per_rack;
+    int most = 0;
+    for (int node : g) most = std::max(most, ++per_rack[t.rack(node)]);
+    broken += most > tolerance ? 1 : 0;
+  }
+  return broken;
+}
+
 // Windows of `m` consecutive ring members holding two nodes of one rack.
 int RingConflicts(const Topology& t, const std::vector<int>& ring, int m) {
   if (!t.has_racks()) return 0;
@@ -171,9 +185,14 @@ Result<GroupLayout> GroupLayout::Build(const Topology& topology, const Scheme& s
     member_lists = ConsecutiveGroups(sizes);
     int conflicts = GroupConflicts(topology, member_lists);
     if (conflicts > 0) {
+      // First what a whole rack's loss breaks (a group of 3 replicas over 2
+      // racks always holds two nodes of one rack, but may survive either
+      // rack), then how many groups hold two nodes of one rack.
+      const int tolerance = scheme.tolerance();
       auto rack_aware = RackAwareGroups(topology, sizes);
       const int c2 = GroupConflicts(topology, rack_aware);
-      if (c2 < conflicts) {
+      if (std::make_pair(RackLossBreaks(topology, rack_aware, tolerance), c2) <
+          std::make_pair(RackLossBreaks(topology, member_lists, tolerance), conflicts)) {
         member_lists = std::move(rack_aware);
         conflicts = c2;
       }

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace memento::placement {
 namespace {
@@ -119,6 +123,23 @@ TEST(GroupLayoutTest, RackAwareGroupsAvoidTwoNodesOfOneRack) {
       GroupLayout::Build(*Topology::UniformWithRacks(6, 1, 2), *Scheme::Parse("replica:3"));
   ASSERT_TRUE(tight.ok());
   EXPECT_EQ(tight->rack_conflicts(), 2);
+  // ... but each group can lose two members: none may hold three nodes of one rack
+  // (consecutive groups would, and lose everything with either rack). Likewise rs:4+2
+  // over 3 and 4 racks: at most 2 nodes of one rack per group.
+  const std::vector<std::tuple<int, int, const char*>> shapes = {
+      {6, 2, "replica:3"}, {12, 3, "rs:4+2"}, {12, 4, "rs:4+2"}};
+  for (const auto& [nodes, racks, scheme] : shapes) {
+    SCOPED_TRACE(std::string(scheme) + " on " + std::to_string(nodes) + " nodes in " +
+                 std::to_string(racks) + " racks");
+    auto t = Topology::UniformWithRacks(nodes, 1, racks);
+    const Scheme s = *Scheme::Parse(scheme);
+    auto layout = GroupLayout::Build(*t, s);
+    ASSERT_TRUE(layout.ok());
+    for (const auto& g : layout->groups()) {
+      std::map<int, int> per_rack;
+      for (int m : g.members) EXPECT_LE(++per_rack[t->rack(m)], s.tolerance());
+    }
+  }
   // Racks that already alternate keep consecutive runs.
   std::vector<NodeInfo> nodes;
   for (int i = 0; i < 8; ++i) nodes.push_back({"n" + std::to_string(i), 1, i % 2});

@@ -1,0 +1,37 @@
+"""Bad input to the Python API is refused by name, before anything is stored: a tensor
+without data, a step or count that is not an integer >= 0, an extra= value that cannot be
+pickled."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import memento
+
+
+def test_a_meta_tensor_is_refused_by_name(job):
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("deferred", torch.empty(3, 4, device="meta"))
+        with pytest.raises(memento.InvalidArgumentError, match="'deferred' is on the meta device"):
+            ck.save(1)
+
+
+def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
+    for key in ("extra_capacity", "total_steps"):
+        with pytest.raises(memento.InvalidArgumentError, match="%s=-1: expected an integer" % key):
+            memento.Checkpointer(job=job, **{key: -1})
+    extra = {"lock": threading.Lock(), "pos": 7}
+    ck = memento.Checkpointer(job=job)
+    ck.register(torch.nn.Linear(2, 2), extra=extra)
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(memento.InvalidArgumentError, match="save: step=.*integer >= 0"):
+            ck.save(bad)
+    with pytest.raises(memento.InvalidArgumentError,
+                       match=r"save: extra\['lock'\] cannot be pickled \(TypeError"):
+        ck.save(1)
+    extra["lock"] = None
+    ck.save(np.int64(1))  # an integer of another type is a step
+    ck.wait()
+    assert ck.latest_committed() == 1
+    ck.close()

@@ -151,8 +151,8 @@ class Checkpointer::Impl {
   bool PinSlot(int slot);
   // Logs that `version` waited `seconds` for a slot (held by persists).
   void NoteSlotWait(uint64_t version, double seconds);
-  // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveCall(uint64_t step);  // Save, before its outcome is noted
+  // Save's checks and the start of `step`'s version, once the schedule chose to save it.
   Status SaveNow(uint64_t step);
   // InvalidArgument when `step` is not above the latest committed version.
   Status CheckStepIncreases(uint64_t step) const;

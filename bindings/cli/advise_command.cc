@@ -530,6 +530,8 @@ std::optional<Candidate> Evaluate(const std::string& name, const AdviseArgs& a, 
   Candidate c;
   c.name = name;
   c.remote_only = name == "remote-only";
+  Result<placement::Topology> topology = Status::NotFound("remote-only: no layout");
+  Result<placement::GroupLayout> layout = Status::NotFound("remote-only: no layout");
   if (!c.remote_only) {
     auto parsed = Scheme::Parse(name);
     if (!parsed.ok()) Fail("--schemes", name, parsed.status().message());
@@ -538,11 +540,11 @@ std::optional<Candidate> Evaluate(const std::string& name, const AdviseArgs& a, 
       excluded->push_back({{"scheme", name}, {"reason", st.message()}});
       return std::nullopt;
     }
-    // What the fullest node of the layout holds: more than the nominal 1 + M/K
-    // when N leaves a smaller last group.
-    auto topology = placement::TopologyFor(a.nodes, job.failures);
+    // The layout evaluated, built once for memory and serve probabilities; its fullest
+    // node holds more than the nominal 1 + M/K when N leaves a smaller last group.
+    topology = placement::TopologyFor(a.nodes, job.failures);
     if (!topology.ok()) throw FlagError{name + ": " + topology.status().message()};
-    auto layout = placement::GroupLayout::Build(*topology, c.scheme);
+    layout = placement::GroupLayout::Build(*topology, c.scheme);
     if (!layout.ok()) throw FlagError{name + ": " + layout.status().message()};
     c.memory_factor = placement::WorstNodeMemoryFactor(*layout);
     if (c.memory_factor > a.memory_budget + 1e-12) {
@@ -557,7 +559,7 @@ std::optional<Candidate> Evaluate(const std::string& name, const AdviseArgs& a, 
   SetCosts(a, job, bench, &c);
   c.serve = {0, 0, 0};
   if (!c.remote_only) {
-    auto serve = placement::ComputeServeProbabilities(c.scheme, a.nodes, job.failures);
+    auto serve = placement::ComputeServeProbabilities(*layout, *topology, job.failures);
     if (!serve.ok()) throw FlagError{name + ": " + serve.status().message()};
     c.serve = *serve;
   }
@@ -604,11 +606,12 @@ void PrintJson(const AdviseArgs& a, const Job& job, const std::vector<Candidate>
                              {"multi_nodes", a.multi_nodes},
                              {"total", rates.total() * kSecondsPerDay}};
   out["schemes"] = json::array();
+  const FailureKinds kinds = KindsOf(job.failures);
   for (const Candidate& c : candidates) {
     if (c.remote_only) {
-      out["remote_only"] = CandidateJson(c, a.step_s, KindsOf(job.failures));
+      out["remote_only"] = CandidateJson(c, a.step_s, kinds);
     } else {
-      out["schemes"].push_back(CandidateJson(c, a.step_s, KindsOf(job.failures)));
+      out["schemes"].push_back(CandidateJson(c, a.step_s, kinds));
     }
   }
   out["excluded"] = excluded;

@@ -113,6 +113,12 @@ Result<ServeProbabilities> ComputeServeProbabilities(const Scheme& scheme, int n
                                                      const FailureProcess& failures) {
   MEMENTO_ASSIGN_OR_RETURN(Topology topology, TopologyFor(nodes, failures));
   MEMENTO_ASSIGN_OR_RETURN(GroupLayout layout, GroupLayout::Build(topology, scheme));
+  return ComputeServeProbabilities(layout, topology, failures);
+}
+
+Result<ServeProbabilities> ComputeServeProbabilities(const GroupLayout& layout,
+                                                     const Topology& topology,
+                                                     const FailureProcess& failures) {
   ServeProbabilities p{1, 1, 1};
   if (failures.node_mtbf_s != kNever) {
     MEMENTO_ASSIGN_OR_RETURN(p.node, FewFailuresRecoveryProbability(layout, 1));

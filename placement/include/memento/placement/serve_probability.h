@@ -35,6 +35,11 @@ Result<Topology> TopologyFor(int nodes, const FailureProcess& failures);
 // not occur get probability 1. InvalidArgument when the scheme cannot protect N nodes.
 Result<ServeProbabilities> ComputeServeProbabilities(const Scheme& scheme, int nodes,
                                                      const FailureProcess& failures);
+// The same on a layout built already (GroupLayout::Build on `topology`, which is
+// TopologyFor(N, failures)): a caller that needs the layout for more does not build it twice.
+Result<ServeProbabilities> ComputeServeProbabilities(const GroupLayout& layout,
+                                                     const Topology& topology,
+                                                     const FailureProcess& failures);
 
 // P(every shard rebuildable | `failures` uniformly random nodes lost), exact, for layouts of
 // any size; InvalidArgument unless 0 <= failures <= min(N, kMaxTruncatedFailures).

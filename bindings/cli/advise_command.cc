@@ -383,6 +383,15 @@ Job CheckArgs(AdviseArgs& a, const Given& given) {
          "must be >= 1 (a multiple of the shard size S; every node holds its own shard)");
   }
   Job job{JobShape{a.nodes, *shard, a.step_s}, FailuresFromArgs(a), {}};
+  // A rate's companion without its rate would be ignored without a word.
+  const std::pair<const char*, const char*> companions[] = {{"nodes-per-rack", "rack-mtbf-h"},
+                                                            {"multi-nodes", "multi-per-day"}};
+  for (const auto& [companion, rate] : companions) {
+    if (given.at(companion)->count() > 0 && given.at(rate)->count() == 0) {
+      Fail(std::string("--") + companion, given.at(companion)->as<std::string>(),
+           std::string("is used only with --") + rate + ": give both, or neither");
+    }
+  }
   CheckCostArgs(a);
   if (a.top < 1) Fail("--top", std::to_string(a.top), "must be >= 1");
   // Given as 0 is not "left out": refused as a negative count is.

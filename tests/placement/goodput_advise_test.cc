@@ -170,6 +170,17 @@ TEST(GoodputAdviseTest, BadInputNamesTheFlag) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--nodes-per-rack"), std::string::npos) << r.output;
 
+  // A rate's companion alone would be ignored: refused, naming both.
+  r = RunCli(std::string(kJob) + "--nodes-per-rack 4");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nodes-per-rack 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--rack-mtbf-h"), std::string::npos) << r.output;
+  r = RunCli(std::string(kJob) + "--multi-nodes 3");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--multi-nodes 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--multi-per-day"), std::string::npos) << r.output;
+  EXPECT_EQ(RunCli(std::string(kJob) + "--multi-nodes 3 --multi-per-day 0.5").exit_code, 0);
+
   r = RunCli(std::string(kJob) + "--bench /nonexistent/bench.jsonl");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--bench"), std::string::npos) << r.output;

@@ -81,7 +81,22 @@ Status PageReservation::Wait() {
   Work();  // the chunks nobody has claimed yet, at this thread's priority
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return finished_.load() == chunks_ || stop_.load(); });
+  if (failed_.ok() || fd_ < 0 || stop_.load()) return failed_;
+  // The last pass failed (the file system was full): one more pass, which
+  // the waiters that come meanwhile share.
+  failed_ = Status::Ok();
+  finished_ = 0;
+  next_ = 0;
+  lock.unlock();
+  Work();
+  lock.lock();
+  cv_.wait(lock, [&] { return finished_.load() == chunks_ || stop_.load(); });
   return failed_;
+}
+
+bool PageReservation::complete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_.load() == chunks_ && failed_.ok();
 }
 
 }  // namespace memento::runtime

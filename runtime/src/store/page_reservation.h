@@ -41,9 +41,13 @@ class PageReservation {
 
   // Returns once every page is reserved: OK, or the first failure
   // (ResourceExhausted naming the object when the file system is full).
+  // After a failure each Wait() reserves the range again on the caller's
+  // thread (pages reserved already cost a lookup): a file system that was
+  // full for a moment fails the writes of that moment, not every later one.
   // Thread-safe.
   Status Wait();
-  bool done() const { return finished_.load() == chunks_; }
+  // Every page reserved (and mapped), without a failure.
+  bool complete() const;
 
  private:
   static constexpr uint64_t kChunk = 8ull << 20;
@@ -61,7 +65,7 @@ class PageReservation {
   std::atomic<uint64_t> next_{0};      // the next chunk to claim
   std::atomic<uint64_t> finished_{0};  // chunks done (or skipped after a failure)
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   Status failed_;
   std::thread thread_;

@@ -171,6 +171,13 @@ void ReleaseLock(const std::pair<uint64_t, uint64_t>& key) {
 
 // A segment is ours only if the effective user owns it and nobody else may
 // read or write it; anything else was planted or loosened by someone else.
+// Whether some pages of the object were never allocated: its creator died
+// or its file system filled before every page was reserved. Writing there
+// allocates at the fault: a SIGBUS if the file system is full.
+bool Sparse(const struct stat& st) {
+  return static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size);
+}
+
 Status CheckOwnership(const std::string& name, const struct stat& st) {
   if (!S_ISREG(st.st_mode)) {
     return Status::Unavailable("shm segment " + name +
@@ -404,7 +411,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
 void ShmSegment::Reset() {
   // Its thread works on the mapping: ended first. A mapping whose pages were
   // not all reserved is not parked (the next Open would not wait for them).
-  const bool mapped = reserving_ == nullptr || reserving_->done();
+  const bool mapped = reserving_ == nullptr || reserving_->complete();
   const bool complete = mapped || !reserving_allocates_;
   reserving_.reset();
   reserving_allocates_ = false;
@@ -551,7 +558,10 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
       seg.locked_ = true;
       seg.lock_key_ = key;
       seg.fd_ = parked->fd;
-      if (!parked->mapped) {
+      if (Sparse(st)) {
+        seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes, seg.fd_);
+        seg.reserving_allocates_ = true;
+      } else if (!parked->mapped) {
         seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes, -1);
       }
       return seg;
@@ -567,7 +577,10 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
     seg.fd_ = fd;
     // The pages exist: mapped in the background (an attaching survivor's
     // restore starts at once; what it reads first costs a fault instead).
-    seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes, -1);
+    // Pages that do not are reserved as Create's are: writers wait for them.
+    seg.reserving_allocates_ = Sparse(st);
+    seg.reserving_ = std::make_unique<PageReservation>(name, seg.data_, 0, bytes,
+                                                       seg.reserving_allocates_ ? fd : -1);
   } else {
     close(fd);
   }

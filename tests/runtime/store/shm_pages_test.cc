@@ -207,5 +207,65 @@ TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
   EXPECT_EQ(rmdir(dir.c_str()), 0) << std::strerror(errno);
 }
 
+// An object whose pages were never all allocated (its creator died, or its
+// file system filled, before the reservation finished), attached again:
+// writers wait for its missing pages as for a new store's, so a full file
+// system is WaitReserved's ResourceExhausted instead of a SIGBUS in the
+// middle of a snapshot; once space is free again the next wait succeeds
+// (a failed reservation is not final, and not parked as complete).
+TEST(ShmSegment, ASparseObjectAttachedAgainIsReservedBeforeItIsWritten) {
+  char dir_template[] = "/tmp/memento-tsparse-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=16m") != 0) {
+    rmdir(dir.c_str());
+    GTEST_SKIP() << "mounting a 16 MiB tmpfs needs CAP_SYS_ADMIN: " << std::strerror(errno);
+  }
+  setenv("MEMENTO_SHM_DIR", dir.c_str(), 1);
+  const uint64_t bytes = 12 << 20;
+  {
+    // What a creator that died right after sizing it leaves: no page.
+    const int fd = open((dir + "/s").c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(fchmod(fd, 0600), 0);
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    close(fd);
+  }
+  // Another process takes the whole file system.
+  const std::string filler = dir + "/filler";
+  {
+    const int fd = open(filler.c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    std::string block(1 << 16, 'x');
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    EXPECT_EQ(errno, ENOSPC);
+    close(fd);
+  }
+  for (int attach = 0; attach < 2; ++attach) {
+    auto seg = ShmSegment::Open("/s", ShmSegment::Access::kReadWrite);
+    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+    const Status w = seg->WaitReserved();
+    EXPECT_EQ(w.code(), StatusCode::kResourceExhausted) << attach << ": " << w.ToString();
+    EXPECT_NE(w.ToString().find("segment /s"), std::string::npos) << w.ToString();
+  }
+  {
+    auto seg = ShmSegment::Open("/s", ShmSegment::Access::kReadWrite);
+    ASSERT_TRUE(seg.ok()) << seg.status().ToString();
+    EXPECT_FALSE(seg->WaitReserved().ok());  // still full
+    ASSERT_EQ(unlink(filler.c_str()), 0);
+    const Status w = seg->WaitReserved();  // the same segment: its wait tries again
+    ASSERT_TRUE(w.ok()) << w.ToString();
+    std::memset(seg->data(), 7, bytes);  // every page exists: no SIGBUS
+    struct stat st;
+    ASSERT_EQ(stat((dir + "/s").c_str(), &st), 0);
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, bytes);
+  }
+  EXPECT_TRUE(ShmSegment::Unlink("/s").ok());
+  unsetenv("MEMENTO_SHM_DIR");
+  EXPECT_EQ(umount(dir.c_str()), 0) << std::strerror(errno);
+  EXPECT_EQ(rmdir(dir.c_str()), 0) << std::strerror(errno);
+}
+
 }  // namespace
 }  // namespace memento::runtime

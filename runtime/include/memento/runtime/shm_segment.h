@@ -128,7 +128,10 @@ class ShmSegment {
   // ResourceExhausted when the file system filled up meanwhile. Writers of
   // the bytes past Create's `reserve_now` call it first. An attached
   // segment's pages exist: OK at once (their mapping goes on in the
-  // background; an access before it only costs a page fault). Thread-safe.
+  // background; an access before it only costs a page fault), unless some
+  // never were (its creator died or its file system filled first): those
+  // are reserved as Create's are. After a failure each call tries again.
+  // Thread-safe.
   Status WaitReserved() const;
 
  private:
@@ -147,7 +150,7 @@ class ShmSegment {
   int fd_ = -1;
   // Pages still being reserved or mapped; ended before the mapping is.
   std::unique_ptr<PageReservation> reserving_;
-  bool reserving_allocates_ = false;  // Create's (WaitReserved waits for it)
+  bool reserving_allocates_ = false;  // allocates pages (WaitReserved waits for it)
 };
 
 }  // namespace memento::runtime

@@ -630,6 +630,12 @@ Result<RestoreReport> Checkpointer::Impl::RestoreElastic() {
   Result<RestoreReport> restored = restorer.Run();
   if (!restored.ok()) {
     lineage_ = own_lineage;
+    // Kept for a Restore() called again and for the next relaunch, until this
+    // job commits a version under the new topology (it started afresh, or
+    // trained on after the failure): that version is the job's newest, and
+    // old stores left past it would be restored instead of it next time.
+    std::lock_guard<std::mutex> lock(release_mu_);
+    release_after_commit_ = elastic_aside_;
     return restored.status();
   }
   RestoreReport report = std::move(restored).value();

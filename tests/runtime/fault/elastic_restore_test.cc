@@ -534,6 +534,51 @@ TEST(Elastic, AnOlderRunsStoresArePassedOver) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// An elastic relaunch (4 -> 2 nodes) whose old stores hold no version
+// starts afresh and commits versions under the new topology: the old stores
+// go with its first commit. A relaunch on the same 2 nodes then restores the
+// newest of those versions from memory, not the old stores' nothing.
+TEST(Elastic, OldStoresOfAFailedElasticRestoreGoOnceTheNewTopologyCommits) {
+  Spawn(4, [&](RankContext& ctx) {
+    Rank r = Open(ctx, Topo{4, 1, {}}, "replica:2", /*elastic=*/false, /*remote=*/false);
+    if (!r.ck) return;
+    EXPECT_EQ(r.ck->Restore().status().code(), StatusCode::kNotFound);  // stores, no version
+  });
+  auto aside = [] {
+    auto names = ShmSegment::List(NodeStore::JobPrefix(testing::SpawnJob()));
+    EXPECT_TRUE(names.ok()) << names.status().ToString();
+    size_t n = 0;
+    if (!names.ok()) return n;
+    for (const std::string& name : *names) {
+      n += NodeStore::IsElasticAside(name);
+    }
+    return n;
+  };
+  const Topo two{2, 1, {0, 1}};
+  Spawn(2, [&](RankContext& ctx) {
+    Rank r = Open(ctx, two, "replica:2", /*elastic=*/true, /*remote=*/false);
+    if (!r.ck) return;
+    EXPECT_EQ(r.ck->Restore().status().code(), StatusCode::kNotFound);
+    if (ctx.rank() == 0) EXPECT_GT(aside(), 0u);  // kept while nothing committed
+    for (uint64_t step = 1; step <= 3; ++step) {
+      Fill(r, step);
+      ASSERT_TRUE(r.ck->Save(step).ok());
+      ASSERT_TRUE(r.ck->Wait().ok()) << "v" << step;
+    }
+  });
+  testing::OnDriver([&] { EXPECT_EQ(aside(), 0u); });
+  Spawn(2, [&](RankContext& ctx) {
+    Rank r = Open(ctx, two, "replica:2", /*elastic=*/true, /*remote=*/false);
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_FALSE(report->elastic);
+    EXPECT_EQ(report->version, 3u);
+    EXPECT_EQ(Wrong(r, 3), 0u);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // The run goes on after an elastic restore (4 -> 3 nodes) without persisting
 // again; then 2 of the 3 nodes are lost and the job is relaunched on 2. Memory
 // cannot serve, and the newest remote version is the one the 4 old ranks

@@ -562,6 +562,8 @@ Result<RestoreReport> Checkpointer::Impl::RestoreNewest(
   Result<RestoreReport> restored = run->executor->Run();
   if (!restored.ok()) lineage_ = own_lineage;
   if (finished_refused) return restored;
+  // Before a background re-protect takes slots: nothing else writes them now.
+  if (restored.ok()) DropPassedOverVersions(restored->version);
   if (restored.ok() && run->executor->reprotect_deferred()) {
     protection_state_ = Protection::kReprotecting;
     committer_->SubmitTask([this, run] {
@@ -599,6 +601,20 @@ Result<RestoreReport> Checkpointer::Impl::RestoreNewest(
   MEMENTO_ASSIGN_OR_RETURN(RestoreReport report, std::move(restored));
   committer_->SetLatest(report.version);  // the job's newest checkpoint, in memory or not
   return DroppingSetAside(std::move(report));
+}
+
+void Checkpointer::Impl::DropPassedOverVersions(uint64_t restored) {
+  for (const SlotState& slot : store_.Inventory().slots) {
+    if ((!slot.sealed && !slot.writing) || slot.lineage != lineage_ || slot.version <= restored) {
+      continue;
+    }
+    Status dropped = store_.Invalidate(slot.slot);
+    Log(dropped.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "node store: v" + std::to_string(slot.version) + " in slot " + std::to_string(slot.slot) +
+            " is newer than the restored v" + std::to_string(restored) +
+            " (not restorable on every rank); invalidated so that the run writes it anew: " +
+            dropped.ToString());
+  }
 }
 
 Result<RestoreReport> Checkpointer::Impl::DroppingSetAside(Result<RestoreReport> restored) {

@@ -107,6 +107,11 @@ class Checkpointer::Impl {
   // `restored`, after unlinking the damaged store Prepare set aside when it
   // succeeded (the restore did without it).
   Result<RestoreReport> DroppingSetAside(Result<RestoreReport> restored);
+  // Invalidates this node store's slots of the restored lineage newer than
+  // `restored` (versions every rank passed over): the run writes those
+  // versions again, and a copy of the abandoned one left sealed here would be
+  // restored beside the new copies elsewhere.
+  void DropPassedOverVersions(uint64_t restored);
   Result<RestoreReport> RestoreElastic();
   // Restore of the newest run's newest version. With `finished_check`, the
   // finished-run check (DecideFinishedRun) rides on the restore's inventory

@@ -42,6 +42,7 @@ struct Job {
   int ranks = 4;
   int ranks_per_node = 2;
   std::string scheme = "none";
+  int slots = 2;
 };
 
 Config MakeConfig(const Job& job) {
@@ -49,6 +50,7 @@ Config MakeConfig(const Job& job) {
   c.job = testing::SpawnJob();
   c.ranks_per_node = job.ranks_per_node;
   c.scheme = job.scheme;
+  c.slots = job.slots;
   c.chunk_bytes = 4096;
   c.threads = 2;
   c.persist_every = 0;
@@ -235,6 +237,54 @@ TEST_F(FaultScenario, KillDuringProtectThenNodeLost) {  // replica:2: rank 1 die
         {/*expect_death=*/true});
   LoseNodes(job, {1});
   Spawn(job.ranks, [&](RankContext& ctx) { Restore(ctx, job, 3, 4); });
+}
+
+// A version some nodes sealed but the job passed over (not restorable on
+// every rank) is not restored later beside the copies of that version the
+// run writes anew. 4 nodes, no redundancy, 3 slots (so the old copy would
+// outlive the next save): rank 1 dies before sealing v4, which the other
+// nodes sealed; the relaunch restores v3 and writes v4 again with other bytes
+// (training that is not deterministic), and rank 0 dies after sealing it;
+// the next relaunch restores that new v4 on every rank, bit-exact.
+TEST_F(FaultScenario, APassedOverVersionIsNotRestoredBesideItsRedo) {
+  const Job job{4, 1, "none", 3};
+  constexpr uint64_t kRedo = 104;  // the redo's bytes: Pattern of another step
+  Spawn(job.ranks,
+        [&](RankContext& ctx) {
+          Train(ctx, job, 4, {Stage::kSeal, 4, 1});
+        },
+        {/*expect_death=*/true});
+  Spawn(job.ranks,
+        [&](RankContext& ctx) {
+          RankState st = Open(ctx, job, {Stage::kCommit, 4, 0});
+          if (!st.ck) return;
+          auto report = st.ck->Restore();
+          ASSERT_TRUE(report.ok()) << report.status().ToString();
+          ASSERT_EQ(report->version, 3u) << report->ToString();
+          for (size_t e = 0; e < st.bufs.size(); ++e) {
+            for (size_t i = 0; i < st.bufs[e].size(); ++i) {
+              st.bufs[e][i] = Pattern(ctx.rank(), kRedo, e, i);
+            }
+          }
+          Status s = st.ck->Save(4);
+          if (s.ok()) s = st.ck->Wait();
+          EXPECT_FALSE(s.ok()) << "rank 0 died before v4's commit";
+        },
+        {/*expect_death=*/true});
+  Spawn(job.ranks, [&](RankContext& ctx) {
+    RankState st = Open(ctx, job);
+    if (!st.ck) return;
+    auto report = st.ck->Restore();
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->version, 4u) << report->ToString();
+    size_t bad = 0;
+    for (size_t e = 0; e < st.bufs.size(); ++e) {
+      for (size_t i = 0; i < st.bufs[e].size(); ++i) {
+        bad += st.bufs[e][i] != Pattern(ctx.rank(), kRedo, e, i);
+      }
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << ctx.rank() << ": not the redo's bytes";
+  });
 }
 
 // A damaged store header or layout on one node makes that node lost for the

@@ -144,3 +144,19 @@ def test_job_id_from_torchrun(job, monkeypatch, caplog):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     with memento.Checkpointer(launcher="single") as ck:
         assert "MEMENTO_JOB=memento " in ck.config
+
+
+def test_a_run_that_saved_nothing_does_not_hold_the_next_runs_model(job):
+    """close() before any save marks nothing and keeps the node store, which then holds no
+    version: a run with another model reuses the job id without an error or a clean-up."""
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(torch.nn.Linear(2, 2))
+        assert ck.restore() is None
+    assert segments(job), "the store of a run that committed nothing is kept"
+    model = torch.nn.Linear(3, 3)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model)
+        assert ck.restore() is None
+        ck.save(1)
+        ck.wait()
+        assert ck.latest_committed() == 1

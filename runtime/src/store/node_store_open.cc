@@ -83,6 +83,20 @@ Result<NodeStore> NodeStore::OpenOrCreate(const StoreId& id, const StoreLayout& 
                : existing->layout_ != layout
                    ? "its shard layout differs from the one registered now"
                    : "the job's catalog (its ranks' entries) differs from the one now";
+      // Holding no version (a run that ended or died before its first seal),
+      // it has nothing to keep: replaced under either policy.
+      bool holds = existing->Finished().has_value();
+      for (const SlotState& st : existing->Inventory().slots) holds = holds || st.sealed;
+      if (!holds) {
+        Log(LogLevel::kInfo,
+            "node store: replacing " + name + ", which holds no version: " + reason);
+        existing = NodeStore();  // unmapped before the unlink
+        Status u = ShmSegment::Unlink(name);
+        if (!u.ok() && u.code() != StatusCode::kNotFound) return u;
+        Result<NodeStore> created = Create(id, layout, slots, catalog);
+        if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) continue;
+        return created;
+      }
     } else if (existing.status().code() == StatusCode::kNotFound) {
       Result<NodeStore> created = Create(id, layout, slots, catalog);
       // Lost a creation race with another process of the same lane: attach.

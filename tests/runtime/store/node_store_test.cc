@@ -255,6 +255,34 @@ TEST_F(NodeStoreTest, OpenOrCreateRejectsOrReplacesIncompatible) {
   EXPECT_EQ(replaced->Inventory().NewestSealed(), -1);
 }
 
+// A store that holds no version (its run ended or died before the first
+// seal) is replaced by a run with another layout under either policy: there
+// is nothing to keep, and refusing would make the user clean up nothing.
+// One slot sealed, and it is refused again.
+TEST_F(NodeStoreTest, OpenOrCreateReplacesAStoreThatHoldsNoVersion) {
+  {
+    auto a = NodeStore::Create(id_, TestLayout(), 2);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->BeginWriteSlot(0, 1).ok());  // begun, never sealed
+  }
+  StoreLayout other = TestLayout();
+  other.regions[0].layout.offsets[0] = 75;
+  bool attached = true;
+  auto replaced = NodeStore::OpenOrCreate(id_, other, 3, StalePolicy::kError, &attached);
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_FALSE(attached);
+  EXPECT_EQ(replaced->layout(), other);
+  EXPECT_EQ(replaced->slot_count(), 3);
+  const int slot = WriteVersion(*replaced, 5);
+  replaced = NodeStore();
+  auto refused = NodeStore::OpenOrCreate(id_, TestLayout(), 2, StalePolicy::kError);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition)
+      << refused.status().ToString();
+  auto kept = NodeStore::Attach(id_, ShmSegment::Access::kReadOnly);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ExpectVersion(*kept, slot, 5);
+}
+
 // The catalog travels with the store: kept on attach, part of what must match
 // to reuse the store, guarded by a crc; a store set aside for an elastic
 // restore keeps its data and catalog and is read under its new name.

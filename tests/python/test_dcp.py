@@ -381,3 +381,45 @@ def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(jo
     for k, v in torch.load(str(tmp_path / "v2.pt")).items():
         assert same_bits(v, model.state_dict()[k]), k
     ck.close()
+
+
+def test_from_dcp_starts_a_fresh_run_and_the_rerun_of_a_finished_one_but_never_an_unfinished_one(
+        job, tmp_path):
+    """from_dcp is where the job starts when memento has nothing to resume: the first run,
+    and the rerun of a finished run (which starts as the first did); a run that did not
+    finish resumes its own newest version instead."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    ckpt = str(tmp_path / "step-7")
+    dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt)
+    remote = str(tmp_path / "remote")
+
+    class Crashed(Exception):
+        pass
+
+    def run(steps, finish):
+        try:
+            with memento.Checkpointer(job=job, scheme="none", remote=remote, persist_every=1,
+                                      resume_finished=False) as ck:
+                ck.register(model)
+                start = ck.restore(from_dcp=ckpt)
+                for step in range(int(start) + 1, int(start) + steps + 1):
+                    ck.save(step)
+                ck.wait_persist()
+                if not finish:
+                    raise Crashed()  # a block left by an exception marks nothing
+        except Crashed:
+            pass
+        return start
+
+    def from_dcp(report):
+        return report.source_detail.startswith("dcp ")
+
+    first = run(2, finish=False)
+    assert from_dcp(first) and int(first) == 7
+    resumed = run(2, finish=True)  # resumes its own v9, not the DCP checkpoint
+    assert not from_dcp(resumed) and int(resumed) == 9, resumed.source_detail
+    rerun = run(1, finish=True)  # v11 finished: the rerun starts from the DCP checkpoint
+    assert from_dcp(rerun) and int(rerun) == 7

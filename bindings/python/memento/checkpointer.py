@@ -453,8 +453,9 @@ class Checkpointer:
         """Collective. Restores the newest complete checkpoint in place.
 
         from_dcp: a torch.distributed.checkpoint directory (default MEMENTO_RESTORE_FROM /
-        restore_from=) to start from when memento holds no version of this job (memory
-        and its remote tier): a project switching to memento keeps its progress. Loaded
+        restore_from=) to start from when memento has nothing to resume: no version of this
+        job in memory or on its remote tier, or its last run finished (a rerun then starts
+        as the first run did): a project switching to memento keeps its progress. Loaded
         with torch.distributed.checkpoint.load onto this world size and these placements,
         under the names of a plain dcp.save({"model": model.state_dict(), "optimizer":
         optimizer.state_dict()}); returns a RestoreReport with source "dcp" and the step
@@ -462,7 +463,8 @@ class Checkpointer:
 
         Returns a RestoreReport (usable as the int step), or None when the job never committed
         a checkpoint (a fresh start) or its last run finished (close(); logged at warning,
-        naming the step: resume_finished=True / MEMENTO_RESUME_FINISHED=1 continues it).
+        naming the step: resume_finished=True / MEMENTO_RESUME_FINISHED=1 continues it), and
+        no from_dcp is given.
         Raises UnrecoverableError when it did but no committed version can be rebuilt from
         memory or read from the remote tier. A restore that
         raises may have written part of a version into the tensors (it restores in place):
@@ -564,8 +566,9 @@ class Checkpointer:
         collectively, once every rank's last checkpoint committed, the run is marked finished
         (in the node stores and on the remote tier) and every rank's node store is unlinked,
         freeing its memory (keep_finished=True / MEMENTO_KEEP_FINISHED=1 keeps it, marked).
-        The same job started again then begins fresh: restore() returns None, unless
-        resume_finished=True / MEMENTO_RESUME_FINISHED=1. A `with` block left by an exception,
+        The same job started again then begins fresh: restore() returns None (or starts from
+        its from_dcp checkpoint, as the first run did), unless resume_finished=True /
+        MEMENTO_RESUME_FINISHED=1. A `with` block left by an exception,
         or a close() after a failed save(), marks nothing: a relaunch restores as after a crash.
         """
         self._close(finished=True)

@@ -621,14 +621,24 @@ void Checkpointer::Impl::DropPassedOverVersions(uint64_t restored) {
 }
 
 Result<RestoreReport> Checkpointer::Impl::DroppingSetAside(Result<RestoreReport> restored) {
-  if (restored.ok() && !set_aside_.empty()) {
-    // Restored without it: the damaged store it replaced can go now.
-    Status gone = ShmSegment::Unlink(set_aside_);
-    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
-        "node store: removing the damaged " + set_aside_ + " after the restore: " +
-            gone.ToString());
-    set_aside_.clear();
+  if (!restored.ok()) return restored;
+  // Restored without them: the damaged copies of this node's store can go
+  // now, the one this process set aside and those earlier processes set
+  // aside and could not restore past (each is a whole store's memory).
+  std::vector<std::string> damaged;
+  if (!set_aside_.empty()) damaged.push_back(set_aside_);
+  const std::string prefix = store_.segment_name() + NodeStore::kSetAsideSuffix;
+  if (Result<std::vector<std::string>> names = ShmSegment::List(prefix); names.ok()) {
+    for (const std::string& name : *names) {
+      if (name != set_aside_) damaged.push_back(name);
+    }
   }
+  for (const std::string& name : damaged) {
+    Status gone = ShmSegment::Unlink(name);
+    Log(gone.ok() ? LogLevel::kInfo : LogLevel::kWarn,
+        "node store: removing the damaged " + name + " after the restore: " + gone.ToString());
+  }
+  set_aside_.clear();
   return restored;
 }
 

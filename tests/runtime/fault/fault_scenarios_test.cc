@@ -296,7 +296,13 @@ class CorruptStoreScenario : public FaultScenario,
 TEST_P(CorruptStoreScenario, ReplicaServesTheNodeWithTheDamagedStore) {
   const Job job{4, 1, "replica:2"};
   Spawn(job.ranks, [&](RankContext& ctx) { Train(ctx, job, 3, {}); });
-  testing::OnDriver([&] { testing::FlipSegmentByte(SegmentOf(job, 2), GetParam()); });
+  testing::OnDriver([&] {
+    testing::FlipSegmentByte(SegmentOf(job, 2), GetParam());
+    // What an earlier process that could not restore past the damage left.
+    const std::string earlier = SegmentOf(job, 2) + NodeStore::kSetAsideSuffix + "1";
+    ASSERT_TRUE(ShmSegment::Create(earlier, 4096).ok());
+    ASSERT_EQ(testing::SetAsideOf(SegmentOf(job, 2)).size(), 1u);
+  });
   Spawn(job.ranks, [&](RankContext& ctx) {
     Restore(ctx, job, 3, 3, {{{2}, RestoreSource::kReplica}});
   });

@@ -241,6 +241,9 @@ def run(scenario, job, remote):
         os.unlink(records)
         if summary.get("outcome") != "interrupted":
             fail("summary outcome %s, expected interrupted" % summary.get("outcome"))
+        # It trained a second before the signal: the step it reached, not 0.
+        if summary.get("final_step", 0) < 1:
+            fail("interrupted at step %s, after a second of training" % summary.get("final_step"))
         if job_segments(job):
             fail("segments left after SIGINT: %s" % job_segments(job))
         ps = subprocess.run(["pgrep", "-f", "memento_demo.*100000"], stdout=subprocess.PIPE,

@@ -200,6 +200,7 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
   }
   if (g_interrupted) {
     outcome_ = "interrupted";
+    final_step_ = reached_;  // the last step the job reported
     exit_code_ = 130;
     message_ = "interrupted; the job was stopped";
     return Next::kStop;

@@ -49,10 +49,16 @@ Status DirectoryRemoteStore::WriteFinished(const FinishedRun& run) {
 
 Result<std::optional<FinishedRun>> DirectoryRemoteStore::ReadFinished() {
   const std::string path = FinishedPath();
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and the check below: a FIFO there is refused, not waited on.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return std::optional<FinishedRun>();
     return IoErr("open", path, errno);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::Corruption("finished mark " + path + " is not a regular file");
   }
   std::string text;
   char buf[512];

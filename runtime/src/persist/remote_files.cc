@@ -191,7 +191,10 @@ FileReader::~FileReader() {
 }
 
 Status FileReader::Open() {
-  fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO under a version's names (anyone who can write the
+  // folder may make one) would block the open until a writer came; it is
+  // refused below instead. A regular file ignores the flag.
+  fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound("remote file " + path_ + " does not exist");
@@ -199,6 +202,9 @@ Status FileReader::Open() {
   }
   struct stat st;
   if (fstat(fd_, &st) != 0) return IoErr("fstat", path_, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::Corruption("remote file " + path_ + " is not a regular file");
+  }
   size_ = static_cast<uint64_t>(st.st_size);
   return Status::Ok();
 }

@@ -443,6 +443,22 @@ TEST_F(DirectoryRemoteStoreTest, CorruptManifestHidesTheVersion) {
   EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{3});
 }
 
+// A FIFO under a manifest's or the finished mark's name (anyone who can
+// write the folder may make one) is refused, not waited on for a writer.
+TEST_F(DirectoryRemoteStoreTest, AFifoUnderAManifestOrTheFinishedMarkIsRefusedNotWaitedOn) {
+  DirectoryRemoteStore store(root_, "job1");
+  Persist(store, 3, 1);
+  Persist(store, 4, 1);
+  ASSERT_EQ(unlink(store.ManifestPath(4).c_str()), 0);
+  ASSERT_EQ(mkfifo(store.ManifestPath(4).c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{3});
+  EXPECT_EQ(store.ReadManifest(4).status().code(), StatusCode::kCorruption);
+  ASSERT_EQ(mkfifo(store.FinishedPath().c_str(), 0600), 0) << std::strerror(errno);
+  auto mark = store.ReadFinished();
+  EXPECT_EQ(mark.status().code(), StatusCode::kCorruption) << mark.status().ToString();
+  EXPECT_NE(mark.status().message().find("not a regular file"), std::string::npos);
+}
+
 TEST_F(DirectoryRemoteStoreTest, PruneKeepsNewestN) {
   DirectoryRemoteStore store(root_, "job1");
   for (uint64_t v : {10, 20, 30, 40}) Persist(store, v, 2);

@@ -165,15 +165,31 @@ TEST(ShmSegment, AReadWriteMappingIsParkedForTheNextOpen) {
 // A file system that fills up while the pages are reserved in the
 // background: WaitReserved's ResourceExhausted names the segment (Create's
 // free-space check passed: both objects were still sparse).
-TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
-  char dir_template[] = "/tmp/memento-tfull-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
-  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=16m") != 0) {
-    rmdir(dir.c_str());
-    GTEST_SKIP() << "mounting a 16 MiB tmpfs needs CAP_SYS_ADMIN: " << std::strerror(errno);
+// The store directory on a tmpfs of 16 MiB of its own (MEMENTO_SHM_DIR), to
+// fill up; the test unlinks its objects (a mapping keeps the mount busy).
+class ShmSegmentOnASmallTmpfs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/memento-tsmall-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=16m") != 0) {
+      rmdir(dir_.c_str());
+      dir_.clear();
+      GTEST_SKIP() << "mounting a 16 MiB tmpfs needs CAP_SYS_ADMIN: " << std::strerror(errno);
+    }
+    setenv("MEMENTO_SHM_DIR", dir_.c_str(), 1);
   }
-  setenv("MEMENTO_SHM_DIR", dir.c_str(), 1);
+  void TearDown() override {
+    if (dir_.empty()) return;
+    unsetenv("MEMENTO_SHM_DIR");
+    EXPECT_EQ(umount(dir_.c_str()), 0) << std::strerror(errno);
+    EXPECT_EQ(rmdir(dir_.c_str()), 0) << std::strerror(errno);
+  }
+  std::string dir_;
+};
+
+TEST_F(ShmSegmentOnASmallTmpfs, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
   {
     const uint64_t bytes = 12 << 20;
     auto a = ShmSegment::Create("/a", bytes, 4096);
@@ -202,9 +218,6 @@ TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
   // Unlinked, their parked mappings go too (a mapping keeps the mount busy).
   EXPECT_TRUE(ShmSegment::Unlink("/a").ok());
   (void)ShmSegment::Unlink("/b");  // absent when Create refused it
-  unsetenv("MEMENTO_SHM_DIR");
-  EXPECT_EQ(umount(dir.c_str()), 0) << std::strerror(errno);
-  EXPECT_EQ(rmdir(dir.c_str()), 0) << std::strerror(errno);
 }
 
 // An object whose pages were never all allocated (its creator died, or its
@@ -213,15 +226,8 @@ TEST(ShmSegment, AFileSystemFullDuringTheReservationIsWaitReservedsError) {
 // system is WaitReserved's ResourceExhausted instead of a SIGBUS in the
 // middle of a snapshot; once space is free again the next wait succeeds
 // (a failed reservation is not final, and not parked as complete).
-TEST(ShmSegment, ASparseObjectAttachedAgainIsReservedBeforeItIsWritten) {
-  char dir_template[] = "/tmp/memento-tsparse-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
-  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=16m") != 0) {
-    rmdir(dir.c_str());
-    GTEST_SKIP() << "mounting a 16 MiB tmpfs needs CAP_SYS_ADMIN: " << std::strerror(errno);
-  }
-  setenv("MEMENTO_SHM_DIR", dir.c_str(), 1);
+TEST_F(ShmSegmentOnASmallTmpfs, ASparseObjectAttachedAgainIsReservedBeforeItIsWritten) {
+  const std::string& dir = dir_;
   const uint64_t bytes = 12 << 20;
   {
     // What a creator that died right after sizing it leaves: no page.
@@ -262,9 +268,6 @@ TEST(ShmSegment, ASparseObjectAttachedAgainIsReservedBeforeItIsWritten) {
     EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, bytes);
   }
   EXPECT_TRUE(ShmSegment::Unlink("/s").ok());
-  unsetenv("MEMENTO_SHM_DIR");
-  EXPECT_EQ(umount(dir.c_str()), 0) << std::strerror(errno);
-  EXPECT_EQ(rmdir(dir.c_str()), 0) << std::strerror(errno);
 }
 
 }  // namespace

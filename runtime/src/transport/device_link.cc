@@ -1,7 +1,9 @@
 #include "memento/runtime/device_link.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "transport/wire.h"
@@ -149,8 +151,16 @@ Result<size_t> DeviceRoutedTransport::Recv(int peer, int tag, void* data, size_t
   if (f.bytes > capacity) {
     // The transfer still runs (the sender is waiting in it), into a scratch
     // buffer, so that both sides' link stays in step; the message is consumed.
-    std::vector<uint8_t> scratch(f.bytes);
-    MEMENTO_RETURN_IF_ERROR(LinkRecv(peer, tag, f.seq, scratch.data(), scratch.size()));
+    // Not zeroed, and an announced size no allocation can hold (a damaged
+    // frame) is an error, not an exception out of Recv.
+    std::unique_ptr<uint8_t, decltype(&std::free)> scratch(
+        static_cast<uint8_t*>(std::malloc(f.bytes)), &std::free);
+    if (scratch == nullptr) {
+      return Status::Corruption("device-routed transport: a frame from " + Where(peer, tag) +
+                                " announces " + std::to_string(f.bytes) +
+                                " bytes, more than this process can allocate");
+    }
+    MEMENTO_RETURN_IF_ERROR(LinkRecv(peer, tag, f.seq, scratch.get(), f.bytes));
     return Status::InvalidArgument("message of " + std::to_string(f.bytes) + " bytes from " +
                                    Where(peer, tag) + " does not fit the " +
                                    std::to_string(capacity) + "-byte buffer");

@@ -252,6 +252,21 @@ TEST(DeviceRoutedTransport, ALargeMessageThatDoesNotFitIsConsumedAndRefused) {
   EXPECT_EQ(g.hub->violations(), 0);
 }
 
+// A damaged frame announcing more bytes than any allocation holds is an
+// error naming its sender, not an exception out of Recv.
+TEST(DeviceRoutedTransport, AFrameAnnouncingAnImpossibleSizeIsAnError) {
+  RoutedGroup g(2, 100);
+  wire::DeviceFrame f;
+  f.kind = wire::kDeviceBytes;
+  f.tag = 5;
+  f.bytes = uint64_t{1} << 62;
+  ASSERT_TRUE(g.group->transport(0)->Send(1, 5, &f, sizeof(f)).ok());
+  std::vector<uint8_t> small(16);
+  auto r = g.ranks[1]->Recv(0, 5, small.data(), small.size());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("rank 0, tag 5"), std::string::npos) << r.status().ToString();
+}
+
 TEST(DeviceRoutedTransport, TheControlTagIsReservedAndCollectivesPassThrough) {
   RoutedGroup g(2, 100);
   uint8_t x = 1;

@@ -95,6 +95,10 @@ SCENARIOS = {
     "demo_xor": ("demo", "mpirun", "xor:3", 0, "2@3,1@8:commit,1@recovery", 3, 1,
                  ["step", "commit", "recovery"]),
     "demo_rs": ("demo", "mpirun", "rs:2+2", 3, "0+2@3,3@9:protect", 2, 1, ["step", "protect"]),
+    # Two losses at one step: the second fires once the new generation reached it.
+    "demo_same_step": ("demo", "mpirun", "replica:2", 2, "1@3,2@3", 2, 1, ["step", "step"]),
+    # A fresh replacement lost again: it must run as the rank it replaced.
+    "demo_fresh_twice": ("demo", "mpirun", "xor:3", 0, "1@3,1@6", 2, 1, ["step", "step"]),
     "demo_unrecoverable": ("demo", "mpirun", "xor:3", 2, "0+1@3", 1, 1, ["step"]),
     "demo_ulfm_xor": ("demo_ulfm", "ulfm", "xor:3", 3, "2@4,1@8:protect,1@recovery", 3, 1,
                       ["step", "protect", "recovery"]),
@@ -176,12 +180,33 @@ def launch(scenario, job, work, expect=0):
     else:
         cmd += ["--", PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
                 pids]
+    env = None
+    if kind == "demo":
+        # memento launch run as one task of an outer job (srun, mpirun): its own rank
+        # variables must not reach the ranks it starts (a fresh replacement took rank 0's
+        # identity from them), and a reused status folder's membership file from an
+        # earlier in-job run must not be taken for this one's.
+        env = dict(os.environ, PMIX_RANK="0", OMPI_COMM_WORLD_RANK="0")
+        os.makedirs(status, exist_ok=True)
+        with open(os.path.join(status, "injob.json"), "w") as f:
+            json.dump({"attempt": 7, "port": 1, "ranks": {}}, f)
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=600)
+                       timeout=600, env=env)
     print(p.stdout, flush=True)
     if p.returncode != expect:
         fail("launch exited %d, expected %d" % (p.returncode, expect))
+    if kind == "demo":
+        # Every rank of every attempt wrote pid.aA.rR for the rank it runs as (a survivor, a
+        # spare, a fresh replacement's exec wrapper): none is missing, none taken twice.
+        ranks_of = {}
+        for n in os.listdir(status):
+            if n.startswith("pid.a"):
+                attempt, rank = (int(x) for x in n[len("pid.a"):].split(".r"))
+                ranks_of.setdefault(attempt, set()).add(rank)
+        for attempt, ranks in sorted(ranks_of.items()):
+            if ranks != set(range(4)):
+                fail("attempt %d: pid files of ranks %s" % (attempt, sorted(ranks)))
     with open(records) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     digest = None  # the demo's --out is raw parameters; its state hash is compared

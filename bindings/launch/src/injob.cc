@@ -198,6 +198,9 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   a->killed_by_launcher = false;
   a->t_restore_begin = 0;
   a->restore_recorded = false;
+  // A step event fires at a step the new generation reports, as after a
+  // relaunch: not at once for a step the old one had passed.
+  a->last_step = 0;
   a->rank_pids.clear();
   a->t_launch = a->t_injob = Now();
   a->reached_before = furthest_;

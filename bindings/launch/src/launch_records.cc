@@ -200,7 +200,6 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
   }
   if (g_interrupted) {
     outcome_ = "interrupted";
-    final_step_ = reached_;  // the last step the job reported
     exit_code_ = 130;
     message_ = "interrupted; the job was stopped";
     return Next::kStop;
@@ -311,10 +310,17 @@ Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_
 }
 
 json Launcher::Summary(int segments_removed) const {
-  json summary = {{"record", "summary"},       {"outcome", outcome_},
-                  {"exit_code", exit_code_},   {"final_step", final_step_},
-                  {"state_hash", final_hash_}, {"failures", failures_},
-                  {"launches", launches_},     {"segments_removed", segments_removed},
+  // A job that did not finish (interrupted, given up, unrecoverable) ended
+  // at the last step it reported.
+  const uint64_t final_step = final_step_ > 0 ? final_step_ : reached_;
+  json summary = {{"record", "summary"},
+                  {"outcome", outcome_},
+                  {"exit_code", exit_code_},
+                  {"final_step", final_step},
+                  {"state_hash", final_hash_},
+                  {"failures", failures_},
+                  {"launches", launches_},
+                  {"segments_removed", segments_removed},
                   {"injob_recoveries", injob_recoveries_},
                   {"wall_s", Now() - t0_}};
   if (!message_.empty()) summary["message"] = message_;

@@ -451,8 +451,8 @@ bool IsStatusFile(const std::string& name) {
     const size_t n = std::strlen(s);
     return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
   };
-  return name == "events.jsonl" || name == "nodes" || starts("pid.a") || starts("restore.a") ||
-         starts("fault.a") || (starts("attempt") && ends(".log"));
+  return name == "events.jsonl" || name == "nodes" || name == "injob.json" || starts("pid.a") ||
+         starts("restore.a") || starts("fault.a") || (starts("attempt") && ends(".log"));
 }
 
 bool Launcher::OpenStatusDir() {
@@ -487,6 +487,7 @@ bool Launcher::StartAttempt(Attempt* a) {
   if (g_interrupted) {
     outcome_ = "interrupted";
     exit_code_ = 130;
+    message_ = "interrupted; the job was stopped";
     return false;
   }
   a->t_launch = Now();
@@ -616,6 +617,12 @@ int Launcher::Run() {
   // A parent that ignores SIGCHLD passes that on: children would then be
   // reaped by the kernel and waitpid could never report mpirun's status.
   signal(SIGCHLD, SIG_DFL);
+  // This process's own rank in an outer job (memento launch run as an srun
+  // or mpirun task) is not its children's: a rank exec takes the first of
+  // OMPI_COMM_WORLD_RANK, PMIX_RANK and RANK, and an in-job replacement or a
+  // torchrun worker inheriting the outer one would run as that rank.
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("PMIX_RANK");
   RecordJob();
   while (true) {
     Attempt a;

@@ -110,12 +110,14 @@ Counts RingGroup(int g, int copies, int d) {
     std::vector<Real> v(jmax + 1, 0);
     comp.ok.resize(jmax + 1, 0);
     comp.lost.resize(jmax + 1, 0);
-    Real window = 0;
     Real v_prefix = 0;
     Real a_prefix = 0;  // sum of comp.ok[0 .. s - copies]
     for (int s = 0; s <= jmax; ++s) {
-      window += comp.ok[s];
-      if (s >= copies) window -= comp.ok[s - copies];
+      // The window's terms are added each time (copies is small): a running
+      // sum that subtracts the term leaving it cancels where the terms span
+      // hundreds of orders of magnitude, and went negative.
+      Real window = 0;
+      for (int t = std::max(0, s - copies + 1); t <= s; ++t) window += comp.ok[t];
       a[s] = window;
       v_prefix += comp.lost[s];
       if (s >= copies) a_prefix += comp.ok[s - copies];

@@ -86,6 +86,17 @@ TEST(RecoveryProbabilityTest, LargeNClosedForms) {
         << f;
   }
   EXPECT_EQ(*ExactRecoveryProbability(Layout(n, "replica:2:ring"), 513), 0.0);
+  // N = 1000 up to and past half the ring: the tiniest values keep their relative precision
+  // (a running window sum that subtracted gave -8e-152 for 7.9e-186 at f = 450) and none
+  // is negative.
+  const std::vector<double> ring1000 =
+      ExactRecoveryProbabilities(Layout(1000, "replica:2:ring"), 702)->recover;
+  for (int f : {400, 450, 499, 500}) {
+    const double ring =
+        std::exp(std::log(1000) - std::log(1000 - f) + LogChoose(1000 - f, f) - LogChoose(1000, f));
+    EXPECT_NEAR(ring1000[f], ring, 1e-9 * ring) << f;
+  }
+  for (int f = 501; f <= 702; ++f) EXPECT_EQ(ring1000[f], 0.0) << f;
   // rs:6+2 on 128 groups of 8, f = 3: lost iff all three in one group.
   const double rs = 1 - 128 * std::exp(LogChoose(8, 3) - LogChoose(n, 3));
   EXPECT_NEAR(*ExactRecoveryProbability(Layout(n, "rs:6+2"), 3), rs, 1e-12);

@@ -169,8 +169,6 @@ void ReleaseLock(const std::pair<uint64_t, uint64_t>& key) {
   }
 }
 
-// A segment is ours only if the effective user owns it and nobody else may
-// read or write it; anything else was planted or loosened by someone else.
 // Whether some pages of the object were never allocated: its creator died
 // or its file system filled before every page was reserved. Writing there
 // allocates at the fault: a SIGBUS if the file system is full.
@@ -178,6 +176,8 @@ bool Sparse(const struct stat& st) {
   return static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size);
 }
 
+// A segment is ours only if the effective user owns it and nobody else may
+// read or write it; anything else was planted or loosened by someone else.
 Status CheckOwnership(const std::string& name, const struct stat& st) {
   if (!S_ISREG(st.st_mode)) {
     return Status::Unavailable("shm segment " + name +

@@ -1,5 +1,7 @@
 #include "memento/runtime/device_link.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -152,9 +154,12 @@ Result<size_t> DeviceRoutedTransport::Recv(int peer, int tag, void* data, size_t
     // The transfer still runs (the sender is waiting in it), into a scratch
     // buffer, so that both sides' link stays in step; the message is consumed.
     // Not zeroed, and an announced size no allocation can hold (a damaged
-    // frame) is an error, not an exception out of Recv.
+    // frame: more than the machine's memory) is an error, not an exception
+    // out of Recv.
+    static const uint64_t kMemory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                                    static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     std::unique_ptr<uint8_t, decltype(&std::free)> scratch(
-        static_cast<uint8_t*>(std::malloc(f.bytes)), &std::free);
+        f.bytes <= kMemory ? static_cast<uint8_t*>(std::malloc(f.bytes)) : nullptr, &std::free);
     if (scratch == nullptr) {
       return Status::Corruption("device-routed transport: a frame from " + Where(peer, tag) +
                                 " announces " + std::to_string(f.bytes) +

@@ -396,7 +396,9 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   // A slot freed within a few milliseconds (the persist was ending) is not
   // worth a warning that training stood still.
   constexpr double kWaitWorthSaying = 0.01;
-  if (const double s = SecondsSince(t0); waited && s >= kWaitWorthSaying) NoteSlotWait(version, s);
+  if (waited) {
+    if (const double s = SecondsSince(t0); s >= kWaitWorthSaying) NoteSlotWait(version, s);
+  }
   if (Status s = store_.BeginWriteSlot(slot, version, lineage_); !s.ok()) {
     // Still through the commit thread, so that this rank votes "false" in the
     // version's commit collective instead of leaving the others waiting.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -49,32 +50,14 @@ Status DirectoryRemoteStore::WriteFinished(const FinishedRun& run) {
 
 Result<std::optional<FinishedRun>> DirectoryRemoteStore::ReadFinished() {
   const std::string path = FinishedPath();
-  // O_NONBLOCK and the check below: a FIFO there is refused, not waited on.
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::optional<FinishedRun>();
-    return IoErr("open", path, errno);
+  // The reader of the version files: a FIFO there is refused, not waited on.
+  remote_files::FileReader in(path);
+  if (Status opened = in.Open(); !opened.ok()) {
+    if (opened.code() == StatusCode::kNotFound) return std::optional<FinishedRun>();
+    return opened;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::Corruption("finished mark " + path + " is not a regular file");
-  }
-  std::string text;
-  char buf[512];
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      close(fd);
-      return IoErr("read", path, err);
-    }
-    if (r == 0) break;
-    text.append(buf, static_cast<size_t>(r));
-    if (text.size() > 4096) break;
-  }
-  close(fd);
+  std::string text(std::min<uint64_t>(in.size(), 4097), '\0');
+  MEMENTO_RETURN_IF_ERROR(in.Read(text.data(), text.size()));
   auto bad = [&](const std::string& why) {
     return Status::Corruption("finished mark " + path + ": " + why);
   };

@@ -207,6 +207,24 @@ def launch(scenario, job, work, expect=0):
         for attempt, ranks in sorted(ranks_of.items()):
             if ranks != set(range(4)):
                 fail("attempt %d: pid files of ranks %s" % (attempt, sorted(ranks)))
+        if spares > 0 and SCENARIOS[scenario][6] == 1 and SCENARIOS[scenario][5] > 0:
+            # The last announcement names every place a spare took in the launch (a spare
+            # that had not read an announcement before the next one replaced it must find its
+            # place there): the ranks run by another process than at the start, each by the
+            # spare it names.
+            with open(os.path.join(status, "injob.json")) as f:
+                last = json.load(f)
+            pid_of = {}
+            for attempt in (0, last["attempt"]):
+                for rank in range(4):
+                    with open(os.path.join(status, "pid.a%d.r%d" % (attempt, rank))) as f:
+                        pid_of[attempt, rank] = int(f.read())
+            replaced = {r for r in range(4) if pid_of[0, r] != pid_of[last["attempt"], r]}
+            named = {int(r): int(p["spare_pid"]) for r, p in last["ranks"].items()}
+            if set(named) != replaced or any(named[r] != pid_of[last["attempt"], r]
+                                             for r in named):
+                fail("the last announcement names %s, the ranks replaced by spares are %s"
+                     % (named, {r: pid_of[last["attempt"], r] for r in replaced}))
     with open(records) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     digest = None  # the demo's --out is raw parameters; its state hash is compared

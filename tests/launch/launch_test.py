@@ -48,6 +48,32 @@ DEMO = os.environ["MEMENTO_TEST_DEMO"]
 REFERENCE = os.environ["REFERENCE"]
 NP = 4
 DEMO_ARGS = ["--steps", "8", "--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]
+# injob-stale-step's job: rank 0 reports step 3 as attempt 0, waits for the in-job
+# announcement of attempt 1, reports step 4 as attempt 0 and ends the job (the done event)
+# half a second later; every other process (rank 1, the spare that takes its place) waits for
+# that end.
+STALE_STEP_JOB = r"""#!/bin/sh
+d=$MEMENTO_LAUNCH_DIR
+ev() {
+  printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
+    "$1" "$2" "$3" "$(date +%s)" >> "$d/events.jsonl"
+}
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then
+  for i in $(seq 400); do
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  exit 3
+fi
+ev step 0 3
+for i in $(seq 400); do
+  grep -q '"attempt": *1' "$d/injob.json" 2>/dev/null && break
+  sleep 0.05
+done
+ev step 0 4
+sleep 0.5
+ev done 1 4
+"""
 
 
 def fail(msg):
@@ -469,6 +495,35 @@ def run(scenario, job, remote):
         if os.path.exists(os.path.join(status, "attempt9.log")):
             fail("an earlier launch's log was left in the status folder")
         print("PASS: 6 launches, the user's file kept")
+    elif scenario == "injob-stale-step":
+        # In-job recovery with a survivor that reports a step of the old generation after the
+        # new one was announced (it had not seen the announcement yet): that step is not the
+        # new generation's, so the pending event "1@4" must not fire on it. Rank 0 reports
+        # step 3 (node 1 is lost), waits for the announcement, reports step 4 as attempt 0,
+        # and ends the job half a second later; the spare that took rank 1 waits for the end.
+        script = os.path.join(remote, "stale.sh")
+        with open(script, "w") as f:
+            f.write(STALE_STEP_JOB)
+        os.chmod(script, 0o755)
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--recovery", "in-job", "--spares", "2",
+               "--inject", "1@3,1@4", "--backoff", "0.1", "--injob-timeout", "20",
+               "--status-dir", os.path.join(remote, "status"), "--records", records,
+               "--quiet", "--", script]
+        print("$", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        print(p.stdout)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        failures, injob = of(recs, "failure"), of(recs, "injob")
+        if len(failures) != 1 or len(injob) != 1 or len(of(recs, "launch")) != 1:
+            fail("%d failure(s), %d in-job recoveries, %d launch(es): expected 1, 1 and 1 (the "
+                 "old generation's step 4 fired the event)"
+                 % (len(failures), len(injob), len(of(recs, "launch"))))
+        if of(recs, "summary")[-1].get("final_step") != 4:
+            fail("the job did not end at step 4: %s" % of(recs, "summary")[-1])
+        print("PASS: the old generation's step did not fire the next event")
     else:
         fail("unknown scenario " + scenario)
 

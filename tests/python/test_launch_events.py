@@ -51,6 +51,7 @@ def test_a_python_job_reports_steps_restores_and_done(job, tmp_path, monkeypatch
     assert ev[0]["total_steps"] == 5 and ev[0]["attempt"] == 0
     steps = [e for e in ev if e["event"] == "step"]
     assert [e["step"] for e in steps] == [1, 2, 3]
+    assert all(e["attempt"] == 0 for e in steps), steps  # an old generation's are told apart
     assert all(e["loss"] != 0 and e["step_s"] > 0 and e["stall_s"] > 0 for e in steps), steps
     assert ev[-1]["step"] == 3 and len(ev[-1]["state_hash"]) == 16
     times = [e["t"] for e in ev]
@@ -76,6 +77,7 @@ def test_a_python_job_reports_steps_restores_and_done(job, tmp_path, monkeypatch
     assert sources == {"local-memory"}, restore["report"]
     ev = events(tmp_path)
     assert [e["step"] for e in ev if e["event"] == "step"] == [1, 2, 3, 4, 5]
+    assert [e["attempt"] for e in ev if e["event"] == "step"] == [0, 0, 0, 1, 1]
     assert [e["event"] for e in ev].count("done") == 2 and ev[-1]["step"] == 5
 
 

@@ -11,10 +11,11 @@
 //      port. injob.json in the status folder (written to a temporary name,
 //      then renamed) announces them: {"attempt": A', "master_addr",
 //      "master_port", "world_size", "ranks_per_node", "ranks": {R: {"node":
-//      MEMENTO_NODE, "local_rank", "spare_pid"}}, "fault": MEMENTO_LAUNCH_FAULT of
-//      the next stage event}. The survivors' watcher threads see it, abort the
-//      old group's connections and re-form the group with the same rank numbers
-//      (rank 0, survivor or replacement, serves the new store).
+//      MEMENTO_NODE, "local_rank", "spare_pid"}} (the places lost now and every
+//      place handed to a spare earlier in this launch), "fault":
+//      MEMENTO_LAUNCH_FAULT of the next stage event}. The survivors' watcher threads see it, abort
+//      the old group's connections and re-form the group with the same rank numbers (rank 0,
+//      survivor or replacement, serves the new store).
 //   3. The lost ranks are taken by warm spares (started with the launch,
 //      MEMENTO_LAUNCH_SPARE=1: the program loaded, waiting for a rank in
 //      injob.json) or, without --spares, by fresh processes started through the
@@ -220,7 +221,7 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
     return true;
   }
   const std::string fault = PendingFaultEnv();
-  json ranks = json::object();
+  json ranks = json::object();  // the places lost now
   for (int node : nodes) {
     for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
       const int rank = node * o_.ranks_per_node + lane;
@@ -238,10 +239,19 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
       ranks[std::to_string(rank)] = place;
     }
   }
-  const json membership = {{"attempt", a->index},    {"master_addr", "127.0.0.1"},
-                           {"master_port", port},    {"world_size", o_.np},
-                           {"ranks_per_node", o_.ranks_per_node},
-                           {"ranks", ranks},          {"fault", fault}};
+  // A spare handed a place earlier in this launch may not have read its
+  // announcement before this one replaced it: it finds its place here too (a
+  // spare that already took it re-forms with its rank as a survivor does).
+  // Fresh replacements are started with theirs.
+  json announced = ranks;
+  if (o_.spares > 0) {
+    for (const auto& [rank, place] : ranks.items()) a->spare_places[rank] = place;
+    announced = a->spare_places;
+  }
+  const json membership = {
+      {"attempt", a->index}, {"master_addr", "127.0.0.1"},          {"master_port", port},
+      {"world_size", o_.np}, {"ranks_per_node", o_.ranks_per_node}, {"ranks", announced},
+      {"fault", fault}};
   if (!WriteAtomically(dir_ + "/injob.json", JsonText(membership))) {
     FallBack(a, "cannot write " + dir_ + "/injob.json");
     return false;

@@ -109,6 +109,7 @@ void JobReporter::RestoreBegin() const {
 
 void JobReporter::Step(uint64_t step, double loss, double step_s, double stall_s) const {
   Append(JsonText(nlohmann::json{{"event", "step"},
+                                 {"attempt", attempt_},
                                  {"step", step},
                                  {"loss", loss},
                                  {"step_s", step_s},

@@ -109,6 +109,9 @@ class Launcher {
     std::string fallback_reason;
     bool stopped_unrecoverable = false;  // in-job: the ranks were stopped
     double t_next_death_check = 0;
+    // In-job: every place handed to a warm spare in this launch, by rank
+    // ("node", "local_rank", "spare_pid"); each announcement names them all.
+    nlohmann::json spare_places = nlohmann::json::object();
   };
   enum class Next { kRelaunch, kStop };
 

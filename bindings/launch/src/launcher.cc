@@ -547,6 +547,10 @@ void Launcher::PollEvents(Attempt* a) {
       // next in-job attempt began) must not time the new attempt's restore.
       if (ev.value("attempt", a->index) == a->index) a->t_restore_begin = ev.value("t", 0.0);
     } else if (kind == "step") {
+      // A survivor reports the step it reached in the old generation until it
+      // sees the announcement of the new one: that step is not the new
+      // generation's (a step event would fire during its rejoin).
+      if (ev.value("attempt", a->index) < a->index) continue;
       const uint64_t previous = a->last_step;
       step_ = a->last_step = ev.value("step", uint64_t{0});
       reached_ = a->last_step;

@@ -694,5 +694,39 @@ TEST(TorchAdapter, BadShardSpecsAreRefusedByName) {
   }
 }
 
+// A tensor whose memory does not hold its values is refused by name at the
+// save, before anything is read: its storage freed in place (the snapshot read
+// megabytes from a one-byte placeholder and crashed), shrunk under it, a lazy
+// conjugate or negative view (its bytes came back as the other value), a
+// nested tensor (torch's own internal error, naming nothing).
+TEST(TorchAdapter, ATensorWhoseMemoryDoesNotHoldItsValuesIsRefusedByName) {
+  JobGuard guard{UniqueJob("nobytes")};
+  auto refused = [&](const std::string& name, const at::Tensor& t, const std::string& what) {
+    auto ck = Make(guard.job);
+    ASSERT_TRUE(ck->Register(name, t).ok());
+    Status s = ck->Save(1);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << name << ": " << s.ToString();
+    EXPECT_NE(s.message().find("'" + name + "'"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+  };
+  at::Tensor freed = torch::ones({1 << 20});
+  freed.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl()->set_nbytes(0);
+  refused("freed", freed, "needs 4194304 bytes of storage and has 0");
+  at::Tensor base = torch::ones({64});
+  at::Tensor tail = base.narrow(0, 32, 32);
+  base.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl()->set_nbytes(100);
+  refused("tail", tail, "needs 256 bytes of storage and has 100");
+  refused("conj", torch::ones({4}, torch::kComplexFloat).conj(), "lazy conjugate view");
+  refused("neg", at::_neg_view(torch::ones({4})), "lazy negative view");
+  refused("nested", at::_nested_tensor_from_tensor_list({torch::ones({2}), torch::ones({3})}),
+          "nested tensor");
+  // The same tensors resolved are saved.
+  auto ck = Make(guard.job);
+  ASSERT_TRUE(
+      ck->Register("conj", torch::ones({4}, torch::kComplexFloat).conj().resolve_conj()).ok());
+  EXPECT_TRUE(ck->Save(1).ok());
+  EXPECT_TRUE(ck->Wait().ok());
+}
+
 }  // namespace
 }  // namespace memento::torch_adapter

@@ -17,6 +17,35 @@ def test_a_meta_tensor_is_refused_by_name(job):
             ck.save(1)
 
 
+def test_a_tensor_without_data_of_its_own_is_refused_by_name(job):
+    # A wrapper subclass (torchao's float8 / NF4 weights are of this kind) has no storage
+    # the snapshot could read: it was saved as a byte of nothing, or crashed the process.
+    from torch.testing._internal.two_tensor import TwoTensor
+    with memento.Checkpointer(job=job) as ck:
+        ck.register("w", TwoTensor(torch.ones(1 << 20), torch.ones(1 << 20)))
+        with pytest.raises(memento.InvalidArgumentError,
+                           match="'w' is a tensor subclass dispatched in Python"):
+            ck.save(1)
+    # A storage freed in place after a save (FSDP frees its parameters' storage this way).
+    with memento.Checkpointer(job=job) as ck:  # the refusal above stored nothing
+        t = torch.ones(1 << 20)
+        ck.register("t", t)
+        ck.save(1)
+        ck.wait()
+        t.untyped_storage().resize_(0)
+        with pytest.raises(memento.InvalidArgumentError,
+                           match=r"'t' of 1048576 elements needs 4194304 bytes of storage and "
+                                 r"has 0"):
+            ck.save(2)
+        assert ck.latest_committed() == 1
+        # Its data back in place, the next save goes through (and close() ends the run).
+        t.untyped_storage().resize_(4 << 20)
+        t.fill_(2)
+        ck.save(3)
+        ck.wait()
+        assert ck.latest_committed() == 3
+
+
 def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
     for key in ("extra_capacity", "total_steps"):
         with pytest.raises(memento.InvalidArgumentError, match="%s=-1: expected an integer" % key):

@@ -88,6 +88,42 @@ Status CheckShard(const std::string& name, const std::vector<int64_t>& sizes,
   return Status::Ok();
 }
 
+// Whether the bytes the snapshot reads (and a restore writes) are the
+// tensor's own: a tensor subclass dispatched in Python (torchao's float8 and
+// NF4 weights, a wrapper of other tensors) has no data of its own, a storage
+// freed in place (resize_(0), as FSDP does between uses) none left, and a
+// conjugate or negative view keeps unresolved bytes that would come back as
+// the other value.
+Status CheckBytes(const std::string& name, const at::Tensor& t) {
+  const std::string where = "tensor '" + name + "'";
+  if (t.key_set().has(c10::DispatchKey::Python)) {
+    return Status::InvalidArgument(where +
+                                   " is a tensor subclass dispatched in Python: it has no data "
+                                   "of its own to checkpoint (register the tensors it holds)");
+  }
+  if (t.is_conj() || t.is_neg()) {
+    return Status::InvalidArgument(
+        where + " is a lazy " + (t.is_conj() ? "conjugate" : "negative") +
+        " view: its memory holds the unresolved values (register t.resolve_conj() / "
+        "t.resolve_neg(), or the tensor it views)");
+  }
+  if (t.numel() == 0) return Status::Ok();
+  // Bytes from the storage's start to one past the last element (strides of
+  // a strided tensor are >= 0).
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const uint64_t needed = static_cast<uint64_t>(last + 1) * t.element_size();
+  if (!t.has_storage() || t.storage().data() == nullptr || t.storage().nbytes() < needed) {
+    const uint64_t held = t.has_storage() ? t.storage().nbytes() : 0;
+    return Status::InvalidArgument(where + " of " + std::to_string(t.numel()) + " elements needs " +
+                                   std::to_string(needed) + " bytes of storage and has " +
+                                   std::to_string(held) +
+                                   " (its storage was freed or resized; register it once its "
+                                   "data is in place)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<NamedTensor>> TorchCheckpointer::Impl::Enumerate() const {
@@ -112,6 +148,11 @@ Result<std::vector<NamedTensor>> TorchCheckpointer::Impl::Enumerate() const {
             " device: only CPU and CUDA tensors are checkpointed (a meta tensor has no data: "
             "materialize it before registering)");
       }
+      if (nt.tensor.is_nested()) {
+        return Status::InvalidArgument("tensor '" + nt.name +
+                                       "' is a nested tensor: only strided tensors are supported "
+                                       "(register its components)");
+      }
       if (nt.tensor.layout() != at::kStrided || nt.tensor.is_quantized()) {
         const std::string what = nt.tensor.is_quantized() ? "quantized"
                                                           : "sparse or MKL-DNN (layout " +
@@ -119,6 +160,7 @@ Result<std::vector<NamedTensor>> TorchCheckpointer::Impl::Enumerate() const {
         return Status::InvalidArgument("tensor '" + nt.name + "' is " + what +
                                        ": only strided tensors are supported");
       }
+      MEMENTO_RETURN_IF_ERROR(CheckBytes(nt.name, nt.tensor));
       if (at::has_internal_overlap(nt.tensor) == at::MemOverlap::Yes) {
         return Status::InvalidArgument(
             "tensor '" + nt.name +

@@ -509,7 +509,11 @@ class Checkpointer:
                                         "restore_s": seconds})})
 
     def wait_snapshot(self):
-        """Returns when registered tensors may be modified again (call before optimizer.step)."""
+        """Returns when registered tensors may be modified again (call before optimizer.step).
+
+        Raises the failure of the snapshot in flight once (wait() raises it as well); later
+        calls return until the next save's snapshot, as does any after a successful restore().
+        """
         try:
             self._impl.wait_snapshot()
         finally:

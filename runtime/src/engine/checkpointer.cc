@@ -476,6 +476,9 @@ Status Checkpointer::Impl::WaitSnapshot() {
   Status s = pipeline_->WaitReleased();
   blocked_seconds_.store(blocked_seconds_.load() + SecondsSince(t0));
   if (schedule_.automatic()) schedule_.AddBlocked(schedule_.Now() - start);
+  if (!s.ok() && snapshot_failure_seen_.exchange(pipeline_->starts()) == pipeline_->starts()) {
+    s = Status::Ok();
+  }
   if (s.ok() && committer_) s = committer_->broken();
   return s;
 }

@@ -245,6 +245,11 @@ class Checkpointer::Impl {
   // buffers (a lost node's rank restored into them): WaitSnapshot waits.
   std::shared_ptr<BufferHold> buffer_hold_ = std::make_shared<BufferHold>();
 
+  // The start (SnapshotPipeline::starts) whose snapshot failure WaitSnapshot
+  // reported, or a restore passed: each failure is reported once (wait()
+  // reports it as well), not at every optimizer step until the next save.
+  std::atomic<uint64_t> snapshot_failure_seen_{0};
+
   // Written by the application thread only; any thread may read it.
   std::atomic<double> blocked_seconds_{0};
   void* device_stream_ = nullptr;  // cudaStream_t producing device buffers; application thread

@@ -85,6 +85,7 @@ Result<RestoreReport> Checkpointer::Impl::Restore() {
   if (restored.ok()) {
     last_started_.reset();
     last_save_failed_ = false;  // the buffers hold a committed version again
+    if (pipeline_) snapshot_failure_seen_.store(pipeline_->starts());
     if (resumed) ClearFinishedMarks(*resumed);
   }
   return restored;

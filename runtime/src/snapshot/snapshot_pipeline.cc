@@ -74,6 +74,7 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
     remaining_ = tasks->size();
     running_ = remaining_ > 0;
     ++generation_;
+    ++starts_;
   }
   work_cv_.notify_all();
   return Status::Ok();
@@ -86,6 +87,7 @@ Status SnapshotPipeline::FailToStart(uint64_t version, int slot, const Status& w
   MEMENTO_CHECK(!running_);
   version_ = version;
   slot_ = slot;
+  ++starts_;
   error_ = why.WithContext("snapshot of v" + std::to_string(version) + " not started");
   return why;
 }

@@ -85,6 +85,10 @@ class SnapshotPipeline {
   // WaitCopied's. Without device chunks the same as WaitCopied.
   Status WaitReleased();
 
+  // How many versions were started (or failed to start) so far: tells one
+  // version's outcome from the next one's.
+  uint64_t starts() const { return starts_.load(); }
+
  private:
   // Records `why` as the outcome of `version`, which copies nothing.
   Status FailToStart(uint64_t version, int slot, const Status& why);
@@ -133,6 +137,7 @@ class SnapshotPipeline {
   std::atomic<size_t> next_{0};
   std::atomic<bool> first_landed_{false};
   std::atomic<bool> queue_claimed_{false};  // a worker took QueueDeviceCopies
+  std::atomic<uint64_t> starts_{0};
 };
 
 }  // namespace memento::runtime

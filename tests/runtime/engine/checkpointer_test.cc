@@ -225,6 +225,48 @@ TEST_F(CheckpointerTest, WaitReportsAFailureALaterSaveOvertookOnce) {
   }
 }
 
+// A failed snapshot is reported by WaitSnapshot once, not at every call (the
+// optimizer's pre-step hook calls it at every step) until the next Save, and
+// not after a Restore that put a committed version back in the buffers.
+TEST_F(CheckpointerTest, WaitSnapshotReportsASnapshotFailureOnce) {
+  FaultHooks hooks;
+  hooks.at_stage = [](Stage stage, uint64_t version) {
+    return stage == Stage::kSnapshot && (version == 2 || version == 3)
+               ? Status::IoError("injected snapshot failure")
+               : Status::Ok();
+  };
+  const int n = 2;
+  Launch(n, MakeConfig(), hooks);
+  for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<Status> first(n), again(n), after_restore(n), third(n), third_again(n);
+  std::vector<Result<RestoreReport>> restored(n, Status::Internal("not run"));
+  Run([&](int r) {
+    ranks_[r].Fill(r, 2);
+    (void)ranks_[r].ck->Save(2);
+    first[r] = ranks_[r].ck->WaitSnapshot();
+    again[r] = ranks_[r].ck->WaitSnapshot();
+    (void)ranks_[r].ck->Wait();
+    restored[r] = ranks_[r].ck->Restore();
+    after_restore[r] = ranks_[r].ck->WaitSnapshot();
+    ranks_[r].Fill(r, 3);
+    (void)ranks_[r].ck->Save(3);
+    third[r] = ranks_[r].ck->WaitSnapshot();  // the next version's failure is its own
+    third_again[r] = ranks_[r].ck->WaitSnapshot();
+    (void)ranks_[r].ck->Wait();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(first[r].message().find("injected snapshot failure"), std::string::npos)
+        << "rank " << r << ": " << first[r].ToString();
+    EXPECT_TRUE(again[r].ok()) << "rank " << r << ": " << again[r].ToString();
+    ASSERT_TRUE(restored[r].ok()) << restored[r].status().ToString();
+    EXPECT_EQ(restored[r]->version, 1u);
+    EXPECT_TRUE(after_restore[r].ok()) << "rank " << r << ": " << after_restore[r].ToString();
+    EXPECT_NE(third[r].message().find("v3"), std::string::npos)
+        << "rank " << r << ": " << third[r].ToString();
+    EXPECT_TRUE(third_again[r].ok()) << "rank " << r << ": " << third_again[r].ToString();
+  }
+}
+
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   const int n = 3;
   Launch(n, MakeConfig());

@@ -173,8 +173,9 @@ class Checkpointer {
   // rank after Restore, the restored shard's copy into its new node store
   // (the restore landed it in the buffers and returned without waiting for
   // the store's pages). Call it before writing
-  // registered buffers. Returns the snapshot's status (a failed copy is
-  // reported here and again by Wait()).
+  // registered buffers. Returns the snapshot's status: a failed copy is
+  // reported here once (later calls, and any after a successful Restore,
+  // return OK until the next version's snapshot) and again by Wait().
   Status WaitSnapshot();
 
   // Returns when the in-flight version is committed on every rank or has

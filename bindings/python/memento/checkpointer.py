@@ -569,7 +569,8 @@ class Checkpointer:
         close() (also leaving a `with` block without an exception) ends the run normally:
         collectively, once every rank's last checkpoint committed, the run is marked finished
         (in the node stores and on the remote tier) and every rank's node store is unlinked,
-        freeing its memory (keep_finished=True / MEMENTO_KEEP_FINISHED=1 keeps it, marked).
+        freeing its memory (keep_finished=True / MEMENTO_KEEP_FINISHED=1 keeps it, marked;
+        so does a failed last persist, which close() then raises).
         The same job started again then begins fresh: restore() returns None (or starts from
         its from_dcp checkpoint, as the first run did), unless resume_finished=True /
         MEMENTO_RESUME_FINISHED=1. A `with` block left by an exception,

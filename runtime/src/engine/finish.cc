@@ -198,7 +198,9 @@ Status Checkpointer::Impl::Finish() {
   if (!prepared_) return Status::Ok();  // nothing was saved or restored: nothing to mark
   const std::string job = "job '" + config_.job + "'";
   Status waited = Wait();
-  if (persister_) (void)persister_->WaitIdle();  // the mark follows the run's last manifest
+  // The mark follows the run's last manifest. A failed last persist leaves
+  // the node stores the only copy of the versions after the remote's newest.
+  const Status persisted = persister_ ? persister_->WaitIdle() : Status::Ok();
   if (Status broken = committer_->broken(); !broken.ok()) {
     // The transport is unusable: no agreement is possible, and none is needed.
     Log(LogLevel::kWarn, job + ": not marked finished: checkpointing had stopped (" +
@@ -235,9 +237,14 @@ Status Checkpointer::Impl::Finish() {
         remote_ok = false;
       }
     }
+    if (!persisted.ok()) {
+      Log(LogLevel::kWarn, job + ": the last persist failed (" + persisted.ToString() +
+                               "); the node stores are kept, marked finished");
+    }
     // Without the remote mark, the marks in memory are all that keep a
-    // later run from restoring the remote versions of this one.
-    Result<bool> agreed = transport_->AllTrue(remote_ok);
+    // later run from restoring the remote versions of this one; without the
+    // last persist, memory is all that holds its last versions.
+    Result<bool> agreed = transport_->AllTrue(remote_ok && persisted.ok());
     remote_ok = agreed.ok() && *agreed;
   }
   std::string memory = "kept, marked finished";
@@ -248,7 +255,8 @@ Status Checkpointer::Impl::Finish() {
   Log(LogLevel::kInfo, job + ": run " + LineageText(run.lineage) + " finished at step " +
                            std::to_string(run.version) + "; node store " + store_.segment_name() +
                            " " + memory + (remote_ ? "; marked on the remote tier" : ""));
-  return Status::Ok();
+  // Not reported by Wait(): the run's end is not on the remote tier.
+  return persisted.WithContext("Finish: the last persist failed; the node stores are kept");
 }
 
 }  // namespace memento::runtime

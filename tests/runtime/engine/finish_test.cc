@@ -242,5 +242,46 @@ TEST_F(Finish, RemoteFinishedRunIsResumedFromTheRemoteTier) {
   EXPECT_FALSE(mark->has_value()) << "the resumed run's remote mark is removed";
 }
 
+// The last persist failed: memory holds the only copy of the run's last
+// version. Finish says so (it returned OK, and every rank unlinked its store:
+// the run "finished at step 3" with v2 its newest copy anywhere), keeps the
+// stores, marked finished, and a resumed run restores v3 from them.
+TEST_F(Finish, AFailedLastPersistKeepsTheStoresAndIsReported) {
+  Config c = MakeConfig();
+  c.persist_every = 1;
+  const int n = 2;
+  FaultHooks hooks;
+  hooks.at_stage = [](Stage stage, uint64_t version) {
+    return stage == Stage::kPersist && version == 3 ? Status::IoError("injected persist failure")
+                                                    : Status::Ok();
+  };
+  Launch(n, c, hooks, /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 3; ++step) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::vector<Status> finished = FinishAll();
+  int reported = 0;
+  for (const Status& s : finished) {
+    if (s.ok()) continue;
+    ++reported;
+    EXPECT_NE(s.message().find("the last persist failed"), std::string::npos) << s.ToString();
+  }
+  EXPECT_GE(reported, 1);
+  EXPECT_EQ(Segments().size(), static_cast<size_t>(n));
+  for (const auto& mark : Marks()) {
+    ASSERT_TRUE(mark.has_value());
+    EXPECT_EQ(mark->version, 3u);
+  }
+  Config resume = c;
+  resume.resume_finished = true;
+  Launch(n, resume, FaultHooks(), /*with_remote=*/true);
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 3u);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 3), -1) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace memento::runtime

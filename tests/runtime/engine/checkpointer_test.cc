@@ -267,6 +267,46 @@ TEST_F(CheckpointerTest, WaitSnapshotReportsASnapshotFailureOnce) {
   }
 }
 
+// A Checkpointer that continues a run (ContinueRun: the torch adapter's
+// re-registration) does not know which slot holds the committed version; its
+// next Save must still not write over it. A version whose commit failed is
+// invalidated, so that Save takes that slot (were it left sealed, the
+// committed version would be the oldest and taken), and when it fails too the
+// committed version is restored.
+TEST_F(CheckpointerTest, AContinuedRunKeepsItsCommittedSlotFromTheNextSave) {
+  FaultHooks fail6;
+  fail6.at_stage = [](Stage stage, uint64_t version) {
+    return stage == Stage::kCommit && version == 6 ? Status::IoError("injected commit failure")
+                                                   : Status::Ok();
+  };
+  const int n = 2;
+  Launch(n, MakeConfig(), fail6);
+  for (const Status& s : SaveAll(5)) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const Status& s : SaveAll(6)) ASSERT_FALSE(s.ok());
+  std::vector<RunPosition> positions;
+  for (int r = 0; r < n; ++r) positions.push_back(ranks_[r].ck->Position());
+  ASSERT_EQ(positions[0].latest, std::optional<uint64_t>(5));
+  FaultHooks fail7;
+  fail7.at_stage = [](Stage stage, uint64_t version) {
+    return stage == Stage::kSnapshot && version == 7 ? Status::IoError("injected snapshot failure")
+                                                     : Status::Ok();
+  };
+  Launch(n, MakeConfig(), fail7);
+  Run([&](int r) {
+    ranks_[r].ck->ContinueRun(positions[r]);
+    ranks_[r].Fill(r, 7);
+    (void)ranks_[r].ck->Save(7);
+    EXPECT_FALSE(ranks_[r].ck->Wait().ok());
+  });
+  Launch(n, MakeConfig());
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+    EXPECT_EQ(reports[r]->version, 5u);
+    EXPECT_EQ(ranks_[r].Mismatch(r, 5), -1) << "rank " << r;
+  }
+}
+
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   const int n = 3;
   Launch(n, MakeConfig());

@@ -332,6 +332,43 @@ def test_a_tied_weight_is_in_the_dcp_checkpoint_under_every_name(job, tmp_path):
     ck2.close()
 
 
+def test_the_newer_dtypes_are_named_so_that_plain_dcp_load_reads_the_checkpoint(job, tmp_path):
+    """float8, the wide unsigned integers and complex32 are written as the torch attributes
+    they are (torch.float8_e4m3fn, not c10's Float8_e4m3fn, which made the whole .metadata
+    unreadable); dcp.load gives every tensor back bit for bit."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(7)
+    base = torch.randn(5, 3)
+    tensors = {
+        "f8": base.to(torch.float8_e4m3fn), "f8b": base.to(torch.float8_e5m2),
+        "u16": torch.arange(15, dtype=torch.int32).reshape(5, 3).to(torch.uint16),
+        "u32": torch.arange(7, dtype=torch.int64).to(torch.uint32),
+        "u64": torch.arange(7, dtype=torch.int64).to(torch.uint64),
+        "c32": torch.randn(4, dtype=torch.complex64).to(torch.complex32),
+        "bf16": base.to(torch.bfloat16),
+    }
+    ck = memento.Checkpointer(job=job, scheme="none", remote=str(tmp_path / "remote"),
+                              remote_format="dcp", persist_every=1)
+    for name, t in tensors.items():
+        ck.register(name, t)
+    ck.save(1)
+    ck.wait()
+    ck.wait_persist()
+    ck.close()
+    version = newest_version(str(tmp_path / "remote"), job)
+    state = {name: torch.zeros_like(t) for name, t in tensors.items()}
+    dcp.load(state, checkpoint_id=version)
+    for name, t in tensors.items():
+        assert same_bits(state[name], t), name
+    # What DCP itself refuses (its CheckpointException is no Exception) is a MementoError.
+    ck2 = memento.Checkpointer(job=job + "-b", scheme="none")
+    ck2.register("u16", torch.zeros(4, 3, dtype=torch.uint16))
+    with pytest.raises(memento.MementoError, match="from_dcp: loading .* failed: .*u16"):
+        ck2.restore(from_dcp=version)
+    ck2.close()
+
+
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
     """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
     dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""

@@ -295,10 +295,17 @@ def load(ck, path, step=None):
     recorded = STEP_KEY in keys and step is None
     if recorded:
         target["memento"] = {"step": 0}
+    from torch.distributed.checkpoint.api import CheckpointException
     try:
         dcp.load(target, checkpoint_id=path)
-    except Exception as e:  # noqa: BLE001 - DCP raises CheckpointException and others
-        raise MementoError("from_dcp: loading %s failed: %s" % (path, e))
+    # CheckpointException derives from BaseException, not Exception.
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - and whatever a reader raises
+        why = str(e)
+        failures = getattr(e, "failures", None)  # {rank: (exception, traceback)}
+        if isinstance(failures, dict) and failures:
+            why = "; ".join("rank %s: %s" % (rank, f[0] if isinstance(f, tuple) else f)
+                            for rank, f in sorted(failures.items()))
+        raise MementoError("from_dcp: loading %s failed: %s" % (path, why)) from e
     for kind, prefix, obj, _, _ in ck._sources:
         if kind == "optimizer":
             obj.load_state_dict(target[_name(prefix)])

@@ -12,10 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "dcp/pickle_writer.h"
 #include "extra_state.h"
-#include "memento/torch/torch_checkpointer.h"
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/directory_remote_store.h"
+#include "memento/torch/torch_checkpointer.h"
 
 namespace memento::torch_adapter::dcp {
 namespace {
@@ -131,6 +132,62 @@ Result<json> ParseIndex(const std::string& path) {
   return index;
 }
 
+// Whether torch.load(weights_only=True) takes the typed storage class that
+// libtorch's pickler names for `dtype` (torch.FloatStorage, ...): those of
+// the newer dtypes (torch.UInt16Storage, torch.Float8_e4m3fnStorage,
+// torch.ComplexHalfStorage) are refused, so DCP could not read the file.
+bool LegacyStorageLoads(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kLong:
+    case at::kInt:
+    case at::kShort:
+    case at::kChar:
+    case at::kByte:
+    case at::kBool:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// data.pkl as torch.save writes it today: _rebuild_tensor_v3 over an
+// untyped storage (persistent id ('storage', UntypedStorage, "0", "cpu",
+// bytes)) with the dtype given apart; weights_only loads it for every dtype.
+std::string RebuildTensorV3(const at::Tensor& t, uint64_t storage_bytes) {
+  PickleWriter w;
+  w.Global("torch._utils", "_rebuild_tensor_v3");
+  w.Mark();
+  w.Mark();
+  w.Str("storage");
+  w.Global("torch.storage", "UntypedStorage");
+  w.Str("0");
+  w.Str("cpu");
+  w.Int(static_cast<int64_t>(storage_bytes));
+  w.Tuple();
+  w.PersId();
+  w.Int(t.storage_offset());
+  w.Mark();
+  for (int64_t v : t.sizes()) w.Int(v);
+  w.Tuple();
+  w.Mark();
+  for (int64_t v : t.strides()) w.Int(v);
+  w.Tuple();
+  w.Bool(false);
+  w.Global("collections", "OrderedDict");
+  w.EmptyTuple();
+  w.Reduce();
+  w.Global("torch", DcpTorchAttribute(DTypeName(t.scalar_type())));
+  w.Tuple();
+  w.Reduce();
+  return w.Finish();
+}
+
 // One block of a tensor written as a torch.save archive (what
 // FileSystemReader torch.load()s). `raw_at` gets where the block's bytes
 // landed in the file.
@@ -147,6 +204,10 @@ Status WriteArchive(const uint8_t* data, const Block& b, at::ScalarType dtype,
     pickler.protocol();
     pickler.pushIValue(t);
     pickler.stop();
+    if (!LegacyStorageLoads(dtype) && pickler.tensorData().size() == 1) {
+      const std::string v3 = RebuildTensorV3(t, pickler.tensorData()[0].storage().nbytes());
+      pickled.assign(v3.begin(), v3.end());
+    }
     // The archive's small records (headers, data.pkl, version, ...) are
     // gathered and written in one piece before and after the tensor's bytes,
     // which go straight from the slot: a write per record would cost a system

@@ -112,4 +112,10 @@ Result<std::string> BuildMetadata(const std::vector<std::string>& indexes,
 // The index of the rank file at `path` (its JSON text), checked.
 Result<std::string> ReadIndex(const std::string& path);
 
+// The attribute of the torch module that is `dtype` (a DTypeName): c10's
+// names of the newer dtypes are not ones (Float8_e4m3fn, UInt16, ComplexHalf
+// for torch.float8_e4m3fn, torch.uint16, torch.complex32), and one unknown
+// attribute makes the whole .metadata unreadable.
+std::string DcpTorchAttribute(const std::string& dtype);
+
 }  // namespace memento::torch_adapter::dcp

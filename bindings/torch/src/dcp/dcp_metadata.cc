@@ -1,5 +1,6 @@
 // BuildMetadata: torch.distributed.checkpoint's Metadata for a version, from
 // the memento indexes of its rank files (what each file holds, where).
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -40,7 +41,7 @@ void Properties(PickleWriter& w, const std::string& dtype) {
   w.EmptyTuple();
   w.NewObj();
   w.Mark();
-  w.Global("torch", dtype);
+  w.Global("torch", DcpTorchAttribute(dtype));
   w.Global("torch", "strided");
   w.Bool(false);
   w.Global(kMetadataModule, "_MEM_FORMAT_ENCODING");
@@ -244,6 +245,13 @@ void StorageData(PickleWriter& w, const Items& items) {
 }
 
 }  // namespace
+
+std::string DcpTorchAttribute(const std::string& dtype) {
+  if (dtype == "ComplexHalf") return "complex32";
+  std::string out = dtype;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 
 Result<std::string> BuildMetadata(const std::vector<std::string>& indexes,
                                   const std::vector<std::string>& files) {

@@ -26,6 +26,7 @@ constexpr char kSetItems = 'u';
 constexpr char kNewObj = '\x81';
 constexpr char kReduce = 'R';
 constexpr char kBuild = 'b';
+constexpr char kBinPersId = 'Q';
 constexpr char kStop = '.';
 
 template <typename T>
@@ -49,6 +50,7 @@ void PickleWriter::Global(std::string_view module, std::string_view name) {
 }
 
 void PickleWriter::None() { out_.push_back(kNone); }
+void PickleWriter::PersId() { out_.push_back(kBinPersId); }
 void PickleWriter::Bool(bool v) { out_.push_back(v ? kNewTrue : kNewFalse); }
 
 void PickleWriter::Int(int64_t v) {

@@ -4,7 +4,8 @@
 // (Metadata, TensorStorageMetadata, MetadataIndex, ...), which only Python's
 // pickle module reads; libtorch's own Pickler writes IValues, not arbitrary
 // classes. This writer covers what those dataclasses need: globals, NEWOBJ +
-// BUILD, REDUCE, tuples, lists, dicts, ints, strings, booleans and None.
+// BUILD, REDUCE, tuples, lists, dicts, ints, strings, booleans and None (and
+// persistent ids, for a torch.save archive's data.pkl).
 // No memo: every object is written out where it appears.
 #pragma once
 
@@ -34,6 +35,7 @@ class PickleWriter {
   void NewObj();      // cls, args -> cls.__new__(cls, *args)
   void Reduce();      // callable, args -> callable(*args)
   void Build();       // obj, state -> obj.__setstate__(state) or __dict__.update
+  void PersId();      // pid -> persistent_load(pid) (a torch.save archive's storages)
 
   // torch.Size(values)
   void TorchSize(const std::vector<int64_t>& values);

@@ -46,6 +46,27 @@ def test_a_tensor_without_data_of_its_own_is_refused_by_name(job):
         assert ck.latest_committed() == 3
 
 
+def test_a_module_whose_state_dict_holds_copies_is_refused_by_name(job):
+    # FSDP1's state_dict() gathers copies of the parameters, as does any state_dict hook
+    # that returns new tensors: restored into those, the module kept its own values and
+    # restore() reported success.
+    class Copying(torch.nn.Linear):
+        def state_dict(self, *args, **kwargs):
+            state = super().state_dict(*args, **kwargs)
+            state["weight"] = state["weight"].detach().clone()
+            return state
+
+    ck = memento.Checkpointer(job=job)
+    with pytest.raises(memento.InvalidArgumentError,
+                       match=r"'model.weight' of the module's state_dict\(\) is neither a "
+                             r"parameter nor a buffer of it \(FullyShardedDataParallel"):
+        ck.register(Copying(2, 2))
+    ck.register(torch.nn.Linear(2, 2))  # nothing of the refused module was kept
+    ck.save(1)
+    ck.wait()
+    ck.close()
+
+
 def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
     for key in ("extra_capacity", "total_steps"):
         with pytest.raises(memento.InvalidArgumentError, match="%s=-1: expected an integer" % key):

@@ -185,3 +185,43 @@ def test_objects_that_cannot_be_registered_are_refused_by_name(job):
     ck.register(Net())
     assert "model.fc1.weight" in [n for n, _, _ in ck.tensors()]
     ck.close()
+
+
+def test_a_param_group_added_after_register_is_named_when_its_state_cannot_be_restored(job):
+    """A group added after register() (a head unfrozen later) gets its state at its first
+    step, and saves carry it; a relaunch that registers the optimizer before adding the group
+    cannot restore that state. The refusal names it, says how to register it, and that the
+    checkpoint must be kept (not the generic advice to remove it)."""
+    def build():
+        torch.manual_seed(0)
+        model = Net()
+        head = torch.nn.Linear(4, 2)
+        return model, head, torch.optim.AdamW(model.parameters())
+
+    model, head, opt = build()
+    ck = memento.Checkpointer(job=job)
+    ck.register(model, opt)
+    opt.add_param_group({"params": head.parameters()})
+    (model(torch.ones(2, 8)).sum() + head(torch.ones(2, 4)).sum()).backward()
+    ck.wait_snapshot()
+    opt.step()
+    ck.save(1)
+    ck.wait()
+    ck.close()
+
+    model, head, opt = build()
+    ck = memento.Checkpointer(job=job)
+    ck.register(model, opt)
+    with pytest.raises(memento.FailedPreconditionError,
+                       match=r"'optimizer.state.\d+.exp_avg'.*in the stored checkpoint but not "
+                             r"registered.*a param group added after register\(\).*add the "
+                             r"group first\). The stored checkpoint is intact: do not remove it"):
+        ck.restore()
+    ck.close()
+
+    model, head, opt = build()
+    opt.add_param_group({"params": head.parameters()})
+    ck = memento.Checkpointer(job=job)
+    ck.register(model, opt)
+    assert ck.restore() == 1
+    ck.close()

@@ -366,8 +366,18 @@ class Checkpointer:
                 # By identity, not name: a tied weight (an LM head sharing the
                 # embedding) is a parameter under each of its names.
                 params = {id(p) for p in obj.parameters()}
+                owned = params | {id(b) for b in obj.buffers()}
                 for key, t in states[prefix].items():
                     if isinstance(t, torch.Tensor) and not stateful.is_extra_state(key):
+                        if id(t) not in owned:
+                            # A copy (FSDP1's gathered state dict, a state_dict hook's
+                            # tensor): restored into it, the module would never see it.
+                            raise InvalidArgumentError(
+                                "register: %r of the module's state_dict() is neither a "
+                                "parameter nor a buffer of it (FullyShardedDataParallel (FSDP1) "
+                                "and state_dict hooks return copies): a restore could not write "
+                                "it back into the module. Use FSDP2 (fully_shard), or register "
+                                "the tensors the module trains" % (prefix + key))
                         is_param = id(t) in params
                         add(prefix + key, t, replicated and is_param, copy_at_save=not is_param)
             else:

@@ -378,15 +378,26 @@ std::string TorchCheckpointer::Impl::DiagnoseLayout(const std::string& error) co
                          ", registered " + Describe(now));
     }
   }
+  bool optimizer_state = false;
   for (const auto& [name, spec] : stored) {
     if (!seen.count(name)) {
       problems.push_back("tensor '" + name + "' (" + Describe(spec) +
                          ") is in the stored checkpoint but not registered");
+      optimizer_state = optimizer_state || name.find(".state.") != std::string::npos;
     }
   }
   std::string out;
   for (size_t i = 0; i < problems.size() && i < 8; ++i) out += (i ? "; " : "") + problems[i];
   if (problems.size() > 8) out += "; and " + std::to_string(problems.size() - 8) + " more";
+  if (optimizer_state) {
+    // The stored checkpoint is right; the registration lacks state that the
+    // saving run's optimizer created after register().
+    out +=
+        ". Optimizer state the optimizer did not hold at register() (a param group added "
+        "after register(), or an optimizer whose state its first step creates) is saved "
+        "once it exists; to restore it, create it before register() (add the group "
+        "first). The stored checkpoint is intact: do not remove it";
+  }
   return out;
 }
 

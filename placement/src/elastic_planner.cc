@@ -200,6 +200,16 @@ class Planner {
       if (!t.opaque) MEMENTO_RETURN_IF_ERROR(CheckTiles(name, t, "the checkpoint's"));
     }
     for (const auto& [name, t] : fresh) MEMENTO_RETURN_IF_ERROR(CheckAgainstOld(name, t));
+    // The old stores go once the new topology commits: what the new job does
+    // not take would be lost without a word (a plain restore refuses it too).
+    for (const auto& [name, t] : old_) {
+      if (!fresh.count(name)) {
+        return Status::InvalidArgument("entry " + Quote(name) +
+                                       " is in the checkpoint but not registered: an elastic "
+                                       "restore would drop it (register it as the job that "
+                                       "saved did)");
+      }
+    }
 
     plan_.version = in_.old_plan.version;
     const size_t n = in_.new_nodes;

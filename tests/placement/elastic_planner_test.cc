@@ -374,6 +374,13 @@ TEST(ElasticPlanner, DtypeOrGlobalShapeOtherThanTheCheckpointsIsRefused) {
   e = ErrorOf(in);
   EXPECT_NE(e.find("entry 'v' is not in the checkpoint"), std::string::npos) << e;
   in = TwoToOne();
+  for (RankCatalog& rc : in.old_ranks) rc.entries.push_back({"opt", 16, {}});
+  e = ErrorOf(in);
+  EXPECT_NE(e.find("entry 'opt' is in the checkpoint but not registered: an elastic restore "
+                   "would drop it"),
+            std::string::npos)
+      << e;
+  in = TwoToOne();
   in.new_ranks[0].entries[0].bytes = 7;
   e = ErrorOf(in);
   EXPECT_NE(e.find("'w'"), std::string::npos) << e;

@@ -739,6 +739,35 @@ TEST(Elastic, OtherDtypeOrGlobalShapeFailsByNameAndACorrectRelaunchStillRestores
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// A relaunch that registers less than the checkpoint holds: refused naming
+// what it lacks (the old stores go once the new topology commits, so what it
+// does not take would be gone), and a correct relaunch still restores.
+TEST(Elastic, AnEntryTheRelaunchDoesNotRegisterIsRefusedNotDropped) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "replica:2", 1, 2, false); });
+  const Topo three{3, 1, {0, 1, 2}};
+  Spawn(3, [&](RankContext& ctx) {
+    auto ck = Checkpointer::Create(MakeConfig(three, ctx.rank(), "replica:2", true, false),
+                                   ctx.transport());
+    ASSERT_TRUE(ck.ok());
+    const auto [r0, r1] = Split(kRows, ctx.size(), ctx.rank());
+    std::vector<float> rows((r1 - r0) * kRowCols);
+    ASSERT_TRUE((*ck)
+                    ->RegisterBuffer("rows", rows.data(), rows.size() * 4,
+                                     {"float32", {kRows, kRowCols}, {r1 - r0, kRowCols}, {r0, 0}})
+                    .ok());
+    auto report = (*ck)->Restore();
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
+    EXPECT_NE(report.status().message().find(
+                  "'bias' is in the checkpoint but not registered: an elastic restore would drop "
+                  "it"),
+              std::string::npos)
+        << report.status().ToString();
+  });
+  Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // An entry without a tensor layout (opaque bytes) has no slicing to follow:
 // refused onto another rank count, naming it.
 TEST(Elastic, OpaqueEntryOntoAnotherRankCountIsRefusedByName) {

@@ -369,6 +369,65 @@ def test_the_newer_dtypes_are_named_so_that_plain_dcp_load_reads_the_checkpoint(
     ck2.close()
 
 
+class _WithExtra(torch.nn.Module):
+    """A module whose get_extra_state() is a dict (of a tensor too) or a new tensor each
+    time (as Transformer Engine's FP8 metadata)."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 6)
+        self.kind = kind
+        self.extra = ({"a": 1, "t": torch.zeros(3)} if kind == "dict" else torch.zeros(4))
+
+    def get_extra_state(self):
+        return self.extra if self.kind == "dict" else self.extra.clone()
+
+    def set_extra_state(self, state):
+        self.extra = state
+
+
+def test_module_extra_state_is_written_as_dcp_save_writes_it_and_read_back(job, tmp_path):
+    """A dict of get_extra_state() is flattened as dcp.save flattens it (one bytes item made
+    a plain dcp.load of model and optimizer fail, "Missing key ... optimizer.param_groups",
+    and from_dcp refuse memento's own checkpoint); a tensor returned anew by
+    get_extra_state() goes back through set_extra_state() (it was loaded into a temporary)."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    for kind in ("dict", "tensor"):
+        torch.manual_seed(0)
+        model = _WithExtra(kind)
+        model.extra = ({"a": 42, "t": torch.arange(3.0)} if kind == "dict"
+                       else torch.arange(4.0) + 10)
+        opt = torch.optim.AdamW(model.parameters())
+        remote = str(tmp_path / kind)
+        ck = memento.Checkpointer(job=job + kind, scheme="none", remote=remote,
+                                  remote_format="dcp", persist_every=1)
+        ck.register(model, opt)
+        ck.save(1)
+        ck.wait()
+        ck.wait_persist()
+        ck.close()
+        version = newest_version(remote, job + kind)
+
+        plain, plain_opt = _WithExtra(kind), torch.optim.AdamW(model.parameters())
+        memento.optim.prime_optimizer(plain_opt)
+        state = {"model": plain.state_dict(), "optimizer": plain_opt.state_dict()}
+        dcp.load(state, checkpoint_id=version)
+        plain.load_state_dict(state["model"])
+
+        again = _WithExtra(kind)
+        ck2 = memento.Checkpointer(job=job + kind + "-b", scheme="none")
+        ck2.register(again, torch.optim.AdamW(again.parameters()))
+        assert ck2.restore(from_dcp=version) == 1
+        ck2.close()
+        for got in (plain.extra, again.extra):
+            if kind == "dict":
+                assert got["a"] == 42 and torch.equal(got["t"], torch.arange(3.0)), got
+            else:
+                assert torch.equal(got, torch.arange(4.0) + 10), got
+        assert same_bits(again.lin.weight, model.lin.weight)
+
+
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
     """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
     dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _compat, _memento, optim
+from . import _compat, _memento, optim, stateful
 from ._memento import InvalidArgumentError, MementoError
 
 STEP_KEY = "memento.step"  # the step of a version memento persisted as DCP
@@ -170,7 +170,7 @@ def values(sources, extra_state, step):
             flatten(packed, (name, "param_groups", g), out)
     for prefix, module_values in extra_state.get("modules", {}).items():
         for key, value in module_values.items():
-            out[(_name(prefix), key)] = value
+            flatten(value, (_name(prefix), key), out)  # a dict of it as dcp.save flattens it
     for name, state in extra_state.get("stateful", {}).items():
         flatten(state, (name,), out)
     for extra in extra_state.get("extra", []):
@@ -310,9 +310,10 @@ def load(ck, path, step=None):
         if kind == "optimizer":
             obj.load_state_dict(target[_name(prefix)])
         elif kind == "module":
-            # In place already; extra state (get_extra_state) goes back through the module.
+            # In place already; extra state (get_extra_state) goes back through the module,
+            # a tensor too (get_extra_state may return a new one each time).
             extra = {k: v for k, v in target[_name(prefix)].items()
-                     if not isinstance(v, torch.Tensor)}
+                     if not isinstance(v, torch.Tensor) or stateful.is_extra_state(k)}
             if extra:
                 obj.load_state_dict({**obj.state_dict(), **extra})
     for name, obj in statefuls.items():

@@ -428,6 +428,44 @@ def test_module_extra_state_is_written_as_dcp_save_writes_it_and_read_back(job, 
         assert same_bits(again.lin.weight, model.lin.weight)
 
 
+class _Position:
+    """A stateful object (state_dict / load_state_dict), as a data loader's position."""
+
+    def __init__(self, at=0):
+        self.at = at
+
+    def state_dict(self):
+        return {"at": self.at}
+
+    def load_state_dict(self, state):
+        self.at = state["at"]
+
+
+def test_from_dcp_gives_extra_values_back(job, tmp_path):
+    """extra= values, plain and stateful, are in the DCP checkpoint memento writes, and
+    from_dcp puts them back (a data position kept there restarted from 0)."""
+    import memento
+    model = torch.nn.Linear(3, 2)
+    extra = {"my.key": 0, "name": "", "loader": _Position()}
+    ck = memento.Checkpointer(job=job, scheme="none", remote=str(tmp_path / "remote"),
+                              remote_format="dcp", persist_every=1)
+    ck.register(model, extra=extra)
+    extra.update({"my.key": 30, "name": "hello"})
+    extra["loader"].at = 17
+    ck.save(3)
+    ck.wait()
+    ck.wait_persist()
+    ck.close()
+    version = newest_version(str(tmp_path / "remote"), job)
+    fresh = {"my.key": 0, "name": "", "loader": _Position(), "absent": "kept"}
+    ck2 = memento.Checkpointer(job=job + "-b", scheme="none")
+    ck2.register(torch.nn.Linear(3, 2), extra=fresh)
+    assert ck2.restore(from_dcp=version) == 3
+    ck2.close()
+    assert (fresh["my.key"], fresh["name"], fresh["loader"].at, fresh["absent"]) == \
+        (30, "hello", 17, "kept"), fresh
+
+
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
     """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
     dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""

@@ -292,6 +292,21 @@ def load(ck, path, step=None):
         if all(fqn(p) in keys for p in flatten(state, (), {})):
             target.update(state)
             statefuls[name] = obj
+    # extra= values too: a stateful one as its state dict, another as the one item memento
+    # writes for it (a checkpoint that lacks one leaves it as it is).
+    extras = []
+    for d in ck._extras:
+        for k, v in d.items():
+            if k in target:
+                continue
+            if stateful.is_stateful(v):
+                state = {k: v.state_dict()}
+                if all(fqn(p) in keys for p in flatten(state, (), {})):
+                    target.update(state)
+                    extras.append((d, k, True))
+            elif k in keys:
+                target[k] = v
+                extras.append((d, k, False))
     recorded = STEP_KEY in keys and step is None
     if recorded:
         target["memento"] = {"step": 0}
@@ -318,6 +333,11 @@ def load(ck, path, step=None):
                 obj.load_state_dict({**obj.state_dict(), **extra})
     for name, obj in statefuls.items():
         obj.load_state_dict(target[name])
+    for d, k, is_stateful in extras:
+        if is_stateful:
+            d[k].load_state_dict(target[k])
+        else:
+            d[k] = target[k]
     if step is None:
         step = target["memento"]["step"] if recorded else _step_from_name(path)
     if step is None:

@@ -95,6 +95,61 @@ def build(world, rank):
     return placed, opt_p, gpt, opt_g
 
 
+class TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(8, 18)   # 18 rows: uneven over 2 x 2 (9 per tp rank)
+        self.down = torch.nn.Linear(18, 8)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def fsdp_over_tp():
+    """FSDP2 over tensor parallelism on a (dp 2, tp 2) mesh: ColwiseParallel's rows sharded
+    again by fully_shard are placed (_StridedShard(0), Shard(0)); AdamW over it."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(3)
+    model = TwoLayers()
+    parallelize_module(model, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    model(torch.randn(4, 8)).sum().backward()
+    return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+
+def check_fsdp_over_tp(rank):
+    """Every rank's stored block is the slice of the whole tensor at the offsets memento
+    gives it, and a restore in place gives the same bits back."""
+    model, opt = fsdp_over_tp()
+    placements = {str(v.placements) for v in model.state_dict().values()}
+    assert any("_StridedShard" in p for p in placements), placements
+    ck = memento.Checkpointer(node=os.environ["DTENSOR_NODES"].split(",")[rank],
+                              job=os.environ["MEMENTO_JOB"] + "-tp", keep_finished=False)
+    ck.register(model, opt)
+    opt.step()
+    ck.save(1)
+    ck.wait()
+    stored, places = {n: t for n, t, _ in ck.tensors()}, ck.placements()
+    for key, v in model.state_dict().items():
+        whole = v.full_tensor()
+        global_shape, offsets = places["model." + key]
+        block = whole[tuple(slice(o, o + n) for o, n in zip(offsets, stored["model." + key].shape))]
+        assert tuple(global_shape) == tuple(whole.shape), (key, global_shape)
+        assert same_bits(block, stored["model." + key]), "rank %d: %s at %s" % (rank, key, offsets)
+    before = {k: v._local_tensor.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    assert ck.restore() == 1
+    for k, v in model.state_dict().items():
+        assert same_bits(v._local_tensor, before[k]), "rank %d: %s differs after restore" % (
+            rank, k)
+    ck.close()  # finished: its node stores go
+
+
 def checkpointer(rank):
     nodes = os.environ["DTENSOR_NODES"].split(",")
     return memento.Checkpointer(node=nodes[rank])
@@ -148,6 +203,8 @@ def check(rank, world):
         assert "pending_sum" in str(e) and "Partial" in str(e), str(e)
     ck.save(3)
     ck.close()
+    if world == 4:
+        check_fsdp_over_tp(rank)
     print("rank %d: dtensor check passed (%d entries)" % (rank, len(names)), flush=True)
 
 

@@ -17,6 +17,7 @@ _LAZY = {
     "Replicate": "torch.distributed.tensor",
     "Shard": "torch.distributed.tensor",
     "Partial": "torch.distributed.tensor.placement_types",
+    "_StridedShard": "torch.distributed.tensor.placement_types",
     "compute_local_shape_and_global_offset": "torch.distributed.tensor._utils",
 }
 

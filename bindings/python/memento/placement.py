@@ -80,10 +80,14 @@ class Placer:
                     "register: %r is a DTensor with a Partial placement (a pending "
                     "reduction), which holds no state to checkpoint; redistribute it first"
                     % name)
-            if type(p) not in (_compat.Shard, _compat.Replicate):
+            # _StridedShard: FSDP2's dim over tensor parallelism (fully_shard on the dp mesh of
+            # a ColwiseParallel layer): each rank's shard is still one block of the global
+            # tensor, at the offsets DTensor computes (as torch.distributed.checkpoint takes
+            # them); the shape check below refuses a layout where it is not.
+            if type(p) not in (_compat.Shard, _compat.Replicate, _compat._StridedShard):
                 raise InvalidArgumentError(
-                    "register: %r has the DTensor placement %r; memento places Shard(d) and "
-                    "Replicate()" % (name, p))
+                    "register: %r has the DTensor placement %r; memento places Shard(d), "
+                    "FSDP2's _StridedShard(d) and Replicate()" % (name, p))
         local = _compat.local_tensor(t).detach()
         coordinate = mesh.get_coordinate()
         if coordinate is None:  # this rank is not in the tensor's mesh: it holds nothing

@@ -466,6 +466,38 @@ def test_from_dcp_gives_extra_values_back(job, tmp_path):
         (30, "hello", 17, "kept"), fresh
 
 
+def test_from_dcp_loads_tensors_registered_as_slices_as_their_slices(job, tmp_path):
+    """A tensor registered as a slice of a global one (global_shape= / offsets=, shards=, and
+    the AdamW moments that inherit a parameter's) gets that slice of the checkpoint's whole
+    tensor (the local tensor was taken for the whole one: "Size mismatch")."""
+    import memento
+    import torch.distributed.checkpoint as dcp
+    torch.manual_seed(9)
+    whole_w, whole_m = torch.randn(8, 5), torch.randn(6, 4)
+    model = torch.nn.Linear(4, 6, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(whole_m)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    path = str(tmp_path / "step-4")
+    dcp.save({"w": whole_w, "model": model.state_dict(), "optimizer": opt.state_dict()},
+             checkpoint_id=path)
+    moment, stepped = opt.state[model.weight]["exp_avg"], model.weight.detach()
+
+    w = torch.zeros(3, 5)
+    part = torch.nn.Linear(4, 2, bias=False)
+    part_opt = torch.optim.AdamW(part.parameters())
+    ck = memento.Checkpointer(job=job, scheme="none")
+    ck.register("w", w, global_shape=(8, 5), offsets=(4, 0))
+    ck.register(part, part_opt, shards={"model.weight": ((6, 4), (2, 0))})
+    assert ck.restore(from_dcp=path) == 4
+    ck.close()
+    assert same_bits(w, whole_w[4:7])
+    assert same_bits(part.weight.detach(), stepped[2:4])
+    assert same_bits(part_opt.state[part.weight]["exp_avg"], moment[2:4])
+
+
 def test_a_persist_killed_before_its_manifest_leaves_a_version_nobody_chooses(job, tmp_path):
     """SIGKILL at v3's manifest stage (every rank file written, no .metadata, no MANIFEST):
     dcp.load finds no checkpoint there and memento restores v2 from the remote tier."""

@@ -240,6 +240,50 @@ def _check_files(path, metadata):
         _memento.dcp_check_file(full)
 
 
+def _as_slices(target, places):
+    """Makes each tensor of `target` registered as a slice of a global tensor (global_shape=
+    / offsets=, shards=, the moments inheriting a parameter's) load as that slice: an alias
+    of it that carries DCP's CheckpointableTensor fields (DTensors place themselves)."""
+    dtensor = _compat.dtensor_class()
+    sliced = []
+    for path, value in flatten(target, (), {}).items():
+        if fqn(path) in places and isinstance(value, torch.Tensor) and not (
+                dtensor and isinstance(value, dtensor)):
+            sliced.append((path, value))
+    if not sliced:
+        return
+    try:
+        from torch.distributed.checkpoint.protocol import CheckpointableTensor  # noqa: F401
+    except ImportError:
+        raise InvalidArgumentError(
+            "from_dcp: %s is registered as a slice of a global tensor; loading slices needs "
+            "torch.distributed.checkpoint's CheckpointableTensor protocol (a newer torch)"
+            % ", ".join(repr(fqn(p)) for p, _ in sliced[:4]))
+    for path, value in sliced:
+        global_shape, offsets = places[fqn(path)]
+        alias = value.detach()  # the same memory: what DCP writes lands in the tensor
+        alias.global_shape = tuple(int(x) for x in global_shape)
+        alias.global_offsets = (tuple(int(x) for x in offsets),)
+        alias.local_offsets = ((0,) * value.dim(),)
+        alias.local_sizes = (tuple(value.shape),)
+        parent = target
+        for key in path[:-1]:
+            parent = parent[key if isinstance(parent, list) else _dict_key(parent, key)]
+        last = path[-1]
+        parent[last if isinstance(parent, list) else _dict_key(parent, last)] = alias
+
+
+def _dict_key(mapping, key):
+    """The key of `mapping` that flatten() wrote as `key` (a string; optimizer state is keyed
+    by parameter index)."""
+    if key in mapping:
+        return key
+    for k in mapping:
+        if str(k) == key:
+            return k
+    raise KeyError(key)
+
+
 def load(ck, path, step=None):
     """Loads the registered state from the DCP checkpoint at `path` in place. Returns the
     step to resume after: `step`, else the one memento recorded, else the number that
@@ -286,6 +330,7 @@ def load(ck, path, step=None):
                 "restore would drop them; give the optimizer its state before restore() (as "
                 "its first step would create it), or restore with dcp.load after one step"
                 % (path, ", ".join(absent[:8]), len(absent), _name(prefix)))
+    _as_slices(target, ck.placements())
     # Stateful objects and modules' extra state come along when the checkpoint has them.
     for name, obj in ck._statefuls.items():
         state = {name: obj.state_dict()}

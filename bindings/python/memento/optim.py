@@ -4,7 +4,10 @@ A relaunched job's fresh optimizer has no state before its first step; memento
 restores into tensors that exist, so the state that Adam, AdamW and SGD with
 momentum create at their first step is created at register() instead, exactly
 as their first step creates it (the same shapes, dtypes and devices, zeros and
-step 0), which changes nothing that step computes.
+step 0), which changes nothing that step computes. A parameter that does not require
+grad gets none (torch's step never gives it any; a frozen backbone would otherwise hold
+twice its size in Adam moments, saved at every checkpoint), as torch.distributed.checkpoint's
+own state_dict helper primes.
 """
 import torch
 
@@ -36,6 +39,8 @@ def prime_sgd(optimizer):
             if group.get("momentum", 0) == 0 or group.get("dampening", 0) != 0:
                 continue
             for p in group["params"]:
+                if not p.requires_grad:
+                    continue
                 state = optimizer.state[p]
                 if "momentum_buffer" in state:
                     continue
@@ -51,6 +56,8 @@ def prime_adam(optimizer):
         for group in optimizer.param_groups:
             on_device = bool(group.get("capturable")) or bool(group.get("fused"))
             for p in group["params"]:
+                if not p.requires_grad:
+                    continue
                 state = optimizer.state[p]
                 if len(state) != 0:
                     continue

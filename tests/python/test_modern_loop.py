@@ -1,6 +1,7 @@
 """A modern PyTorch loop registers without special cases (one rank): torch.compile'd and
 DDP-wrapped modules under their plain names, fused and foreach optimizers (AdamW's tensor
 step), LR schedulers and other stateful objects; each resumes bit-exactly."""
+import logging
 import os
 import random
 import socket
@@ -134,7 +135,7 @@ def test_a_ddp_module_is_registered_as_the_module_it_wraps(job, tmp_path):
         dist.destroy_process_group()
 
 
-def test_lr_schedulers_and_stateful_objects_travel_in_the_extra_state(job):
+def test_lr_schedulers_and_stateful_objects_travel_in_the_extra_state(job, caplog):
     class Loader:
         def __init__(self):
             self.position = 0
@@ -172,6 +173,17 @@ def test_lr_schedulers_and_stateful_objects_travel_in_the_extra_state(job):
     ck.register(model, opt, sched)
     with pytest.raises(memento.FailedPreconditionError, match="'loader'"):
         ck.restore()
+    ck.close()
+    # One that registers more restores, and says what the checkpoint had nothing for.
+    ck = memento.Checkpointer(job=job)
+    sampler = Loader()
+    sampler.position = 5
+    ck.register(model, opt, sched, loader=loader, sampler=sampler)
+    with caplog.at_level(logging.WARNING, logger="memento"):
+        assert ck.restore() == 4
+    assert "'sampler' registered now, the checkpoint holds no state of it: kept as it is" in \
+        caplog.text, caplog.text
+    assert sampler.position == 5
     ck.close()
 
 

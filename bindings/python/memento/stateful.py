@@ -114,6 +114,12 @@ def _check_extras(registered, saved):
 
 
 def _check_statefuls(registered, saved):
+    added = sorted(set(registered) - set(saved))
+    if added:
+        logger.warning("restore: %s registered now, the checkpoint holds no state of %s: kept "
+                       "as %s", ", ".join(repr(n) for n in added),
+                       "it" if len(added) == 1 else "them", "it is" if len(added) == 1
+                       else "they are")
     missing = sorted(set(saved) - set(registered))
     if missing:
         raise FailedPreconditionError(

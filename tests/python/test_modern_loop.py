@@ -237,3 +237,36 @@ def test_a_param_group_added_after_register_is_named_when_its_state_cannot_be_re
     ck.register(model, opt)
     assert ck.restore() == 1
     ck.close()
+
+
+def test_frozen_parameters_get_no_primed_state_and_the_rest_restores(job):
+    """A parameter that does not require grad gets no Adam moments at register() (torch's
+    step gives it none): a frozen backbone held twice its size in zeros, saved each time."""
+    def build():
+        torch.manual_seed(6)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+        model[0].requires_grad_(False)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+    model, opt = build()
+    ck = memento.Checkpointer(job=job)
+    ck.register(model, opt)
+    assert [len(opt.state[p]) for p in model.parameters()] == [0, 0, 3, 3]
+    assert not [n for n, _, _ in ck.tensors() if n.startswith(("optimizer.state.0.",
+                                                              "optimizer.state.1."))]
+    model(torch.ones(2, 4)).sum().backward()
+    ck.wait_snapshot()
+    opt.step()
+    assert [len(opt.state[p]) for p in model.parameters()] == [0, 0, 3, 3]
+    ck.save(1)
+    ck.wait()
+    ck.close()
+    again, again_opt = build()
+    ck = memento.Checkpointer(job=job)
+    ck.register(again, again_opt)
+    assert ck.restore() == 1
+    ck.close()
+    for p, q in zip(model.parameters(), again.parameters()):
+        assert same_bits(p.detach(), q.detach())
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        assert same_bits(opt.state[model[1].weight][key], again_opt.state[again[1].weight][key])

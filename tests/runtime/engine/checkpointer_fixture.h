@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -24,6 +25,18 @@ namespace memento::runtime::testing {
 
 // Entry sizes: odd, bigger than a chunk, smaller than a chunk, empty.
 inline const std::vector<size_t> kEntryBytes = {100003, 4096 * 3, 77, 0};
+
+// Hooks under which stage `stage` of each version in `versions` fails with
+// IoError("injected <what> failure") on every rank.
+inline FaultHooks FailAt(Stage stage, std::vector<uint64_t> versions, const std::string& what) {
+  FaultHooks hooks;
+  hooks.at_stage = [stage, versions, what](Stage at, uint64_t version) {
+    const bool hit =
+        at == stage && std::find(versions.begin(), versions.end(), version) != versions.end();
+    return hit ? Status::IoError("injected " + what + " failure") : Status::Ok();
+  };
+  return hooks;
+}
 
 struct Rank {
   std::vector<std::vector<uint8_t>> bufs;
@@ -141,6 +154,15 @@ class CheckpointerTest : public ::testing::Test {
       out[r] = ranks_[r].ck->Restore();
     });
     return out;
+  }
+
+  // Every rank restored `version`, each of its buffers bit-exact.
+  void ExpectRestored(const std::vector<Result<RestoreReport>>& reports, uint64_t version) {
+    for (size_t r = 0; r < reports.size(); ++r) {
+      ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
+      EXPECT_EQ(reports[r]->version, version);
+      EXPECT_EQ(ranks_[r].Mismatch(static_cast<int>(r), version), -1) << "rank " << r;
+    }
   }
 
   std::string job_;

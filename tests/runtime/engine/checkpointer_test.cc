@@ -26,6 +26,7 @@ namespace memento::runtime {
 namespace {
 
 using testing::CheckpointerTest;
+using testing::FailAt;
 using testing::kEntryBytes;
 using testing::Pattern;
 
@@ -200,13 +201,8 @@ TEST_F(CheckpointerTest, ASaveThatWaitsForAPersistSaysSoAndAThirdSlotAvoidsIt) {
 // between) is still reported, by the next Wait, once: v2 fails to seal, v3
 // commits, Wait says why v2 failed, and the Wait after that is OK.
 TEST_F(CheckpointerTest, WaitReportsAFailureALaterSaveOvertookOnce) {
-  FaultHooks hooks;
-  hooks.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kSeal && version == 2 ? Status::IoError("injected seal failure")
-                                                 : Status::Ok();
-  };
   const int n = 2;
-  Launch(n, MakeConfig(), hooks);
+  Launch(n, MakeConfig(), FailAt(Stage::kSeal, {2}, "seal"));
   for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<Status> first(n), second(n);
   Run([&](int r) {
@@ -229,14 +225,8 @@ TEST_F(CheckpointerTest, WaitReportsAFailureALaterSaveOvertookOnce) {
 // optimizer's pre-step hook calls it at every step) until the next Save, and
 // not after a Restore that put a committed version back in the buffers.
 TEST_F(CheckpointerTest, WaitSnapshotReportsASnapshotFailureOnce) {
-  FaultHooks hooks;
-  hooks.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kSnapshot && (version == 2 || version == 3)
-               ? Status::IoError("injected snapshot failure")
-               : Status::Ok();
-  };
   const int n = 2;
-  Launch(n, MakeConfig(), hooks);
+  Launch(n, MakeConfig(), FailAt(Stage::kSnapshot, {2, 3}, "snapshot"));
   for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<Status> first(n), again(n), after_restore(n), third(n), third_again(n);
   std::vector<Result<RestoreReport>> restored(n, Status::Internal("not run"));
@@ -274,24 +264,14 @@ TEST_F(CheckpointerTest, WaitSnapshotReportsASnapshotFailureOnce) {
 // committed version would be the oldest and taken), and when it fails too the
 // committed version is restored.
 TEST_F(CheckpointerTest, AContinuedRunKeepsItsCommittedSlotFromTheNextSave) {
-  FaultHooks fail6;
-  fail6.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kCommit && version == 6 ? Status::IoError("injected commit failure")
-                                                   : Status::Ok();
-  };
   const int n = 2;
-  Launch(n, MakeConfig(), fail6);
+  Launch(n, MakeConfig(), FailAt(Stage::kCommit, {6}, "commit"));
   for (const Status& s : SaveAll(5)) ASSERT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : SaveAll(6)) ASSERT_FALSE(s.ok());
   std::vector<RunPosition> positions;
   for (int r = 0; r < n; ++r) positions.push_back(ranks_[r].ck->Position());
   ASSERT_EQ(positions[0].latest, std::optional<uint64_t>(5));
-  FaultHooks fail7;
-  fail7.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kSnapshot && version == 7 ? Status::IoError("injected snapshot failure")
-                                                     : Status::Ok();
-  };
-  Launch(n, MakeConfig(), fail7);
+  Launch(n, MakeConfig(), FailAt(Stage::kSnapshot, {7}, "snapshot"));
   Run([&](int r) {
     ranks_[r].ck->ContinueRun(positions[r]);
     ranks_[r].Fill(r, 7);
@@ -299,12 +279,7 @@ TEST_F(CheckpointerTest, AContinuedRunKeepsItsCommittedSlotFromTheNextSave) {
     EXPECT_FALSE(ranks_[r].ck->Wait().ok());
   });
   Launch(n, MakeConfig());
-  auto reports = RestoreAll();
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
-    EXPECT_EQ(reports[r]->version, 5u);
-    EXPECT_EQ(ranks_[r].Mismatch(r, 5), -1) << "rank " << r;
-  }
+  ExpectRestored(RestoreAll(), 5);
 }
 
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {

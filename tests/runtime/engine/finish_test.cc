@@ -16,6 +16,7 @@ namespace memento::runtime {
 namespace {
 
 using testing::CheckpointerTest;
+using testing::FailAt;
 
 class FinishTestBase : public CheckpointerTest {
  protected:
@@ -132,12 +133,7 @@ TEST_F(Finish, KeptStoresAreMarkedAndResumedOnlyWhenAsked) {
 TEST_F(Finish, AfterAFailedSaveNothingIsMarked) {
   const Config c = MakeConfig();
   const int n = 2;
-  FaultHooks failing;
-  failing.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kSeal && version == 2 ? Status::IoError("injected seal failure")
-                                                 : Status::Ok();
-  };
-  Launch(n, c, failing);
+  Launch(n, c, FailAt(Stage::kSeal, {2}, "seal"));
   for (const Status& s : SaveAll(1)) ASSERT_TRUE(s.ok()) << s.ToString();
   for (const Status& s : SaveAll(2)) EXPECT_FALSE(s.ok()) << "v2 committed";
   for (const Status& s : FinishAll()) EXPECT_TRUE(s.ok()) << s.ToString();  // Wait reported it
@@ -250,12 +246,7 @@ TEST_F(Finish, AFailedLastPersistKeepsTheStoresAndIsReported) {
   Config c = MakeConfig();
   c.persist_every = 1;
   const int n = 2;
-  FaultHooks hooks;
-  hooks.at_stage = [](Stage stage, uint64_t version) {
-    return stage == Stage::kPersist && version == 3 ? Status::IoError("injected persist failure")
-                                                    : Status::Ok();
-  };
-  Launch(n, c, hooks, /*with_remote=*/true);
+  Launch(n, c, FailAt(Stage::kPersist, {3}, "persist"), /*with_remote=*/true);
   for (uint64_t step = 1; step <= 3; ++step) {
     for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
   }
@@ -275,12 +266,7 @@ TEST_F(Finish, AFailedLastPersistKeepsTheStoresAndIsReported) {
   Config resume = c;
   resume.resume_finished = true;
   Launch(n, resume, FaultHooks(), /*with_remote=*/true);
-  auto reports = RestoreAll();
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(reports[r].ok()) << reports[r].status().ToString();
-    EXPECT_EQ(reports[r]->version, 3u);
-    EXPECT_EQ(ranks_[r].Mismatch(r, 3), -1) << "rank " << r;
-  }
+  ExpectRestored(RestoreAll(), 3);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ version of the job, the registered modules, optimizers, tensors and stateful obj
 are loaded from a DCP checkpoint with torch.distributed.checkpoint.load itself, which
 reshards onto this world size and these placements (DTensor / FSDP2, DDP).
 """
+import importlib.util
 import io
 import json
 import os
@@ -243,45 +244,41 @@ def _check_files(path, metadata):
 def _as_slices(target, places):
     """Makes each tensor of `target` registered as a slice of a global tensor (global_shape=
     / offsets=, shards=, the moments inheriting a parameter's) load as that slice: an alias
-    of it that carries DCP's CheckpointableTensor fields (DTensors place themselves)."""
+    of it that carries DCP's CheckpointableTensor fields (DTensors place themselves). Walks
+    `target` as flatten() does, replacing those leaves in place."""
     dtensor = _compat.dtensor_class()
-    sliced = []
-    for path, value in flatten(target, (), {}).items():
-        if fqn(path) in places and isinstance(value, torch.Tensor) and not (
+    protocol = importlib.util.find_spec("torch.distributed.checkpoint.protocol") is not None
+
+    def alias(path, value):
+        name = fqn(path)
+        if name not in places or not isinstance(value, torch.Tensor) or (
                 dtensor and isinstance(value, dtensor)):
-            sliced.append((path, value))
-    if not sliced:
-        return
-    try:
-        from torch.distributed.checkpoint.protocol import CheckpointableTensor  # noqa: F401
-    except ImportError:
-        raise InvalidArgumentError(
-            "from_dcp: %s is registered as a slice of a global tensor; loading slices needs "
-            "torch.distributed.checkpoint's CheckpointableTensor protocol (a newer torch)"
-            % ", ".join(repr(fqn(p)) for p, _ in sliced[:4]))
-    for path, value in sliced:
-        global_shape, offsets = places[fqn(path)]
-        alias = value.detach()  # the same memory: what DCP writes lands in the tensor
-        alias.global_shape = tuple(int(x) for x in global_shape)
-        alias.global_offsets = (tuple(int(x) for x in offsets),)
-        alias.local_offsets = ((0,) * value.dim(),)
-        alias.local_sizes = (tuple(value.shape),)
-        parent = target
-        for key in path[:-1]:
-            parent = parent[key if isinstance(parent, list) else _dict_key(parent, key)]
-        last = path[-1]
-        parent[last if isinstance(parent, list) else _dict_key(parent, last)] = alias
+            return value
+        if not protocol:
+            raise InvalidArgumentError(
+                "from_dcp: %r is registered as a slice of a global tensor; loading slices "
+                "needs torch.distributed.checkpoint's CheckpointableTensor protocol (a newer "
+                "torch)" % name)
+        global_shape, offsets = places[name]
+        out = value.detach()  # the same memory: what DCP writes lands in the tensor
+        out.global_shape = tuple(int(x) for x in global_shape)
+        out.global_offsets = (tuple(int(x) for x in offsets),)
+        out.local_offsets = ((0,) * value.dim(),)
+        out.local_sizes = (tuple(value.shape),)
+        return out
 
+    def walk(value, path):
+        if isinstance(value, Mapping):
+            for k in list(value):
+                value[k] = walk(value[k], path + (str(k),))
+        elif isinstance(value, list) and not _terminal(value):
+            for i, v in enumerate(value):
+                value[i] = walk(v, path + (i,))
+        else:
+            return alias(path, value)
+        return value
 
-def _dict_key(mapping, key):
-    """The key of `mapping` that flatten() wrote as `key` (a string; optimizer state is keyed
-    by parameter index)."""
-    if key in mapping:
-        return key
-    for k in mapping:
-        if str(k) == key:
-            return k
-    raise KeyError(key)
+    walk(target, ())
 
 
 def load(ck, path, step=None):

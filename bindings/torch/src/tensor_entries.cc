@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -383,7 +384,10 @@ std::string TorchCheckpointer::Impl::DiagnoseLayout(const std::string& error) co
     if (!seen.count(name)) {
       problems.push_back("tensor '" + name + "' (" + Describe(spec) +
                          ") is in the stored checkpoint but not registered");
-      optimizer_state = optimizer_state || name.find(".state.") != std::string::npos;
+      // The Python package's optimizer state: "<optimizer>.state.<index>.<key>".
+      const size_t at = name.find(".state.");
+      optimizer_state = optimizer_state || (at != std::string::npos && at + 7 < name.size() &&
+                                            std::isdigit(static_cast<unsigned char>(name[at + 7])));
     }
   }
   std::string out;

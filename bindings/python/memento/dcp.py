@@ -328,23 +328,27 @@ def load(ck, path, step=None):
                 "its first step would create it), or restore with dcp.load after one step"
                 % (path, ", ".join(absent[:8]), len(absent), _name(prefix)))
     _as_slices(target, ck.placements())
-    # Stateful objects and modules' extra state come along when the checkpoint has them.
-    for name, obj in ck._statefuls.items():
+    def take_state(name, obj):
+        """Adds a stateful object's state to `target` when the checkpoint holds all of it."""
         state = {name: obj.state_dict()}
-        if all(fqn(p) in keys for p in flatten(state, (), {})):
+        found = all(fqn(p) in keys for p in flatten(state, (), {}))
+        if found:
             target.update(state)
-            statefuls[name] = obj
-    # extra= values too: a stateful one as its state dict, another as the one item memento
+        return found
+
+    # Stateful objects and modules' extra state come along when the checkpoint has them,
+    # and extra= values: a stateful one as its state dict, another as the one item memento
     # writes for it (a checkpoint that lacks one leaves it as it is).
+    for name, obj in ck._statefuls.items():
+        if take_state(name, obj):
+            statefuls[name] = obj
     extras = []
     for d in ck._extras:
         for k, v in d.items():
             if k in target:
                 continue
             if stateful.is_stateful(v):
-                state = {k: v.state_dict()}
-                if all(fqn(p) in keys for p in flatten(state, (), {})):
-                    target.update(state)
+                if take_state(k, v):
                     extras.append((d, k, True))
             elif k in keys:
                 target[k] = v

@@ -93,13 +93,19 @@ class CheckpointerTest : public ::testing::Test {
   // are re-attached when they exist.
   void Launch(int n, const Config& config, FaultHooks hooks = FaultHooks(),
               bool with_remote = false) {
+    Launch(n, config, std::vector<FaultHooks>(n, hooks), with_remote);
+  }
+  // The same with hooks of each rank's own.
+  void Launch(int n, const Config& config, const std::vector<FaultHooks>& hooks,
+              bool with_remote) {
+    ASSERT_EQ(hooks.size(), static_cast<size_t>(n));
     ranks_.clear();
     group_ = InProcessGroup::Create(n, std::chrono::seconds(20));
     ranks_.resize(n);
     for (int r = 0; r < n; ++r) {
       std::shared_ptr<RemoteStore> remote;
       if (with_remote) remote = std::make_shared<DirectoryRemoteStore>(remote_dir_, config.job);
-      auto ck = Checkpointer::Create(config, group_->transport(r), remote, hooks);
+      auto ck = Checkpointer::Create(config, group_->transport(r), remote, hooks[r]);
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       ranks_[r].ck = std::move(ck).value();
       for (size_t e = 0; e < kEntryBytes.size(); ++e) {

@@ -144,6 +144,52 @@ TEST_F(CheckpointerTest, WaitPersistWaitsForThePersistsAfterAFailedVersion) {
   EXPECT_EQ(*remote.ListComplete(), std::vector<uint64_t>{1});
 }
 
+// A version every rank voted for, whose slot one rank then cannot mark
+// committed (its store changed under it: here rank 1's v2 slot is
+// invalidated between the seal and the mark), still counts on that rank: the
+// persists stay paired across ranks. v2 has no manifest (rank 1 has no sealed
+// copy to write), and every later persist succeeds; the relaunch restores the
+// newest. Counted only where the mark succeeded, rank 1 persisted v3 and v5
+// while rank 0 persisted v2, v4 and v6, and no later version got a manifest.
+TEST_F(CheckpointerTest, AVersionOneRankCannotMarkCommittedKeepsThePersistsPaired) {
+  Config c = MakeConfig();
+  c.persist_every = 2;
+  c.persist_keep = 3;
+  const int n = 2;
+  std::vector<FaultHooks> hooks(n);
+  hooks[1].at_stage = [&c](Stage stage, uint64_t version) {
+    if (stage != Stage::kCommit || version != 2) return Status::Ok();
+    auto store = NodeStore::Attach(StoreId{c.job, NodeIdentity(c, 1), 0});
+    if (!store.ok()) return store.status();
+    auto slot = store->FindVersion(2);
+    if (!slot.has_value()) return Status::Internal("v2 is not sealed on rank 1");
+    return store->Invalidate(*slot);
+  };
+  Launch(n, c, hooks, /*with_remote=*/true);
+  for (uint64_t step = 1; step <= 6; ++step) {
+    const std::vector<Status> saved = SaveAll(step);
+    for (int r = 0; r < n; ++r) {
+      if (step == 2 && r == 1) {
+        EXPECT_NE(saved[r].message().find("not sealed with version 2"), std::string::npos)
+            << saved[r].ToString();
+      } else {
+        EXPECT_TRUE(saved[r].ok()) << "v" << step << " rank " << r << ": " << saved[r].ToString();
+      }
+    }
+  }
+  Run([&](int r) { EXPECT_TRUE(ranks_[r].ck->WaitPersist().ok()) << "rank " << r; });
+  {
+    DirectoryRemoteStore remote(remote_dir_, c.job);
+    auto complete = remote.ListComplete();
+    ASSERT_TRUE(complete.ok()) << complete.status().ToString();
+    EXPECT_EQ(*complete, (std::vector<uint64_t>{4, 6}));
+  }
+  ranks_.clear();
+  ASSERT_TRUE(CleanJob(c.job).ok());
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  ExpectRestored(RestoreAll(), 6);
+}
+
 // With 2 slots a Save may wait for a persist to free one (v1's persist is
 // slowed down: v3 finds v1's slot pinned and v2's committed); the wait is
 // logged once as a warning naming the remedy, MEMENTO_SLOTS=3, with which

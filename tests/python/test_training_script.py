@@ -282,3 +282,64 @@ print("imported:", sorted(m for m in ("torch.distributed.tensor", "sympy") if m 
     remove_segments(env["MEMENTO_JOB"])
     assert p.returncode == 0, p.stdout + p.stderr
     assert "imported: []" in p.stdout, p.stdout
+
+
+def _linear_and_optimizer(kind):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 4))
+    if kind == "adamw":
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2, amsgrad=True)
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_a_model_moved_after_register_trains_as_torch_alone_and_restores(job, kind, dtype):
+    """register() primes the optimizer state that torch creates at the first step; a model
+    moved after it (model.to(dtype)) gets that state at its parameters' dtype as torch alone
+    does, not a step that fails on the old dtype; a relaunch that moves the model before
+    register() restores it."""
+    def train(model, opt, steps, ck=None, first=1):
+        torch.manual_seed(first)
+        for step in range(first, first + steps):
+            x = torch.randn(5, 8).to(dtype)
+            model(x).float().pow(2).mean().backward()
+            if ck is not None:
+                ck.wait_snapshot()
+            opt.step()
+            opt.zero_grad()
+            if ck is not None:
+                ck.save(step)
+
+    def state(model, opt):
+        out = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        for i, s in enumerate(opt.state.values()):
+            out.update({"opt.%d.%s" % (i, k): v.clone() for k, v in s.items()})
+        return out
+
+    model, opt = _linear_and_optimizer(kind)
+    model.to(dtype)
+    train(model, opt, 3)
+    torch_alone = state(model, opt)
+    train(model, opt, 2, first=4)
+    torch_alone_5 = state(model, opt)
+
+    model, opt = _linear_and_optimizer(kind)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        model.to(dtype)
+        train(model, opt, 3, ck)
+        ck.wait()
+    got = state(model, opt)
+    assert all(v.dtype == dtype for k, v in got.items() if not k.endswith(".step")), \
+        {k: v.dtype for k, v in got.items()}
+    assert_same(torch_alone, got)
+
+    model, opt = _linear_and_optimizer(kind)
+    model.to(dtype)
+    with memento.Checkpointer(job=job) as ck:
+        ck.register(model, opt)
+        assert ck.restore() == 3
+        assert_same(torch_alone, state(model, opt))
+        train(model, opt, 2, ck, first=4)
+    assert_same(torch_alone_5, state(model, opt))

@@ -495,7 +495,8 @@ Status Checkpointer::Impl::WaitPersist() {
 
 std::optional<uint64_t> Checkpointer::Impl::LatestCommitted() const {
   const Committer* c = committer_view_.load();
-  return c != nullptr ? c->latest() : std::nullopt;
+  if (c != nullptr) return c->latest();
+  return continued_ ? continued_->latest : std::nullopt;  // the run ContinueRun continues
 }
 
 double Checkpointer::Impl::BlockedSeconds() const { return blocked_seconds_.load(); }

@@ -55,7 +55,12 @@ class Checkpointer::Impl {
   Result<RestoreReport> Restore();  // finish.cc: RestoreNewest with the finished-run check
   Status Finish();                  // finish.cc
   std::optional<uint64_t> LatestCommitted() const;
-  RunPosition Position() const { return {lineage_, LatestCommitted()}; }
+  // Before Prepare, the run it will continue (ContinueRun), if any: an engine
+  // replaced again before its first Save hands the same run on.
+  RunPosition Position() const {
+    if (lineage_ == 0 && continued_) return *continued_;
+    return {lineage_, LatestCommitted()};
+  }
   void ContinueRun(const RunPosition& position) { continued_ = position; }
   Protection ProtectionState() const;
   double BlockedSeconds() const;

@@ -328,6 +328,38 @@ TEST_F(CheckpointerTest, AContinuedRunKeepsItsCommittedSlotFromTheNextSave) {
   ExpectRestored(RestoreAll(), 5);
 }
 
+// An engine that continues a run and is replaced before its first Save (the
+// adapter re-registers at every save whose tensors moved, and that save may
+// fail before the engine's: extra state over its capacity) hands the same run
+// on: its latest version, the step order and the lineage a restore after a
+// crash in the next engine's first Save looks for.
+TEST_F(CheckpointerTest, AContinuedRunReplacedBeforeItsFirstSaveHandsTheRunOn) {
+  const int n = 2;
+  Launch(n, MakeConfig());
+  for (uint64_t step : {1, 2, 3}) {
+    for (const Status& s : SaveAll(step)) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::vector<RunPosition> positions;
+  for (int r = 0; r < n; ++r) positions.push_back(ranks_[r].ck->Position());
+  Launch(n, MakeConfig());  // replaced, no Save
+  for (int r = 0; r < n; ++r) {
+    ranks_[r].ck->ContinueRun(positions[r]);
+    EXPECT_EQ(ranks_[r].ck->LatestCommitted(), std::optional<uint64_t>(3));
+    EXPECT_EQ(ranks_[r].ck->Position().lineage, positions[r].lineage);
+    positions[r] = ranks_[r].ck->Position();
+  }
+  Launch(n, MakeConfig(), FailAt(Stage::kSnapshot, {4}, "snapshot"));  // and again
+  Run([&](int r) {
+    ranks_[r].ck->ContinueRun(positions[r]);
+    EXPECT_EQ(ranks_[r].ck->Save(3).code(), StatusCode::kInvalidArgument) << "rank " << r;
+    ranks_[r].Fill(r, 4);
+    (void)ranks_[r].ck->Save(4);
+    EXPECT_FALSE(ranks_[r].ck->Wait().ok());
+  });
+  Launch(n, MakeConfig());
+  ExpectRestored(RestoreAll(), 3);
+}
+
 TEST_F(CheckpointerTest, DeadRankDuringSnapshotLeavesPreviousVersion) {
   const int n = 3;
   Launch(n, MakeConfig());

@@ -1,6 +1,7 @@
 """Bad input to the Python API is refused by name, before anything is stored: a tensor
 without data, a step or count that is not an integer >= 0, an extra= value that cannot be
 pickled."""
+import re
 import threading
 
 import numpy as np
@@ -85,3 +86,37 @@ def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
     ck.wait()
     assert ck.latest_committed() == 1
     ck.close()
+
+
+def test_an_extra_state_over_its_capacity_names_its_largest_parts(job):
+    """LBFGS keeps lists of tensors, pickled into the extra state, that grow step by step:
+    the save that outgrows extra_capacity names them, and what was committed stays."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(100, 100)
+    opt = torch.optim.LBFGS(model.parameters(), history_size=8, max_iter=1)
+    x = torch.randn(4, 100)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    with memento.Checkpointer(job=job, extra_capacity=128 * 1024) as ck:
+        ck.register(model, opt, extra={"note": "x" * 1000})
+        step = 0
+        with pytest.raises(memento.ResourceExhaustedError) as failed:
+            for step in range(1, 20):
+                opt.step(closure)
+                ck.save(step)
+                ck.wait()
+        assert step > 1, "the first save should fit"
+        message = str(failed.value)
+        assert re.search(r"extra state needs \d+ bytes but its entry holds 131072", message)
+        largest = message.split("the largest parts: ")[1]
+        assert largest.startswith("optimizer's state that is not one tensor per parameter ("), \
+            message
+        assert "old_dirs" in largest and "extra['note']" in largest, message
+        assert "Checkpointer(extra_capacity=)" in message
+        assert ck.latest_committed() == step - 1
+        assert ck.restore() == step - 1  # the last version that fit

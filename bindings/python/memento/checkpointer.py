@@ -11,7 +11,8 @@ import torch
 from . import _compat, _logs, _memento, dcp, launch_events, optim, placement, stateful
 from ._entry_cache import EntryCache
 from ._logs import flush_logs as _flush_logs
-from ._memento import FailedPreconditionError, InvalidArgumentError, MementoError  # noqa: F401
+from ._memento import (FailedPreconditionError, InvalidArgumentError, MementoError,  # noqa: F401
+                       ResourceExhaustedError)
 from .report import RestoreReport
 from .settings import settings_keywords
 
@@ -429,6 +430,7 @@ class Checkpointer:
         the others return at once without copying anything (interval_stats() counts them).
         """
         saved = False
+        extra = None
         try:
             t0 = time.perf_counter()
             step = _count("save: step", step)
@@ -447,7 +449,17 @@ class Checkpointer:
                                   extra, step)
             # The training thread's time in Python's part of save() is stall too.
             self._impl.add_caller_stall(time.perf_counter() - t0)
-            self._impl.save(int(step))
+            try:
+                self._impl.save(int(step))
+            except ResourceExhaustedError as e:
+                if extra is None or "extra state needs" not in str(e):
+                    raise
+                raise ResourceExhaustedError(
+                    "save: %s; the largest parts: %s. The pickled state grows as these do (an "
+                    "LBFGS keeps up to 2 * history_size vectors of all its parameters there): "
+                    "give Checkpointer(extra_capacity=) room for the largest it will be" % (
+                        e, "; ".join(stateful.largest(extra)) or "none of the registered "
+                        "objects")) from None
             saved = True
         finally:
             if not saved:

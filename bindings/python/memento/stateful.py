@@ -167,6 +167,20 @@ def build(sources, extras, statefuls, module_states):
     return state
 
 
+def _places(state):
+    """(where, value) of each part of the extra state a user put there, named as registered."""
+    places = [("extra[%r]" % k, v) for d in state.get("extra", []) for k, v in d.items()]
+    places += [("the stateful object %r" % name, v)
+               for name, v in state.get("stateful", {}).items()]
+    places += [("%s (a module's value)" % ".".join(filter(None, (prefix, k))), v)
+               for prefix, values in state.get("modules", {}).items()
+               for k, v in values.items()]
+    places += [("%s's state that is not one tensor per parameter (%s)" % (
+                    prefix.rstrip("."), ", ".join(sorted({str(k) for _, k in v["scalars"]}))),
+                v["scalars"]) for prefix, v in state.get("optimizers", {}).items()]
+    return places
+
+
 def dumps(state):
     """The extra state `build` made, pickled. A value that cannot be pickled (a lock, a
     file, a lambda) is named by where it was registered, not left to pickle's bare
@@ -174,13 +188,7 @@ def dumps(state):
     try:
         return pickle.dumps(state, protocol=4)
     except Exception as e:  # noqa: BLE001 - pickle raises TypeError, AttributeError, ...
-        places = [("extra[%r]" % k, v) for d in state.get("extra", []) for k, v in d.items()]
-        places += [("the stateful object %r" % name, v)
-                   for name, v in state.get("stateful", {}).items()]
-        places += [("%s (a module's value)" % ".".join(filter(None, (prefix, k))), v)
-                   for prefix, values in state.get("modules", {}).items()
-                   for k, v in values.items()]
-        for where, value in places:
+        for where, value in _places(state):
             try:
                 pickle.dumps(value, protocol=4)
             except Exception as why:  # noqa: BLE001
@@ -189,6 +197,18 @@ def dumps(state):
                     "give it state_dict() / load_state_dict()" % (where, type(why).__name__,
                                                                   why)) from e
         raise
+
+
+def largest(state, count=3):
+    """The `count` largest parts of the extra state, as "where: N bytes" (pickled sizes)."""
+    sizes = []
+    for where, value in _places(state):
+        try:
+            sizes.append((len(pickle.dumps(value, protocol=4)), where))
+        except Exception:  # noqa: BLE001 - dumps() named it already
+            continue
+    sizes.sort(reverse=True)
+    return ["%s: %d bytes" % (where, n) for n, where in sizes[:count]]
 
 
 def check(state, sources, extras, statefuls):

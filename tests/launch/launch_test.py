@@ -25,6 +25,9 @@ usage: launch_test.py SCENARIO
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
                   it ran with Open MPI's kill grace set to 0)
+  gave-up-keeps-stores
+                  a job that fails after its last commit until the launch gives up keeps
+                  its stores, and a rerun of its job id resumes from them
   failing-with-progress
                   a job that fails on its own but trains past every step reported
                   before starts a new row of failures, one that only passes the
@@ -402,6 +405,37 @@ def run(scenario, job, remote):
             if p.returncode == 0 or want not in p.stdout:
                 fail("%s: exit %d; expected an error naming %r" % (extra, p.returncode, want))
         print("PASS")
+    elif scenario == "gave-up-keeps-stores":
+        # A job that fails after committing (its last step reached, then exit 7) until the
+        # launch gives up keeps its node stores: a rerun of the same job id resumes from
+        # memory at the step reached, the reference run's final state.
+        script = os.path.join(remote, "fails-after.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nMEMENTO_KEEP_FINISHED=1 MEMENTO_RESUME_FINISHED=1 \"$@\"\n"
+                    "exit 7\n")
+        os.chmod(script, 0o755)
+        cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
+               "--max-restarts", "1", "--backoff", "0.1", "--quiet", "--", script, DEMO
+               ] + DEMO_ARGS
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=180)
+        print(p.stdout)
+        if p.returncode != 1:
+            fail("exit %d, expected 1" % p.returncode)
+        kept = ("node store segment(s) are kept with its committed versions: a rerun with "
+                "--job %s resumes from them" % job)
+        if kept not in p.stdout:
+            fail("the launch did not say that the stores are kept")
+        if len(job_segments(job)) != NP:
+            fail("expected the %d stores kept, found %s" % (NP, job_segments(job)))
+        os.environ["MEMENTO_RESUME_FINISHED"] = "1"  # the kept run's finished mark
+        _, recs = launch(job, ["--scheme", "replica:2"])
+        first = of(recs, "restore")[0]
+        if not first["ok"] or first["version"] != 8 or not first["from_memory"]:
+            fail("the rerun did not resume v8 from memory: %s" % first)
+        if of(recs, "summary")[-1]["state_hash"] != reference_hash():
+            fail("the resumed state differs from the reference run's")
+        print("PASS: the stores of a launch that gave up kept; the rerun resumed v8 from memory")
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:

@@ -354,10 +354,30 @@ int Launcher::Finish() {
   for (size_t i = next_event_; i < events_.size(); ++i) {
     Record({{"record", "not_fired"}, {"event", events_[i].text}, {"what", events_[i].ToString()}});
   }
+  // The job's segments go, but never those a running process holds (another
+  // launch of the same job id, refused at its start, must not take the running
+  // one's stores). A job that failed until the launch gave up keeps them: they
+  // hold its committed versions, which a rerun of the same job id (the bug
+  // fixed) resumes from.
   int segments_removed = 0;
-  if (!o_.keep_segments) {
-    auto removed = runtime::CleanJob(o_.job);
+  const bool gave_up = outcome_ == "failed";
+  if (!o_.keep_segments && !gave_up) {
+    std::vector<std::string> kept;
+    auto removed = runtime::CleanJob(o_.job, &kept, /*keep_in_use=*/true);
     if (removed.ok()) segments_removed = static_cast<int>(removed->size());
+    for (const std::string& name : kept) {
+      std::fprintf(stderr, "memento launch: %s left alone\n", name.c_str());
+    }
+  }
+  std::string kept_note;
+  if (!o_.keep_segments && gave_up) {
+    auto names = runtime::ListJobSegments(o_.job);
+    if (names.ok() && !names->empty()) {
+      kept_note = "the job's " + std::to_string(names->size()) +
+                  " node store segment(s) are kept with its committed versions: a rerun with "
+                  "--job " + o_.job + " resumes from them; `memento clean --job " + o_.job +
+                  "` frees them";
+    }
   }
   Record(Summary(segments_removed));
   if (!o_.records_path.empty()) {
@@ -369,6 +389,7 @@ int Launcher::Finish() {
   if (exit_code_ != 0 && !message_.empty()) {
     std::fprintf(stderr, "memento launch: %s\n", message_.c_str());
   }
+  if (!kept_note.empty()) std::fprintf(stderr, "memento launch: %s\n", kept_note.c_str());
   if (own_dir_) {
     std::error_code ec;
     if (exit_code_ == 0) {

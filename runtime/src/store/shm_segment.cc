@@ -587,6 +587,12 @@ Result<ShmSegment> ShmSegment::Open(const std::string& name, Access access) {
   return seg;
 }
 
+long ShmSegment::HolderPid(const std::string& name) {
+  struct stat st;
+  if (stat((Directory() + name).c_str(), &st) != 0) return 0;
+  return LockHolderPid(st.st_dev, st.st_ino);
+}
+
 Status ShmSegment::Unlink(const std::string& name) {
   MEMENTO_RETURN_IF_ERROR(CheckName(name));
   const std::string path = Directory() + name;

@@ -61,7 +61,7 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
 }
 
 Result<std::vector<std::string>> CleanJob(const std::string& job,
-                                          std::vector<std::string>* others) {
+                                          std::vector<std::string>* others, bool keep_in_use) {
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListJobSegments(job));
   std::vector<std::string> removed;
   Status first;  // one that cannot go does not keep the others
@@ -73,6 +73,15 @@ Result<std::vector<std::string>> CleanJob(const std::string& job,
         others->push_back(name + " (owned by uid " + std::to_string(st.st_uid) + ")");
       }
       continue;
+    }
+    if (keep_in_use) {
+      if (const long pid = ShmSegment::HolderPid(name); pid > 0) {
+        if (others != nullptr) {
+          others->push_back(name + " (in use by the running process " + std::to_string(pid) +
+                            ")");
+        }
+        continue;
+      }
     }
     Status s = ShmSegment::Unlink(name);
     if (s.ok()) {

@@ -142,6 +142,32 @@ TEST(StoreAdmin, CleanUnlinksOnlyThatJob) {
   EXPECT_FALSE(CleanJob("bad/job").ok());
 }
 
+// Asked to keep what is in use (memento launch's end-of-run cleanup), a
+// segment a running process holds (here this one: a store open read-write
+// holds its lock) stays and is named with the pid; one nobody holds goes.
+TEST(StoreAdmin, CleanCanLeaveTheSegmentsOfARunningProcess) {
+  JobCleaner job(UniqueJob("adm"));
+  std::string released;
+  {
+    NodeStore gone = MakeStore(job.job(), "h/1", 0, 1);
+    released = gone.segment_name();
+  }
+  NodeStore held = MakeStore(job.job(), "h/0", 0, 1);
+  EXPECT_EQ(ShmSegment::HolderPid(held.segment_name()), static_cast<long>(getpid()));
+  EXPECT_EQ(ShmSegment::HolderPid(released), 0);
+  std::vector<std::string> others;
+  auto removed = CleanJob(job.job(), &others, /*keep_in_use=*/true);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, std::vector<std::string>{released});
+  ASSERT_EQ(others.size(), 1u);
+  EXPECT_EQ(others[0], held.segment_name() + " (in use by the running process " +
+                           std::to_string(getpid()) + ")");
+  EXPECT_EQ(ListJobSegments(job.job())->size(), 1u);
+  removed = CleanJob(job.job());  // `memento clean` removes it
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, std::vector<std::string>{held.segment_name()});
+}
+
 // A segment of the job that another user owns is left alone and named,
 // also for root (who could unlink it): a job id is not per user.
 TEST(StoreAdmin, CleanLeavesAnotherUsersSegment) {

@@ -79,6 +79,11 @@ class ShmSegment {
   // NotFound if it does not exist.
   static Status Unlink(const std::string& name);
 
+  // The pid of the process holding `name`'s lock (a job that has it open
+  // read-write, alive: the lock goes with its holder), from /proc/locks; 0
+  // when none does or it cannot be told.
+  static long HolderPid(const std::string& name);
+
   // Renames `from` to `to` (both "/x" names) in the shm directory, keeping its
   // bytes, owner and mode; mappings stay valid. AlreadyExists if `to` exists
   // (never replaced), NotFound if `from` does not. Linux (/dev/shm) only.

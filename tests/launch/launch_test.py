@@ -25,6 +25,8 @@ usage: launch_test.py SCENARIO
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
                   it ran with Open MPI's kill grace set to 0)
+  after-done      a loss timed after the job's last step is not injected (relaunch and
+                  in-job mode): the job finishes in one launch
   gave-up-keeps-stores
                   a job that fails after its last commit until the launch gives up keeps
                   its stores, and a rerun of its job id resumes from them
@@ -89,13 +91,13 @@ def job_segments(job):
     return [n for n in os.listdir(shm) if n.startswith("memento." + job + ".")]
 
 
-def launch(job, extra, remote=None, expect=0, timeout=240, demo_args=None):
+def launch(job, extra, remote=None, expect=0, timeout=240, demo_args=None, demo=True):
     records = tempfile.mktemp(prefix="memento-launch-records-")
     cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--records", records, "--quiet",
            "--backoff", "0.2"] + extra
     if remote:
         cmd += ["--remote", remote]
-    cmd += ["--", DEMO] + (demo_args or DEMO_ARGS)
+    cmd += ["--"] + ([DEMO] if demo else []) + (demo_args or DEMO_ARGS)
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=timeout)
@@ -436,6 +438,30 @@ def run(scenario, job, remote):
         if of(recs, "summary")[-1]["state_hash"] != reference_hash():
             fail("the resumed state differs from the reference run's")
         print("PASS: the stores of a launch that gave up kept; the rerun resumed v8 from memory")
+    elif scenario == "after-done":
+        # A loss timed for after the job's last step (8, 0.5 s later: the job has reported
+        # its end, and its processes linger 1.5 s longer, as a Python job's teardown does)
+        # is not injected, in relaunch and in in-job mode: one launch, finished, the event
+        # named as not fired because the job ended first.
+        script = os.path.join(remote, "lingers.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n\"$@\" || exit $?\nsleep 1.5\n")
+        os.chmod(script, 0o755)
+        for mode in ([], ["--recovery", "in-job", "--spares", "1"]):
+            _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@8+0.5s"] + mode,
+                             demo_args=[script, DEMO] + DEMO_ARGS, demo=False)
+            summary = of(recs, "summary")[-1]
+            if summary["outcome"] != "finished" or summary["launches"] != 1:
+                fail("%s: %s" % (mode, summary))
+            if of(recs, "failure"):
+                fail("%s: a failure injected after the job ended: %s" % (
+                    mode, of(recs, "failure")))
+            nf = of(recs, "not_fired")
+            if len(nf) != 1 or nf[0]["why"] != "the job ended first":
+                fail("%s: not_fired records %s" % (mode, nf))
+            if summary["state_hash"] != reference_hash():
+                fail("%s: the final state differs from the reference run's" % mode)
+        print("PASS: a loss after the job's end is not injected (relaunch and in-job)")
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:

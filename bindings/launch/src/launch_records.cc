@@ -352,7 +352,11 @@ json Launcher::Summary(int segments_removed) const {
 int Launcher::Finish() {
   Progress(true);
   for (size_t i = next_event_; i < events_.size(); ++i) {
-    Record({{"record", "not_fired"}, {"event", events_[i].text}, {"what", events_[i].ToString()}});
+    const bool reached = events_[i].stage == InjectStage::kStep && reached_ >= events_[i].step;
+    Record({{"record", "not_fired"},
+            {"event", events_[i].text},
+            {"what", events_[i].ToString()},
+            {"why", reached ? "the job ended first" : "never reached"}});
   }
   // The job's segments go, but never those a running process holds (another
   // launch of the same job id, refused at its start, must not take the running

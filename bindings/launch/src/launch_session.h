@@ -148,7 +148,8 @@ class Launcher {
   void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
   Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
   json Summary(int segments_removed) const;
-  void KillRanks(int attempt, const std::vector<int>& nodes);
+  // SIGKILL to the ranks of `nodes` still running in `attempt`; how many.
+  int KillRanks(int attempt, const std::vector<int>& nodes);
   void KillAllRanks(int attempt);
   bool AnyRankAlive(Attempt* a) const;
   void KillStuckMpirun(Attempt* a);

@@ -137,13 +137,15 @@ void Launcher::Progress(bool final_line) {
   std::fflush(stderr);
 }
 
-void Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
+int Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
+  int killed = 0;
   for (int node : nodes) {
     for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
       const pid_t pid = RankPid(attempt, node * o_.ranks_per_node + lane);
-      if (pid > 0 && IsRankOf(pid, attempt)) kill(pid, SIGKILL);
+      if (pid > 0 && IsRankOf(pid, attempt) && kill(pid, SIGKILL) == 0) ++killed;
     }
   }
+  return killed;
 }
 
 // Whether `pid` is still a rank of `attempt`: a pid file outlives its
@@ -572,13 +574,16 @@ void Launcher::PollEvents(Attempt* a) {
 
 // A step event: the launcher kills the node's ranks itself (its delay after
 // the step was reported); a job still running kill_grace_s later is killed whole.
+// A job that reported its end, or whose ranks there are gone, is not failed:
+// the event did not fire (a loss after the run ended would relaunch a finished
+// job from nothing, its stores freed by its close()).
 void Launcher::InjectStepEvent(Attempt* a) {
   const InjectEvent* ev = Pending();
-  if (!a->exited && !a->killed_by_launcher && ev != nullptr &&
+  if (!a->exited && !a->killed_by_launcher && !a->reported_done && ev != nullptr &&
       ev->stage == InjectStage::kStep && a->last_step >= ev->step) {
     if (a->t_step_reached == 0) a->t_step_reached = Now();
     if (Now() - a->t_step_reached >= ev->delay_s) {
-      KillRanks(a->index, ev->nodes);
+      if (KillRanks(a->index, ev->nodes) == 0) return;  // they ended meanwhile
       a->killed_by_launcher = true;
       a->t_kill = Now();
       a->t_step_report = a->t_step_reached;

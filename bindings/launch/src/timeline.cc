@@ -162,7 +162,8 @@ std::string RenderTimeline(const std::vector<json>& records) {
          << Fmt("%.1f", r.value("after_s", 0.0)) << " s after every rank had ended\n";
     } else if (kind == "not_fired") {
       os << t << "not injected: " << r.value("event", std::string()) << " ("
-         << r.value("what", std::string()) << ") was never reached\n";
+         << r.value("what", std::string()) << "): "
+         << r.value("why", std::string("never reached")) << "\n";
     } else if (kind == "summary") {
       RenderSummary(r, t, os);
     }

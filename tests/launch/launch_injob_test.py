@@ -61,6 +61,7 @@ MEMENTO_TEST_DEMO_ULFM (demo_ulfm).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -196,6 +197,10 @@ def launch(scenario, job, work, expect=0):
     print(p.stdout, flush=True)
     if p.returncode != expect:
         fail("launch exited %d, expected %d" % (p.returncode, expect))
+    # The timeline numbers launches, not attempts (an in-job recovery is an attempt).
+    numbers = [int(n) for n in re.findall(r"^ +[0-9.]+s +launch ([0-9]+)", p.stdout, re.M)]
+    if numbers != list(range(1, len(numbers) + 1)):
+        fail("the timeline numbers its launches %s" % numbers)
     if kind == "demo":
         # Every rank of every attempt wrote pid.aA.rR for the rank it runs as (a survivor, a
         # spare, a fresh replacement's exec wrapper): none is missing, none taken twice.

@@ -20,7 +20,8 @@ usage: launch_test.py SCENARIO
   bad-scheme | bad-node | bad-command | bad-launcher | failing-job
                   (bad-launcher also: a bad --recovery, --spares without in-job or
                   negative, a zero --injob-timeout, --launcher ulfm without in-job, with
-                  spares that are not whole nodes or without an mpirun)
+                  spares that are not whole nodes or without an mpirun; --remote,
+                  --status-dir or --records that cannot be written, a bad --job)
                   bad input is refused with a clear error; a job that fails on its
                   own is relaunched a bounded number of times, its exit status
                   and output tail shown, bytes that are not UTF-8 included (and
@@ -398,10 +399,23 @@ def run(scenario, job, remote):
                  (["--launcher", "ulfm"], "--launcher ulfm recovers in-job"),
                  (["--launcher", "ulfm", "--recovery", "in-job", "--ranks-per-node", "2",
                    "--spares", "1"], "--spares 1 must be a multiple of --ranks-per-node 2"),
+                 (["--recovery", "in-job", "--ranks-per-node", "2", "--spares", "3"],
+                  "--spares 3 must be a multiple of --ranks-per-node 2"),
                  (["--launcher", "ulfm", "--recovery", "in-job", "--mpirun", "/no/such/mpirun"],
                   "ulfm not found: '/no/such/mpirun' (an mpirun with ULFM")]
+        # Paths the launch writes into, and the job id, are checked before anything runs.
+        a_file = os.path.join(remote, "a-file")
+        with open(a_file, "w") as f:
+            f.write("x\n")
+        missing = os.path.join(remote, "no", "such", "folder", "records.jsonl")
+        cases += [(["--remote", a_file], "--remote '%s': " % a_file),
+                  (["--status-dir", a_file], "--status-dir '%s': " % a_file),
+                  (["--records", missing], "--records '%s': No such file or directory" % missing),
+                  (["--records", remote], "--records '%s': is a directory" % remote),
+                  (["--job", job + ".x"], "--job '%s.x': a job id is 1..48 characters" % job)]
         for extra, want in cases:
-            cmd = [CLI, "launch", "-n", "2", "--job", job] + extra + ["--", DEMO]
+            cmd = [CLI, "launch", "-n", "2"] + ([] if "--job" in extra else ["--job", job]) + \
+                extra + ["--", DEMO]
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             print(p.stdout)
             if p.returncode == 0 or want not in p.stdout:

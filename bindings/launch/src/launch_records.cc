@@ -387,6 +387,12 @@ int Launcher::Finish() {
   if (!o_.records_path.empty()) {
     std::ofstream out(o_.records_path, std::ios::trunc);
     for (const json& r : records_) out << JsonText(r) << "\n";
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "memento launch: writing the records to %s failed\n",
+                   o_.records_path.c_str());
+      if (exit_code_ == 0) exit_code_ = 1;
+    }
   }
   if (!o_.json) std::fputs(RenderTimeline(records_).c_str(), stdout);
   std::fflush(stdout);

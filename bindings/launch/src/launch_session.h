@@ -31,6 +31,12 @@ void SleepFor(double seconds);
 // The executable `name` would run as: itself if it has a '/', else the first
 // match on PATH. Empty when there is none.
 std::string FindExecutable(const std::string& name);
+// The mpirun command line the job starts with: --mpirun, or under "ulfm" by
+// default the mpirun of the MPI memento's ULFM support was built against.
+std::vector<std::string> Mpirun(const LaunchOptions& o);
+// --remote and --status-dir made (absolute --remote), --records opened for
+// appending; InvalidArgument naming the flag and the path when one cannot be.
+Status CheckOutputPaths(LaunchOptions* o);
 std::string ReadFile(const std::string& path);
 std::string Tail(const std::string& path, int lines);
 std::string NodeBase(int generation);

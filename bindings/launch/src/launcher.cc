@@ -502,6 +502,7 @@ bool Launcher::StartAttempt(Attempt* a) {
   const InjectEvent* pending = Pending();
   Record({{"record", "launch"},
           {"attempt", a->index},
+          {"launch", launches_},
           {"backoff_s", backoff_},
           {"replaced", replaced_},
           {"fault_env", pending != nullptr && pending->stage != InjectStage::kStep
@@ -645,100 +646,9 @@ int Launcher::Run() {
 
 }  // namespace detail
 
-using detail::FindExecutable;
+using detail::CheckOutputPaths;
+using detail::Mpirun;
 namespace fs = std::filesystem;
-
-namespace {
-
-// The mpirun command line the job starts with: --mpirun, or under "ulfm" by
-// default the mpirun of the MPI memento's ULFM support was built against.
-std::vector<std::string> Mpirun(const LaunchOptions& o) {
-  if (o.launcher != "ulfm" || o.mpirun != std::vector<std::string>{"mpirun"}) return o.mpirun;
-#ifdef MEMENTO_ULFM_MPIRUN
-  return {MEMENTO_ULFM_MPIRUN};  // the MPI this memento's ULFM support was built against
-#else
-  return {""};
-#endif
-}
-
-}  // namespace
-
-Status ValidateLaunchOptions(const LaunchOptions& o) {
-  if (o.np < 1) return Status::InvalidArgument("-n must be >= 1, got " + std::to_string(o.np));
-  if (o.ranks_per_node < 1 || o.np % o.ranks_per_node != 0) {
-    return Status::InvalidArgument("--ranks-per-node " + std::to_string(o.ranks_per_node) +
-                                   " must be >= 1 and divide -n " + std::to_string(o.np));
-  }
-  const int nodes = o.np / o.ranks_per_node;
-  if (Status s = runtime::ValidateSchemeSyntax(o.scheme); !s.ok()) {
-    return Status::InvalidArgument("--scheme: " + s.message());
-  }
-  auto scheme = placement::Scheme::Parse(o.scheme);
-  if (!scheme.ok()) return Status::InvalidArgument("--scheme: " + scheme.status().message());
-  auto topology = placement::Topology::Uniform(nodes, o.ranks_per_node);
-  if (!topology.ok()) return topology.status();
-  if (auto layout = placement::GroupLayout::Build(*topology, *scheme); !layout.ok()) {
-    return Status::InvalidArgument("--scheme " + o.scheme + " on " + std::to_string(nodes) +
-                                   " nodes: " + layout.status().message());
-  }
-  if (!o.job.empty()) {
-    if (Status s = runtime::ValidateJobId(o.job); !s.ok()) return s;
-  }
-  auto events = ParseInjectSpec(o.inject, nodes, o.seed);
-  if (!events.ok()) return events.status();
-  for (const auto& ev : *events) {
-    if (ev.stage == InjectStage::kPersist && o.remote_dir.empty()) {
-      return Status::InvalidArgument("--inject '" + ev.text +
-                                     "': the persist stage needs --remote (no remote tier)");
-    }
-  }
-  if (o.command.empty()) return Status::InvalidArgument("no command given (after --)");
-  if (FindExecutable(o.command.front()).empty()) {
-    return Status::NotFound("command not found: '" + o.command.front() +
-                            "' (not an executable file, nor on PATH)");
-  }
-  if (o.launcher != "mpirun" && o.launcher != "torchrun" && o.launcher != "ulfm") {
-    return Status::InvalidArgument("--launcher '" + o.launcher +
-                                   "' (accepted: mpirun, torchrun, ulfm)");
-  }
-  if (o.launcher == "ulfm") {
-    if (o.recovery != "in-job") {
-      return Status::InvalidArgument(
-          "--launcher ulfm recovers in-job (the job repairs its own MPI world): give "
-          "--recovery in-job");
-    }
-    if (o.spares % o.ranks_per_node != 0) {
-      return Status::InvalidArgument("--launcher ulfm: --spares " + std::to_string(o.spares) +
-                                     " must be a multiple of --ranks-per-node " +
-                                     std::to_string(o.ranks_per_node) +
-                                     " (spares replace whole nodes)");
-    }
-  }
-  const std::vector<std::string> starter = o.launcher == "torchrun" ? o.torchrun : Mpirun(o);
-  if (starter.empty() || FindExecutable(starter.front()).empty()) {
-    const char* hint =
-        o.launcher == "torchrun" ? " (give its path with --torchrun, e.g. .venv/bin/torchrun)"
-        : o.launcher == "ulfm"   ? " (an mpirun with ULFM, e.g. Open MPI 5's, given with --mpirun; "
-                                   "by default the one memento was built against, "
-                                   "MEMENTO_ULFM_MPI_HOME)"
-                                 : "";
-    return Status::NotFound(o.launcher + " not found: '" +
-                            (starter.empty() ? std::string() : starter.front()) + "'" + hint);
-  }
-  if (o.max_restarts < 0) return Status::InvalidArgument("--max-restarts must be >= 0");
-  if (o.recovery != "relaunch" && o.recovery != "in-job") {
-    return Status::InvalidArgument("--recovery '" + o.recovery +
-                                   "' (accepted: relaunch, in-job)");
-  }
-  if (o.spares < 0) return Status::InvalidArgument("--spares must be >= 0");
-  if (o.spares > 0 && o.recovery != "in-job") {
-    return Status::InvalidArgument("--spares " + std::to_string(o.spares) +
-                                   " needs --recovery in-job (a relaunch starts every rank anew)");
-  }
-  if (!(o.injob_timeout_s > 0)) return Status::InvalidArgument("--injob-timeout must be > 0");
-  if (!(o.backoff_s >= 0)) return Status::InvalidArgument("--backoff must be >= 0");
-  return Status::Ok();
-}
 
 Result<int> RunLaunch(const LaunchOptions& options) {
   if (Status s = ValidateLaunchOptions(options); !s.ok()) return s;
@@ -757,11 +667,7 @@ Result<int> RunLaunch(const LaunchOptions& options) {
     o.self_exe = fs::read_symlink("/proc/self/exe", ec).string();
     if (ec) return Status::IoError("cannot find this program's path (/proc/self/exe)");
   }
-  if (!o.remote_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(o.remote_dir, ec);
-    o.remote_dir = fs::absolute(o.remote_dir, ec).string();
-  }
+  MEMENTO_RETURN_IF_ERROR(CheckOutputPaths(&o));
   MEMENTO_ASSIGN_OR_RETURN(auto events, ParseInjectSpec(o.inject, o.np / o.ranks_per_node, o.seed));
   detail::Launcher launcher(std::move(o), std::move(events));
   return launcher.Run();

@@ -113,7 +113,8 @@ std::string RenderTimeline(const std::vector<json>& records) {
       }
       os << "timeline:\n";
     } else if (kind == "launch") {
-      os << t << "launch " << r.value("attempt", 0) + 1;
+      // Numbered by launches (an in-job recovery is an attempt, not a launch).
+      os << t << "launch " << r.value("launch", r.value("attempt", 0) + 1);
       if (r.value("backoff_s", 0.0) > 0)
         os << " (after " << Fmt("%.2f", r["backoff_s"]) << " s backoff)";
       if (!r.value("replaced", json::array()).empty()) {

@@ -28,6 +28,8 @@ usage: launch_test.py SCENARIO
                   it ran with Open MPI's kill grace set to 0)
   after-done      a loss timed after the job's last step is not injected (relaunch and
                   in-job mode): the job finishes in one launch
+  wrapped         the command a wrapper script that does not exec the job: a lost node
+                  takes the job process too; a warm spare run by it finds its place
   gave-up-keeps-stores
                   a job that fails after its last commit until the launch gives up keeps
                   its stores, and a rerun of its job id resumes from them
@@ -128,6 +130,20 @@ def start_training(job, cmd, **popen):
         time.sleep(0.2)
     time.sleep(1)
     return p
+
+
+def running(pid, wait_s=2.0):
+    """Whether `pid` runs (a zombie has ended) after up to wait_s for it to end."""
+    end = time.time() + wait_s
+    while True:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state in ("Z", "X") or time.time() > end:
+            return state not in ("Z", "X")
+        time.sleep(0.05)
 
 
 def of(recs, kind):
@@ -476,6 +492,42 @@ def run(scenario, job, remote):
             if summary["state_hash"] != reference_hash():
                 fail("%s: the final state differs from the reference run's" % mode)
         print("PASS: a loss after the job's end is not injected (relaunch and in-job)")
+    elif scenario == "wrapped":
+        # The command is a wrapper script that runs the job without exec (as a site's
+        # launch script does). A node loss takes the rank's job process too, not only its
+        # shell, and a warm spare run by the same script finds its place: in-job, the lost
+        # rank's job process is replaced while the survivors keep theirs; relaunched, the
+        # lost rank's process is gone before the relaunch. Both bit-exact.
+        script = os.path.join(remote, "wrapper.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n\"$@\"\n")
+        os.chmod(script, 0o755)
+        for mode in (["--recovery", "in-job", "--spares", "1"], []):
+            pids = os.path.join(remote, "pids%d" % len(mode))
+            _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@3"] + mode,
+                             demo_args=[script, DEMO, "--pids", pids] + DEMO_ARGS, demo=False,
+                             timeout=150)
+            summary = of(recs, "summary")[-1]
+            launches = 1 if mode else 2
+            if summary["outcome"] != "finished" or summary["launches"] != launches or \
+                    summary["failures"] != 1:
+                fail("%s: %s" % (mode, summary))
+            if summary["state_hash"] != reference_hash():
+                fail("%s: the final state differs from the reference run's" % mode)
+            started = {}
+            with open(pids) as f:
+                for line in f:
+                    rank, pid, _ = line.split()
+                    started.setdefault(int(rank), []).append(int(pid))
+            lost = started[1][0]
+            if lost in started[1][1:]:
+                fail("%s: the lost rank's job process %d went on: %s" % (mode, lost, started))
+            if mode and any(len(set(started[r])) != 1 for r in (0, 2, 3)):
+                fail("in-job: a survivor's process changed: %s" % started)
+            if running(lost):
+                fail("%s: the lost rank's job process %d still runs" % (mode, lost))
+        print("PASS: a wrapper script's job process goes with its node; a spare finds its "
+              "place through the wrapper")
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:

@@ -169,6 +169,10 @@ int RankExec(const std::string& dir, const std::vector<std::string>& command) {
                       std::to_string(rank));
     pid << getpid() << "\n";
   }
+  // The rank leads a process group of its own (Open MPI's ranks do already), so
+  // that a node loss the launcher injects takes every process of the rank: a
+  // wrapper script's program that it did not exec, its data loader workers.
+  if (getpgrp() != getpid()) setpgid(0, 0);
   std::vector<std::string> args = command;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -137,12 +137,23 @@ void Launcher::Progress(bool final_line) {
   std::fflush(stderr);
 }
 
+namespace {
+
+// SIGKILL to a rank and every process of its group when it leads one (the
+// exec wrapper and the spares do): what a lost node takes with it.
+int KillRank(pid_t pid) {
+  if (getpgid(pid) == pid) return killpg(pid, SIGKILL);
+  return kill(pid, SIGKILL);
+}
+
+}  // namespace
+
 int Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
   int killed = 0;
   for (int node : nodes) {
     for (int lane = 0; lane < o_.ranks_per_node; ++lane) {
       const pid_t pid = RankPid(attempt, node * o_.ranks_per_node + lane);
-      if (pid > 0 && IsRankOf(pid, attempt) && kill(pid, SIGKILL) == 0) ++killed;
+      if (pid > 0 && IsRankOf(pid, attempt) && KillRank(pid) == 0) ++killed;
     }
   }
   return killed;
@@ -168,7 +179,7 @@ bool Launcher::IsRankOf(pid_t pid, int attempt) const {
 void Launcher::KillAllRanks(int attempt) {
   for (int r = 0; r < o_.np; ++r) {
     const pid_t pid = RankPid(attempt, r);
-    if (pid > 0 && IsRankOf(pid, attempt)) kill(pid, SIGKILL);
+    if (pid > 0 && IsRankOf(pid, attempt)) KillRank(pid);
   }
 }
 
@@ -341,7 +352,14 @@ pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt
     }
   }
   SetJobEnv(attempt, fault, port);
-  for (const auto& [name, value] : extra) setenv(name.c_str(), value.c_str(), 1);
+  for (const auto& [name, value] : extra) {
+    setenv(name.c_str(), value.c_str(), 1);
+    // A spare is named in injob.json by this pid, which a wrapper script's
+    // program (not exec'd) does not have: it reads it here.
+    if (name == "MEMENTO_LAUNCH_SPARE") {
+      setenv("MEMENTO_LAUNCH_SPARE_PID", std::to_string(getpid()).c_str(), 1);
+    }
+  }
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
   for (auto& arg : copy) argv.push_back(arg.data());

@@ -251,6 +251,7 @@ void AdoptMembership(const Membership& m, int rank) {
     setenv("LOCAL_WORLD_SIZE", std::to_string(m.ranks_per_node).c_str(), 1);
     setenv("MEMENTO_NODE", p.node.c_str(), 1);
     unsetenv("MEMENTO_LAUNCH_SPARE");
+    unsetenv("MEMENTO_LAUNCH_SPARE_PID");
   }
 }
 
@@ -307,7 +308,10 @@ int Resilient(const std::function<int()>& train, const ResilientOptions& options
   const MembershipFile file(Env("MEMENTO_LAUNCH_DIR"));
   if (Env("MEMENTO_LAUNCH_SPARE") == "1") {
     if (options.spare_warm_up) options.spare_warm_up();
-    auto [rank, m] = file.WaitAssignment(static_cast<long>(getpid()));
+    // The process the launcher started (a wrapper script's, when the command is one).
+    const std::string started = Env("MEMENTO_LAUNCH_SPARE_PID");
+    auto [rank, m] = file.WaitAssignment(started.empty() ? static_cast<long>(getpid())
+                                                         : std::atol(started.c_str()));
     AdoptMembership(m, rank);
     Info("spare takes rank " + std::to_string(rank) + " (attempt " + std::to_string(m.attempt) +
          ")");

@@ -163,6 +163,7 @@ def _adopt(membership, rank=None):
         env["LOCAL_WORLD_SIZE"] = str(membership["ranks_per_node"])
         env["MEMENTO_NODE"] = place["node"]
         env.pop("MEMENTO_LAUNCH_SPARE", None)
+        env.pop("MEMENTO_LAUNCH_SPARE_PID", None)
 
 
 def _wait_for_store(timeout_s):
@@ -285,7 +286,9 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, 
     if os.environ.get("MEMENTO_LAUNCH_SPARE") == "1":
         if spare_warm_up is not None:
             spare_warm_up()
-        rank, m = membership.wait_assignment(os.getpid())
+        # The process the launcher started (a wrapper script's, when the command is one).
+        rank, m = membership.wait_assignment(
+            int(os.environ.get("MEMENTO_LAUNCH_SPARE_PID", os.getpid())))
         _adopt(m, rank)
         _logs.logger.info("in-job recovery: spare takes rank %d (attempt %s)", rank, m["attempt"])
     elif os.environ.get("MEMENTO_LAUNCH_GENERATION") is None:

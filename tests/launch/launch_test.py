@@ -12,7 +12,8 @@ usage: launch_test.py SCENARIO
   two-nodes       nodes 0 and 2 lost together (replica:2: one per group)
   stuck-mpirun    as protect, under an mpirun that does not exit after its ranks
                   ended: the launcher kills it, relaunches, and finishes
-  interrupt       SIGINT while the job runs: exit 130, segments cleaned
+  interrupt       SIGINT or SIGHUP while the job runs: exit 130, segments cleaned; a
+                  run whose output pipe is closed finishes (SIGPIPE ignored)
   launcher-killed the launcher SIGKILLed while the job runs: the ranks end too
   stale-pid-file  a pid file naming another process: the launcher does not kill it
   interrupt-backoff
@@ -274,31 +275,50 @@ def run(scenario, job, remote):
         _, recs = launch(job, ["--scheme", "replica:2", "--inject", "0+2@4"])
         check_recovered(recs, 1)
     elif scenario == "interrupt":
+        # Ctrl-C, and a closed terminal (SIGHUP), stop the job the same way.
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            records = tempfile.mktemp(prefix="memento-launch-records-")
+            cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
+                   "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[2:] + [
+                       "--steps", "100000"]
+            p = start_training(job, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+            p.send_signal(sig)
+            out, _ = p.communicate(timeout=60)
+            print(out)
+            if p.returncode != 130:
+                fail("exit %d after %s, expected 130" % (p.returncode, sig.name))
+            with open(records) as f:
+                summary = [json.loads(line) for line in f if line.strip()][-1]
+            os.unlink(records)
+            if summary.get("outcome") != "interrupted":
+                fail("summary outcome %s, expected interrupted" % summary.get("outcome"))
+            # It trained a second before the signal: the step it reached, not 0.
+            if summary.get("final_step", 0) < 1:
+                fail("interrupted at step %s, after a second of training"
+                     % summary.get("final_step"))
+            if job_segments(job):
+                fail("segments left after %s: %s" % (sig.name, job_segments(job)))
+            ps = subprocess.run(["pgrep", "-f", "memento_demo.*100000"], stdout=subprocess.PIPE,
+                                text=True).stdout.split()
+            if ps:
+                fail("ranks still running after %s: %s" % (sig.name, ps))
+        # A reader of the launcher's output that went away (`memento launch ... | head`)
+        # does not end it: the run finishes, its records written, its segments cleaned.
         records = tempfile.mktemp(prefix="memento-launch-records-")
-        cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
-               "--records", records, "--quiet", "--", DEMO] + DEMO_ARGS[2:] + [
-                   "--steps", "100000"]
-        p = start_training(job, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=60)
-        print(out)
-        if p.returncode != 130:
-            fail("exit %d after SIGINT, expected 130" % p.returncode)
+        cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2", "--json",
+               "--records", records, "--", DEMO] + DEMO_ARGS
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        p.stdout.close()
+        if p.wait(timeout=120) != 0:
+            fail("exit %d with its output closed, expected 0" % p.returncode)
         with open(records) as f:
             summary = [json.loads(line) for line in f if line.strip()][-1]
         os.unlink(records)
-        if summary.get("outcome") != "interrupted":
-            fail("summary outcome %s, expected interrupted" % summary.get("outcome"))
-        # It trained a second before the signal: the step it reached, not 0.
-        if summary.get("final_step", 0) < 1:
-            fail("interrupted at step %s, after a second of training" % summary.get("final_step"))
-        if job_segments(job):
-            fail("segments left after SIGINT: %s" % job_segments(job))
-        ps = subprocess.run(["pgrep", "-f", "memento_demo.*100000"], stdout=subprocess.PIPE,
-                            text=True).stdout.split()
-        if ps:
-            fail("ranks still running after SIGINT: %s" % ps)
-        print("PASS: interrupted, segments cleaned, no rank left")
+        if summary.get("outcome") != "finished" or job_segments(job):
+            fail("with its output closed: %s, segments %s" % (summary, job_segments(job)))
+        print("PASS: interrupted (SIGINT, SIGHUP), segments cleaned, no rank left; a closed "
+              "output does not end the launch")
     elif scenario == "interrupt-backoff":
         # Ctrl-C while the launcher waits out the backoff before a relaunch:
         # the summary counts the launches that ran, not the one it waited for.

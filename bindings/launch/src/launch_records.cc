@@ -2,18 +2,22 @@
 // the time lost per failure, the summary, and the timeline at the end.
 #include "launch_session.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "memento/launch/json_text.h"
 #include "memento/launch/timeline.h"
 #include "memento/runtime/node_store.h"
+#include "memento/runtime/shm_segment.h"
 #include "memento/runtime/store_admin.h"
 
 namespace memento::launch::detail {
@@ -347,6 +351,27 @@ json Launcher::Summary(int segments_removed) const {
   return summary;
 }
 
+// A segment still held by a process of this launch (a rank of an interrupted
+// job in its teardown, one mpirun left behind) is this run's to clean: that
+// process is killed and its lock waited for (5 s at most), so that only
+// another launch's hold keeps a segment.
+void Launcher::ReleaseOwnSegments() {
+  auto names = runtime::ListJobSegments(o_.job);
+  if (!names.ok()) return;
+  const double until = Now() + 5;
+  for (const std::string& name : *names) {
+    for (long pid = runtime::ShmSegment::HolderPid(name); pid > 0 && Now() < until;
+         pid = runtime::ShmSegment::HolderPid(name)) {
+      const Holder holder = HolderOf(static_cast<pid_t>(pid));
+      if (holder == Holder::kOther) break;  // another launch's running job
+      if (holder == Holder::kThisLaunch) kill(static_cast<pid_t>(pid), SIGKILL);
+      // kEnding: a process past its memory's release (its environment reads
+      // empty) closes its files next.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
 // The end of a launch: events that never fired, the job's segments, the
 // summary, the timeline or records, and the status folder.
 int Launcher::Finish() {
@@ -366,6 +391,7 @@ int Launcher::Finish() {
   int segments_removed = 0;
   const bool gave_up = outcome_ == "failed";
   if (!o_.keep_segments && !gave_up) {
+    ReleaseOwnSegments();
     std::vector<std::string> kept;
     auto removed = runtime::CleanJob(o_.job, &kept, /*keep_in_use=*/true);
     if (removed.ok()) segments_removed = static_cast<int>(removed->size());

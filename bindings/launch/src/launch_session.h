@@ -154,6 +154,12 @@ class Launcher {
   void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
   Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
   json Summary(int segments_removed) const;
+  // Who `pid` is: a process of this launch's job (its status folder in the
+  // environment), another running process, or one ending or gone (no
+  // environment to read).
+  enum class Holder { kThisLaunch, kOther, kEnding };
+  Holder HolderOf(pid_t pid) const;
+  void ReleaseOwnSegments();
   // SIGKILL to the ranks of `nodes` still running in `attempt`; how many.
   int KillRanks(int attempt, const std::vector<int>& nodes);
   void KillAllRanks(int attempt);

@@ -163,6 +163,17 @@ int Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
 // process, and once the rank is reaped its pid may be any other process's.
 // The launcher gave every rank its status folder and attempt number in the
 // environment, which /proc shows for as long as the process lives.
+Launcher::Holder Launcher::HolderOf(pid_t pid) const {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  const std::string dir = "MEMENTO_LAUNCH_DIR=" + dir_;
+  bool any = false;
+  for (std::string var; std::getline(in, var, '\0');) {
+    if (var == dir) return Holder::kThisLaunch;
+    any = true;
+  }
+  return any ? Holder::kOther : Holder::kEnding;
+}
+
 bool Launcher::IsRankOf(pid_t pid, int attempt) const {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
   const std::string dir = "MEMENTO_LAUNCH_DIR=" + dir_;
@@ -337,6 +348,8 @@ pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt
   if (getppid() != launcher) _exit(1);  // it died before the line above
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);  // ignored here; an ignored signal stays so across exec
   if (!o_.show_output) {
     // Appended to by every process of the attempt.
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
@@ -642,6 +655,10 @@ int Launcher::Run() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // the terminal or ssh session closed: as Ctrl-C
+  // A reader of the timeline that went away (`| head`) makes writes fail
+  // (EPIPE) instead of ending the launcher before it cleaned up.
+  signal(SIGPIPE, SIG_IGN);
   // A parent that ignores SIGCHLD passes that on: children would then be
   // reaped by the kernel and waitpid could never report mpirun's status.
   signal(SIGCHLD, SIG_DFL);

@@ -1,11 +1,14 @@
 #include "flags.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -87,6 +90,38 @@ const CLI::Validator& NotEmpty() {
         return s.empty() ? std::string("'': expected a value") : std::string();
       },
       "");
+  return v;
+}
+
+CLI::Validator AtLeast(double lo, const std::string& what) {
+  return CLI::Validator(
+      [lo, what](std::string& s) {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() + s.size() || !std::isfinite(v) || !(v >= lo)) {
+          std::ostringstream bound;
+          bound << lo;
+          return "'" + s + "': expected " + what + " >= " + bound.str();
+        }
+        return std::string();
+      },
+      "");
+}
+
+const CLI::Validator& Uint64() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        static const std::string kMax = "18446744073709551615";
+        const size_t first = s.find_first_not_of('0');
+        const std::string digits = first == std::string::npos ? "0" : s.substr(first);
+        if (!IsDecimal(s) || digits.size() > kMax.size() ||
+            (digits.size() == kMax.size() && digits > kMax)) {
+          return "'" + s + "': expected an integer 0.." + kMax + " (decimal digits only)";
+        }
+        s = digits;
+        return std::string();
+      },
+      "UINT");
   return v;
 }
 

@@ -41,6 +41,13 @@ const CLI::Validator& DecimalInteger();
 const CLI::Validator& DecimalNumber();
 // A value that is not empty (`--flag ""` given is refused, not taken as the flag left out).
 const CLI::Validator& NotEmpty();
+// A finite number >= lo (checked after DecimalInteger / DecimalNumber): "'<value>':
+// expected <what> >= <lo>" (CLI11's own range checks print the double range, 300 digits
+// long, and take 1e400 as infinity).
+CLI::Validator AtLeast(double lo, const std::string& what);
+// A decimal integer in [0, 2^64 - 1], digits only (CLI11's conversion takes "-1" and
+// out-of-range values as 2^64 - 1).
+const CLI::Validator& Uint64();
 
 // "F", "A-B" or "a,b,c" (and mixes: "1-4,8") with every value in [0, max], in the order
 // given; otherwise UsageError naming the flag, the value and the accepted forms.

@@ -67,31 +67,33 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_option("-n,--np", o.np, "ranks (mpirun -np)")->transform(DecimalInteger());
   sub->add_option("--ranks-per-node", o.ranks_per_node, "ranks per virtual node (default 1)")
       ->transform(DecimalInteger())
-      ->check(CLI::PositiveNumber);
+      ->check(AtLeast(1, "an integer"));
   sub->add_option("--scheme", o.scheme,
                   "protection: none, replica:M[:group|:ring], xor:K, rs:K+M (default none)");
-  sub->add_option("--job", o.job, "MEMENTO_JOB (default launch-<pid>-<6 random hex digits>)");
+  sub->add_option("--job", o.job, "MEMENTO_JOB (default launch-<pid>-<6 random hex digits>)")
+      ->check(NotEmpty());
   sub->add_option("--remote", o.remote_dir, "remote tier directory (MEMENTO_REMOTE)");
   sub->add_option("--persist-every", o.persist_every,
                   "persist every P-th checkpoint to --remote (MEMENTO_PERSIST_EVERY)")
       ->transform(DecimalInteger())
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--inject", o.inject, "node failures to inject (see below)");
+      ->check(AtLeast(0, "an integer"));
+  sub->add_option("--inject", o.inject, "node failures to inject (see below)")
+      ->check(NotEmpty());
   sub->add_option("--seed", o.seed, "seed of the random choices in --inject (default 1)")
-      ->transform(DecimalInteger());
+      ->transform(Uint64());
   sub->add_option("--max-restarts", o.max_restarts,
                   "relaunches after failures that were not injected (default 3)")
       ->transform(DecimalInteger())
-      ->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0, "an integer"));
   sub->add_option("--backoff", o.backoff_s,
                   "seconds before a relaunch; doubles per repeated failure (default 0.5)")
       ->check(DecimalNumber())
-      ->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0, "seconds"));
   sub->add_option("--teardown-grace", o.teardown_grace_s,
                   "seconds mpirun may live on after every rank ended before it is killed "
                   "(default 10)")
       ->check(DecimalNumber())
-      ->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0, "seconds"));
   sub->add_option("--launcher", o.launcher,
                   "what starts the job: mpirun (one mpirun, default), torchrun (one torchrun "
                   "agent per node) or ulfm (mpirun --with-ft ulfm: the job repairs its own MPI "
@@ -113,7 +115,9 @@ void AddLaunchCommand(CLI::App& app) {
       ->transform(DecimalInteger());
   sub->add_option("--injob-timeout", o.injob_timeout_s,
                   "in-job: a recovery that has not restored after this many seconds is "
-                  "relaunched (default 60)");
+                  "relaunched (default 60)")
+      ->check(DecimalNumber())
+      ->check(AtLeast(0, "seconds"));
   sub->add_flag("--json", o.json, "print the records as JSON lines instead of the timeline");
   sub->add_option("--records", o.records_path, "also write the JSON records to this file");
   sub->add_option("--status-dir", o.status_dir,

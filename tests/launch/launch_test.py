@@ -34,6 +34,8 @@ usage: launch_test.py SCENARIO
   gave-up-keeps-stores
                   a job that fails after its last commit until the launch gives up keeps
                   its stores, and a rerun of its job id resumes from them
+  injob-raises    in-job, a rank's training raises with no node lost: relaunched at once,
+                  the error named, not after --injob-timeout
   failing-with-progress
                   a job that fails on its own but trains past every step reported
                   before starts a new row of failures, one that only passes the
@@ -448,7 +450,19 @@ def run(scenario, job, remote):
                   (["--status-dir", a_file], "--status-dir '%s': " % a_file),
                   (["--records", missing], "--records '%s': No such file or directory" % missing),
                   (["--records", remote], "--records '%s': is a directory" % remote),
-                  (["--job", job + ".x"], "--job '%s.x': a job id is 1..48 characters" % job)]
+                  (["--job", job + ".x"], "--job '%s.x': a job id is 1..48 characters" % job),
+                  # Numbers as the README says: decimal digits, in range, named by flag.
+                  (["--seed", "-1"], "--seed: '-1': expected an integer 0..18446744073709551615"),
+                  (["--seed", "99999999999999999999"], "expected an integer 0..1844674407"),
+                  (["--recovery", "in-job", "--injob-timeout", "0x10"],
+                   "--injob-timeout: '0x10': expected a decimal number"),
+                  (["--recovery", "in-job", "--injob-timeout", "inf"], "'inf': expected a decimal"),
+                  (["--backoff", "1e400"], "--backoff: '1e400': expected seconds >= 0"),
+                  (["--ranks-per-node", "0"], "--ranks-per-node: '0': expected an integer >= 1"),
+                  (["--max-restarts", "-1"], "--max-restarts: '-1': expected an integer >= 0"),
+                  (["--inject", "1@3+0x10s"], "delay '0x10s' must be seconds"),
+                  (["--inject", ""], "--inject: '': expected a value"),
+                  (["--job", ""], "--job: '': expected a value")]
         for extra, want in cases:
             cmd = [CLI, "launch", "-n", "2"] + ([] if "--job" in extra else ["--job", job]) + \
                 extra + ["--", DEMO]
@@ -548,6 +562,36 @@ def run(scenario, job, remote):
                 fail("%s: the lost rank's job process %d still runs" % (mode, lost))
         print("PASS: a wrapper script's job process goes with its node; a spare finds its "
               "place through the wrapper")
+    elif scenario == "injob-raises":
+        # In-job mode, rank 1's training raises (it writes raised.aA.r1, as
+        # memento.resilient and launch::Resilient do) and every rank then waits 30 s for a
+        # membership: no node was lost, so the launcher relaunches at once (a second's
+        # grace) instead of after --injob-timeout, naming the error, and gives up after
+        # --max-restarts 0.
+        script = os.path.join(remote, "raises.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\nif [ \"$RANK\" = 1 ]; then\n"
+                    "  echo 'RuntimeError: a bug on purpose' > "
+                    "\"$MEMENTO_LAUNCH_DIR/raised.a$MEMENTO_LAUNCH_ATTEMPT.r1\"\nfi\nsleep 30\n")
+        os.chmod(script, 0o755)
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "4", "--job", job, "--recovery", "in-job",
+               "--max-restarts", "0", "--records", records, "--quiet", "--", script]
+        t0 = time.time()
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        wall = time.time() - t0
+        print(p.stdout)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        if p.returncode != 1:
+            fail("exit %d, expected 1" % p.returncode)
+        reasons = [r["reason"] for r in of(recs, "injob_fallback")]
+        if reasons != ["rank 1 raised RuntimeError: a bug on purpose without a lost node"]:
+            fail("fallbacks %s" % reasons)
+        if wall > 20:
+            fail("the launch took %.1f s: the ranks waited for a membership" % wall)
+        print("PASS: a rank that raised without a lost node ended the attempt in %.1f s" % wall)
     elif scenario == "failing-job":
         script = os.path.join(remote, "failing.sh")
         with open(script, "w") as f:

@@ -188,8 +188,15 @@ TEST_F(ResilientTest, AFailureNoMembershipExplainsIsTheJobsOwn) {
   o.wait_s = 0.1;
   int calls = 0;
   EXPECT_EQ(Resilient([&] { ++calls; return 3; }, o), 3);
-  EXPECT_THROW(Resilient([]() -> int { throw std::runtime_error("bug"); }, o), std::runtime_error);
+  EXPECT_THROW(Resilient([]() -> int { throw std::runtime_error("bug\nmore"); }, o),
+               std::runtime_error);
   EXPECT_EQ(calls, 1);
+  // It told the launcher first (raised.aA.rR, the first line), which relaunches a job whose
+  // rank failed without a lost node at once.
+  std::ifstream raised(dir_ / "raised.a0.r0");
+  std::string line;
+  ASSERT_TRUE(std::getline(raised, line));
+  EXPECT_EQ(line, "bug");
 }
 
 }  // namespace

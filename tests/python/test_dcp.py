@@ -198,7 +198,17 @@ def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(
     # Bad input, each refused by name.
     with pytest.raises(memento.InvalidArgumentError) as e:
         ck.restore(from_dcp=str(tmp_path / "nowhere"))
-    assert "nowhere" in str(e.value) and "not a directory" in str(e.value)
+    assert "from_dcp=" in str(e.value) and "nowhere' does not exist" in str(e.value)
+    with pytest.raises(memento.InvalidArgumentError) as e:
+        ck.restore(from_dcp=data[0])
+    assert "not a directory" in str(e.value)
+    # The same path given by MEMENTO_RESTORE_FROM is named so.
+    with memento.Checkpointer(job=job + "-env", scheme="none",
+                              restore_from=str(tmp_path / "nowhere")) as fresh:
+        fresh.register(model)
+        with pytest.raises(memento.InvalidArgumentError) as e:
+            fresh.restore()
+    assert str(e.value).startswith("MEMENTO_RESTORE_FROM (restore_from=)="), str(e.value)
     nameless = str(tmp_path / "latest")
     dcp.save({"model": model.state_dict()}, checkpoint_id=nameless)
     with pytest.raises(memento.InvalidArgumentError) as e:

@@ -135,13 +135,17 @@ def in_job(monkeypatch, directory):
 
 
 def test_an_exception_no_membership_change_explains_leaves(single_rank, tmp_path, monkeypatch):
+    """...and it told the launcher first (raised.aA.rR), which relaunches a job whose rank
+    raised without a lost node at once instead of after --injob-timeout."""
     in_job(monkeypatch, str(tmp_path))
+    monkeypatch.setenv("RANK", "0")
 
     def train():
-        raise ValueError("a bug in the training")
+        raise ValueError("a bug in the training\nsecond line")
 
     with pytest.raises(ValueError, match="a bug in the training"):
         memento.resilient(train, wait_s=0.2)
+    assert (tmp_path / "raised.a0.r0").read_text() == "ValueError: a bug in the training\n"
 
 
 def test_a_new_membership_reruns_the_training_on_a_new_group(single_rank, tmp_path,

@@ -153,7 +153,12 @@ Result<std::vector<InjectEvent>> ParseInjectSpec(const std::string& spec, int nu
       const std::string delay = steps.substr(plus + 1);
       steps = steps.substr(0, plus);
       char* end = nullptr;
-      const double d = delay.size() > 1 && delay.back() == 's' && std::isdigit(delay[0])
+      // Decimal digits with at most one '.' (strtod alone takes "0x10" as 16).
+      const std::string number = delay.empty() ? delay : delay.substr(0, delay.size() - 1);
+      const bool decimal = !number.empty() && std::isdigit(static_cast<unsigned char>(number[0])) &&
+                           number.find_first_not_of("0123456789.") == std::string::npos &&
+                           std::count(number.begin(), number.end(), '.') <= 1;
+      const double d = delay.size() > 1 && delay.back() == 's' && decimal
                            ? std::strtod(delay.c_str(), &end)
                            : -1;
       if (end != delay.c_str() + delay.size() - 1 || !(d >= 0 && d <= 3600)) {

@@ -95,6 +95,17 @@ bool Launcher::RankDied(Attempt* a, int* rank) {
   return false;
 }
 
+bool Launcher::RankRaised(const Attempt& a, int* rank, std::string* what) const {
+  for (int r = 0; r < o_.np; ++r) {
+    std::ifstream in(dir_ + "/raised.a" + std::to_string(a.index) + ".r" + std::to_string(r));
+    if (!in) continue;
+    std::getline(in, *what);
+    *rank = r;
+    return true;
+  }
+  return false;
+}
+
 void Launcher::FallBack(Attempt* a, const std::string& reason) {
   Record({{"record", "injob_fallback"}, {"attempt", a->index}, {"reason", reason}});
   a->injob_fallback = true;
@@ -128,15 +139,33 @@ void Launcher::WatchInJob(Attempt* a) {
     return FallBack(a, reason);
   }
   int rank = 0;
+  std::string raised;
   if (RankDied(a, &rank)) {
     // Nobody injected it: not a loss the launcher planned for; the job is
     // relaunched (and counted) as after any unplanned failure.
-    FallBack(a, "rank " + std::to_string(rank) + " ended without an injected failure");
-    a->fallback_reason.clear();  // AfterExit: an unplanned failure
-    if (!a->failed_status) {
-      a->failed_status = true;
-      a->status = 1 << 8;  // as "exit status 1"
+    FallBackUnplanned(a, "rank " + std::to_string(rank) + " ended without an injected failure");
+  } else if (!a->reported_done && Now() >= a->t_next_raised_check) {
+    a->t_next_raised_check = Now() + 0.25;
+    // A rank's training raised and no node was lost: the job's own failure
+    // (a bug, a bad batch), which no membership answers; its ranks would
+    // wait --injob-timeout for one. A second first, for a loss that made it
+    // raise to be seen (its rank's death, a stage fault).
+    if (RankRaised(*a, &rank, &raised)) {
+      if (a->t_raised == 0) a->t_raised = Now();
+      if (Now() - a->t_raised >= 1.0) {
+        FallBackUnplanned(a, "rank " + std::to_string(rank) + " raised " + raised +
+                                 " without a lost node");
+      }
     }
+  }
+}
+
+void Launcher::FallBackUnplanned(Attempt* a, const std::string& reason) {
+  FallBack(a, reason);
+  a->fallback_reason.clear();  // AfterExit: an unplanned failure
+  if (!a->failed_status) {
+    a->failed_status = true;
+    a->status = 1 << 8;  // as "exit status 1"
   }
 }
 
@@ -197,6 +226,7 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
           {"fault_env", PendingFaultEnv()}});
   replaced_.clear();
   a->killed_by_launcher = false;
+  a->t_raised = 0;
   a->t_restore_begin = 0;
   a->restore_recorded = false;
   // A step event fires at a step the new generation reports, as after a

@@ -115,6 +115,8 @@ class Launcher {
     std::string fallback_reason;
     bool stopped_unrecoverable = false;  // in-job: the ranks were stopped
     double t_next_death_check = 0;
+    double t_raised = 0;  // in-job: when a rank's raised.aA.rR was first seen; 0: none
+    double t_next_raised_check = 0;
     // In-job: every place handed to a warm spare in this launch, by rank
     // ("node", "local_rank", "spare_pid"); each announcement names them all.
     nlohmann::json spare_places = nlohmann::json::object();
@@ -154,6 +156,11 @@ class Launcher {
   void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
   Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
   json Summary(int segments_removed) const;
+  // In-job: a rank of the attempt whose training raised (raised.aA.rR), and
+  // the first line of what it raised.
+  bool RankRaised(const Attempt& a, int* rank, std::string* what) const;
+  // FallBack for a failure nobody injected: relaunched and counted as any.
+  void FallBackUnplanned(Attempt* a, const std::string& reason);
   // Who `pid` is: a process of this launch's job (its status folder in the
   // environment), another running process, or one ending or gone (no
   // environment to read).

@@ -485,7 +485,8 @@ bool IsStatusFile(const std::string& name) {
     return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
   };
   return name == "events.jsonl" || name == "nodes" || name == "injob.json" || starts("pid.a") ||
-         starts("restore.a") || starts("fault.a") || (starts("attempt") && ends(".log"));
+         starts("restore.a") || starts("fault.a") || starts("raised.a") ||
+         (starts("attempt") && ends(".log"));
 }
 
 bool Launcher::OpenStatusDir() {

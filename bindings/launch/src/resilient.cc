@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -218,6 +219,17 @@ std::optional<Membership> MembershipFile::WaitNewer(int attempt, double timeout_
   }
 }
 
+void MembershipFile::NoteRaised(int attempt, int rank, const std::string& what) const {
+  const std::string name = "raised.a" + std::to_string(attempt) + ".r" + std::to_string(rank);
+  const std::string tmp = directory_ + "/." + name;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << what.substr(0, std::min(what.find('\n'), size_t{500})) << "\n";
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), (directory_ + "/" + name).c_str());
+}
+
 std::pair<int, Membership> MembershipFile::WaitAssignment(long pid) const {
   FolderEvents events(directory_);
   for (;;) {
@@ -340,6 +352,7 @@ int Resilient(const std::function<int()>& train, const ResilientOptions& options
       }
       // Whatever failed, the peers blocked with this rank learn it at once.
       watcher.Abort();
+      file.NoteRaised(attempt, EnvInt("RANK", 0), failure);
       newer = file.WaitNewer(attempt, wait_s);
     }  // the watcher ends before the environment changes
     if (!newer) {

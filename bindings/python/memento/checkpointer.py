@@ -510,11 +510,12 @@ class Checkpointer:
             _flush_logs()
 
     def _restore_from_dcp(self, path, step):
+        given = "from_dcp" if path else "MEMENTO_RESTORE_FROM (restore_from=)"
         path = path or self._impl.restore_from
         if not path:
             return None
         t0 = time.perf_counter()
-        step = dcp.load(self, path, step)  # every replica loaded, nothing to fill
+        step = dcp.load(self, path, step, given)  # every replica loaded, nothing to fill
         seconds = time.perf_counter() - t0
         _logs.logger.info("restore: started from the DCP checkpoint %s at step %d (%.2f s)",
                           path, step, seconds)

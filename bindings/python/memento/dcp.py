@@ -281,20 +281,21 @@ def _as_slices(target, places):
     walk(target, ())
 
 
-def load(ck, path, step=None):
+def load(ck, path, step=None, given="from_dcp"):
     """Loads the registered state from the DCP checkpoint at `path` in place. Returns the
     step to resume after: `step`, else the one memento recorded, else the number that
-    ends the directory's name (step-1000)."""
+    ends the directory's name (step-1000). `given`: where the path came from, for errors."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
 
     if not os.path.isdir(path):
-        raise InvalidArgumentError("from_dcp=%r: not a directory" % path)
+        raise InvalidArgumentError("%s=%r: %s" % (
+            given, path, "not a directory" if os.path.exists(path) else "does not exist"))
     try:
         metadata = FileSystemReader(path).read_metadata()
     except Exception as e:  # noqa: BLE001 - a missing or unreadable .metadata
-        raise InvalidArgumentError("from_dcp=%r: not a torch.distributed.checkpoint checkpoint "
-                                   "(its .metadata: %s)" % (path, e))
+        raise InvalidArgumentError("%s=%r: not a torch.distributed.checkpoint checkpoint "
+                                   "(its .metadata: %s)" % (given, path, e))
     keys = set(metadata.state_dict_metadata)
     _check_files(path, metadata)
 

@@ -107,7 +107,21 @@ class Membership:
     """The launcher's announcements (MEMENTO_LAUNCH_DIR/injob.json, replaced atomically)."""
 
     def __init__(self, directory):
+        self.directory = directory
         self.path = os.path.join(directory, MEMBERSHIP_FILE)
+
+    def note_raised(self, attempt, what):
+        """Tells the launcher that this rank's train() raised in `attempt`
+        (raised.aA.rR: its first line): with no node lost, it relaunches the job at once
+        instead of leaving every rank waiting for a membership. Best effort."""
+        name = "raised.a%d.r%s" % (attempt, os.environ.get("RANK", "0"))
+        try:
+            tmp = os.path.join(self.directory, "." + name)
+            with open(tmp, "w") as f:
+                f.write(what.split("\n")[0][:500] + "\n")
+            os.replace(tmp, os.path.join(self.directory, name))
+        except OSError:
+            pass
 
     def read(self):
         try:
@@ -311,6 +325,7 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, 
         except Exception as exc:
             # Whatever failed, the peers blocked with this rank learn it at once.
             watcher.abort()
+            membership.note_raised(attempt, "%s: %s" % (type(exc).__name__, exc))
             newer = membership.wait_newer(attempt, wait_s)
             if newer is None:
                 watcher.stop()

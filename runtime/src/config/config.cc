@@ -255,6 +255,18 @@ Status ValidateSchemeSyntax(const std::string& scheme) {
   return Status::Ok();
 }
 
+// `bytes` as a user would write it: "2G", "48K", "5000" (the largest exact suffix).
+std::string ByteSizeText(uint64_t bytes) {
+  static const char* const kSuffixes[] = {"G", "M", "K"};
+  for (int i = 0; i < 3; ++i) {
+    const int shift = 30 - 10 * i;
+    if (bytes != 0 && bytes % (uint64_t{1} << shift) == 0) {
+      return std::to_string(bytes >> shift) + kSuffixes[i];
+    }
+  }
+  return std::to_string(bytes);
+}
+
 Result<uint64_t> ParseByteSize(const std::string& text) {
   std::string digits;
   size_t i = 0;
@@ -268,9 +280,9 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
     shift = 0;
   } else if (suffix == "K" || suffix == "KB" || suffix == "KiB" || suffix == "k") {
     shift = 10;
-  } else if (suffix == "M" || suffix == "MB" || suffix == "MiB") {
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MiB" || suffix == "m") {
     shift = 20;
-  } else if (suffix == "G" || suffix == "GB" || suffix == "GiB") {
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GiB" || suffix == "g") {
     shift = 30;
   } else {
     return Status::InvalidArgument("byte size '" + text + "' has unknown suffix '" + suffix +
@@ -354,7 +366,7 @@ Status Config::Validate() const {
   }
   if (persist_keep < 1) return Bad(kPersistKeep, std::to_string(persist_keep), "1 or more");
   if (chunk_bytes < (4u << 10) || chunk_bytes > (1ull << 30)) {
-    return Bad(kChunkBytes, std::to_string(chunk_bytes), "4K..1G (bytes, K/M/G suffix)");
+    return Bad(kChunkBytes, ByteSizeText(chunk_bytes), "4K..1G (bytes, K/M/G suffix)");
   }
   if (threads < 0 || threads > 64) {
     return Bad(kThreads, std::to_string(threads), "0 (auto) or 1..64");

@@ -234,6 +234,19 @@ TEST(Config, ByteSizes) {
   EXPECT_FALSE(ParseByteSize("1.5M").ok());
   EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
   EXPECT_FALSE(ParseByteSize("17179869184G").ok());  // overflows 64 bits
+  // Lower-case suffixes, as "k" always was.
+  EXPECT_EQ(*ParseByteSize("64k"), 64u << 10);
+  EXPECT_EQ(*ParseByteSize("4m"), 4u << 20);
+  EXPECT_EQ(*ParseByteSize("1g"), 1u << 30);
+  EXPECT_EQ(ByteSizeText(2ull << 30), "2G");
+  EXPECT_EQ(ByteSizeText(48u << 10), "48K");
+  EXPECT_EQ(ByteSizeText(5000), "5000");
+  EXPECT_EQ(ByteSizeText(0), "0");
+  // A size out of range is named as given, not as the bytes it stands for.
+  auto big = Config::FromMap({{"MEMENTO_CHUNK_BYTES", "2G"}});
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("MEMENTO_CHUNK_BYTES='2G'"), std::string::npos)
+      << big.status().ToString();
 }
 
 TEST(Config, FromEnvReadsTheEnvironment) {

@@ -293,7 +293,10 @@ Status ValidateSchemeSyntax(const std::string& scheme);
 // milliseconds), or the default 300 s when unset; InvalidArgument when malformed.
 Result<std::chrono::milliseconds> TimeoutFromEnv();
 
-// Parses "4096", "64K", "4M", "1G" (also "4MiB"/"4MB" read as powers of 1024).
+// Parses "4096", "64K", "4M", "1G" (also "4MiB"/"4MB" read as powers of 1024, and
+// "64k", "4m", "1g").
 Result<uint64_t> ParseByteSize(const std::string& text);
+// `bytes` as a user writes it: "2G", "48K", "5000" (the largest exact suffix).
+std::string ByteSizeText(uint64_t bytes);
 
 }  // namespace memento::runtime

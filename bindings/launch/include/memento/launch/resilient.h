@@ -94,6 +94,10 @@ class MembershipFile {
   std::optional<Membership> WaitNewer(int attempt, double timeout_s) const;
   // A spare: waits until an announcement hands process `pid` a rank.
   std::pair<int, Membership> WaitAssignment(long pid) const;
+  // Tells the launcher that `rank`'s training failed in `attempt` with `what`
+  // (raised.aA.rR, its first line): with no node lost, it relaunches the job at
+  // once instead of leaving every rank waiting for a membership. Best effort.
+  void NoteRaised(int attempt, int rank, const std::string& what) const;
   const std::string& directory() const { return directory_; }
 
  private:

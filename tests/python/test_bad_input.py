@@ -72,6 +72,13 @@ def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
     for key in ("extra_capacity", "total_steps"):
         with pytest.raises(memento.InvalidArgumentError, match="%s=-1: expected an integer" % key):
             memento.Checkpointer(job=job, **{key: -1})
+    # A setting given as a keyword is named as the keyword too, with the value given.
+    with pytest.raises(memento.InvalidArgumentError,
+                       match=r"MEMENTO_SLOTS='3.0' is invalid.*\(given as slots=3.0\)"):
+        memento.Checkpointer(job=job, slots=3.0)
+    with pytest.raises(memento.InvalidArgumentError,
+                       match=r"MEMENTO_CHUNK_BYTES='2G' is invalid.*given as chunk_bytes='2G'"):
+        memento.Checkpointer(job=job, chunk_bytes="2G")
     extra = {"lock": threading.Lock(), "pos": 7}
     ck = memento.Checkpointer(job=job)
     ck.register(torch.nn.Linear(2, 2), extra=extra)

@@ -198,7 +198,7 @@ def test_a_truncated_plain_dcp_file_is_named_and_a_cut_short_version_is_refused(
     # Bad input, each refused by name.
     with pytest.raises(memento.InvalidArgumentError) as e:
         ck.restore(from_dcp=str(tmp_path / "nowhere"))
-    assert "from_dcp=" in str(e.value) and "nowhere' does not exist" in str(e.value)
+    assert "from_dcp=" in str(e.value) and "nowhere': does not exist" in str(e.value)
     with pytest.raises(memento.InvalidArgumentError) as e:
         ck.restore(from_dcp=data[0])
     assert "not a directory" in str(e.value)

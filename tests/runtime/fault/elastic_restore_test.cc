@@ -350,7 +350,9 @@ TEST(Elastic, OldStoresOfAFailedElasticRestoreGoOnceTheNewTopologyCommits) {
     Rank r = Open(ctx, two, "replica:2", /*elastic=*/true, /*remote=*/false);
     if (!r.ck) return;
     EXPECT_EQ(r.ck->Restore().status().code(), StatusCode::kNotFound);
-    if (ctx.rank() == 0) EXPECT_GT(aside(), 0u);  // kept while nothing committed
+    if (ctx.rank() == 0) {
+      EXPECT_GT(aside(), 0u);  // kept while nothing committed
+    }
     for (uint64_t step = 1; step <= 3; ++step) {
       Fill(r, step);
       ASSERT_TRUE(r.ck->Save(step).ok());

@@ -135,6 +135,15 @@ def start_training(job, cmd, **popen):
     return p
 
 
+def write_script(folder, name, text):
+    """An executable shell script `name` in `folder` with body `text`; its path."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + text)
+    os.chmod(path, 0o755)
+    return path
+
+
 def running(pid, wait_s=2.0):
     """Whether `pid` runs (a zombie has ended) after up to wait_s for it to end."""
     end = time.time() + wait_s
@@ -475,11 +484,8 @@ def run(scenario, job, remote):
         # A job that fails after committing (its last step reached, then exit 7) until the
         # launch gives up keeps its node stores: a rerun of the same job id resumes from
         # memory at the step reached, the reference run's final state.
-        script = os.path.join(remote, "fails-after.sh")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\nMEMENTO_KEEP_FINISHED=1 MEMENTO_RESUME_FINISHED=1 \"$@\"\n"
-                    "exit 7\n")
-        os.chmod(script, 0o755)
+        script = write_script(remote, "fails-after.sh", "MEMENTO_KEEP_FINISHED=1 "
+                              "MEMENTO_RESUME_FINISHED=1 \"$@\"\nexit 7\n")
         cmd = [CLI, "launch", "-n", str(NP), "--job", job, "--scheme", "replica:2",
                "--max-restarts", "1", "--backoff", "0.1", "--quiet", "--", script, DEMO
                ] + DEMO_ARGS
@@ -503,16 +509,13 @@ def run(scenario, job, remote):
             fail("the resumed state differs from the reference run's")
         print("PASS: the stores of a launch that gave up kept; the rerun resumed v8 from memory")
     elif scenario == "after-done":
-        # A loss timed for after the job's last step (8, 0.5 s later: the job has reported
-        # its end, and its processes linger 1.5 s longer, as a Python job's teardown does)
+        # A loss timed for after the job's last step (8, 2 s later: the job has reported
+        # its end, and its processes linger 5 s longer, as a Python job's teardown does)
         # is not injected, in relaunch and in in-job mode: one launch, finished, the event
         # named as not fired because the job ended first.
-        script = os.path.join(remote, "lingers.sh")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\n\"$@\" || exit $?\nsleep 1.5\n")
-        os.chmod(script, 0o755)
+        script = write_script(remote, "lingers.sh", "\"$@\" || exit $?\nsleep 5\n")
         for mode in ([], ["--recovery", "in-job", "--spares", "1"]):
-            _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@8+0.5s"] + mode,
+            _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@8+2s"] + mode,
                              demo_args=[script, DEMO] + DEMO_ARGS, demo=False)
             summary = of(recs, "summary")[-1]
             if summary["outcome"] != "finished" or summary["launches"] != 1:
@@ -532,10 +535,7 @@ def run(scenario, job, remote):
         # shell, and a warm spare run by the same script finds its place: in-job, the lost
         # rank's job process is replaced while the survivors keep theirs; relaunched, the
         # lost rank's process is gone before the relaunch. Both bit-exact.
-        script = os.path.join(remote, "wrapper.sh")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\n\"$@\"\n")
-        os.chmod(script, 0o755)
+        script = write_script(remote, "wrapper.sh", "\"$@\"\n")
         for mode in (["--recovery", "in-job", "--spares", "1"], []):
             pids = os.path.join(remote, "pids%d" % len(mode))
             _, recs = launch(job, ["--scheme", "replica:2", "--inject", "1@3"] + mode,
@@ -568,12 +568,10 @@ def run(scenario, job, remote):
         # membership: no node was lost, so the launcher relaunches at once (a second's
         # grace) instead of after --injob-timeout, naming the error, and gives up after
         # --max-restarts 0.
-        script = os.path.join(remote, "raises.sh")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\nif [ \"$RANK\" = 1 ]; then\n"
-                    "  echo 'RuntimeError: a bug on purpose' > "
-                    "\"$MEMENTO_LAUNCH_DIR/raised.a$MEMENTO_LAUNCH_ATTEMPT.r1\"\nfi\nsleep 30\n")
-        os.chmod(script, 0o755)
+        script = write_script(remote, "raises.sh", "if [ \"$RANK\" = 1 ]; then\n"
+                              "  echo 'RuntimeError: a bug on purpose' > "
+                              "\"$MEMENTO_LAUNCH_DIR/raised.a$MEMENTO_LAUNCH_ATTEMPT.r1\"\n"
+                              "fi\nsleep 30\n")
         records = os.path.join(remote, "records.jsonl")
         cmd = [CLI, "launch", "-n", "4", "--job", job, "--recovery", "in-job",
                "--max-restarts", "0", "--records", records, "--quiet", "--", script]
@@ -587,7 +585,7 @@ def run(scenario, job, remote):
         if p.returncode != 1:
             fail("exit %d, expected 1" % p.returncode)
         reasons = [r["reason"] for r in of(recs, "injob_fallback")]
-        if reasons != ["rank 1 raised RuntimeError: a bug on purpose without a lost node"]:
+        if reasons != ["rank 1 failed (RuntimeError: a bug on purpose) with no node lost"]:
             fail("fallbacks %s" % reasons)
         if wall > 20:
             fail("the launch took %.1f s: the ranks waited for a membership" % wall)

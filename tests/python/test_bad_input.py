@@ -74,7 +74,7 @@ def test_bad_steps_counts_and_unpicklable_extras_are_refused_by_name(job):
             memento.Checkpointer(job=job, **{key: -1})
     # A setting given as a keyword is named as the keyword too, with the value given.
     with pytest.raises(memento.InvalidArgumentError,
-                       match=r"MEMENTO_SLOTS='3.0' is invalid.*\(given as slots=3.0\)"):
+                       match=r"MEMENTO_SLOTS='3.0' is invalid.*\(given as slots='3.0'\)"):
         memento.Checkpointer(job=job, slots=3.0)
     with pytest.raises(memento.InvalidArgumentError,
                        match=r"MEMENTO_CHUNK_BYTES='2G' is invalid.*given as chunk_bytes='2G'"):

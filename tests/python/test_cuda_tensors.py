@@ -223,3 +223,35 @@ def test_a_job_with_the_nccl_device_transport_saves_and_restores_on_the_gpu(job)
     torch.cuda.synchronize()
     ck.close()
     assert torch.equal(raw(tensors["w"]), expect)
+
+
+@pytest.mark.parametrize("flags", [{}, {"capturable": True}, {"fused": True}])
+def test_a_model_moved_to_the_gpu_after_register_steps_as_torch_alone(job, flags):
+    """The optimizer state register() primes on the CPU moves with a model moved to the GPU
+    at the first step, `step` too where the optimizer keeps it with its parameter
+    (capturable, fused): the steps compute what torch alone computes, and save."""
+    def run(with_memento):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 8)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, **flags)
+        ck = None
+        if with_memento:
+            ck = memento.Checkpointer(job=job)
+            ck.register(model, opt)
+        model.cuda()
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        for step in range(1, 4):
+            model(torch.randn(4, 16, generator=gen, device="cuda")).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            if ck is not None:
+                ck.save(step)
+                ck.wait()
+        if ck is not None:
+            ck.close()
+        return [raw(t) for t in model.state_dict().values()] + [
+            raw(v) for s in opt.state.values() for v in s.values()]
+
+    alone, with_memento = run(False), run(True)
+    assert len(alone) == len(with_memento)
+    assert all(torch.equal(a, b) for a, b in zip(alone, with_memento))

@@ -150,11 +150,14 @@ void Launcher::WatchInJob(Attempt* a) {
     // (a bug, a bad batch), which no membership answers; its ranks would
     // wait --injob-timeout for one. A second first, for a loss that made it
     // raise to be seen (its rank's death, a stage fault).
+    // During the recovery from an injected loss it is that recovery which
+    // failed: relaunched as such (not counted against --max-restarts).
     if (RankRaised(*a, &rank, &raised)) {
       if (a->t_raised == 0) a->t_raised = Now();
       if (Now() - a->t_raised >= 1.0) {
-        FallBackUnplanned(a, "rank " + std::to_string(rank) + " raised " + raised +
-                                 " without a lost node");
+        const std::string what = "rank " + std::to_string(rank) + " failed (" + raised + ")";
+        if (a->t_injob > 0) return FallBack(a, what + " during the in-job recovery");
+        FallBackUnplanned(a, what + " with no node lost");
       }
     }
   }

@@ -237,6 +237,7 @@ class Launcher {
   std::vector<json> open_failures_;
   uint64_t reached_ = 0;   // the step the job reported last (of the newest attempt that did)
   uint64_t furthest_ = 0;  // the furthest step the job reported, over all attempts
+  bool hup_ignored_ = false;  // SIGHUP came ignored (nohup): kept so
   std::string outcome_ = "failed";
   int exit_code_ = 1;
   std::string message_;

@@ -348,7 +348,7 @@ pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt
   if (getppid() != launcher) _exit(1);  // it died before the line above
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  signal(SIGHUP, SIG_DFL);
+  if (!hup_ignored_) signal(SIGHUP, SIG_DFL);
   signal(SIGPIPE, SIG_DFL);  // ignored here; an ignored signal stays so across exec
   if (!o_.show_output) {
     // Appended to by every process of the attempt.
@@ -656,7 +656,12 @@ int Launcher::Run() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);  // the terminal or ssh session closed: as Ctrl-C
+  // The terminal or ssh session closed: as Ctrl-C, unless SIGHUP came ignored
+  // (nohup), which the launcher and the job then keep.
+  struct sigaction hup {};
+  sigaction(SIGHUP, nullptr, &hup);
+  hup_ignored_ = hup.sa_handler == SIG_IGN;
+  if (!hup_ignored_) sigaction(SIGHUP, &sa, nullptr);
   // A reader of the timeline that went away (`| head`) makes writes fail
   // (EPIPE) instead of ending the launcher before it cleaned up.
   signal(SIGPIPE, SIG_IGN);

@@ -98,11 +98,12 @@ class Checkpointer:
             self._impl = _memento._Checkpointer(variables, launcher, extra_capacity, total_steps)
         except InvalidArgumentError as e:
             # The runtime names the variable; a value given as a keyword is named so too.
-            given = [k for k in settings if keywords.get(k, "") + "=" in str(e)]
+            given = [k for k in settings
+                     if keywords[k] in variables and keywords[k] + "=" in str(e)]
             if not given:
                 raise
-            raise InvalidArgumentError("%s (given as %s=%r)" % (e, given[0], settings[given[0]])
-                                       ) from None
+            raise InvalidArgumentError("%s (given as %s=%r)" % (
+                e, given[0], variables[keywords[given[0]]])) from None
         self._sources = []      # (kind, prefix, object, replicated, shard spec of a tensor)
         self._shards = {}       # entry name -> (global_shape, offsets), from register(shards=)
         self._extras = []       # dicts given as extra=

@@ -37,9 +37,11 @@ def _move_state(optimizer, params):
     """Moves the state of `params` that is not on its parameter's dtype and device there.
 
     The moments and momentum take the parameter's dtype and device (as load_state_dict casts
-    them); a `step` kept on the device (capturable, fused) only its device.
+    them); a `step` kept with the parameter (capturable, fused) only its device.
     """
     moved = 0
+    on_device = {id(p): bool(g.get("capturable")) or bool(g.get("fused"))
+                 for g in optimizer.param_groups for p in g["params"]}
     with torch.no_grad():
         for p in params:
             state = optimizer.state.get(p)
@@ -52,8 +54,7 @@ def _move_state(optimizer, params):
                     if value.dtype != p.dtype or value.device != p.device:
                         state[key] = value.to(device=p.device, dtype=p.dtype)
                         moved += 1
-                elif key == "step" and value.dim() == 0 and value.device.type != "cpu" and \
-                        value.device != p.device:
+                elif key == "step" and on_device.get(id(p)) and value.device != p.device:
                     state[key] = value.to(device=p.device)
                     moved += 1
     return moved

@@ -181,8 +181,23 @@ Status Committer::SealLocal(const Job& job) {
 }
 
 Status Committer::MarkCommitted(const Job& job) {
+  NodeStore* store = parts_.store;
+  const Status marked = store->MarkCommitted(job.slot, job.version);
+  if (marked.ok()) {
+    // An older copy of the same version (the one a full re-protect replaced,
+    // or a failed attempt left sealed) goes only now that this one is
+    // committed.
+    for (const SlotState& st : store->Inventory().slots) {
+      if (st.slot != job.slot && (st.sealed || st.writing) && st.version == job.version) {
+        (void)store->Invalidate(st.slot);
+      }
+    }
+    // Before the version is the latest (below): the next Save, which may
+    // start once it is, must find this slot held.
+    parts_.slots->SetCommitted(job.slot);
+  }
   // The version is committed on every rank (the vote agreed): it counts here
-  // whatever marking this store does, so that every rank persists the same
+  // whatever marking this store did, so that every rank persists the same
   // versions; the persist exchange pairs rank 0's version with each rank's
   // record, and one rank counting one commit fewer would leave every later
   // persist of the run without a manifest. A slot that could not be marked
@@ -196,19 +211,6 @@ Status Committer::MarkCommitted(const Job& job) {
       persist = parts_.persister != nullptr && parts_.persist_every > 0 &&
                 commits_ % static_cast<uint64_t>(parts_.persist_every) == 0;
     }
-  }
-  NodeStore* store = parts_.store;
-  const Status marked = store->MarkCommitted(job.slot, job.version);
-  if (marked.ok()) {
-    // An older copy of the same version (the one a full re-protect replaced,
-    // or a failed attempt left sealed) goes only now that this one is
-    // committed.
-    for (const SlotState& st : store->Inventory().slots) {
-      if (st.slot != job.slot && (st.sealed || st.writing) && st.version == job.version) {
-        (void)store->Invalidate(st.slot);
-      }
-    }
-    parts_.slots->SetCommitted(job.slot);
   }
   if (persist) parts_.persister->Enqueue(job.version, job.slot);
   return marked;

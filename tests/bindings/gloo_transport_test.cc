@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
@@ -186,6 +188,64 @@ TEST(GlooTransport, AbortEndsACollectiveAPeerNeverJoins) {
   EXPECT_EQ(errors[0], "aborted");
   EXPECT_EQ(errors[1], "aborted");
   EXPECT_EQ(errors[2], "stayed out");
+}
+
+// A collective's receive aborted after every send of it went out: the
+// last round of rank 0's AllTrue sends its vote to a peer that takes it and
+// dies before sending its own (a lost node, killed between the two). The
+// abort that in-job recovery then makes must fail the AllTrue; gloo reports
+// an aborted wait by returning false, not by throwing, and taken as done it
+// handed back a "result" made of the receive buffer's old bytes (a version
+// then committed or invalidated by a vote no peer cast).
+TEST(GlooTransport, ACollectiveWhosePeerTookItsVoteAndDiedFailsAtTheAbort) {
+  constexpr auto kTimeout = std::chrono::seconds(60);
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = kTimeout;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const std::string prefix = "gt-dies/" + runtime::testing::ProcessTag() + "/";
+  std::atomic<bool> done{false};
+  std::string outcome;
+  std::thread peer([&] {
+    // Rank 1 as the process group under rank 0's transport (its first under
+    // this prefix) sees it: it posts the receive of rank 0's vote on the
+    // collectives' gloo tag, and never sends its own.
+    c10d::TCPStoreOptions co;
+    co.port = server->getPort();
+    co.timeout = kTimeout;
+    auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", co);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix + "0/", client);
+    auto options = c10d::ProcessGroupGloo::Options::create(kTimeout);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 1, 2, options);
+    std::vector<at::Tensor> vote{at::empty({8}, at::kByte)};
+    auto recv = pg->recv(vote, 0, 2 * (runtime::kMaxTag + 1));
+    recv->wait();
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  GlooTransportOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.master_addr = "127.0.0.1";
+  o.master_port = server->getPort();
+  o.agent_store = true;
+  o.prefix = prefix;
+  o.timeout = kTimeout;
+  auto t = CreateGlooTransport(o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::thread aborter([&t] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    (*t)->Abort();
+  });
+  const Result<bool> all = (*t)->AllTrue(true);
+  aborter.join();
+  done.store(true);
+  peer.join();
+  ASSERT_FALSE(all.ok()) << "AllTrue returned " << *all << " with a peer that never voted";
+  EXPECT_EQ(all.status().code(), StatusCode::kUnavailable) << all.status().ToString();
+  EXPECT_TRUE((*t)->Aborted());
 }
 
 // A started send returns before its receive is posted, and a small Send

@@ -461,7 +461,14 @@ class GlooTransport final : public Transport {
       return Status::Unavailable("gloo transport: aborted");
     }
     try {
-      work->wait(timeout.count() > 0 ? timeout : timeout_);
+      // gloo returns false, without throwing, when the operation was aborted
+      // (Abort): nothing was received into the buffer, or sent. Taken as
+      // done, a collective's last receive would hand back the bytes its
+      // buffer held before, a vote no peer cast.
+      if (!work->wait(timeout.count() > 0 ? timeout : timeout_)) {
+        broken_.store(true);
+        return Status::Unavailable(std::string("gloo transport: ") + what + " aborted");
+      }
       return Status::Ok();
     } catch (const std::exception& e) {
       AbortWork(work);

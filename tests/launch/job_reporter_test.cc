@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "launch_session.h"
 #include "scoped_env.h"
 
 namespace memento::launch {
@@ -110,6 +111,46 @@ TEST_F(JobReporterTest, AFaultKillsTheRanksLostWithItThenItself) {
   const std::string fault = Read(dir_ / "fault.a4");
   EXPECT_NE(fault.find("\"stage\":\"seal\""), std::string::npos) << fault;
   EXPECT_NE(fault.find("\"version\":7"), std::string::npos) << fault;
+}
+
+// A world that repairs itself reports a generation's restore and steps
+// before the launcher has seen the loss that began it (it polls every
+// 10 ms; the ranks need not wait for it): read while the launcher is still
+// at the attempt before, those events are held until it has begun theirs,
+// and then come in the order written. Read at once, that restore was
+// dropped (the attempt had no rejoin time, its restore was recorded only at
+// the job's end) and its steps counted as the attempt's before.
+TEST_F(JobReporterTest, EventsOfAnAttemptAheadOfTheLauncherWaitForIt) {
+  detail::AttemptEvents events((dir_ / "events.jsonl").string());
+  auto kinds = [](const std::vector<nlohmann::json>& evs) {
+    std::string out;
+    for (const auto& ev : evs) {
+      out += ev.value("event", std::string()) + ":" + std::to_string(ev.value("attempt", -1)) + " ";
+    }
+    return out;
+  };
+  const JobReporter g0 = JobReporter::ForGeneration(0, 0);  // attempt 3
+  const JobReporter g1 = JobReporter::ForGeneration(0, 1);  // attempt 4
+  const JobReporter g2 = JobReporter::ForGeneration(0, 2);  // attempt 5
+  g0.Step(2, 0.5, 0.1, 0);
+  g1.RestoreBegin();
+  g1.Step(3, 0.5, 0.1, 0);
+  g2.RestoreBegin();
+  JobReporter::ForGeneration(1, 2).RestoreBegin();  // not rank 0: no event
+  EXPECT_EQ(kinds(events.Poll(3)), "step:3 ");
+  EXPECT_EQ(kinds(events.Poll(3)), "");  // still held
+  g2.Step(4, 0.5, 0.1, 0);
+  g2.Done(16, "abc");
+  EXPECT_EQ(kinds(events.Poll(4)), "restore_begin:4 step:4 ");
+  EXPECT_EQ(kinds(events.Poll(5)), "restore_begin:5 step:5 done:5 ");
+  // An event without an attempt is the current attempt's.
+  std::ofstream(dir_ / "events.jsonl", std::ios::app) << "{\"event\":\"done\",\"step\":1}\n";
+  EXPECT_EQ(kinds(events.Poll(5)), "done:-1 ");
+  // A relaunch: what the old world had ahead is dropped.
+  g2.Step(5, 0.5, 0.1, 0);
+  EXPECT_EQ(kinds(events.Poll(4)), "");
+  events.DropHeld();
+  EXPECT_EQ(kinds(events.Poll(5)), "");
 }
 
 }  // namespace

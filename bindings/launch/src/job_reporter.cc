@@ -119,7 +119,8 @@ void JobReporter::Step(uint64_t step, double loss, double step_s, double stall_s
 
 void JobReporter::Done(uint64_t step, const std::string& state_hash) const {
   Append(JsonText(
-      nlohmann::json{{"event", "done"}, {"step", step}, {"state_hash", state_hash}, {"t", Now()}}));
+      nlohmann::json{{"event", "done"}, {"attempt", attempt_}, {"step", step},
+                     {"state_hash", state_hash}, {"t", Now()}}));
 }
 
 void JobReporter::Restored(const Result<runtime::RestoreReport>& report, double t_begin,

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -115,6 +116,12 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
       return Status::InvalidArgument("--inject '" + ev.text +
                                      "': the persist stage needs --remote (no remote tier)");
     }
+  }
+  // MEMENTO_REMOTE in the launcher's environment reaches the job as well.
+  const char* env_remote = std::getenv("MEMENTO_REMOTE");
+  if (o.persist_every > 0 && o.remote_dir.empty() && (env_remote == nullptr || !*env_remote)) {
+    return Status::InvalidArgument("--persist-every " + std::to_string(o.persist_every) +
+                                   ": there is no remote tier to persist to (give --remote DIR)");
   }
   if (o.command.empty()) return Status::InvalidArgument("no command given (after --)");
   if (FindExecutable(o.command.front()).empty()) {

@@ -70,6 +70,37 @@ class EventTail {
   size_t offset_ = 0;
 };
 
+// events.jsonl in attempt order: the events of an attempt the launcher has
+// not begun yet are held until it has. Under ULFM the ranks repair their
+// world themselves and can report a generation's restore and steps before
+// the launcher has seen the loss that began it; read at once, its restore
+// would be dropped (the attempt then has no rejoin time, its restore is
+// recorded only at the job's end, and a long job is relaunched after
+// --injob-timeout) and its steps counted as the attempt's before.
+class AttemptEvents {
+ public:
+  explicit AttemptEvents(std::string path) : tail_(std::move(path)) {}
+  // The events of attempts up to `attempt` (those without one: the current
+  // attempt's), in the order written.
+  std::vector<json> Poll(int attempt) {
+    std::vector<json> out, later;
+    std::vector<json> read = std::move(held_);
+    for (json& ev : tail_.Poll()) read.push_back(std::move(ev));
+    for (json& ev : read) {
+      (ev.value("attempt", attempt) > attempt ? later : out).push_back(std::move(ev));
+    }
+    held_ = std::move(later);
+    return out;
+  }
+  // A relaunch: the attempts of the old world that were ahead never come
+  // (the relaunch's own take their numbers).
+  void DropHeld() { held_.clear(); }
+
+ private:
+  EventTail tail_;
+  std::vector<json> held_;
+};
+
 
 class Launcher {
  public:
@@ -216,7 +247,7 @@ class Launcher {
   bool own_dir_ = false;
   std::vector<json> records_;
   double t0_ = 0;
-  EventTail tail_;
+  AttemptEvents tail_;
   int next_index_ = 0;            // the next attempt index (launches and in-job recoveries)
   std::vector<pid_t> spares_;     // warm spares not handed a rank yet
   // --launcher ulfm: spare ranks of the running launch handed a place, that

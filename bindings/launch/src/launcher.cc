@@ -146,6 +146,15 @@ int KillRank(pid_t pid) {
   return kill(pid, SIGKILL);
 }
 
+// The environment `pid` was started with, one "NAME=value" each; empty once
+// the process has ended (a zombie's reads empty).
+std::vector<std::string> EnvironOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::vector<std::string> env;
+  for (std::string var; std::getline(in, var, '\0');) env.push_back(std::move(var));
+  return env;
+}
+
 }  // namespace
 
 int Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
@@ -164,27 +173,21 @@ int Launcher::KillRanks(int attempt, const std::vector<int>& nodes) {
 // The launcher gave every rank its status folder and attempt number in the
 // environment, which /proc shows for as long as the process lives.
 Launcher::Holder Launcher::HolderOf(pid_t pid) const {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  const std::string dir = "MEMENTO_LAUNCH_DIR=" + dir_;
-  bool any = false;
-  for (std::string var; std::getline(in, var, '\0');) {
-    if (var == dir) return Holder::kThisLaunch;
-    any = true;
-  }
-  return any ? Holder::kOther : Holder::kEnding;
+  const std::vector<std::string> env = EnvironOf(pid);
+  if (env.empty()) return Holder::kEnding;
+  const bool ours =
+      std::find(env.begin(), env.end(), "MEMENTO_LAUNCH_DIR=" + dir_) != env.end();
+  return ours ? Holder::kThisLaunch : Holder::kOther;
 }
 
 bool Launcher::IsRankOf(pid_t pid, int attempt) const {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  const std::string dir = "MEMENTO_LAUNCH_DIR=" + dir_;
-  const std::string index = "MEMENTO_LAUNCH_ATTEMPT=" + std::to_string(attempt);
-  bool has_dir = false, has_index = false;
-  for (std::string var; std::getline(in, var, '\0');) {
-    has_dir = has_dir || var == dir;
-    has_index = has_index || var == index;
-  }
+  const std::vector<std::string> env = EnvironOf(pid);
+  auto has = [&env](const std::string& var) {
+    return std::find(env.begin(), env.end(), var) != env.end();
+  };
   // In-job recovery: a survivor keeps the attempt it was started in.
-  return has_dir && (has_index || InJob());
+  return has("MEMENTO_LAUNCH_DIR=" + dir_) &&
+         (InJob() || has("MEMENTO_LAUNCH_ATTEMPT=" + std::to_string(attempt)));
 }
 
 void Launcher::KillAllRanks(int attempt) {
@@ -509,7 +512,7 @@ bool Launcher::OpenStatusDir() {
       if (IsStatusFile(f.path().filename().string())) fs::remove(f.path(), ec);
     }
   }
-  tail_ = EventTail(dir_ + "/events.jsonl");
+  tail_ = AttemptEvents(dir_ + "/events.jsonl");
   return true;
 }
 
@@ -573,7 +576,7 @@ void Launcher::Watch(Attempt* a) {
 }
 
 void Launcher::PollEvents(Attempt* a) {
-  for (const json& ev : tail_.Poll()) {
+  for (const json& ev : tail_.Poll(a->index)) {
     const std::string kind = ev.value("event", std::string());
     if (kind == "start") {
       total_steps_ = ev.value("total_steps", uint64_t{0});
@@ -678,6 +681,7 @@ int Launcher::Run() {
   while (true) {
     Attempt a;
     a.index = next_index_++;
+    tail_.DropHeld();
     if (!StartAttempt(&a)) break;
     Watch(&a);
     if (AfterExit(&a) == Next::kStop) break;

@@ -471,7 +471,9 @@ def run(scenario, job, remote):
                   (["--max-restarts", "-1"], "--max-restarts: '-1': expected an integer >= 0"),
                   (["--inject", "1@3+0x10s"], "delay '0x10s' must be seconds"),
                   (["--inject", ""], "--inject: '': expected a value"),
-                  (["--job", ""], "--job: '': expected a value")]
+                  (["--job", ""], "--job: '': expected a value"),
+                  (["--persist-every", "4"],
+                   "--persist-every 4: there is no remote tier to persist to (give --remote")]
         for extra, want in cases:
             cmd = [CLI, "launch", "-n", "2"] + ([] if "--job" in extra else ["--job", job]) + \
                 extra + ["--", DEMO]

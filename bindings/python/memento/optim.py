@@ -39,7 +39,6 @@ def _move_state(optimizer, params):
     The moments and momentum take the parameter's dtype and device (as load_state_dict casts
     them); a `step` kept with the parameter (capturable, fused) only its device.
     """
-    moved = 0
     on_device = {id(p): bool(g.get("capturable")) or bool(g.get("fused"))
                  for g in optimizer.param_groups for p in g["params"]}
     with torch.no_grad():
@@ -53,11 +52,8 @@ def _move_state(optimizer, params):
                 if key in _PER_PARAM_STATE:
                     if value.dtype != p.dtype or value.device != p.device:
                         state[key] = value.to(device=p.device, dtype=p.dtype)
-                        moved += 1
                 elif key == "step" and on_device.get(id(p)) and value.device != p.device:
                     state[key] = value.to(device=p.device)
-                    moved += 1
-    return moved
 
 
 def follow_moved_params(optimizer, params):
@@ -70,14 +66,14 @@ def follow_moved_params(optimizer, params):
     torch without step hooks keeps the state where it was primed.
     """
     if not params or not hasattr(optimizer, "register_step_pre_hook"):
-        return None
+        return
     pending = [list(params)]
 
     def first_step(*_):
         if pending:
             _move_state(optimizer, pending.pop())
 
-    return optimizer.register_step_pre_hook(first_step)
+    optimizer.register_step_pre_hook(first_step)
 
 
 def prime_sgd(optimizer):

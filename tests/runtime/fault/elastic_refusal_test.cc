@@ -5,6 +5,7 @@
 // by name, and the old stores stay for a correct relaunch.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "elastic_job.h"
@@ -18,6 +19,17 @@ using namespace elastic_job;  // NOLINT(build/namespaces): the shared job
 using testing::RankContext;
 using testing::Spawn;
 
+// A restore refused as bad input, its message naming each of `says`.
+void ExpectRefusedNaming(const Result<RestoreReport>& report,
+                         const std::vector<std::string>& says) {
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
+  for (const std::string& s : says) {
+    EXPECT_NE(report.status().message().find(s), std::string::npos)
+        << "no '" << s << "' in: " << report.status().ToString();
+  }
+}
+
 // New slices that do not tile the tensor: a clear error naming the entry,
 // and the old stores stay for a correct relaunch.
 TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
@@ -27,11 +39,7 @@ TEST(Elastic, BadSlicesFailClearlyAndACorrectRelaunchStillRestores) {
   Spawn(3, [&](RankContext& ctx) {
     Rank r = Open(ctx, three, "replica:2", true, false, /*bad_rows=*/true);
     if (!r.ck) return;
-    auto report = r.ck->Restore();
-    ASSERT_FALSE(report.ok());
-    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
-    EXPECT_NE(report.status().message().find("'rows'"), std::string::npos)
-        << report.status().ToString();
+    ExpectRefusedNaming(r.ck->Restore(), {"'rows'"});
   });
   Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
   testing::OnDriver([] { testing::SpawnCleanup(); });
@@ -59,15 +67,7 @@ TEST(Elastic, OtherDtypeOrGlobalShapeFailsByNameAndACorrectRelaunchStillRestores
       const size_t elem = layout.dtype == "float64" ? 8 : 4;
       std::vector<uint8_t> buf(16 * layout.shape[1] * elem);
       ASSERT_TRUE((*ck)->RegisterBuffer("rows", buf.data(), buf.size(), layout).ok());
-      auto report = (*ck)->Restore();
-      ASSERT_FALSE(report.ok());
-      EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
-      EXPECT_NE(report.status().message().find("'rows'"), std::string::npos)
-          << report.status().ToString();
-      EXPECT_NE(report.status().message().find(w.says), std::string::npos)
-          << report.status().ToString();
-      EXPECT_NE(report.status().message().find("differ from the checkpoint's"), std::string::npos)
-          << report.status().ToString();
+      ExpectRefusedNaming((*ck)->Restore(), {"'rows'", w.says, "differ from the checkpoint's"});
     });
   }
   Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
@@ -90,14 +90,9 @@ TEST(Elastic, AnEntryTheRelaunchDoesNotRegisterIsRefusedNotDropped) {
                     ->RegisterBuffer("rows", rows.data(), rows.size() * 4,
                                      {"float32", {kRows, kRowCols}, {r1 - r0, kRowCols}, {r0, 0}})
                     .ok());
-    auto report = (*ck)->Restore();
-    ASSERT_FALSE(report.ok());
-    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument) << report.status().ToString();
-    EXPECT_NE(report.status().message().find(
-                  "'bias' is in the checkpoint but not registered: an elastic restore would drop "
-                  "it"),
-              std::string::npos)
-        << report.status().ToString();
+    ExpectRefusedNaming((*ck)->Restore(),
+                        {"'bias' is in the checkpoint but not registered: an elastic restore "
+                         "would drop it"});
   });
   Spawn(3, [&](RankContext& ctx) { RestoreElastic(ctx, three, "replica:2", {2, false}, false); });
   testing::OnDriver([] { testing::SpawnCleanup(); });
@@ -123,11 +118,7 @@ TEST(Elastic, OpaqueEntryOntoAnotherRankCountIsRefusedByName) {
   Spawn(3, [&](RankContext& ctx) {
     std::vector<uint8_t> blob;
     auto ck = open(ctx, Topo{3, 1, {0, 1, 2}}, true, &blob);
-    auto report = ck->Restore();
-    ASSERT_FALSE(report.ok());
-    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(report.status().message().find("'optimizer.blob'"), std::string::npos)
-        << report.status().ToString();
+    ExpectRefusedNaming(ck->Restore(), {"'optimizer.blob'"});
   });
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }

@@ -248,6 +248,89 @@ TEST(GlooTransport, ACollectiveWhosePeerTookItsVoteAndDiedFailsAtTheAbort) {
   EXPECT_TRUE((*t)->Aborted());
 }
 
+// Messages a peer sent before it closed its transport are received, as MPI
+// delivers what a rank sent before its MPI_Finalize: the receive that takes
+// one posts the channel's next lead, which fails on the closed connection,
+// and that failure took the message with it ("Connection closed by peer").
+// A rank's last persist record was lost so when it closed before rank 0
+// collected it.
+TEST(GlooTransport, MessagesSentBeforeThePeerClosedAreReceived) {
+  constexpr auto kTimeout = std::chrono::seconds(30);
+  c10d::TCPStoreOptions so;
+  so.port = 0;
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = kTimeout;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const std::string prefix = "gt-closed/" + runtime::testing::ProcessTag() + "/";
+  auto open = [&](int rank) {
+    GlooTransportOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.master_addr = "127.0.0.1";
+    o.master_port = server->getPort();
+    o.agent_store = true;
+    o.prefix = prefix;
+    o.timeout = kTimeout;
+    return CreateGlooTransport(o);
+  };
+  std::atomic<bool> closed{false};
+  std::string sender_error;
+  std::thread sender([&] {
+    auto t = open(1);
+    if (!t.ok()) {
+      sender_error = t.status().ToString();
+      return;
+    }
+    for (const char* m : {"first", "second", "third"}) {
+      if (Status s = (*t)->Send(0, 5, m, std::strlen(m)); !s.ok()) sender_error = s.ToString();
+    }
+    t->reset();  // delivers its small sends, then closes its connections
+    closed.store(true);
+  });
+  auto t = open(0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  std::vector<std::string> got;
+  char buf[64];
+  auto recv = [&] {
+    auto n = (*t)->Recv(1, 5, buf, sizeof(buf));
+    got.push_back(n.ok() ? std::string(buf, *n) : "error: " + n.status().ToString());
+  };
+  recv();  // posts the channel's leads: the other two land in them
+  while (!closed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the close is seen
+  recv();
+  recv();
+  sender.join();
+  EXPECT_EQ(sender_error, "");
+  EXPECT_EQ(got, (std::vector<std::string>{"first", "second", "third"}));
+}
+
+// Abort ends a receive of a message to self as it ends those from peers (an
+// elastic restore's reduce chain sends its last hop to itself), with
+// Unavailable, not after the transport's timeout.
+TEST(GlooTransport, AbortEndsAReceiveFromSelf) {
+  const auto errors = RunGlooRanks(1, std::chrono::seconds(30), [](int, Transport& t) {
+    std::thread aborter([&t] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      t.Abort();
+    });
+    char buf[8];
+    const auto t0 = std::chrono::steady_clock::now();
+    auto n = t.Recv(0, 3, buf, sizeof(buf));
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    aborter.join();
+    if (n.ok()) return std::string("received from self after the abort");
+    if (n.status().code() != StatusCode::kUnavailable || waited > std::chrono::seconds(5)) {
+      return n.status().ToString() + " after " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) +
+             " s";
+    }
+    return std::string("aborted");
+  });
+  EXPECT_EQ(errors[0], "aborted");
+}
+
 // A started send returns before its receive is posted, and a small Send
 // before it is received: rank 1 takes the messages in another order than
 // rank 0 sends them. A transport whose sends wait for their receives

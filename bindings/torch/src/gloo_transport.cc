@@ -189,7 +189,7 @@ class GlooTransport final : public Transport {
       // Busy: a receive of this channel is taking a message and tops it up.
       Channel& ch = ChannelOf(peer, tag);
       std::unique_lock<std::mutex> lock(ch.mu, std::try_to_lock);
-      if (lock.owns_lock()) MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
+      if (lock.owns_lock()) MEMENTO_RETURN_IF_ERROR(TopUpForTake(&ch, peer, tag));
     }
     return std::unique_ptr<PendingTransfer>(
         std::make_unique<PendingRecv>(this, peer, tag, data, capacity));
@@ -311,15 +311,26 @@ class GlooTransport final : public Transport {
     return Status::Ok();
   }
 
+  // TopUp for a receive about to take a lead: a failure to post more (the
+  // peer closed its connection after sending) fails it only when no lead is
+  // left to take. Leads already posted may hold messages that arrived before
+  // the close, which MPI would deliver as well.
+  Status TopUpForTake(Channel* ch, int peer, int tag) {
+    Status topped = TopUp(ch, peer, tag);
+    return ch->leads.empty() ? topped : Status::Ok();
+  }
+
   // Takes the next message of (peer, tag): its lead, then its payload.
   Result<size_t> Take(int peer, int tag, void* data, size_t capacity) {
     Channel& ch = ChannelOf(peer, tag);
     std::lock_guard<std::mutex> lock(ch.mu);
-    MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
+    MEMENTO_RETURN_IF_ERROR(TopUpForTake(&ch, peer, tag));
     Lead lead = std::move(ch.leads.front());
     ch.leads.pop_front();
     MEMENTO_RETURN_IF_ERROR(WaitWork("recv", lead.work));
-    MEMENTO_RETURN_IF_ERROR(TopUp(&ch, peer, tag));
+    // This message arrived: it is returned whatever posting the next lead
+    // does (the next Take reports a failure that leaves it nothing to take).
+    (void)TopUp(&ch, peer, tag);
     uint64_t bytes = 0;
     std::memcpy(&bytes, lead.buffer.data_ptr(), kLengthBytes);
     if (bytes <= kInlineBytes) {
@@ -356,10 +367,13 @@ class GlooTransport final : public Transport {
 
   Result<size_t> RecvSelf(int tag, void* data, size_t capacity) {
     std::unique_lock<std::mutex> lock(self_mu_);
-    if (!self_cv_.wait_for(lock, timeout_, [&] { return !self_box_[tag].empty(); })) {
+    // Abort ends the wait too, as it ends those of other peers' messages.
+    if (!self_cv_.wait_for(lock, timeout_,
+                           [&] { return !self_box_[tag].empty() || broken_.load(); })) {
       return Status::Timeout("gloo transport: no message from self with tag " +
                              std::to_string(tag));
     }
+    if (self_box_[tag].empty()) return Status::Unavailable("gloo transport: aborted");
     std::vector<uint8_t> m = std::move(self_box_[tag].front());
     self_box_[tag].pop_front();
     if (m.size() > capacity) {
@@ -418,13 +432,19 @@ class GlooTransport final : public Transport {
   // timeout) does.
   void Abort() override {
     broken_.store(true);
-    std::lock_guard<std::mutex> lock(waiting_mu_);
-    for (const auto& [work, count] : waiting_) {
-      try {
-        work->abort();
-      } catch (const std::exception&) {
+    {
+      std::lock_guard<std::mutex> lock(waiting_mu_);
+      for (const auto& [work, count] : waiting_) {
+        try {
+          work->abort();
+        } catch (const std::exception&) {
+        }
       }
     }
+    {
+      std::lock_guard<std::mutex> lock(self_mu_);  // a waiter checks broken_ under it
+    }
+    self_cv_.notify_all();
   }
 
   bool Aborted() const override { return broken_.load(); }

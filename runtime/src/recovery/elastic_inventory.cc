@@ -130,6 +130,7 @@ Status ElasticRestorer::TakeInventory() {
     for (const wire::ElasticStoreRecord& s : inv.stores) items.push_back(&s.items);
   }
   const LineageChoice choice = ChooseNewestLineage(remote, items);
+  MEMENTO_RETURN_IF_ERROR(CheckRemoteListingsAgree(choice, report_.notes));
   // Only the newest run's stores give the old topology, who serves which old
   // rank and the catalogs: a store an older run left under this job id (of
   // another topology, maybe) is passed over, and its node counts as lost.

@@ -103,8 +103,7 @@ Status RecoveryExecutor::TakeInventory() {
     }
   }
   if (parts_.on_gathered) MEMENTO_RETURN_IF_ERROR(parts_.on_gathered(riders));
-  ChooseLineage(theirs);
-  return Status::Ok();
+  return ChooseLineage(theirs);
 }
 
 wire::Inventory RecoveryExecutor::MyInventory() {
@@ -116,10 +115,11 @@ wire::Inventory RecoveryExecutor::MyInventory() {
   return mine;
 }
 
-void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs) {
+Status RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs) {
   std::vector<const wire::Inventory*> all;
   for (const wire::Inventory& inv : theirs) all.push_back(&inv);
   const LineageChoice choice = ChooseNewestLineage(all, all);
+  MEMENTO_RETURN_IF_ERROR(CheckRemoteListingsAgree(choice, report_.notes));
   const uint64_t newest = choice.newest.value_or(0);
   // Only the newest run's versions are candidates (lineage ids grow with the
   // time a run started); another run's are passed over, whatever their numbers.
@@ -161,6 +161,7 @@ void RecoveryExecutor::ChooseLineage(const std::vector<wire::Inventory>& theirs)
                             std::to_string(passed_over) + ") are not restored");
   }
   report_.lost_nodes = input_.failed_nodes;
+  return Status::Ok();
 }
 
 std::vector<uint8_t> RecoveryExecutor::SealsRecordsFor(uint64_t version, uint64_t lineage) const {

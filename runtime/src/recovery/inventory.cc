@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <optional>
+#include <string>
 
 namespace memento::runtime {
 
@@ -52,30 +55,73 @@ wire::Inventory StoreItems(const NodeStore& store, const ProtectionLayout& layou
 LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& remote_of_rank,
                                   const std::vector<const wire::Inventory*>& items) {
   LineageChoice choice;
-  bool first = true;
-  for (const wire::Inventory* inv : remote_of_rank) {
+  // (version, lineage) -> the ranks that see it complete.
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<int>> seen_by;
+  const int ranks = static_cast<int>(remote_of_rank.size());
+  for (int r = 0; r < ranks; ++r) {
+    const wire::Inventory* inv = remote_of_rank[r];
     std::set<std::pair<uint64_t, uint64_t>> seen;
     for (size_t i = 0; i < inv->remote_complete.size(); ++i) {
       seen.emplace(inv->remote_complete[i],
                    i < inv->remote_lineage.size() ? inv->remote_lineage[i] : 0);
     }
-    if (first) {
-      choice.remote = std::move(seen);
-      first = false;
-    } else {
-      for (auto it = choice.remote.begin(); it != choice.remote.end();) {
-        it = seen.count(*it) ? std::next(it) : choice.remote.erase(it);
-      }
+    for (const auto& vl : seen) seen_by[vl].push_back(r);
+  }
+  // Ordered as runs are: by lineage, then version.
+  auto later = [](const std::pair<uint64_t, uint64_t>& a, const std::pair<uint64_t, uint64_t>& b) {
+    return std::make_pair(a.second, a.first) > std::make_pair(b.second, b.first);
+  };
+  std::optional<std::pair<uint64_t, uint64_t>> newest_agreed, newest_disputed;
+  std::vector<int> disputed_seen_by;
+  for (const auto& [vl, by] : seen_by) {
+    if (static_cast<int>(by.size()) == ranks) {
+      choice.remote.insert(vl);
+      if (!newest_agreed || later(vl, *newest_agreed)) newest_agreed = vl;
+    } else if (!newest_disputed || later(vl, *newest_disputed)) {
+      newest_disputed = vl;
+      disputed_seen_by = by;
     }
   }
   auto see = [&](uint64_t lineage) {
     choice.newest = choice.newest ? std::max(*choice.newest, lineage) : lineage;
   };
+  std::optional<std::pair<uint64_t, uint64_t>> newest_item;
   for (const wire::Inventory* inv : items) {
-    for (uint64_t l : inv->item_lineage) see(l);
+    for (size_t i = 0; i < inv->items.size(); ++i) {
+      const std::pair<uint64_t, uint64_t> vl{inv->items[i].version,
+                                             i < inv->item_lineage.size() ? inv->item_lineage[i]
+                                                                          : 0};
+      see(vl.second);
+      if (!newest_item || later(vl, *newest_item)) newest_item = vl;
+    }
   }
   for (const auto& [v, l] : choice.remote) see(l);
+  if (newest_disputed && (!newest_agreed || later(*newest_disputed, *newest_agreed)) &&
+      (!newest_item || later(*newest_disputed, *newest_item))) {
+    std::string who, missing;
+    for (int r = 0, k = 0; r < ranks; ++r) {
+      const bool has = k < static_cast<int>(disputed_seen_by.size()) && disputed_seen_by[k] == r;
+      if (has) ++k;
+      std::string& list = has ? who : missing;
+      if (!list.empty()) list += ", ";
+      list += std::to_string(r);
+    }
+    choice.disputed = "remote version " + std::to_string(newest_disputed->first) +
+                      " is complete for rank(s) " + who + " but not seen by rank(s) " + missing;
+  }
   return choice;
+}
+
+Status CheckRemoteListingsAgree(const LineageChoice& choice, const std::vector<std::string>& notes) {
+  if (choice.disputed.empty()) return Status::Ok();
+  std::string text = "restore: the ranks do not see the same remote tier: " + choice.disputed +
+                     ", and nothing newer is held in memory. Every rank must read one shared "
+                     "directory (MEMENTO_REMOTE, an absolute path the same on every node); a "
+                     "rank that could not list it says why";
+  for (const std::string& n : notes) {
+    if (n.rfind("remote: ", 0) == 0) text += " (this rank: " + n.substr(8) + ")";
+  }
+  return Status::Unavailable(text);
 }
 
 Status NothingRestorable(bool committed_seen, const std::string& why,

@@ -31,12 +31,23 @@ wire::Inventory StoreItems(const NodeStore& store, const ProtectionLayout& layou
 // rank sees complete, and the newest lineage among them and every item
 // (lineage ids grow with the time a run started). `remote_of_rank`: each
 // rank's remote versions; `items`: every inventory whose items count.
+// A remote version some rank sees complete and another does not (a listing
+// that failed on one rank, or MEMENTO_REMOTE naming another directory there)
+// is not a candidate; when it is newer than every version all ranks see and
+// every item in memory, `disputed` says so: restoring anything older, or
+// nothing (a fresh start that then prunes the run's versions away), would
+// lose the run's progress without a word.
 struct LineageChoice {
   std::set<std::pair<uint64_t, uint64_t>> remote;
   std::optional<uint64_t> newest;  // none: nothing anywhere
+  std::string disputed;            // empty: nothing newer is disputed
 };
 LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& remote_of_rank,
                                   const std::vector<const wire::Inventory*>& items);
+// Unavailable naming `choice.disputed` (with this rank's own listing failure
+// among `notes`, if any); Ok when nothing newer is disputed. Every rank
+// decides alike: the choice is made from gathered inventories.
+Status CheckRemoteListingsAgree(const LineageChoice& choice, const std::vector<std::string>& notes);
 
 // The planner found no version to restore (`why`, and the restore's notes):
 // Unrecoverable when the chosen run committed one (`committed_seen`: its

@@ -161,8 +161,9 @@ class RecoveryExecutor {
   Status TakeInventory();                                  // 1
   wire::Inventory MyInventory();
   // Keeps the newest lineage's items and remote versions (input_) and notes
-  // the nodes that report none as lost.
-  void ChooseLineage(const std::vector<wire::Inventory>& theirs);
+  // the nodes that report none as lost; Unavailable when the ranks' remote
+  // listings disagree on a version newer than anything else.
+  Status ChooseLineage(const std::vector<wire::Inventory>& theirs);
   Result<placement::RecoveryPlan> Plan();                  // 2
   Status GatherEntrySeals();                               // 3 (collective part)
   // The seals records this rank vouches for in `version` of `lineage_`

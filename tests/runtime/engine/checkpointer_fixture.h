@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -104,7 +105,11 @@ class CheckpointerTest : public ::testing::Test {
     ranks_.resize(n);
     for (int r = 0; r < n; ++r) {
       std::shared_ptr<RemoteStore> remote;
-      if (with_remote) remote = std::make_shared<DirectoryRemoteStore>(remote_dir_, config.job);
+      if (with_remote) {
+        const auto other = remote_dir_of_rank_.find(r);
+        remote = std::make_shared<DirectoryRemoteStore>(
+            other != remote_dir_of_rank_.end() ? other->second : remote_dir_, config.job);
+      }
       auto ck = Checkpointer::Create(config, group_->transport(r), remote, hooks[r]);
       ASSERT_TRUE(ck.ok()) << ck.status().ToString();
       ranks_[r].ck = std::move(ck).value();
@@ -173,6 +178,8 @@ class CheckpointerTest : public ::testing::Test {
 
   std::string job_;
   std::filesystem::path remote_dir_;
+  // Ranks whose remote tier is another directory than remote_dir_.
+  std::map<int, std::filesystem::path> remote_dir_of_rank_;
   std::shared_ptr<InProcessGroup> group_;
   std::vector<Rank> ranks_;
 };

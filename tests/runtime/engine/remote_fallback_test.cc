@@ -3,6 +3,7 @@
 // any rank gives way to the next one.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -99,6 +100,48 @@ TEST_F(RemoteFallbackTest, CorruptRemoteVersionGivesWayToMemory) {
     EXPECT_EQ(reports[r]->version, 5u) << reports[r]->ToString();
     EXPECT_EQ(ranks_[r].Mismatch(r, 5), -1) << "rank " << r;
   }
+}
+
+// A relaunch whose rank 1 reads another directory as the remote tier (a
+// relative MEMENTO_REMOTE resolved elsewhere, a mount missing on its node, a
+// listing that failed there). While memory holds a newer version than the
+// remote's newest, that version is restored. With every node's memory lost,
+// the restore fails on every rank, naming the version rank 1 does not see,
+// instead of starting afresh (whose persists would then prune the run's
+// versions away); a relaunch that reads the right directory restores it.
+TEST_F(RemoteFallbackTest, RanksThatSeeAnotherRemoteTierRefuseAFreshStart) {
+  Config c = MakeConfig();
+  c.persist_every = 2;
+  c.persist_keep = 2;
+  const int n = 3;
+  TrainPersisted(c, n, 7);
+  if (HasFatalFailure()) return;
+  ranks_.clear();
+  const std::filesystem::path elsewhere = remote_dir_.string() + "-elsewhere";
+  std::filesystem::create_directories(elsewhere);
+  remote_dir_of_rank_[1] = elsewhere;
+
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  ExpectRestored(RestoreAll(), 7);  // memory: v7, newer than the disputed v6
+  ranks_.clear();
+
+  ASSERT_TRUE(CleanJob(c.job).ok());  // every node lost
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  auto reports = RestoreAll();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_FALSE(reports[r].ok()) << "rank " << r << " restored " << reports[r]->ToString();
+    EXPECT_EQ(reports[r].status().code(), StatusCode::kUnavailable)
+        << reports[r].status().ToString();
+    EXPECT_NE(reports[r].status().message().find(
+                  "remote version 6 is complete for rank(s) 0, 2 but not seen by rank(s) 1"),
+              std::string::npos)
+        << reports[r].status().ToString();
+  }
+  ranks_.clear();
+  remote_dir_of_rank_.clear();
+  std::filesystem::remove_all(elsewhere);
+  Launch(n, c, FaultHooks(), /*with_remote=*/true);
+  ExpectRestored(RestoreAll(), 6);
 }
 
 // Config::remote_dir is checked when the Checkpointer is made, not at the

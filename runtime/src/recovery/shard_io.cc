@@ -447,9 +447,31 @@ std::vector<std::pair<uint64_t, uint64_t>> ShardIo::CompleteRemoteVersions(
     return {};
   }
   std::vector<std::pair<uint64_t, uint64_t>> out;
+  // By lineage: the newest version another rank count wrote (an elastic
+  // restore's run). It cannot be read here, and it supersedes that run's
+  // older versions of this count: restoring one would go back past it
+  // without a word. Left out, the checkpointer reshards it (elastic) or says
+  // that it needs MEMENTO_ELASTIC.
+  std::map<uint64_t, uint64_t> other_count;
   for (uint64_t v : *complete) {
     auto manifest = remote_->ReadManifest(v);
-    if (manifest.ok()) out.emplace_back(v, manifest->lineage);  // else gone meanwhile
+    if (!manifest.ok()) continue;  // gone meanwhile
+    if (manifest->world_size != transport_->size()) {
+      uint64_t& newest = other_count[manifest->lineage];
+      newest = std::max(newest, v);
+      continue;
+    }
+    out.emplace_back(v, manifest->lineage);
+  }
+  for (const auto& [lineage, newest] : other_count) {
+    const size_t before = out.size();
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [&, l = lineage, n = newest](const std::pair<uint64_t, uint64_t>& vl) {
+                               return vl.second == l && vl.first < n;
+                             }),
+              out.end());
+    notes->push_back("remote v" + std::to_string(newest) + " was written by another rank count" +
+                     (out.size() < before ? "; its run's older versions are not restored" : ""));
   }
   return out;
 }

@@ -309,6 +309,37 @@ TEST(Elastic, WithoutMemoryTheRemoteFilesAreResharded) {
   testing::OnDriver([] { testing::SpawnCleanup(); });
 }
 
+// A job shrinks (4 -> 2 nodes, every node's memory lost: v2 resharded from
+// the remote tier), persists v3 on 2 ranks, loses its memory again and is
+// relaunched on 4. The remote tier holds v2 of 4 ranks and v3 of 2: v3 is
+// the run's newest, so the relaunch must reshard it (elastic) or say that it
+// needs MEMENTO_ELASTIC, not restore v2 of its own rank count and go back a
+// version without a word.
+TEST(Elastic, GrowingBackReshardsTheNewestRemoteVersionNotAnOlderOne) {
+  Spawn(4, [&](RankContext& ctx) { Train(ctx, Topo{4, 1, {}}, "xor:3", 1, 2, true); });
+  Lose({0, 1, 2, 3});
+  Spawn(2, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(4, 4) + 2 * (kBias * 4 + 8);
+    RestoreElastic(ctx, Topo{2, 1, {0, 1}}, "replica:2", {2, true, all, false}, true);
+  });
+  Lose({0, 1});
+  Spawn(4, [&](RankContext& ctx) {
+    Rank r = Open(ctx, Topo{4, 1, {}}, "xor:3", /*elastic=*/false, /*remote=*/true);
+    if (!r.ck) return;
+    auto report = r.ck->Restore();
+    ASSERT_FALSE(report.ok()) << "rank " << ctx.rank() << " restored " << report->ToString();
+    EXPECT_EQ(report.status().code(), StatusCode::kElasticRestoreNeeded)
+        << report.status().ToString();
+    EXPECT_NE(report.status().ToString().find("MEMENTO_ELASTIC=1"), std::string::npos)
+        << report.status().ToString();
+  });
+  Spawn(4, [&](RankContext& ctx) {
+    const uint64_t all = ShardedBytes(2, 2) + 4 * (kBias * 4 + 8);
+    RestoreElastic(ctx, Topo{4, 1, {}}, "xor:3", {3, true, all, false}, true);
+  });
+  testing::OnDriver([] { testing::SpawnCleanup(); });
+}
+
 // An older run under this job id left its stores (4 nodes, v1-v2); a newer
 // run on 2 other nodes persisted v3-v4 and lost its memory. The relaunch on 3
 // of the older run's nodes restores v4 from the newer run's remote files,

@@ -115,6 +115,37 @@ Status DirectoryRemoteStore::RemoveVersion(uint64_t v, const std::vector<std::st
   return first_error;
 }
 
+Status DirectoryRemoteStore::DiscardUnpublished(uint64_t version, uint64_t lineage,
+                                                const std::vector<int>& ranks) {
+  std::set<std::string> named;
+  if (Result<RemoteManifest> manifest = ReadManifest(version); manifest.ok()) {
+    for (const RankFileInfo& r : manifest->ranks) named.insert(r.file);
+  }
+  Status first_error;
+  bool removed = false;
+  for (int rank : ranks) {
+    const std::string path = RankFilePath(version, rank, lineage);
+    if (named.count(path.substr(path.rfind('/') + 1))) continue;
+    if (unlink(path.c_str()) == 0) {
+      removed = true;
+    } else if (errno != ENOENT && first_error.ok()) {
+      first_error = IoErr("unlink", path, errno);
+    }
+  }
+  if (!removed) return first_error;
+  // The folder goes with its last file (rmdir keeps one that holds others').
+  if (rmdir(VersionDir(version).c_str()) != 0 && options_.fsync) {
+    Status synced = FsyncDir(VersionDir(version));
+    if (first_error.ok()) first_error = synced;
+  } else if (options_.fsync) {
+    Status synced = FsyncDir(job_dir_);
+    if (first_error.ok()) first_error = synced;
+  }
+  Log(LogLevel::kInfo, "remote: removed the files of unpublished version " +
+                           std::to_string(version));
+  return first_error;
+}
+
 Status DirectoryRemoteStore::Prune(int keep) {
   if (keep < 1) return Status::InvalidArgument("Prune: keep " + std::to_string(keep) + " < 1");
   MEMENTO_ASSIGN_OR_RETURN(std::vector<uint64_t> complete, ListComplete());

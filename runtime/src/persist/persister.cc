@@ -183,6 +183,9 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
   std::vector<RankFileInfo> ranks(size);
   ranks[FileOf(0)] = own;
   Status all = own_status.WithContext("rank 0");
+  // The files whose writers are done (a final record came): what a failed
+  // persist removes, since no manifest will name them.
+  std::vector<int> done{FileOf(0)};
   std::vector<uint8_t> buf(wire::kMaxPersistRecord);
   for (int r = 1; r < size; ++r) {
     // A record of an older version is one rank 0 stopped waiting for (it
@@ -214,6 +217,7 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
                                  std::to_string(their_version));
         continue;
       }
+      if (their_version == version) done.push_back(FileOf(r));
       if (their_version > version) {  // versions are persisted in commit order on every rank
         rank_status = Status::Internal("rank " + std::to_string(r) + " reported v" +
                                        std::to_string(their_version));
@@ -226,9 +230,16 @@ Status Persister::CollectAndPublish(uint64_t version, uint64_t lineage, RankFile
     ranks[FileOf(r)].rank = FileOf(r);
     if (!rank_status.ok() && all.ok()) all = rank_status;
   }
-  if (!all.ok()) return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
-  if (hook_) MEMENTO_RETURN_IF_ERROR(hook_(Stage::kManifest, version));
-  MEMENTO_RETURN_IF_ERROR(remote_->WriteManifest(version, size, ranks, lineage));
+  if (all.ok() && hook_) all = hook_(Stage::kManifest, version);
+  if (all.ok()) all = remote_->WriteManifest(version, size, ranks, lineage);
+  if (!all.ok()) {
+    if (Status discarded = remote_->DiscardUnpublished(version, lineage, done); !discarded.ok()) {
+      Log(LogLevel::kWarn, "persist v" + std::to_string(version) +
+                               ": removing the files no manifest names failed: " +
+                               discarded.ToString());
+    }
+    return all.WithContext("persist v" + std::to_string(version) + ": no manifest");
+  }
   Log(LogLevel::kInfo, "persisted v" + std::to_string(version) + " to " + remote_->Describe());
   // The version is persisted whatever pruning older ones does.
   Status pruned = remote_->Prune(keep_);

@@ -120,6 +120,13 @@ TEST_F(PersisterTest, ARankThatFailsToWriteMeansNoManifest) {
   auto complete = remote.ListComplete();
   ASSERT_TRUE(complete.ok());
   EXPECT_TRUE(complete->empty());
+  // The files ranks 0 and 1 wrote go with the failed persist: on a full disk
+  // they would fail the next persists too (the stale rule took an hour).
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir_)) {
+    EXPECT_EQ(f.path().filename().string().rfind("rank-", 0), std::string::npos)
+        << "left behind: " << f.path();
+  }
+  EXPECT_FALSE(std::filesystem::exists(remote.VersionDir(9)));
 }
 
 // A byte of rank 1's slot changed after it was sealed (memory damaged

@@ -130,6 +130,8 @@ class DirectoryRemoteStore : public RemoteStore {
   // for stale_temp_seconds. Every version is visited; the first error is
   // returned.
   Status Prune(int keep) override;
+  Status DiscardUnpublished(uint64_t version, uint64_t lineage,
+                            const std::vector<int>& ranks) override;
   // <root>/<job>/FINISHED (directory_remote_finished.cc).
   std::string FinishedPath() const;
   Status WriteFinished(const FinishedRun& run) override;

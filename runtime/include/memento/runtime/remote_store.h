@@ -149,6 +149,16 @@ class RemoteStore {
   // temporary files are clearly stale (see the implementation).
   virtual Status Prune(int keep) = 0;
 
+  // Removes the files of `version` that run `lineage` wrote for `ranks` when
+  // the version's manifest does not name them: what a persist left that
+  // failed before its manifest (one rank's full disk, a timeout), whose
+  // writers are done. Left alone, they took their space until the stale
+  // rule removed them (an hour idle), and on a full disk made every later
+  // persist fail as well. A file a manifest names is never touched; OK when
+  // there is nothing to remove.
+  virtual Status DiscardUnpublished(uint64_t version, uint64_t lineage,
+                                    const std::vector<int>& ranks) = 0;
+
   // The finished mark of the job (Checkpointer::Finish): the newest run that
   // ended normally. Written atomically beside the versions, replacing any
   // earlier mark; never pruned (the versions it refers to are pruned as

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <limits>
 #include <set>
+#include <tuple>
 
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/log.h"
@@ -50,25 +51,45 @@ void DirectoryRemoteStore::RemoveForeignRankFiles(uint64_t version,
 }
 
 std::vector<uint64_t> DirectoryRemoteStore::RecentlyCompleted(const std::vector<uint64_t>& complete,
-                                                               int keep) const {
-  // By manifest time, then number: a run that reuses the job id with lower
+                                                               int keep) {
+  // As a restore picks them: by run (lineage ids grow with the time a run
+  // started), then number, so that a run that reuses the job id with lower
   // step numbers keeps its own versions instead of losing them to an older
-  // run's higher numbers.
-  std::vector<std::pair<int64_t, uint64_t>> by_age;  // (manifest mtime ns, version)
-  for (uint64_t v : complete) {
-    struct stat st;
-    // A manifest that cannot be stat'ed now counts as the newest (kept).
-    int64_t mtime = std::numeric_limits<int64_t>::max();
-    if (stat(ManifestPath(v).c_str(), &st) == 0) {
-      mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  // run's higher numbers, and a version just published is never the one
+  // pruned (a manifest's time is the writing client's clock, which may lag
+  // the clock that wrote the older ones). Versions that record no run
+  // (written before lineages were) go by manifest time, oldest run first.
+  struct Age {
+    uint64_t lineage;
+    int64_t order;  // the version, or the manifest's time for lineage 0
+    uint64_t version;
+    bool operator<(const Age& o) const {
+      return std::tie(lineage, order, version) < std::tie(o.lineage, o.order, o.version);
     }
-    by_age.emplace_back(mtime, v);
+  };
+  std::vector<Age> by_age;
+  for (uint64_t v : complete) {
+    Result<RemoteManifest> manifest = ReadManifest(v);
+    // A manifest that cannot be read now counts as the newest (kept).
+    if (!manifest.ok()) {
+      by_age.push_back({std::numeric_limits<uint64_t>::max(), 0, v});
+      continue;
+    }
+    int64_t order = static_cast<int64_t>(v);
+    struct stat st;
+    if (manifest->lineage == 0) {
+      order = std::numeric_limits<int64_t>::max();
+      if (stat(ManifestPath(v).c_str(), &st) == 0) {
+        order = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+      }
+    }
+    by_age.push_back({manifest->lineage, order, v});
   }
   std::sort(by_age.begin(), by_age.end());
   std::vector<uint64_t> kept;
   for (size_t i = by_age.size() - std::min(by_age.size(), static_cast<size_t>(keep));
        i < by_age.size(); ++i) {
-    kept.push_back(by_age[i].second);
+    kept.push_back(by_age[i].version);
   }
   return kept;
 }

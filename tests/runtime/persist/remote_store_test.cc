@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -288,6 +289,38 @@ TEST_F(DirectoryRemoteStoreTest, PruneKeepsTheNewestRunNotTheHighestNumbers) {
     ASSERT_TRUE(store.Prune(2).ok());
   }
   EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{2, 3}));
+}
+
+// Prune keeps what a restore would pick: the newest run's newest versions.
+// The times of manifests are the writing clients' clocks; here the older
+// versions' read 10 minutes ahead of the one just published (a client whose
+// clock lags), which a prune by manifest time removed at once. A newer run
+// with lower numbers still keeps its own versions.
+TEST_F(DirectoryRemoteStoreTest, PruneKeepsTheVersionJustPublishedWhateverTheClocks) {
+  DirectoryRemoteStore store(root_, "job1");
+  auto publish = [&](uint64_t version, uint64_t lineage) {
+    RankData d = MakeRank(version, 0);
+    auto info = store.WriteRankFile(version, 0, d.Sources(), lineage);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    ASSERT_TRUE(store.WriteManifest(version, 1, {*info}, lineage).ok());
+  };
+  auto ahead = [&](uint64_t version) {
+    timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec += 600;
+    times[1] = times[0];
+    ASSERT_EQ(utimensat(AT_FDCWD, store.ManifestPath(version).c_str(), times, 0), 0);
+  };
+  publish(4, 7);
+  publish(6, 7);
+  ahead(4);
+  ahead(6);
+  publish(8, 7);
+  ASSERT_TRUE(store.Prune(2).ok());
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{6, 8}));
+  publish(1, 9);  // a newer run under the same id
+  ASSERT_TRUE(store.Prune(2).ok());
+  EXPECT_EQ(*store.ListComplete(), (std::vector<uint64_t>{1, 8}));
 }
 
 // A version without a manifest may still be being written: prune leaves it,

@@ -151,8 +151,9 @@ class DirectoryRemoteStore : public RemoteStore {
   // Removes version `version`'s manifest when it names the rank file at
   // `path`, which is about to be replaced (the version is persisted again).
   Status WithdrawManifestNaming(uint64_t version, const std::string& path);
-  // The `keep` most recently completed of `complete` (by manifest time).
-  std::vector<uint64_t> RecentlyCompleted(const std::vector<uint64_t>& complete, int keep) const;
+  // The `keep` newest of `complete`, as a restore orders them: by run, then
+  // number (by manifest time for versions that record no run).
+  std::vector<uint64_t> RecentlyCompleted(const std::vector<uint64_t>& complete, int keep);
   // Removes version `version`'s folder (a Prune decided): the format's files
   // and the manifest first, then `files` (those of other runs only once idle).
   Status RemoveVersion(uint64_t version, const std::vector<std::string>& files, bool is_complete);

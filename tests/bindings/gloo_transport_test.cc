@@ -39,17 +39,38 @@ using testing::UniqueJob;
 
 using RankBody = std::function<std::string(int, Transport&)>;
 
+// A store served on a free port, as torchrun's agent serves one, and the
+// transports of ranks that meet through it (every rank a client).
+struct ServedStore {
+  explicit ServedStore(std::chrono::milliseconds t) : timeout(t) {
+    c10d::TCPStoreOptions so;
+    so.port = 0;  // any free port
+    so.isServer = true;
+    so.waitWorkers = false;
+    so.timeout = timeout;
+    server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  }
+  Result<std::shared_ptr<Transport>> Open(const std::string& prefix, int rank, int size) const {
+    GlooTransportOptions o;
+    o.rank = rank;
+    o.size = size;
+    o.master_addr = "127.0.0.1";
+    o.master_port = server->getPort();
+    o.agent_store = true;
+    o.prefix = prefix;
+    o.timeout = timeout;
+    return CreateGlooTransport(o);
+  }
+  std::chrono::milliseconds timeout;
+  c10::intrusive_ptr<c10d::TCPStore> server;
+};
+
 // Runs body(rank, transport) on `n` gloo ranks (threads), each returning ""
 // or what went wrong. Each rank keeps its transport until every rank is done
 // (a barrier), as the ranks of a job do.
 std::vector<std::string> RunGlooRanks(int n, std::chrono::milliseconds timeout,
                                       const RankBody& body) {
-  c10d::TCPStoreOptions so;
-  so.port = 0;  // any free port
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = timeout;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const ServedStore store(timeout);
   static std::atomic<int> launch{0};
   const std::string prefix =
       "gt/" + runtime::testing::ProcessTag() + "/" + std::to_string(launch++) + "/";
@@ -57,15 +78,7 @@ std::vector<std::string> RunGlooRanks(int n, std::chrono::milliseconds timeout,
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      GlooTransportOptions o;
-      o.rank = r;
-      o.size = n;
-      o.master_addr = "127.0.0.1";
-      o.master_port = server->getPort();
-      o.agent_store = true;  // every rank a client of the store served above
-      o.prefix = prefix;
-      o.timeout = timeout;
-      auto t = CreateGlooTransport(o);
+      auto t = store.Open(prefix, r, n);
       if (!t.ok()) {
         errors[r] = "create: " + t.status().ToString();
         return;
@@ -199,21 +212,15 @@ TEST(GlooTransport, AbortEndsACollectiveAPeerNeverJoins) {
 // then committed or invalidated by a vote no peer cast).
 TEST(GlooTransport, ACollectiveWhosePeerTookItsVoteAndDiedFailsAtTheAbort) {
   constexpr auto kTimeout = std::chrono::seconds(60);
-  c10d::TCPStoreOptions so;
-  so.port = 0;
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = kTimeout;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const ServedStore served(kTimeout);
   const std::string prefix = "gt-dies/" + runtime::testing::ProcessTag() + "/";
   std::atomic<bool> done{false};
-  std::string outcome;
   std::thread peer([&] {
     // Rank 1 as the process group under rank 0's transport (its first under
     // this prefix) sees it: it posts the receive of rank 0's vote on the
     // collectives' gloo tag, and never sends its own.
     c10d::TCPStoreOptions co;
-    co.port = server->getPort();
+    co.port = served.server->getPort();
     co.timeout = kTimeout;
     auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", co);
     auto store = c10::make_intrusive<c10d::PrefixStore>(prefix + "0/", client);
@@ -225,15 +232,7 @@ TEST(GlooTransport, ACollectiveWhosePeerTookItsVoteAndDiedFailsAtTheAbort) {
     recv->wait();
     while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   });
-  GlooTransportOptions o;
-  o.rank = 0;
-  o.size = 2;
-  o.master_addr = "127.0.0.1";
-  o.master_port = server->getPort();
-  o.agent_store = true;
-  o.prefix = prefix;
-  o.timeout = kTimeout;
-  auto t = CreateGlooTransport(o);
+  auto t = served.Open(prefix, 0, 2);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   std::thread aborter([&t] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -255,25 +254,9 @@ TEST(GlooTransport, ACollectiveWhosePeerTookItsVoteAndDiedFailsAtTheAbort) {
 // A rank's last persist record was lost so when it closed before rank 0
 // collected it.
 TEST(GlooTransport, MessagesSentBeforeThePeerClosedAreReceived) {
-  constexpr auto kTimeout = std::chrono::seconds(30);
-  c10d::TCPStoreOptions so;
-  so.port = 0;
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = kTimeout;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  const ServedStore served(std::chrono::seconds(30));
   const std::string prefix = "gt-closed/" + runtime::testing::ProcessTag() + "/";
-  auto open = [&](int rank) {
-    GlooTransportOptions o;
-    o.rank = rank;
-    o.size = 2;
-    o.master_addr = "127.0.0.1";
-    o.master_port = server->getPort();
-    o.agent_store = true;
-    o.prefix = prefix;
-    o.timeout = kTimeout;
-    return CreateGlooTransport(o);
-  };
+  auto open = [&](int rank) { return served.Open(prefix, rank, 2); };
   std::atomic<bool> closed{false};
   std::string sender_error;
   std::thread sender([&] {

@@ -4,9 +4,13 @@ The whole in-job recovery, with real node losses, is tests/launch/launch_injob_t
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 import memento
@@ -176,3 +180,47 @@ def test_a_new_membership_reruns_the_training_on_a_new_group(single_rank, tmp_pa
     assert all(c[2] for c in calls)
     assert left_open[0] not in memento.checkpointer.open_checkpointers()
     assert not dist.is_initialized()
+
+
+def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
+        single_rank, tmp_path, monkeypatch):
+    """gloo can keep a collective whose peer was lost waiting after its connections were
+    shut down (a send queued in its pair is never failed). Here the shutdown reaches nothing
+    and the peer stays alive without joining the collective: under in-job recovery the
+    group's collective timeout, half of the launcher's --injob-timeout, ends the wait, and
+    the rank rejoins the announced membership instead of waiting torch's 30 minutes (or,
+    here, until the peer exits 20 s later)."""
+    in_job(monkeypatch, str(tmp_path))
+    monkeypatch.setenv("MEMENTO_LAUNCH_INJOB_WAIT_S", "4")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(rs, "shutdown_connections_since", lambda before: 0)
+    peer = subprocess.Popen(
+        [sys.executable, "-c", "import time, torch.distributed as dist; "
+         "dist.init_process_group('gloo'); time.sleep(20)"],
+        env=dict(os.environ, RANK="1"))
+    new_port = free_port()
+    calls, waited = [], []
+
+    def train():
+        calls.append((os.environ["MEMENTO_LAUNCH_ATTEMPT"], dist.get_world_size()))
+        if len(calls) == 1:
+            # The next membership goes on without the peer (one rank, on a new port).
+            m = {"attempt": 1, "master_addr": "127.0.0.1", "master_port": new_port,
+                 "world_size": 1, "ranks_per_node": 1, "ranks": {}, "fault": ""}
+            with open(tmp_path / "injob.json", "w") as f:
+                json.dump(m, f)
+            t = time.monotonic()
+            try:
+                dist.all_reduce(torch.ones(4))
+            finally:
+                waited.append(time.monotonic() - t)
+        return "done"
+
+    try:
+        assert memento.resilient(train) == "done"
+    finally:
+        peer.kill()
+        peer.wait()
+    assert calls == [("0", 2), ("1", 1)]
+    assert 1.5 < waited[0] < 4, "the collective ended after %.1f s, not at the 2 s bound" % (
+        waited[0])

@@ -22,7 +22,9 @@ then
      store's), so that a rank blocked in a collective with the lost one fails at once
      instead of waiting for a timeout (gloo's own abort does not wake a blocked wait),
      and aborts the transfers of memento's own transport (a receive gloo keeps pending
-     in its context outlives the connection);
+     in its context outlives the connection); a collective that neither ends (gloo can
+     keep a send queued past its connection's end) fails at the group's collective
+     timeout, which resilient() bounds to half of the launcher's --injob-timeout;
   2. lets the exception leave train(), closes the Checkpointers train() left open
      (without marking the run finished) and destroys the old group;
   3. forms the new group with the same rank numbers (rank 0, survivor or replacement,
@@ -37,6 +39,7 @@ Sockets: the connections shut down at a loss are the TCP connections (not listen
 sockets) this process opened while the lost membership's group existed; a train() that
 opens its own connections to other services should open them before resilient().
 """
+import datetime
 import faulthandler
 import gc
 import json
@@ -162,6 +165,7 @@ def _adopt(membership, rank=None):
     # memento's own transport keys its store entries by it (the n-th transport of a
     # process counts per generation).
     env["MEMENTO_LAUNCH_GENERATION"] = str(membership["attempt"])
+    env["WORLD_SIZE"] = str(membership["world_size"])
     fault = membership.get("fault", "")
     if fault:
         env["MEMENTO_LAUNCH_FAULT"] = fault
@@ -172,7 +176,6 @@ def _adopt(membership, rank=None):
     if rank is not None:
         place = membership["ranks"][str(rank)]
         env["RANK"] = str(rank)
-        env["WORLD_SIZE"] = str(membership["world_size"])
         env["LOCAL_RANK"] = str(place["local_rank"])
         env["LOCAL_WORLD_SIZE"] = str(membership["ranks_per_node"])
         env["MEMENTO_NODE"] = place["node"]
@@ -225,9 +228,9 @@ class _Watcher(threading.Thread):
         """The training thread leaves train() at once when the abort ends its collective;
         one still inside it STALL_REPORT_S later is blocked where neither a shut-down
         connection nor a transport abort reaches (gloo, for one, keeps an unbound send whose
-        write met a closed connection queued until the group's timeout), and its rank cannot
-        rejoin (the launcher falls back to a relaunch after --injob-timeout):
-        every thread's stack goes to MEMENTO_LAUNCH_DIR/stall.aA.rR.txt for the record."""
+        write met a closed connection queued until the group's collective timeout, which
+        resilient() bounds so that the rank still rejoins within --injob-timeout): every
+        thread's stack goes to MEMENTO_LAUNCH_DIR/stall.aA.rR.txt for the record."""
         if self.stopped.wait(STALL_REPORT_S):
             return
         name = "stall.a%d.r%s.txt" % (self.attempt, os.environ.get("RANK", "x"))
@@ -260,6 +263,17 @@ class _Watcher(threading.Thread):
         self.stopped.set()
 
 
+def _bound_collectives(backend, timeout_s):
+    """Gives the job's default group `timeout_s` per collective (see resilient's
+    collective_timeout_s). Not for a group with NCCL: its timeout ends the process, which
+    the launcher answers with a relaunch, and its own abort ends a blocked collective."""
+    if timeout_s is None or "nccl" in str(backend).lower():
+        return
+    # torch 2.6 has only the private spelling; later versions deprecate it for set_timeout.
+    set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+    set_timeout(datetime.timedelta(seconds=timeout_s))
+
+
 def _leave_generation(watcher, opened):
     """After a loss: the old group's connections down, its Checkpointers closed unfinished,
     the group destroyed."""
@@ -276,15 +290,26 @@ def _leave_generation(watcher, opened):
     gc.collect()
 
 
-def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, **kwargs):
+def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
+              collective_timeout_s=None, **kwargs):
     """Runs train(*args, **kwargs) on a fresh default process group; under `memento launch
     --recovery in-job`, again on the new membership after each node loss (see the module's
     documentation). Returns what train() returned.
 
     wait_s: how long an exception waits for the launcher to announce a new membership
-    before it is taken for the job's own (MEMENTO_LAUNCH_INJOB_WAIT_S, default 30 s).
+    before it is taken for the job's own (MEMENTO_LAUNCH_INJOB_WAIT_S, which the launcher
+    sets to its --injob-timeout; default 30 s).
     spare_warm_up: called by a warm spare before it waits for a rank (default: warm_up();
-    a job can pass a function that also builds what its train() builds first)."""
+    a job can pass a function that also builds what its train() builds first).
+    collective_timeout_s: under in-job recovery, how long one collective of the job's group
+    may wait before it fails (default: half of wait_s; not applied to a group with NCCL).
+    gloo can keep a collective whose peer was lost waiting after its connections were shut
+    down and memento's transport aborted (a send queued in its pair is never failed): with
+    torch's default of 30 minutes its rank stayed in the lost generation and the launcher
+    relaunched the whole job after --injob-timeout. Bounded, the collective fails and the
+    rank rejoins within the other half. A job whose ranks wait longer than that in one
+    collective on purpose (one rank's long save, a long first compile) passes more, or a
+    longer --injob-timeout. The group's rendezvous keeps torch's timeout."""
     if not in_job():
         created = not dist.is_initialized()
         if created:
@@ -296,6 +321,8 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, 
                 dist.destroy_process_group()
     if wait_s is None:
         wait_s = float(os.environ.get("MEMENTO_LAUNCH_INJOB_WAIT_S", "30"))
+    if collective_timeout_s is None:
+        collective_timeout_s = wait_s / 2
     membership = Membership(os.environ["MEMENTO_LAUNCH_DIR"])
     if os.environ.get("MEMENTO_LAUNCH_SPARE") == "1":
         if spare_warm_up is not None:
@@ -318,6 +345,7 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up, 
             if os.environ.get("RANK") != "0":
                 _wait_for_store(wait_s)
             dist.init_process_group(backend)
+            _bound_collectives(backend, collective_timeout_s)
             _logs.logger.info("in-job recovery: rank %d joined attempt %d in %.3f s",
                               dist.get_rank(), attempt, time.monotonic() - t)
             watcher.start()

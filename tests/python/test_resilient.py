@@ -182,28 +182,49 @@ def test_a_new_membership_reruns_the_training_on_a_new_group(single_rank, tmp_pa
     assert not dist.is_initialized()
 
 
+# Rank 1 of the test below: saves step 1 with rank 0, then stays alive and silent.
+SILENT_PEER = """
+import time, torch, torch.distributed as dist, memento
+dist.init_process_group("gloo")
+time.sleep(3)  # rank 0 waits in the barrier past the bound: before any save, allowed
+dist.barrier()
+ck = memento.Checkpointer(launcher="torchrun")
+ck.register("t", torch.zeros(4))
+ck.save(1)
+ck.wait()
+time.sleep(20)
+"""
+
+
 def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
-        single_rank, tmp_path, monkeypatch):
+        single_rank, tmp_path, monkeypatch, job):
     """gloo can keep a collective whose peer was lost waiting after its connections were
     shut down (a send queued in its pair is never failed). Here the shutdown reaches nothing
     and the peer stays alive without joining the collective: under in-job recovery the
-    group's collective timeout, half of the launcher's --injob-timeout, ends the wait, and
-    the rank rejoins the announced membership instead of waiting torch's 30 minutes (or,
-    here, until the peer exits 20 s later)."""
+    group's collective timeout, half of the launcher's --injob-timeout from the first save()
+    on, ends the wait, and the rank rejoins the announced membership instead of waiting
+    torch's 30 minutes (or, here, until the peer exits 20 s later). Before that save the
+    same collective waits past the bound (a rank preparing data keeps the others waiting)."""
     in_job(monkeypatch, str(tmp_path))
     monkeypatch.setenv("MEMENTO_LAUNCH_INJOB_WAIT_S", "4")
+    monkeypatch.setenv("MEMENTO_JOB", job)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(rs, "shutdown_connections_since", lambda before: 0)
-    peer = subprocess.Popen(
-        [sys.executable, "-c", "import time, torch.distributed as dist; "
-         "dist.init_process_group('gloo'); time.sleep(20)"],
-        env=dict(os.environ, RANK="1"))
+    peer = subprocess.Popen([sys.executable, "-c", SILENT_PEER],
+                            env=dict(os.environ, RANK="1", MEMENTO_LAUNCH_GENERATION="0"))
     new_port = free_port()
     calls, waited = [], []
 
     def train():
         calls.append((os.environ["MEMENTO_LAUNCH_ATTEMPT"], dist.get_world_size()))
         if len(calls) == 1:
+            t = time.monotonic()
+            dist.barrier()
+            waited.append(time.monotonic() - t)
+            ck = memento.Checkpointer(launcher="torchrun")
+            ck.register("t", torch.zeros(4))
+            ck.save(1)
+            ck.wait()
             # The next membership goes on without the peer (one rank, on a new port).
             m = {"attempt": 1, "master_addr": "127.0.0.1", "master_port": new_port,
                  "world_size": 1, "ranks_per_node": 1, "ranks": {}, "fault": ""}
@@ -222,5 +243,7 @@ def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
         peer.kill()
         peer.wait()
     assert calls == [("0", 2), ("1", 1)]
-    assert 1.5 < waited[0] < 4, "the collective ended after %.1f s, not at the 2 s bound" % (
-        waited[0])
+    assert waited[0] > 2.5, "the barrier before the first save took only %.1f s" % waited[0]
+    assert 1.5 < waited[1] < 4, "the collective ended after %.1f s, not at the 2 s bound" % (
+        waited[1])
+    assert not memento.checkpointer.AFTER_SAVE, "a generation's bound outlived it"

@@ -62,6 +62,11 @@ def open_checkpointers():
     return list(_OPEN)
 
 
+# Called on the training thread after each save() returned: the job's ranks are past their
+# start-up and train in step (memento.resilient bounds its group's collectives from there).
+AFTER_SAVE = []
+
+
 def _count(what, value):
     """`value` as an int >= 0 (an int, a numpy or 0-dim tensor integer; not a float, which
     would be truncated), else InvalidArgumentError naming `what`."""
@@ -470,6 +475,8 @@ class Checkpointer:
                         e, "; ".join(stateful.largest(extra)) or "none of the registered "
                         "objects")) from None
             saved = True
+            for f in list(AFTER_SAVE):
+                f()
         finally:
             if not saved:
                 # Failed in Python's part (pickling the extra state, ...) or the engine's:

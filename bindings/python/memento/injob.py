@@ -24,7 +24,8 @@ then
      and aborts the transfers of memento's own transport (a receive gloo keeps pending
      in its context outlives the connection); a collective that neither ends (gloo can
      keep a send queued past its connection's end) fails at the group's collective
-     timeout, which resilient() bounds to half of the launcher's --injob-timeout;
+     timeout, which resilient() bounds to half of the launcher's --injob-timeout once
+     the generation's first save() returned;
   2. lets the exception leave train(), closes the Checkpointers train() left open
      (without marking the run finished) and destroys the old group;
   3. forms the new group with the same rank numbers (rank 0, survivor or replacement,
@@ -263,15 +264,24 @@ class _Watcher(threading.Thread):
         self.stopped.set()
 
 
-def _bound_collectives(backend, timeout_s):
+class _CollectiveBound:
     """Gives the job's default group `timeout_s` per collective (see resilient's
-    collective_timeout_s). Not for a group with NCCL: its timeout ends the process, which
-    the launcher answers with a relaunch, and its own abort ends a blocked collective."""
-    if timeout_s is None or "nccl" in str(backend).lower():
-        return
-    # torch 2.6 has only the private spelling; later versions deprecate it for set_timeout.
-    set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
-    set_timeout(datetime.timedelta(seconds=timeout_s))
+    collective_timeout_s) at the generation's first Checkpointer.save(), on the training
+    thread: the collectives before it (one rank preparing data while the others wait, the
+    replacements' start-up) keep torch's timeout. Not for a group with NCCL: its timeout
+    ends the process, which the launcher answers with a relaunch."""
+
+    def __init__(self, backend, timeout_s):
+        self.pending = timeout_s is not None and "nccl" not in str(backend).lower()
+        self.timeout_s = timeout_s
+
+    def __call__(self):
+        if not self.pending or not dist.is_initialized():
+            return
+        self.pending = False
+        # torch 2.6 has only the private spelling; later ones deprecate it for set_timeout.
+        set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+        set_timeout(datetime.timedelta(seconds=self.timeout_s))
 
 
 def _leave_generation(watcher, opened):
@@ -302,14 +312,16 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
     spare_warm_up: called by a warm spare before it waits for a rank (default: warm_up();
     a job can pass a function that also builds what its train() builds first).
     collective_timeout_s: under in-job recovery, how long one collective of the job's group
-    may wait before it fails (default: half of wait_s; not applied to a group with NCCL).
-    gloo can keep a collective whose peer was lost waiting after its connections were shut
-    down and memento's transport aborted (a send queued in its pair is never failed): with
-    torch's default of 30 minutes its rank stayed in the lost generation and the launcher
-    relaunched the whole job after --injob-timeout. Bounded, the collective fails and the
-    rank rejoins within the other half. A job whose ranks wait longer than that in one
-    collective on purpose (one rank's long save, a long first compile) passes more, or a
-    longer --injob-timeout. The group's rendezvous keeps torch's timeout."""
+    may wait before it fails, from the generation's first Checkpointer.save() on (default:
+    half of wait_s; not applied to a group with NCCL). gloo can keep a collective whose peer
+    was lost waiting after its connections were shut down and memento's transport aborted
+    (a send queued in its pair is never failed): with torch's default of 30 minutes its
+    rank stayed in the lost generation and the launcher relaunched the whole job after
+    --injob-timeout. Bounded, the collective fails and the rank rejoins within the other
+    half. The rendezvous and the collectives before the first save (one rank preparing
+    data while the others wait, a replacement's start-up) keep torch's timeout; a job whose
+    training steps wait longer than the bound in one collective on purpose (one rank's long
+    evaluation, say) passes more, or a longer --injob-timeout."""
     if not in_job():
         created = not dist.is_initialized()
         if created:
@@ -339,13 +351,14 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
         before = _socket_inodes()
         opened = set(_checkpointer.open_checkpointers())
         watcher = _Watcher(membership, attempt, before)
+        bound = _CollectiveBound(backend, collective_timeout_s)
         failure = None
         try:
             t = time.monotonic()
             if os.environ.get("RANK") != "0":
                 _wait_for_store(wait_s)
             dist.init_process_group(backend)
-            _bound_collectives(backend, collective_timeout_s)
+            _checkpointer.AFTER_SAVE.append(bound)
             _logs.logger.info("in-job recovery: rank %d joined attempt %d in %.3f s",
                               dist.get_rank(), attempt, time.monotonic() - t)
             watcher.start()
@@ -359,6 +372,9 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
                 watcher.stop()
                 raise
             failure = "%s: %s" % (type(exc).__name__, str(exc).split("\n")[0][:200])
+        finally:
+            if bound in _checkpointer.AFTER_SAVE:
+                _checkpointer.AFTER_SAVE.remove(bound)
         if failure is None:
             watcher.stop()
             dist.destroy_process_group()

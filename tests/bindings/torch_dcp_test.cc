@@ -181,6 +181,30 @@ TEST(DcpFormatStore, DamageIsNamedAndHalfWrittenVersionsAreNeverListed) {
   EXPECT_FALSE(fs::exists(store.ManifestPath(4)));
 }
 
+// Persisting a version again withdraws its .metadata before its manifest: one
+// that cannot be removed (here a folder in its place, which unlink refuses)
+// fails the write and leaves the committed version complete and readable.
+TEST(DcpFormatStore, APersistAgainThatCannotWithdrawTheMetadataKeepsTheVersion) {
+  TempDir dir;
+  DirectoryRemoteStore::Options o;
+  o.format = OneTensorFormat();
+  DirectoryRemoteStore store(dir.path, "job", o);
+  at::Tensor w = torch::arange(20, at::kFloat).reshape({4, 5});
+  ASSERT_TRUE(Persist(store, 5, w, true).ok());
+  const std::string metadata = store.VersionDir(5) + "/.metadata";
+  fs::remove(metadata);
+  fs::create_directories(metadata + "/held");
+  auto again = store.WriteRankFile(5, 0, {Source("model.w", w * 3)}, 7);
+  EXPECT_EQ(again.status().code(), StatusCode::kIoError) << again.status().ToString();
+  EXPECT_NE(again.status().message().find(".metadata"), std::string::npos)
+      << again.status().ToString();
+  EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{5}) << "a failed write withdrew v5";
+  at::Tensor back = torch::zeros({4, 5});
+  Status s = store.ReadRankFile(5, 0, {{"model.w", back.data_ptr(), 80}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(BitEqual(back, w));
+}
+
 TEST(DcpFormatStore, TheRuntimeAloneRefusesTheFormat) {
   TempDir dir;
   auto c = Config::FromMap({{"MEMENTO_JOB", "dcp-refused"},

@@ -391,8 +391,13 @@ Result<RankFileInfo> DirectoryRemoteStore::WriteRankFileIn(
 // would stay visible while they are replaced one by one: a crash in between
 // leaves a "complete" version whose files fail its crcs. The manifest is
 // removed first, so the version is at every moment the old complete one,
-// invisible, or the new complete one. A manifest of another run names other
-// files and stays.
+// invisible, or the new complete one. The format's files (DCP's .metadata)
+// go before the manifest, as in RemoveVersion: a failure or crash between the
+// two leaves the old version complete for memento and unread by the format,
+// never a .metadata over rank files being replaced (which DCP would read as
+// one checkpoint mixed from two writes), nor a committed version withdrawn by
+// a write that then failed. A manifest of another run names other files and
+// stays.
 Status DirectoryRemoteStore::WithdrawManifestNaming(uint64_t version, const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return Status::Ok();  // the usual case: a new file
@@ -402,11 +407,11 @@ Status DirectoryRemoteStore::WithdrawManifestNaming(uint64_t version, const std:
   bool names = false;
   for (const RankFileInfo& r : manifest->ranks) names = names || r.file == file;
   if (!names) return Status::Ok();
+  MEMENTO_RETURN_IF_ERROR(RemoveFormatFiles(version));
   const std::string manifest_path = ManifestPath(version);
   if (unlink(manifest_path.c_str()) != 0 && errno != ENOENT) {
     return IoErr("unlink", manifest_path, errno);
   }
-  MEMENTO_RETURN_IF_ERROR(RemoveFormatFiles(version));
   Log(LogLevel::kInfo, "remote: v" + std::to_string(version) +
                            " is persisted again; its earlier manifest is withdrawn until the "
                            "new one");

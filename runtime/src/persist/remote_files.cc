@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "memento/runtime/node_identity.h"
@@ -93,6 +94,17 @@ Result<std::vector<std::string>> ListDir(const std::string& path) {
   return names;
 }
 
+const std::string& WriterId() {
+  static const std::string id = [] {
+    struct stat ns;
+    if (stat("/proc/self/ns/pid", &ns) != 0) return HostName() + "@?";
+    std::string boot;
+    std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+    return HostName() + "@" + std::to_string(ns.st_ino) + "-" + boot.substr(0, 8);
+  }();
+  return id;
+}
+
 bool IsStaleTemp(const std::string& dir, const std::string& name, double stale_seconds) {
   const size_t tmp = name.find(".tmp.");
   if (tmp == std::string::npos) return false;
@@ -103,14 +115,14 @@ bool IsStaleTemp(const std::string& dir, const std::string& name, double stale_s
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
       static_cast<double>(st.st_mtime);
   if (age > stale_seconds) return true;
-  // host may contain dots: parse pid and counter from the right.
+  // The writer id may contain dots: parse pid and counter from the right.
   const size_t last = name.find_last_of('.');
   if (last == std::string::npos || last <= tmp + 5) return false;
   const size_t before = name.find_last_of('.', last - 1);
   if (before == std::string::npos || before <= tmp + 4) return false;
   const std::string host = name.substr(tmp + 5, before - (tmp + 5));
   const std::string pid_text = name.substr(before + 1, last - before - 1);
-  if (host != HostName() || pid_text.empty() || pid_text.size() > 9 ||
+  if (host != WriterId() || host.back() == '?' || pid_text.empty() || pid_text.size() > 9 ||
       pid_text.find_first_not_of("0123456789") != std::string::npos) {
     return false;
   }
@@ -132,7 +144,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 Status AtomicFileWriter::Open() {
   opened_ = std::chrono::steady_clock::now();
   static std::atomic<uint64_t> counter{0};
-  tmp_ = path_ + ".tmp." + HostName() + "." + std::to_string(getpid()) + "." +
+  tmp_ = path_ + ".tmp." + WriterId() + "." + std::to_string(getpid()) + "." +
          std::to_string(counter++);
   fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) {

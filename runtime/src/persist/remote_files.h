@@ -33,7 +33,13 @@ std::string Parent(const std::string& path);
 bool ParseVersionDir(const std::string& name, uint64_t* version);
 // The names in `path`, sorted (none when it does not exist).
 Result<std::vector<std::string>> ListDir(const std::string& path);
-// "<final>.tmp.<host>.<pid>.<n>": is the writer gone (or the file old)?
+// Who writes this process's temporary files, as far as a pid can be checked:
+// "<host>@<pid namespace inode>-<boot id, 8 digits>". Processes that share a
+// host name but not a PID namespace (containers on the host's network) differ
+// here; "<host>@?" where the namespace cannot be read.
+const std::string& WriterId();
+// "<final>.tmp.<writer id>.<pid>.<n>": is the writer gone (or the file old)?
+// Its pid is checked only when the writer id is this process's (a known one).
 bool IsStaleTemp(const std::string& dir, const std::string& name, double stale_seconds);
 double AgeSeconds(const struct stat& st);
 

@@ -18,6 +18,7 @@
 #include "memento/erasure/crc32c.h"
 #include "memento/runtime/directory_remote_store.h"
 #include "memento/runtime/node_identity.h"
+#include "persist/remote_files.h"
 
 namespace memento::runtime {
 namespace {
@@ -252,27 +253,38 @@ TEST_F(DirectoryRemoteStoreTest, LiveWritersTemporaryIsKept) {
   DirectoryRemoteStore store(root_, "job1");
   Persist(store, 1, 1);
   fs::create_directories(store.VersionDir(2));
-  const std::string mine =
-      store.RankFilePath(2, 0) + ".tmp." + HostName() + "." + std::to_string(getpid()) + ".77";
+  const std::string mine = store.RankFilePath(2, 0) + ".tmp." + remote_files::WriterId() +
+                           "." + std::to_string(getpid()) + ".77";
   std::ofstream(mine) << "partial";
   // A dead pid on this host: a child that has exited.
   pid_t child = fork();
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
-  const std::string dead =
-      store.RankFilePath(2, 1) + ".tmp." + HostName() + "." + std::to_string(child) + ".0";
+  const std::string dead = store.RankFilePath(2, 1) + ".tmp." + remote_files::WriterId() + "." +
+                           std::to_string(child) + ".0";
   std::ofstream(dead) << "partial";
+  // The same host name and pid from another PID namespace (a container on the host's
+  // network, or a writer of before the namespace was named): its pid means nothing here.
+  const std::string other_namespace = store.RankFilePath(2, 3) + ".tmp." + HostName() +
+                                      "@4026599999-0badf00d." + std::to_string(child) + ".0";
+  const std::string unnamed_namespace =
+      store.RankFilePath(2, 4) + ".tmp." + HostName() + "." + std::to_string(child) + ".0";
+  std::ofstream(other_namespace) << "partial";
+  std::ofstream(unnamed_namespace) << "partial";
   const std::string remote_host = store.RankFilePath(2, 2) + ".tmp.other.host.example.1.0";
   std::ofstream(remote_host) << "partial";
   ASSERT_TRUE(store.Prune(1).ok());
   EXPECT_TRUE(fs::exists(mine));
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(remote_host));  // cannot tell; not old yet
+  EXPECT_TRUE(fs::exists(other_namespace));
+  EXPECT_TRUE(fs::exists(unnamed_namespace));
   DirectoryRemoteStore::Options quick;
   quick.stale_temp_seconds = -1;  // everything counts as old
   DirectoryRemoteStore impatient(root_, "job1", quick);
   ASSERT_TRUE(impatient.Prune(1).ok());
   EXPECT_FALSE(fs::exists(remote_host));
+  EXPECT_FALSE(fs::exists(other_namespace));
   EXPECT_EQ(*store.ListComplete(), std::vector<uint64_t>{1});
 }
 

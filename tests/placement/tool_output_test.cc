@@ -136,12 +136,31 @@ TEST(ToolOutputTest, InspectJsonParsesBackAndCleanNamesItsFlag) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.all.find("--job is required"), std::string::npos) << r.all;
 
+  // This process holds both stores, as a running rank does: they stay, each named with
+  // its pid, until --force.
   r = RunCommand(cli + " clean --job " + job.job + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("removed").empty()) << r.out;
+  ASSERT_EQ(j.at("left_in_use").size(), 2u) << r.out;
+  for (const nlohmann::json& name : j["left_in_use"]) {
+    EXPECT_NE(name.get<std::string>().find("in use by the running process " +
+                                           std::to_string(getpid())),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(runtime::ListJobSegments(job.job)->size(), 2u);
+  r = RunCommand(cli + " clean --job " + job.job);
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  EXPECT_NE(r.out.find(": --force removes it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 segment(s)"), std::string::npos) << r.out;
+  r = RunCommand(cli + " clean --job " + job.job + " --force --json");
   ASSERT_EQ(r.exit_code, 0) << r.all;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("job"), job.job);
   EXPECT_EQ(j.at("ok"), true);
   EXPECT_EQ(j.at("removed").size(), 2u) << r.out;
+  EXPECT_TRUE(j.at("left_in_use").empty()) << r.out;
   for (const nlohmann::json& name : j["removed"]) {
     EXPECT_NE(name.get<std::string>().find(job.job), std::string::npos) << r.out;
   }

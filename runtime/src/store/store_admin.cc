@@ -61,7 +61,9 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
 }
 
 Result<std::vector<std::string>> CleanJob(const std::string& job,
-                                          std::vector<std::string>* others, bool keep_in_use) {
+                                          std::vector<std::string>* others, bool keep_in_use,
+                                          std::vector<std::string>* in_use) {
+  if (in_use == nullptr) in_use = others;
   MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, ListJobSegments(job));
   std::vector<std::string> removed;
   Status first;  // one that cannot go does not keep the others
@@ -76,8 +78,8 @@ Result<std::vector<std::string>> CleanJob(const std::string& job,
     }
     if (keep_in_use) {
       if (const long pid = ShmSegment::HolderPid(name); pid > 0) {
-        if (others != nullptr) {
-          others->push_back(name + " (in use by the running process " + std::to_string(pid) +
+        if (in_use != nullptr) {
+          in_use->push_back(name + " (in use by the running process " + std::to_string(pid) +
                             ")");
         }
         continue;

@@ -316,7 +316,7 @@ TEST(StoreAdminCli, InspectAndCleanOnRealSegments) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_TRUE(nlohmann::json::accept(out)) << out;
 
-  ASSERT_EQ(RunCommand(cli + " clean --job " + job.job(), &out), 0) << out;
+  ASSERT_EQ(RunCommand(cli + " clean --job " + job.job() + " --force", &out), 0) << out;
   EXPECT_NE(out.find("2 segment(s)"), std::string::npos) << out;
   EXPECT_TRUE(ListJobSegments(job.job())->empty());
   ASSERT_EQ(RunCommand(cli + " inspect --job " + job.job(), &out), 0);

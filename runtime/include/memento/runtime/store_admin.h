@@ -50,10 +50,12 @@ Result<std::vector<SegmentReport>> InspectJob(const std::string& job, bool verif
 // owner's uid is) when given. One that cannot be removed does not stop the
 // others: the error then names every one removed and every one not.
 // With keep_in_use, a segment a running process holds (a live job's store)
-// is left alone too, and named in `others` with that process's pid.
+// is left alone too, and named with that process's pid in `in_use` when
+// given, else in `others`.
 Result<std::vector<std::string>> CleanJob(const std::string& job,
                                           std::vector<std::string>* others = nullptr,
-                                          bool keep_in_use = false);
+                                          bool keep_in_use = false,
+                                          std::vector<std::string>* in_use = nullptr);
 
 // Human-readable multi-line rendering of reports (what `memento inspect` prints).
 std::string FormatReports(const std::vector<SegmentReport>& reports);

@@ -99,9 +99,9 @@ LineageChoice ChooseNewestLineage(const std::vector<const wire::Inventory*>& rem
   if (newest_disputed && (!newest_agreed || later(*newest_disputed, *newest_agreed)) &&
       (!newest_item || later(*newest_disputed, *newest_item))) {
     std::string who, missing;
-    for (int r = 0, k = 0; r < ranks; ++r) {
-      const bool has = k < static_cast<int>(disputed_seen_by.size()) && disputed_seen_by[k] == r;
-      if (has) ++k;
+    for (int r = 0; r < ranks; ++r) {
+      const bool has =
+          std::find(disputed_seen_by.begin(), disputed_seen_by.end(), r) != disputed_seen_by.end();
       std::string& list = has ? who : missing;
       if (!list.empty()) list += ", ";
       list += std::to_string(r);

@@ -78,7 +78,7 @@ def launch(a, setup, save_every, inject, tag):
             result = json.load(f)
     finally:
         subprocess.run(["rm", "-rf", work])
-        subprocess.run([a.cli, "clean", "--job", job], capture_output=True)
+        subprocess.run([a.cli, "clean", "--force", "--job", job], capture_output=True)
     summary = [r for r in recs if r["record"] == "summary"][-1]
     first = [r for r in recs if r["record"] == "restore"][0]
     run = {"setup": setup, "save_every": save_every, "tag": tag,

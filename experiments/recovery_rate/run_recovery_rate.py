@@ -115,7 +115,7 @@ class Runner:
         finally:
             # Also when this driver is stopped (SIGTERM, Ctrl-C): the job's
             # segments outlive its processes.
-            subprocess.run([a.cli, "clean", "--job", job], stdout=subprocess.DEVNULL,
+            subprocess.run([a.cli, "clean", "--force", "--job", job], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
         wall = time.time() - t0
         recs = []

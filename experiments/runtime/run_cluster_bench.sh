@@ -76,7 +76,7 @@ out=$(mktemp "${TMPDIR:-/tmp}/memento-bench-out-XXXXXX")
 job=""
 cleanup_job() {
   [[ -n $job ]] || return 0
-  if [[ -x $cli ]]; then "$cli" clean --job "$job" >/dev/null 2>&1; fi
+  if [[ -x $cli ]]; then "$cli" clean --force --job "$job" >/dev/null 2>&1; fi
   rm -rf "${remote:?}/$job"
 }
 trap 'cleanup_job; rm -rf "$remote" "$out" "$out.err" "$out.all"' EXIT

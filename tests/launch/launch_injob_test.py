@@ -377,7 +377,7 @@ def main():
         check(scenario, recs, digest, starts, ref_digest, ref_state)
     finally:
         subprocess.run(["rm", "-rf", work])
-        subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,
+        subprocess.run([CLI, "clean", "--force", "--job", job], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
 
 

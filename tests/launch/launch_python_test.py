@@ -176,7 +176,7 @@ def main():
             check_injected(recs, digest, ref_digest, ref_state, want, stage_versions)
     finally:
         subprocess.run(["rm", "-rf", work])
-        subprocess.run([CLI, "clean", "--job", job], stdout=subprocess.DEVNULL,
+        subprocess.run([CLI, "clean", "--force", "--job", job], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
 
 

@@ -207,7 +207,7 @@ def main():
     finally:
         subprocess.run(["rm", "-rf", remote])
         for name in (job, job + "-d"):
-            subprocess.run([CLI, "clean", "--job", name], stdout=subprocess.DEVNULL,
+            subprocess.run([CLI, "clean", "--force", "--job", name], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
 
 

@@ -112,6 +112,13 @@ def test_a_training_thread_that_stays_in_train_is_reported(tmp_path, monkeypatch
     assert "test_a_training_thread_that_stays_in_train_is_reported" in text
 
 
+def test_a_collective_timeout_that_is_no_duration_is_refused_by_name(single_rank):
+    for bad in (0, -1.5, float("nan")):
+        with pytest.raises(memento.InvalidArgumentError, match="collective_timeout_s"):
+            memento.resilient(lambda: None, collective_timeout_s=bad)
+    assert not dist.is_initialized()
+
+
 def test_a_spare_takes_the_rank_the_launcher_hands_it(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMENTO_LAUNCH_SPARE", "1")
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MEMENTO_NODE", "MEMENTO_LAUNCH_FAULT"):

@@ -281,7 +281,11 @@ class _CollectiveBound:
         self.pending = False
         # torch 2.6 has only the private spelling; later ones deprecate it for set_timeout.
         set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
-        set_timeout(datetime.timedelta(seconds=self.timeout_s))
+        try:
+            set_timeout(datetime.timedelta(seconds=self.timeout_s))
+        except Exception as e:  # a safeguard only: never the save's failure
+            _logs.logger.warning("in-job recovery: the job's group keeps its collective "
+                                 "timeout (%s: %s)", type(e).__name__, e)
 
 
 def _leave_generation(watcher, opened):
@@ -322,6 +326,10 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
     data while the others wait, a replacement's start-up) keep torch's timeout; a job whose
     training steps wait longer than the bound in one collective on purpose (one rank's long
     evaluation, say) passes more, or a longer --injob-timeout."""
+    if collective_timeout_s is not None and not collective_timeout_s > 0:
+        raise _checkpointer.InvalidArgumentError(
+            "resilient: collective_timeout_s must be a number of seconds > 0, got %r" %
+            (collective_timeout_s,))
     if not in_job():
         created = not dist.is_initialized()
         if created:

@@ -2,6 +2,7 @@
 at a loss, the launcher's announcements, and re-running the training on a new membership.
 The whole in-job recovery, with real node losses, is tests/launch/launch_injob_test.py."""
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -204,7 +205,7 @@ time.sleep(20)
 
 
 def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
-        single_rank, tmp_path, monkeypatch, job):
+        single_rank, tmp_path, monkeypatch, job, caplog):
     """gloo can keep a collective whose peer was lost waiting after its connections were
     shut down (a send queued in its pair is never failed). Here the shutdown reaches nothing
     and the peer stays alive without joining the collective: under in-job recovery the
@@ -212,6 +213,7 @@ def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
     on, ends the wait, and the rank rejoins the announced membership instead of waiting
     torch's 30 minutes (or, here, until the peer exits 20 s later). Before that save the
     same collective waits past the bound (a rank preparing data keeps the others waiting)."""
+    caplog.set_level(logging.INFO, logger="memento")
     in_job(monkeypatch, str(tmp_path))
     monkeypatch.setenv("MEMENTO_LAUNCH_INJOB_WAIT_S", "4")
     monkeypatch.setenv("MEMENTO_JOB", job)
@@ -251,6 +253,13 @@ def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
         peer.wait()
     assert calls == [("0", 2), ("1", 1)]
     assert waited[0] > 2.5, "the barrier before the first save took only %.1f s" % waited[0]
-    assert 1.5 < waited[1] < 4, "the collective ended after %.1f s, not at the 2 s bound" % (
-        waited[1])
+    if hasattr(dist, "set_timeout"):
+        assert 1.5 < waited[1] < 4, "the collective ended after %.1f s, not at the 2 s bound" % (
+            waited[1])
+    else:
+        # torch 2.6: no bound can be set after the rendezvous; said once, and the collective
+        # ends only with its peer.
+        assert waited[1] > 15, "the collective ended after %.1f s" % waited[1]
+        assert any("cannot bound the job group's collectives" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
     assert not memento.checkpointer.AFTER_SAVE, "a generation's bound outlived it"

@@ -49,6 +49,7 @@ import socket
 import threading
 import time
 
+import torch
 import torch.distributed as dist
 
 from . import _logs
@@ -279,10 +280,18 @@ class _CollectiveBound:
         if not self.pending or not dist.is_initialized():
             return
         self.pending = False
-        # torch 2.6 has only the private spelling; later ones deprecate it for set_timeout.
-        set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+        # torch.distributed.set_timeout reaches the contexts gloo's collectives take their
+        # timeout from. Older torch (2.6) has only _set_pg_timeout, which changes a default
+        # those collectives no longer read: there the bound cannot be set after the
+        # rendezvous, and setting it before would bound the start-up waits too.
+        if not hasattr(dist, "set_timeout"):
+            _logs.logger.info("in-job recovery: torch %s cannot bound the job group's "
+                              "collectives after its rendezvous (no torch.distributed."
+                              "set_timeout); a collective gloo keeps past a loss waits the "
+                              "group's timeout", torch.__version__)
+            return
         try:
-            set_timeout(datetime.timedelta(seconds=self.timeout_s))
+            dist.set_timeout(datetime.timedelta(seconds=self.timeout_s))
         except Exception as e:  # a safeguard only: never the save's failure
             _logs.logger.warning("in-job recovery: the job's group keeps its collective "
                                  "timeout (%s: %s)", type(e).__name__, e)
@@ -317,7 +326,8 @@ def resilient(train, *args, backend="gloo", wait_s=None, spare_warm_up=warm_up,
     a job can pass a function that also builds what its train() builds first).
     collective_timeout_s: under in-job recovery, how long one collective of the job's group
     may wait before it fails, from the generation's first Checkpointer.save() on (default:
-    half of wait_s; not applied to a group with NCCL). gloo can keep a collective whose peer
+    half of wait_s; not applied to a group with NCCL, nor with a torch that has no
+    torch.distributed.set_timeout, such as 2.6). gloo can keep a collective whose peer
     was lost waiting after its connections were shut down and memento's transport aborted
     (a send queued in its pair is never failed): with torch's default of 30 minutes its
     rank stayed in the lost generation and the launcher relaunched the whole job after

@@ -101,6 +101,12 @@ std::shared_ptr<DcpFormat> OneTensorFormat() {
   return std::make_shared<DcpFormat>(tensors, "__memento__");
 }
 
+DirectoryRemoteStore::Options WithOneTensorFormat() {
+  DirectoryRemoteStore::Options o;
+  o.format = OneTensorFormat();
+  return o;
+}
+
 RemoteEntrySource Source(const std::string& name, const at::Tensor& t) {
   RemoteEntrySource e;
   e.name = name;
@@ -127,9 +133,7 @@ Status Persist(DirectoryRemoteStore& store, uint64_t version, const at::Tensor& 
 // .metadata for DCP to find; pruning takes .metadata with the version.
 TEST(DcpFormatStore, DamageIsNamedAndHalfWrittenVersionsAreNeverListed) {
   TempDir dir;
-  DirectoryRemoteStore::Options o;
-  o.format = OneTensorFormat();
-  DirectoryRemoteStore store(dir.path, "job", o);
+  DirectoryRemoteStore store(dir.path, "job", WithOneTensorFormat());
   at::Tensor w = torch::arange(20, at::kFloat).reshape({4, 5});
   ASSERT_TRUE(Persist(store, 1, w, true).ok());
   ASSERT_TRUE(Persist(store, 2, w * 2, false).ok());  // rank files, no manifest
@@ -186,9 +190,7 @@ TEST(DcpFormatStore, DamageIsNamedAndHalfWrittenVersionsAreNeverListed) {
 // fails the write and leaves the committed version complete and readable.
 TEST(DcpFormatStore, APersistAgainThatCannotWithdrawTheMetadataKeepsTheVersion) {
   TempDir dir;
-  DirectoryRemoteStore::Options o;
-  o.format = OneTensorFormat();
-  DirectoryRemoteStore store(dir.path, "job", o);
+  DirectoryRemoteStore store(dir.path, "job", WithOneTensorFormat());
   at::Tensor w = torch::arange(20, at::kFloat).reshape({4, 5});
   ASSERT_TRUE(Persist(store, 5, w, true).ok());
   const std::string metadata = store.VersionDir(5) + "/.metadata";

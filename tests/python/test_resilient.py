@@ -234,11 +234,7 @@ def test_a_collective_no_abort_reaches_fails_at_the_bound_and_the_rank_rejoins(
             ck.register("t", torch.zeros(4))
             ck.save(1)
             ck.wait()
-            # The next membership goes on without the peer (one rank, on a new port).
-            m = {"attempt": 1, "master_addr": "127.0.0.1", "master_port": new_port,
-                 "world_size": 1, "ranks_per_node": 1, "ranks": {}, "fault": ""}
-            with open(tmp_path / "injob.json", "w") as f:
-                json.dump(m, f)
+            announce(str(tmp_path), 1, new_port)  # without the peer: one rank
             t = time.monotonic()
             try:
                 dist.all_reduce(torch.ones(4))

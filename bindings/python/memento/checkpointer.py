@@ -475,7 +475,7 @@ class Checkpointer:
                         e, "; ".join(stateful.largest(extra)) or "none of the registered "
                         "objects")) from None
             saved = True
-            for f in list(AFTER_SAVE):
+            for f in AFTER_SAVE:  # none adds or removes one while it runs
                 f()
         finally:
             if not saved:

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "lost_time.h"
 #include "memento/launch/json_text.h"
 #include "memento/launch/timeline.h"
 #include "memento/runtime/node_store.h"
@@ -132,30 +133,31 @@ void Launcher::RecordJob() {
 }
 
 // Time lost to the failures this restore recovered from: detection of each,
-// relaunch from the first failure's end to this restore (less the later
-// detections), restore, re-protect, and recomputing the steps between the
-// restored version and the newest step reached (all of them when nothing
-// could be restored).
+// relaunch (or in-job rejoin) up to this restore's begin, the two adding up
+// to the time from the first fault to it (SplitLostTime), restore, re-protect,
+// and recomputing the steps between the restored version and the newest step
+// reached (all of them when nothing could be restored).
 json Launcher::TimeLost(const json& restore, const Attempt& a) const {
   const json& first = open_failures_.front();
   const uint64_t from = restore.value("version", uint64_t{0});
   const uint64_t last = open_failures_.back().value("last_step", uint64_t{0});
   json lost, indices = json::array();
-  double detection = 0;
+  std::vector<LossSpan> spans;
   for (const json& f : open_failures_) {
     indices.push_back(f.value("index", 0));
-    detection += f.value("detection_s", 0.0);
+    const double seen = f.value("t_exit_abs", a.t_launch);
+    spans.push_back({seen - f.value("detection_s", 0.0), seen});
   }
+  const LostSplit split = SplitLostTime(spans, a.t_restore_begin);
   lost["failures"] = indices;
   lost["steps_lost"] = last > from ? last - from : 0;
-  lost["detection_s"] = detection;
-  const double relaunch_s = a.t_restore_begin > 0
-                                ? a.t_restore_begin - first.value("t_exit_abs", a.t_launch) -
-                                      (detection - first.value("detection_s", 0.0))
-                                : 0.0;
-  // In-job: from the loss seen to the restore's start, the survivors running on.
+  lost["detection_s"] = split.detection_s;
+  // In-job: the survivors ran on while the lost ranks were replaced.
   lost["recovery"] = a.t_injob > 0 ? "in-job" : "relaunch";
-  lost[a.t_injob > 0 ? "rejoin_s" : "relaunch_s"] = std::max(0.0, relaunch_s);
+  lost[a.t_injob > 0 ? "rejoin_s" : "relaunch_s"] = split.wait_s;
+  // When rank 0's restore began (run seconds, as a failure's t_fail); absent
+  // when it never reported one.
+  if (a.t_restore_begin > 0) lost["t_restore_begin"] = a.t_restore_begin - t0_;
   lost["restore_s"] = restore.value("restore_s", 0.0);
   lost["reprotect_s"] = restore.value("reprotect_s", 0.0);
   lost["recompute_s"] =

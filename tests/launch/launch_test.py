@@ -40,6 +40,9 @@ usage: launch_test.py SCENARIO
                   a job that fails on its own but trains past every step reported
                   before starts a new row of failures, one that only passes the
                   previous launch's step does not; --status-dir keeps the user's files
+  odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
+                  written), a line that is no object, fields of the wrong type: the
+                  launcher follows it to its end and reports its last step and state
 Every scenario that trains requires the final state to be bit-identical to
 the reference (the same hash of every rank's parameters and Adam moments).
 Environment: MEMENTO_TEST_CLI, MEMENTO_TEST_DEMO (binaries), REFERENCE (file).
@@ -84,6 +87,24 @@ done
 ev step 0 4
 sleep 0.5
 ev done 1 4
+"""
+# odd-events' job: rank 0 reports 3 steps between records a launcher must pass over, the
+# last with a null loss (the final progress line shows it), then its end; rank 1 waits.
+ODD_EVENTS_JOB = r"""#!/bin/sh
+d=$MEMENTO_LAUNCH_DIR
+if [ "$OMPI_COMM_WORLD_RANK" != 0 ]; then sleep 1; exit 0; fi
+t=$(date +%s)
+cat >> "$d/events.jsonl" <<EOF
+{"event": "start", "attempt": 0, "total_steps": 3, "t": $t}
+{"event": "step", "attempt": 0, "step": 1, "loss": 1.25, "step_s": 0.1, "stall_s": 0, "t": $t}
+[1, 2]
+"step"
+{"event": "step", "attempt": "0", "step": "2", "loss": "high", "step_s": null, "t": $t}
+{"event": 7, "attempt": 0}
+{"event": "step", "attempt": 0, "step": 3, "loss": null, "step_s": 0.1, "stall_s": 0, "t": $t}
+{"event": "done", "attempt": 0, "step": 3, "state_hash": "5eed", "t": $t}
+EOF
+sleep 1
 """
 
 
@@ -714,6 +735,30 @@ def run(scenario, job, remote):
         if of(recs, "summary")[-1].get("final_step") != 4:
             fail("the job did not end at step 4: %s" % of(recs, "summary")[-1])
         print("PASS: the old generation's step did not fire the next event")
+    elif scenario == "odd-events":
+        # The launcher reads what the job writes while the job runs: a record it cannot use
+        # is passed over, never the end of the launcher (and with it of the job).
+        script = os.path.join(remote, "odd.sh")
+        with open(script, "w") as f:
+            f.write(ODD_EVENTS_JOB)
+        os.chmod(script, 0o755)
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--records", records, "--", script]
+        print("$", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        print(p.stdout)
+        if p.returncode != 0:
+            fail("exit %d, expected 0" % p.returncode)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        summary = of(recs, "summary")[-1]
+        if (summary.get("outcome") != "finished" or summary.get("final_step") != 3
+                or summary.get("state_hash") != "5eed" or len(of(recs, "launch")) != 1):
+            fail("expected one launch finished at step 3 with state 5eed: %s" % summary)
+        if "loss nan" not in p.stdout:
+            fail("the null loss of step 3 was not shown as nan")
+        print("PASS: the odd records passed over, the job followed to its end")
     else:
         fail("unknown scenario " + scenario)
 

@@ -11,8 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <string>
 #include <set>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "memento/launch/inject_spec.h"
@@ -43,7 +44,24 @@ std::string NodeBase(int generation);
 std::string DescribeExit(int status);
 int ExitCode(int status);
 
-// Follows events.jsonl: returns the complete lines added since the last call.
+// Field `key` of what a job wrote, or `fallback` when it is missing or of
+// another type: the launcher never throws on a job's records while the job
+// runs (a NaN or infinite loss is written as null).
+template <typename T>
+T Field(const json& j, const char* key, T fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, std::string>) {
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return it->is_boolean() ? it->template get<bool>() : fallback;
+  } else {
+    return it->is_number() ? it->template get<T>() : fallback;
+  }
+}
+
+// Follows events.jsonl: returns the complete lines added since the last call
+// that are JSON objects.
 class EventTail {
  public:
   explicit EventTail(std::string path) : path_(std::move(path)) {}
@@ -58,7 +76,7 @@ class EventTail {
       const size_t nl = chunk.find('\n', start);
       if (nl == std::string::npos) break;
       json j = json::parse(chunk.substr(start, nl - start), nullptr, false);
-      if (!j.is_discarded()) out.push_back(std::move(j));
+      if (j.is_object()) out.push_back(std::move(j));
       start = nl + 1;
     }
     offset_ += start;
@@ -87,7 +105,7 @@ class AttemptEvents {
     std::vector<json> read = std::move(held_);
     for (json& ev : tail_.Poll()) read.push_back(std::move(ev));
     for (json& ev : read) {
-      (ev.value("attempt", attempt) > attempt ? later : out).push_back(std::move(ev));
+      (Field(ev, "attempt", attempt) > attempt ? later : out).push_back(std::move(ev));
     }
     held_ = std::move(later);
     return out;

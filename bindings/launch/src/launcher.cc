@@ -577,33 +577,36 @@ void Launcher::Watch(Attempt* a) {
 
 void Launcher::PollEvents(Attempt* a) {
   for (const json& ev : tail_.Poll(a->index)) {
-    const std::string kind = ev.value("event", std::string());
+    const std::string kind = Field(ev, "event", std::string());
     if (kind == "start") {
-      total_steps_ = ev.value("total_steps", uint64_t{0});
+      total_steps_ = Field(ev, "total_steps", uint64_t{0});
     } else if (kind == "restore_begin") {
       // One of an attempt that a loss has already ended (it arrives after the
       // next in-job attempt began) must not time the new attempt's restore.
-      if (ev.value("attempt", a->index) == a->index) a->t_restore_begin = ev.value("t", 0.0);
+      if (Field(ev, "attempt", a->index) == a->index) a->t_restore_begin = Field(ev, "t", 0.0);
     } else if (kind == "step") {
       // A survivor reports the step it reached in the old generation until it
       // sees the announcement of the new one: that step is not the new
       // generation's (a step event would fire during its rejoin).
-      if (ev.value("attempt", a->index) < a->index) continue;
+      if (Field(ev, "attempt", a->index) < a->index) continue;
+      if (!ev.contains("step") || !ev["step"].is_number_unsigned()) continue;  // not a step
       const uint64_t previous = a->last_step;
-      step_ = a->last_step = ev.value("step", uint64_t{0});
+      step_ = a->last_step = Field(ev, "step", uint64_t{0});
       reached_ = a->last_step;
       furthest_ = std::max(furthest_, reached_);
-      loss_ = ev.value("loss", 0.0);
-      step_s_ = ev.value("step_s", 0.0);
-      stall_s_ = ev.value("stall_s", 0.0);
+      // A diverged loss (NaN, inf) arrives as null: shown as nan, not as 0.
+      const auto loss = ev.find("loss");
+      loss_ = loss != ev.end() && loss->is_null() ? std::nan("") : Field(ev, "loss", 0.0);
+      step_s_ = Field(ev, "step_s", 0.0);
+      stall_s_ = Field(ev, "stall_s", 0.0);
       // A job that saves every K steps reports every K steps: its step_s spans
       // them (the time recomputing one step costs is the share of one).
       const uint64_t spanned = previous > 0 && step_ > previous ? step_ - previous : 1;
       a->step_times.push_back(step_s_ / static_cast<double>(spanned));
     } else if (kind == "done") {
       a->reported_done = true;
-      final_step_ = ev.value("step", uint64_t{0});
-      final_hash_ = ev.value("state_hash", std::string());
+      final_step_ = Field(ev, "step", uint64_t{0});
+      final_hash_ = Field(ev, "state_hash", std::string());
     }
   }
 }

@@ -40,6 +40,10 @@ usage: launch_test.py SCENARIO
                   a job that fails on its own but trains past every step reported
                   before starts a new row of failures, one that only passes the
                   previous launch's step does not; --status-dir keeps the user's files
+  injob-spare-fault
+                  in-job, the warm spare that took a lost node's place is lost itself at
+                  the recovery stage (it kills itself, as a stage fault does): a second
+                  in-job recovery, not a relaunch of the finished job
   odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
                   written), a line that is no object, fields of the wrong type: the
                   launcher follows it to its end and reports its last step and state
@@ -88,6 +92,48 @@ ev step 0 4
 sleep 0.5
 ev done 1 4
 """
+# injob-spare-fault's job: rank 0 reports step 3 (node 1 is lost), waits for the second
+# announcement and ends the job. The first spare handed rank 1 (attempt 1) records the
+# recovery stage's fault and kills itself, as memento's stage hook does (a small shell is gone
+# within a millisecond, before the launcher's next look); the second waits for the end.
+SPARE_FAULT_JOB = r"""#!/bin/sh
+d=$MEMENTO_LAUNCH_DIR
+ev() {
+  printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
+    "$1" "$2" "$3" "$(date +%s)" >> "$d/events.jsonl"
+}
+wait_done() {
+  for i in $(seq 400); do
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  exit 3
+}
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ]; then
+  for i in $(seq 400); do
+    grep -q "\"spare_pid\": *$MEMENTO_LAUNCH_SPARE_PID[,}]" "$d/injob.json" 2>/dev/null && break
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  if grep -q '"attempt": *1[,}]' "$d/injob.json"; then
+    printf '{"stage": "recovery", "version": 3, "rank": 1, "t": %s}\n' "$(date +%s.%N)" \
+      > "$d/fault.a1.tmp"
+    mv "$d/fault.a1.tmp" "$d/fault.a1"
+    kill -9 $$
+  fi
+  wait_done
+fi
+[ "$RANK" = 0 ] || wait_done
+ev step 0 3
+for i in $(seq 400); do
+  grep -q '"attempt": *2[,}]' "$d/injob.json" 2>/dev/null && break
+  sleep 0.05
+done
+ev done 2 3
+sleep 0.5
+"""
+
+
 # odd-events' job: rank 0 reports 3 steps between records a launcher must pass over, the
 # last with a null loss (the final progress line shows it), then its end; rank 1 waits.
 ODD_EVENTS_JOB = r"""#!/bin/sh
@@ -735,6 +781,31 @@ def run(scenario, job, remote):
         if of(recs, "summary")[-1].get("final_step") != 4:
             fail("the job did not end at step 4: %s" % of(recs, "summary")[-1])
         print("PASS: the old generation's step did not fire the next event")
+    elif scenario == "injob-spare-fault":
+        script = os.path.join(remote, "spare_fault.sh")
+        with open(script, "w") as f:
+            f.write(SPARE_FAULT_JOB)
+        os.chmod(script, 0o755)
+        records = os.path.join(remote, "records.jsonl")
+        cmd = [CLI, "launch", "-n", "2", "--job", job, "--recovery", "in-job", "--spares", "2",
+               "--inject", "1@3,1@recovery", "--backoff", "0.1", "--injob-timeout", "20",
+               "--status-dir", os.path.join(remote, "status"), "--records", records,
+               "--quiet", "--", script]
+        print("$", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        print(p.stdout)
+        with open(records) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        failures, injob = of(recs, "failure"), of(recs, "injob")
+        summary = of(recs, "summary")[-1]
+        if ([f.get("injected") for f in failures] != [True, True] or len(injob) != 2
+                or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
+            fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected two "
+                 "injected, 2, 1 and finished (the spare's own SIGKILL taken for the job's)"
+                 % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
+                    summary.get("outcome")))
+        print("PASS: the spare lost at the recovery stage recovered in-job")
     elif scenario == "odd-events":
         # The launcher reads what the job writes while the job runs: a record it cannot use
         # is passed over, never the end of the launcher (and with it of the job).

@@ -268,6 +268,10 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
         std::ofstream(PidPath(a->index, rank)) << pid << "\n";
         a->pids.push_back(pid);
         a->reaped.push_back(false);
+        // Now a rank, as a fresh replacement below: a stage fault's SIGKILL
+        // may be reaped before its fault file is read (RankDied sees an
+        // unplanned end).
+        a->ignore_status.insert(pid);
       }
       ranks[std::to_string(rank)] = place;
     }

@@ -66,37 +66,10 @@ DEMO = os.environ["MEMENTO_TEST_DEMO"]
 REFERENCE = os.environ["REFERENCE"]
 NP = 4
 DEMO_ARGS = ["--steps", "8", "--dim", "32", "--blocks", "1", "--context", "16", "--quiet"]
-# injob-stale-step's job: rank 0 reports step 3 as attempt 0, waits for the in-job
-# announcement of attempt 1, reports step 4 as attempt 0 and ends the job (the done event)
-# half a second later; every other process (rank 1, the spare that takes its place) waits for
-# that end.
-STALE_STEP_JOB = r"""#!/bin/sh
-d=$MEMENTO_LAUNCH_DIR
-ev() {
-  printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
-    "$1" "$2" "$3" "$(date +%s)" >> "$d/events.jsonl"
-}
-if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then
-  for i in $(seq 400); do
-    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
-    sleep 0.05
-  done
-  exit 3
-fi
-ev step 0 3
-for i in $(seq 400); do
-  grep -q '"attempt": *1' "$d/injob.json" 2>/dev/null && break
-  sleep 0.05
-done
-ev step 0 4
-sleep 0.5
-ev done 1 4
-"""
-# injob-spare-fault's job: rank 0 reports step 3 (node 1 is lost), waits for the second
-# announcement and ends the job. The first spare handed rank 1 (attempt 1) records the
-# recovery stage's fault and kills itself, as memento's stage hook does (a small shell is gone
-# within a millisecond, before the launcher's next look); the second waits for the end.
-SPARE_FAULT_JOB = r"""#!/bin/sh
+# The shell jobs' helpers: `ev EVENT ATTEMPT STEP` appends an event as rank 0 does,
+# `wait_done` ends the process once the job reported its end, `wait_attempt A` waits for the
+# in-job announcement of attempt A.
+SHELL_JOB_LIB = r"""#!/bin/sh
 d=$MEMENTO_LAUNCH_DIR
 ev() {
   printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
@@ -109,6 +82,30 @@ wait_done() {
   done
   exit 3
 }
+wait_attempt() {
+  for i in $(seq 400); do
+    grep -q "\"attempt\": *$1[,}]" "$d/injob.json" 2>/dev/null && return
+    sleep 0.05
+  done
+}
+"""
+# injob-stale-step's job: rank 0 reports step 3 as attempt 0, waits for the in-job
+# announcement of attempt 1, reports step 4 as attempt 0 and ends the job (the done event)
+# half a second later; every other process (rank 1, the spare that takes its place) waits for
+# that end.
+STALE_STEP_JOB = SHELL_JOB_LIB + r"""
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then wait_done; fi
+ev step 0 3
+wait_attempt 1
+ev step 0 4
+sleep 0.5
+ev done 1 4
+"""
+# injob-spare-fault's job: rank 0 reports step 3 (node 1 is lost), waits for the second
+# announcement and ends the job. The first spare handed rank 1 (attempt 1) records the
+# recovery stage's fault and kills itself, as memento's stage hook does (a small shell is gone
+# within a millisecond, before the launcher's next look); the second waits for the end.
+SPARE_FAULT_JOB = SHELL_JOB_LIB + r"""
 if [ "$MEMENTO_LAUNCH_SPARE" = 1 ]; then
   for i in $(seq 400); do
     grep -q "\"spare_pid\": *$MEMENTO_LAUNCH_SPARE_PID[,}]" "$d/injob.json" 2>/dev/null && break
@@ -125,10 +122,7 @@ if [ "$MEMENTO_LAUNCH_SPARE" = 1 ]; then
 fi
 [ "$RANK" = 0 ] || wait_done
 ev step 0 3
-for i in $(seq 400); do
-  grep -q '"attempt": *2[,}]' "$d/injob.json" 2>/dev/null && break
-  sleep 0.05
-done
+wait_attempt 2
 ev done 2 3
 sleep 0.5
 """
@@ -157,6 +151,29 @@ sleep 1
 def fail(msg):
     print("FAIL:", msg)
     sys.exit(1)
+
+
+def launch_script(remote, job, name, text, extra):
+    """`memento launch -n 2` of the shell job `text` (written to REMOTE/name) with `extra`
+    flags; its output printed, returns it and the records."""
+    script = os.path.join(remote, name)
+    with open(script, "w") as f:
+        f.write(text)
+    os.chmod(script, 0o755)
+    records = os.path.join(remote, "records.jsonl")
+    cmd = [CLI, "launch", "-n", "2", "--job", job, "--records", records] + extra + ["--", script]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=120)
+    print(p.stdout)
+    with open(records) as f:
+        return p, [json.loads(line) for line in f if line.strip()]
+
+
+# In-job with two warm spares and the injections `inject` (the shell-job scenarios).
+def injob_flags(remote, inject):
+    return ["--recovery", "in-job", "--spares", "2", "--inject", inject, "--backoff", "0.1",
+            "--injob-timeout", "20", "--status-dir", os.path.join(remote, "status"), "--quiet"]
 
 
 def job_segments(job):
@@ -758,21 +775,8 @@ def run(scenario, job, remote):
         # new generation's, so the pending event "1@4" must not fire on it. Rank 0 reports
         # step 3 (node 1 is lost), waits for the announcement, reports step 4 as attempt 0,
         # and ends the job half a second later; the spare that took rank 1 waits for the end.
-        script = os.path.join(remote, "stale.sh")
-        with open(script, "w") as f:
-            f.write(STALE_STEP_JOB)
-        os.chmod(script, 0o755)
-        records = os.path.join(remote, "records.jsonl")
-        cmd = [CLI, "launch", "-n", "2", "--job", job, "--recovery", "in-job", "--spares", "2",
-               "--inject", "1@3,1@4", "--backoff", "0.1", "--injob-timeout", "20",
-               "--status-dir", os.path.join(remote, "status"), "--records", records,
-               "--quiet", "--", script]
-        print("$", " ".join(cmd), flush=True)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
-        print(p.stdout)
-        with open(records) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+        p, recs = launch_script(remote, job, "stale.sh", STALE_STEP_JOB,
+                                injob_flags(remote, "1@3,1@4"))
         failures, injob = of(recs, "failure"), of(recs, "injob")
         if len(failures) != 1 or len(injob) != 1 or len(of(recs, "launch")) != 1:
             fail("%d failure(s), %d in-job recoveries, %d launch(es): expected 1, 1 and 1 (the "
@@ -782,21 +786,8 @@ def run(scenario, job, remote):
             fail("the job did not end at step 4: %s" % of(recs, "summary")[-1])
         print("PASS: the old generation's step did not fire the next event")
     elif scenario == "injob-spare-fault":
-        script = os.path.join(remote, "spare_fault.sh")
-        with open(script, "w") as f:
-            f.write(SPARE_FAULT_JOB)
-        os.chmod(script, 0o755)
-        records = os.path.join(remote, "records.jsonl")
-        cmd = [CLI, "launch", "-n", "2", "--job", job, "--recovery", "in-job", "--spares", "2",
-               "--inject", "1@3,1@recovery", "--backoff", "0.1", "--injob-timeout", "20",
-               "--status-dir", os.path.join(remote, "status"), "--records", records,
-               "--quiet", "--", script]
-        print("$", " ".join(cmd), flush=True)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
-        print(p.stdout)
-        with open(records) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+        p, recs = launch_script(remote, job, "spare_fault.sh", SPARE_FAULT_JOB,
+                                injob_flags(remote, "1@3,1@recovery"))
         failures, injob = of(recs, "failure"), of(recs, "injob")
         summary = of(recs, "summary")[-1]
         if ([f.get("injected") for f in failures] != [True, True] or len(injob) != 2
@@ -809,20 +800,9 @@ def run(scenario, job, remote):
     elif scenario == "odd-events":
         # The launcher reads what the job writes while the job runs: a record it cannot use
         # is passed over, never the end of the launcher (and with it of the job).
-        script = os.path.join(remote, "odd.sh")
-        with open(script, "w") as f:
-            f.write(ODD_EVENTS_JOB)
-        os.chmod(script, 0o755)
-        records = os.path.join(remote, "records.jsonl")
-        cmd = [CLI, "launch", "-n", "2", "--job", job, "--records", records, "--", script]
-        print("$", " ".join(cmd), flush=True)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
-        print(p.stdout)
+        p, recs = launch_script(remote, job, "odd.sh", ODD_EVENTS_JOB, [])
         if p.returncode != 0:
             fail("exit %d, expected 0" % p.returncode)
-        with open(records) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
         summary = of(recs, "summary")[-1]
         if (summary.get("outcome") != "finished" or summary.get("final_step") != 3
                 or summary.get("state_hash") != "5eed" or len(of(recs, "launch")) != 1):

@@ -44,6 +44,10 @@ usage: launch_test.py SCENARIO
                   in-job, the warm spare that took a lost node's place is lost itself at
                   the recovery stage (it kills itself, as a stage fault does): a second
                   in-job recovery, not a relaunch of the finished job
+  injob-survivor-fails
+                  in-job, a survivor fails on its own after a recovery: relaunched, and
+                  the failure record shows its output (the launch's log, not the
+                  recovery's)
   odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
                   written), a line that is no object, fields of the wrong type: the
                   launcher follows it to its end and reports its last step and state
@@ -128,6 +132,19 @@ sleep 0.5
 """
 
 
+# injob-survivor-fails' job: rank 0 reports step 3 (node 1 is lost), waits for the
+# announcement of the in-job recovery, then fails with a message; the relaunch ends at once.
+SURVIVOR_FAILS_JOB = SHELL_JOB_LIB + r"""
+if [ "$MEMENTO_LAUNCH_ATTEMPT" != 0 ] && [ "$MEMENTO_LAUNCH_SPARE" != 1 ]; then
+  [ "$RANK" = 0 ] && ev done "$MEMENTO_LAUNCH_ATTEMPT" 3
+  exit 0
+fi
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then wait_done; fi
+ev step 0 3
+wait_attempt 1
+echo "rank 0: the survivor's own failure" >&2
+exit 5
+"""
 # odd-events' job: rank 0 reports 3 steps between records a launcher must pass over, the
 # last with a null loss (the final progress line shows it), then its end; rank 1 waits.
 ODD_EVENTS_JOB = r"""#!/bin/sh
@@ -797,6 +814,17 @@ def run(scenario, job, remote):
                  % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
                     summary.get("outcome")))
         print("PASS: the spare lost at the recovery stage recovered in-job")
+    elif scenario == "injob-survivor-fails":
+        p, recs = launch_script(remote, job, "survivor.sh", SURVIVOR_FAILS_JOB,
+                                injob_flags(remote, "1@3"))
+        unplanned = [f for f in of(recs, "failure") if not f.get("injected")]
+        if len(unplanned) != 1 or len(of(recs, "launch")) != 2:
+            fail("%d unplanned failure(s), %d launch(es): expected 1 and 2"
+                 % (len(unplanned), len(of(recs, "launch"))))
+        if "the survivor's own failure" not in unplanned[0].get("output_tail", ""):
+            fail("the failure's output tail lacks the rank's message: %r"
+                 % unplanned[0].get("output_tail"))
+        print("PASS: the survivor's failure relaunched, its output shown")
     elif scenario == "odd-events":
         # The launcher reads what the job writes while the job runs: a record it cannot use
         # is passed over, never the end of the launcher (and with it of the job).

@@ -287,7 +287,14 @@ Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_
   ++failures_;
   if (a.last_step > a.reached_before) unplanned_ = 0;
   ++unplanned_;
-  const std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(a.index) + ".log", 15);
+  // The launch's processes write to its own log; after in-job recoveries the
+  // fresh replacements write to their generation's.
+  std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(a.launch_index) + ".log", 15);
+  if (a.index != a.launch_index) {
+    const std::string log = "attempt" + std::to_string(a.index) + ".log";
+    const std::string later = Tail(dir_ + "/" + log, 15);
+    if (!later.empty()) tail_text += "\n[" + log + ", the replacements']\n" + later;
+  }
   json failure = {{"record", "failure"},
                   {"index", failures_},
                   {"attempt", a.index},

@@ -136,6 +136,7 @@ class Launcher {
   // (mpirun, or one torchrun agent per node).
   struct Attempt {
     int index = 0;
+    int launch_index = 0;  // the attempt that started pids[0..]: its log holds their output
     std::vector<pid_t> pids;      // each the leader of its own process group
     std::vector<bool> reaped;
     int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)

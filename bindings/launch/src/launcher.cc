@@ -683,7 +683,7 @@ int Launcher::Run() {
   RecordJob();
   while (true) {
     Attempt a;
-    a.index = next_index_++;
+    a.index = a.launch_index = next_index_++;
     tail_.DropHeld();
     if (!StartAttempt(&a)) break;
     Watch(&a);

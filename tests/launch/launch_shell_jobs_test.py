@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Fault tests of `memento launch` with small shell jobs that write the job protocol's files
+themselves, to bring about orders of events a real job makes only now and then (ctest label
+fault).
+
+usage: launch_shell_jobs_test.py SCENARIO
+  injob-stale-step
+                  in-job, a survivor reports a step of the old generation after the new
+                  one was announced: the next step event does not fire on it
+  injob-spare-fault
+                  in-job, the warm spare that took a lost node's place is lost itself at
+                  the recovery stage (it kills itself, as a stage fault does): a second
+                  in-job recovery, not a relaunch of the finished job
+  injob-survivor-fails
+                  in-job, a survivor fails on its own after a recovery: relaunched, and
+                  the failure record shows its output (the launch's log, not the
+                  recovery's)
+  odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
+                  written), a line that is no object, fields of the wrong type: the
+                  launcher follows it to its end and reports its last step and state
+Environment: as launch_test.py (MEMENTO_TEST_CLI; the module is imported from there).
+"""
+import json
+import os
+import subprocess
+
+from launch_test import CLI, fail, main, of
+
+# The shell jobs' helpers: `ev EVENT ATTEMPT STEP` appends an event as rank 0 does,
+# `wait_done` ends the process once the job reported its end, `wait_attempt A` waits for the
+# in-job announcement of attempt A.
+SHELL_JOB_LIB = r"""#!/bin/sh
+d=$MEMENTO_LAUNCH_DIR
+ev() {
+  printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
+    "$1" "$2" "$3" "$(date +%s)" >> "$d/events.jsonl"
+}
+wait_done() {
+  for i in $(seq 400); do
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  exit 3
+}
+wait_attempt() {
+  for i in $(seq 400); do
+    grep -q "\"attempt\": *$1[,}]" "$d/injob.json" 2>/dev/null && return
+    sleep 0.05
+  done
+}
+"""
+# injob-stale-step's job: rank 0 reports step 3 as attempt 0, waits for the in-job
+# announcement of attempt 1, reports step 4 as attempt 0 and ends the job (the done event)
+# half a second later; every other process (rank 1, the spare that takes its place) waits for
+# that end.
+STALE_STEP_JOB = SHELL_JOB_LIB + r"""
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then wait_done; fi
+ev step 0 3
+wait_attempt 1
+ev step 0 4
+sleep 0.5
+ev done 1 4
+"""
+# injob-spare-fault's job: rank 0 reports step 3 (node 1 is lost), waits for the second
+# announcement and ends the job. The first spare handed rank 1 (attempt 1) records the
+# recovery stage's fault and kills itself, as memento's stage hook does (a small shell is gone
+# within a millisecond, before the launcher's next look); the second waits for the end.
+SPARE_FAULT_JOB = SHELL_JOB_LIB + r"""
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ]; then
+  for i in $(seq 400); do
+    grep -q "\"spare_pid\": *$MEMENTO_LAUNCH_SPARE_PID[,}]" "$d/injob.json" 2>/dev/null && break
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  if grep -q '"attempt": *1[,}]' "$d/injob.json"; then
+    printf '{"stage": "recovery", "version": 3, "rank": 1, "t": %s}\n' "$(date +%s.%N)" \
+      > "$d/fault.a1.tmp"
+    mv "$d/fault.a1.tmp" "$d/fault.a1"
+    kill -9 $$
+  fi
+  wait_done
+fi
+[ "$RANK" = 0 ] || wait_done
+ev step 0 3
+wait_attempt 2
+ev done 2 3
+sleep 0.5
+"""
+
+
+# injob-survivor-fails' job: rank 0 reports step 3 (node 1 is lost), waits for the
+# announcement of the in-job recovery, then fails with a message; the relaunch ends at once.
+SURVIVOR_FAILS_JOB = SHELL_JOB_LIB + r"""
+if [ "$MEMENTO_LAUNCH_ATTEMPT" != 0 ] && [ "$MEMENTO_LAUNCH_SPARE" != 1 ]; then
+  [ "$RANK" = 0 ] && ev done "$MEMENTO_LAUNCH_ATTEMPT" 3
+  exit 0
+fi
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then wait_done; fi
+ev step 0 3
+wait_attempt 1
+echo "rank 0: the survivor's own failure" >&2
+exit 5
+"""
+# odd-events' job: rank 0 reports 3 steps between records a launcher must pass over, the
+# last with a null loss (the final progress line shows it), then its end; rank 1 waits.
+ODD_EVENTS_JOB = r"""#!/bin/sh
+d=$MEMENTO_LAUNCH_DIR
+if [ "$OMPI_COMM_WORLD_RANK" != 0 ]; then sleep 1; exit 0; fi
+t=$(date +%s)
+cat >> "$d/events.jsonl" <<EOF
+{"event": "start", "attempt": 0, "total_steps": 3, "t": $t}
+{"event": "step", "attempt": 0, "step": 1, "loss": 1.25, "step_s": 0.1, "stall_s": 0, "t": $t}
+[1, 2]
+"step"
+{"event": "step", "attempt": "0", "step": "2", "loss": "high", "step_s": null, "t": $t}
+{"event": 7, "attempt": 0}
+{"event": "step", "attempt": 0, "step": 3, "loss": null, "step_s": 0.1, "stall_s": 0, "t": $t}
+{"event": "done", "attempt": 0, "step": 3, "state_hash": "5eed", "t": $t}
+EOF
+sleep 1
+"""
+
+
+def launch_script(remote, job, name, text, extra):
+    """`memento launch -n 2` of the shell job `text` (written to REMOTE/name) with `extra`
+    flags; its output printed, returns it and the records."""
+    script = os.path.join(remote, name)
+    with open(script, "w") as f:
+        f.write(text)
+    os.chmod(script, 0o755)
+    records = os.path.join(remote, "records.jsonl")
+    cmd = [CLI, "launch", "-n", "2", "--job", job, "--records", records] + extra + ["--", script]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=120)
+    print(p.stdout)
+    with open(records) as f:
+        return p, [json.loads(line) for line in f if line.strip()]
+
+
+# In-job with two warm spares and the injections `inject` (the shell-job scenarios).
+def injob_flags(remote, inject):
+    return ["--recovery", "in-job", "--spares", "2", "--inject", inject, "--backoff", "0.1",
+            "--injob-timeout", "20", "--status-dir", os.path.join(remote, "status"), "--quiet"]
+
+
+def run(scenario, job, remote):
+    if scenario == "injob-stale-step":
+        # In-job recovery with a survivor that reports a step of the old generation after the
+        # new one was announced (it had not seen the announcement yet): that step is not the
+        # new generation's, so the pending event "1@4" must not fire on it. Rank 0 reports
+        # step 3 (node 1 is lost), waits for the announcement, reports step 4 as attempt 0,
+        # and ends the job half a second later; the spare that took rank 1 waits for the end.
+        p, recs = launch_script(remote, job, "stale.sh", STALE_STEP_JOB,
+                                injob_flags(remote, "1@3,1@4"))
+        failures, injob = of(recs, "failure"), of(recs, "injob")
+        if len(failures) != 1 or len(injob) != 1 or len(of(recs, "launch")) != 1:
+            fail("%d failure(s), %d in-job recoveries, %d launch(es): expected 1, 1 and 1 (the "
+                 "old generation's step 4 fired the event)"
+                 % (len(failures), len(injob), len(of(recs, "launch"))))
+        if of(recs, "summary")[-1].get("final_step") != 4:
+            fail("the job did not end at step 4: %s" % of(recs, "summary")[-1])
+        print("PASS: the old generation's step did not fire the next event")
+    elif scenario == "injob-spare-fault":
+        p, recs = launch_script(remote, job, "spare_fault.sh", SPARE_FAULT_JOB,
+                                injob_flags(remote, "1@3,1@recovery"))
+        failures, injob = of(recs, "failure"), of(recs, "injob")
+        summary = of(recs, "summary")[-1]
+        if ([f.get("injected") for f in failures] != [True, True] or len(injob) != 2
+                or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
+            fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected two "
+                 "injected, 2, 1 and finished (the spare's own SIGKILL taken for the job's)"
+                 % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
+                    summary.get("outcome")))
+        print("PASS: the spare lost at the recovery stage recovered in-job")
+    elif scenario == "injob-survivor-fails":
+        p, recs = launch_script(remote, job, "survivor.sh", SURVIVOR_FAILS_JOB,
+                                injob_flags(remote, "1@3"))
+        unplanned = [f for f in of(recs, "failure") if not f.get("injected")]
+        if len(unplanned) != 1 or len(of(recs, "launch")) != 2:
+            fail("%d unplanned failure(s), %d launch(es): expected 1 and 2"
+                 % (len(unplanned), len(of(recs, "launch"))))
+        if "the survivor's own failure" not in unplanned[0].get("output_tail", ""):
+            fail("the failure's output tail lacks the rank's message: %r"
+                 % unplanned[0].get("output_tail"))
+        print("PASS: the survivor's failure relaunched, its output shown")
+    elif scenario == "odd-events":
+        # The launcher reads what the job writes while the job runs: a record it cannot use
+        # is passed over, never the end of the launcher (and with it of the job).
+        p, recs = launch_script(remote, job, "odd.sh", ODD_EVENTS_JOB, [])
+        if p.returncode != 0:
+            fail("exit %d, expected 0" % p.returncode)
+        summary = of(recs, "summary")[-1]
+        if (summary.get("outcome") != "finished" or summary.get("final_step") != 3
+                or summary.get("state_hash") != "5eed" or len(of(recs, "launch")) != 1):
+            fail("expected one launch finished at step 3 with state 5eed: %s" % summary)
+        if "loss nan" not in p.stdout:
+            fail("the null loss of step 3 was not shown as nan")
+        print("PASS: the odd records passed over, the job followed to its end")
+    else:
+        fail("unknown scenario " + scenario)
+
+
+if __name__ == "__main__":
+    main(run)

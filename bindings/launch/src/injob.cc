@@ -240,6 +240,16 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   a->reached_before = furthest_;
 }
 
+// A replacement (a warm spare handed a place, or a fresh process) becomes a
+// process of the attempt. It is a rank, not the job: its end says nothing of
+// the job's outcome (a stage fault's SIGKILL can be reaped before its fault
+// file is read; an unplanned end is RankDied's to see).
+void Launcher::AdoptReplacement(Attempt* a, pid_t pid) {
+  a->pids.push_back(pid);
+  a->reaped.push_back(false);
+  a->ignore_status.insert(pid);
+}
+
 // Announces the new membership and starts (or hands to spares) the lost
 // ranks; false when it fell back to a relaunch.
 bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port) {
@@ -266,12 +276,7 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
         spares_.erase(spares_.begin());
         place["spare_pid"] = pid;
         std::ofstream(PidPath(a->index, rank)) << pid << "\n";
-        a->pids.push_back(pid);
-        a->reaped.push_back(false);
-        // Now a rank, as a fresh replacement below: a stage fault's SIGKILL
-        // may be reaped before its fault file is read (RankDied sees an
-        // unplanned end).
-        a->ignore_status.insert(pid);
+        AdoptReplacement(a, pid);
       }
       ranks[std::to_string(rank)] = place;
     }
@@ -309,12 +314,7 @@ bool Launcher::ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port)
       FallBack(a, "cannot start a replacement for rank " + rank);
       return false;
     }
-    a->pids.push_back(pid);
-    a->reaped.push_back(false);
-    // A replacement is a rank, not the job: its end says nothing of the job's
-    // outcome (a stage fault kills it before the fault file is read; an
-    // unplanned end is RankDied's to see).
-    a->ignore_status.insert(pid);
+    AdoptReplacement(a, pid);
   }
   return true;
 }

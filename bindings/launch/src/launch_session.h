@@ -53,8 +53,6 @@ T Field(const json& j, const char* key, T fallback) {
   if (it == j.end()) return fallback;
   if constexpr (std::is_same_v<T, std::string>) {
     return it->is_string() ? it->template get<std::string>() : fallback;
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return it->is_boolean() ? it->template get<bool>() : fallback;
   } else {
     return it->is_number() ? it->template get<T>() : fallback;
   }
@@ -249,6 +247,7 @@ class Launcher {
   void WatchInJob(Attempt* a);
   void RecoverInJob(Attempt* a, const json& fault);
   bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
+  void AdoptReplacement(Attempt* a, pid_t pid);
   void FallBack(Attempt* a, const std::string& reason);
   bool RankDied(Attempt* a, int* rank);
   std::string FaultSpec(const InjectEvent& ev) const;

@@ -589,9 +589,10 @@ void Launcher::PollEvents(Attempt* a) {
       // sees the announcement of the new one: that step is not the new
       // generation's (a step event would fire during its rejoin).
       if (Field(ev, "attempt", a->index) < a->index) continue;
-      if (!ev.contains("step") || !ev["step"].is_number_unsigned()) continue;  // not a step
+      const auto step = ev.find("step");
+      if (step == ev.end() || !step->is_number_unsigned()) continue;  // no step count
       const uint64_t previous = a->last_step;
-      step_ = a->last_step = Field(ev, "step", uint64_t{0});
+      step_ = a->last_step = step->get<uint64_t>();
       reached_ = a->last_step;
       furthest_ = std::max(furthest_, reached_);
       // A diverged loss (NaN, inf) arrives as null: shown as nan, not as 0.

@@ -17,7 +17,14 @@ usage: launch_shell_jobs_test.py SCENARIO
                   recovery's)
   odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
                   written), a line that is no object, fields of the wrong type: the
-                  launcher follows it to its end and reports its last step and state
+                  launcher follows it to its end and reports its last step and state, and
+                  names the lines it passed over
+  ulfm-stale-generation
+                  --launcher ulfm: the job's world repairs itself into generation 1 (its
+                  pid and restore files) while a rank's end, nobody injected it, makes the
+                  launcher relaunch it as attempt 1: the relaunch reads its own files, not
+                  the old world's, and no process of the first launch (its waiting spares)
+                  outlives the launch
 Environment: as launch_test.py (MEMENTO_TEST_CLI; the module is imported from there).
 """
 import json
@@ -33,7 +40,15 @@ SHELL_JOB_LIB = r"""#!/bin/sh
 d=$MEMENTO_LAUNCH_DIR
 ev() {
   printf '{"event": "%s", "attempt": %s, "step": %s, "state_hash": "0", "t": %s}\n' \
-    "$1" "$2" "$3" "$(date +%s)" >> "$d/events.jsonl"
+    "$1" "$2" "$3" "$(date +%s.%N)" >> "$d/events.jsonl"
+}
+# restored A R VERSION HASH: rank R's restore record of attempt A (written whole, as the
+# reporter does)
+restored() {
+  t=$(date +%s.%N)
+  printf '{"ok": true, "version": %s, "state_hash": "%s", "t_begin": %s, "t_end": %s}' \
+    "$3" "$4" "$t" "$t" > "$d/restore.a$1.r$2.json.tmp"
+  mv "$d/restore.a$1.r$2.json.tmp" "$d/restore.a$1.r$2.json"
 }
 wait_done() {
   for i in $(seq 400); do
@@ -119,6 +134,51 @@ cat >> "$d/events.jsonl" <<EOF
 EOF
 sleep 1
 """
+# ulfm-stale-generation's job (2 ranks and 2 spares under the ULFM mpirun). Launch 1: rank 0
+# reports step 3, then writes what a world that repaired itself into generation 1 leaves
+# (attempt 1's pid files, naming a process that has ended, and restore records of version 3,
+# state "stale"); rank 1 then ends with exit status 1, nobody injected it; the spares wait
+# for a place that never comes. The relaunch (attempt 1) restores version 2 ("fresh") a
+# second in, reports step 4 and ends.
+ULFM_STALE_JOB = SHELL_JOB_LIB + r"""
+r=$OMPI_COMM_WORLD_RANK
+a=$MEMENTO_LAUNCH_ATTEMPT
+if [ "$a" = 0 ]; then
+  if [ "$r" -ge 2 ]; then sleep 60; exit 0; fi
+  if [ "$r" = 1 ]; then
+    for i in $(seq 400); do [ -e "$d/restore.a1.r1.json" ] && exit 1; sleep 0.05; done
+    exit 3
+  fi
+  ev step 0 3
+  gone=$(sh -c 'echo $$')
+  for k in 0 1; do echo "$gone" > "$d/pid.a1.r$k"; restored 1 $k 3 stale; done
+  sleep 60
+  exit 0
+fi
+[ "$r" = 0 ] || wait_done
+sleep 1
+ev restore_begin "$a" 0
+restored "$a" 0 2 fresh
+restored "$a" 1 2 fresh
+ev step "$a" 4
+ev done "$a" 4
+"""
+
+
+def launch_processes(status):
+    """The processes still running with the launch's status folder in their environment."""
+    found = []
+    for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ("MEMENTO_LAUNCH_DIR=" + status).encode() in env:
+            found.append("%d: %s" % (pid, cmd))
+    return found
 
 
 def launch_script(remote, job, name, text, extra):
@@ -196,7 +256,34 @@ def run(scenario, job, remote):
             fail("expected one launch finished at step 3 with state 5eed: %s" % summary)
         if "loss nan" not in p.stdout:
             fail("the null loss of step 3 was not shown as nan")
-        print("PASS: the odd records passed over, the job followed to its end")
+        for line in ("[1, 2]", '"step"'):
+            if "passed over a line of events.jsonl that is no JSON object: " + line not in p.stdout:
+                fail("no warning names the line %s" % line)
+        print("PASS: the odd records passed over and named, the job followed to its end")
+    elif scenario == "ulfm-stale-generation":
+        status = os.path.join(remote, "status")
+        p, recs = launch_script(remote, job, "ulfm_stale.sh", ULFM_STALE_JOB,
+                                ["--launcher", "ulfm", "--recovery", "in-job",
+                                 "--spares", "2", "--backoff", "0.1", "--injob-timeout", "20",
+                                 "--status-dir", status, "--quiet"])
+        left = launch_processes(status)
+        failures, launches = of(recs, "failure"), of(recs, "launch")
+        summary = of(recs, "summary")[-1]
+        if p.returncode != 0 or summary.get("outcome") != "finished" or len(launches) != 2:
+            fail("exit %d, outcome %s, %d launch(es): expected 0, finished and 2"
+                 % (p.returncode, summary.get("outcome"), len(launches)))
+        if [f.get("injected") for f in failures] != [False]:
+            fail("failures %s, expected one nobody injected (the relaunch read the old world's "
+                 "pid files as its ranks)" % [f.get("what") for f in failures])
+        restore = [r for r in of(recs, "restore") if r["attempt"] == 1]
+        if (len(restore) != 1 or restore[0].get("version") != 2
+                or restore[0].get("state_hash") != "fresh"
+                or restore[0]["t_begin"] < launches[1]["t"]):
+            fail("attempt 1's restore %s, expected version 2, state fresh, begun after the "
+                 "relaunch at %.2f s" % (restore, launches[1]["t"]))
+        if left:
+            fail("processes of the launch outlived it: %s" % left)
+        print("PASS: the relaunch read its own files; nothing of the first launch outlived it")
     else:
         fail("unknown scenario " + scenario)
 

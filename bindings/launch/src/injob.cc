@@ -110,7 +110,7 @@ void Launcher::FallBack(Attempt* a, const std::string& reason) {
   Record({{"record", "injob_fallback"}, {"attempt", a->index}, {"reason", reason}});
   a->injob_fallback = true;
   a->fallback_reason = reason;
-  KillAllRanks(a->index);
+  KillAllRanks(*a);
   KillProcesses(a, SIGKILL);
 }
 
@@ -120,7 +120,7 @@ void Launcher::WatchInJob(Attempt* a) {
     // Neither memory nor the remote tier can serve the new membership; its
     // ranks would wait for an announcement that never comes. AfterExit stops.
     a->stopped_unrecoverable = true;
-    KillAllRanks(a->index);
+    KillAllRanks(*a);
     KillProcesses(a, SIGKILL);
     return;
   }

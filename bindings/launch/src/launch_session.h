@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "memento/launch/inject_spec.h"
@@ -59,7 +60,7 @@ T Field(const json& j, const char* key, T fallback) {
 }
 
 // Follows events.jsonl: returns the complete lines added since the last call
-// that are JSON objects.
+// that are JSON objects; the others are kept for TakeUnusable.
 class EventTail {
  public:
   explicit EventTail(std::string path) : path_(std::move(path)) {}
@@ -73,17 +74,25 @@ class EventTail {
     while (true) {
       const size_t nl = chunk.find('\n', start);
       if (nl == std::string::npos) break;
-      json j = json::parse(chunk.substr(start, nl - start), nullptr, false);
-      if (j.is_object()) out.push_back(std::move(j));
+      const std::string line = chunk.substr(start, nl - start);
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object()) {
+        out.push_back(std::move(j));
+      } else if (line.find_first_not_of(" \t\r") != std::string::npos) {
+        unusable_.push_back(line);
+      }
       start = nl + 1;
     }
     offset_ += start;
     return out;
   }
+  // The non-blank lines Poll passed over as no JSON object, since the last call.
+  std::vector<std::string> TakeUnusable() { return std::exchange(unusable_, {}); }
 
  private:
   std::string path_;
   size_t offset_ = 0;
+  std::vector<std::string> unusable_;
 };
 
 // events.jsonl in attempt order: the events of an attempt the launcher has
@@ -111,6 +120,7 @@ class AttemptEvents {
   // A relaunch: the attempts of the old world that were ahead never come
   // (the relaunch's own take their numbers).
   void DropHeld() { held_.clear(); }
+  std::vector<std::string> TakeUnusable() { return tail_.TakeUnusable(); }
 
  private:
   EventTail tail_;
@@ -217,7 +227,15 @@ class Launcher {
   void ReleaseOwnSegments();
   // SIGKILL to the ranks of `nodes` still running in `attempt`; how many.
   int KillRanks(int attempt, const std::vector<int>& nodes);
-  void KillAllRanks(int attempt);
+  // SIGKILL to every rank the launch's attempts recorded (pid.aA.rR, A from
+  // the launch's own index on) that still runs: under ULFM also the world's
+  // spares and the generations it repaired without the launcher.
+  void KillAllRanks(const Attempt& a);
+  // Removes the per-attempt files (pid, restore, fault, raised) of attempts
+  // `from` and later.
+  void RemoveAttemptFiles(int from);
+  // A line on stderr (after the progress line, which goes on below it).
+  void Warn(const std::string& text);
   bool AnyRankAlive(Attempt* a) const;
   void KillStuckMpirun(Attempt* a);
   void ReapExited(Attempt* a);
@@ -301,6 +319,7 @@ class Launcher {
   double loss_ = 0, step_s_ = 0, stall_s_ = 0;
   int failures_ = 0;
   bool progress_shown_ = false;
+  int warnings_ = 0;  // about the job's events: the first few are shown
   double last_progress_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -137,7 +138,30 @@ void Launcher::Progress(bool final_line) {
   std::fflush(stderr);
 }
 
+void Launcher::Warn(const std::string& text) {
+  // A progress line on a terminal is redrawn in place: cleared first.
+  if (progress_shown_) std::fputs("\r\033[K", stderr);
+  std::fprintf(stderr, "memento launch: %s\n", text.c_str());
+  std::fflush(stderr);
+  progress_shown_ = false;
+}
+
 namespace {
+
+// The attempt a per-attempt file of the status folder belongs to
+// (pid.aA.rR, restore.aA.rR.json, fault.aA, raised.aA.rR), else -1.
+int AttemptOfFile(const std::string& name) {
+  for (const char* prefix : {"pid.a", "restore.a", "fault.a", "raised.a"}) {
+    const size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) != 0) continue;
+    size_t end = n;
+    while (end < name.size() && end - n < 9 && std::isdigit(static_cast<unsigned char>(name[end]))) {
+      ++end;
+    }
+    return end == n ? -1 : std::atoi(name.substr(n, end - n).c_str());
+  }
+  return -1;
+}
 
 // SIGKILL to a rank and every process of its group when it leads one (the
 // exec wrapper and the spares do): what a lost node takes with it.
@@ -190,11 +214,24 @@ bool Launcher::IsRankOf(pid_t pid, int attempt) const {
          (InJob() || has("MEMENTO_LAUNCH_ATTEMPT=" + std::to_string(attempt)));
 }
 
-void Launcher::KillAllRanks(int attempt) {
-  for (int r = 0; r < o_.np; ++r) {
-    const pid_t pid = RankPid(attempt, r);
+void Launcher::KillAllRanks(const Attempt& a) {
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir_, ec)) {
+    const std::string name = f.path().filename().string();
+    const int attempt = AttemptOfFile(name);
+    if (name.rfind("pid.a", 0) != 0 || attempt < a.launch_index) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(ReadFile(f.path().string()).c_str()));
     if (pid > 0 && IsRankOf(pid, attempt)) KillRank(pid);
   }
+}
+
+void Launcher::RemoveAttemptFiles(int from) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& f : fs::directory_iterator(dir_, ec)) {
+    if (AttemptOfFile(f.path().filename().string()) >= from) stale.push_back(f.path());
+  }
+  for (const fs::path& path : stale) fs::remove(path, ec);
 }
 
 // Whether a rank of the attempt may still run: true until every rank wrote
@@ -294,7 +331,7 @@ void Launcher::TearDownBrokenTorchrun(Attempt* a) {
   if (o_.launcher != "torchrun" || a->exited || InJob()) return;
   const bool fault_fired = access((dir_ + "/fault.a" + std::to_string(a->index)).c_str(), F_OK) == 0;
   if (!a->failed_status && !a->killed_by_launcher && !fault_fired) return;
-  KillAllRanks(a->index);
+  KillAllRanks(*a);
   KillProcesses(a, SIGKILL);
 }
 
@@ -529,6 +566,11 @@ bool Launcher::StartAttempt(Attempt* a) {
   }
   a->t_launch = Now();
   a->reached_before = furthest_;
+  // A ULFM world numbers its own generations from its launch's index: one
+  // that repaired itself before it was stopped may have written files under
+  // the numbers this launch takes (a stale pid file reads as a rank of it that
+  // ended, a stale restore as its restore).
+  RemoveAttemptFiles(a->index);
   if (!Spawn(a)) {
     message_ = std::string("fork failed: ") + std::strerror(errno);
     return false;
@@ -565,7 +607,7 @@ void Launcher::Watch(Attempt* a) {
     if (!a->exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   a->t_exit = Now();
-  KillAllRanks(a->index);  // nothing of this attempt may outlive it
+  KillAllRanks(*a);  // nothing of this attempt may outlive it
   StopSpares();
   if (!mpi_shm_dir_.empty()) {
     std::error_code ec;
@@ -576,7 +618,17 @@ void Launcher::Watch(Attempt* a) {
 }
 
 void Launcher::PollEvents(Attempt* a) {
-  for (const json& ev : tail_.Poll(a->index)) {
+  std::vector<json> events = tail_.Poll(a->index);
+  // A record the job wrote that the launcher cannot use is passed over (the
+  // job runs on), and named, so that events that never show are explained.
+  for (const std::string& line : tail_.TakeUnusable()) {
+    if (++warnings_ <= 5) {
+      Warn("passed over a line of events.jsonl that is no JSON object: " + line.substr(0, 200));
+    } else if (warnings_ == 6) {
+      Warn("further lines of events.jsonl passed over are not shown");
+    }
+  }
+  for (const json& ev : events) {
     const std::string kind = Field(ev, "event", std::string());
     if (kind == "start") {
       total_steps_ = Field(ev, "total_steps", uint64_t{0});
@@ -632,7 +684,7 @@ void Launcher::InjectStepEvent(Attempt* a) {
   }
   if (!a->exited && a->killed_by_launcher && Now() - a->t_kill > o_.kill_grace_s) {
     KillProcesses(a, SIGKILL);
-    KillAllRanks(a->index);
+    KillAllRanks(*a);
   }
 }
 
@@ -647,7 +699,7 @@ void Launcher::StopOnInterrupt(Attempt* a) {
   for (ReapExited(a); !a->exited; ReapExited(a)) {
     if (Now() > until) {
       KillProcesses(a, SIGKILL);
-      KillAllRanks(a->index);
+      KillAllRanks(*a);
       WaitProcesses(a);
       break;
     }

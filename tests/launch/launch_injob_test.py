@@ -38,6 +38,10 @@ ulfm_rs: the same job, rs:2+2, 4 spares: two nodes at once at the snapshot stage
    (3@9:commit).
 ulfm_fallback: the same job, replica:2, 1 spare for two losses (1@4, 2@8): the first in-job,
    the second, with no spare left, by a full relaunch (which starts a spare again).
+ulfm_unplanned: the same job, xor:3, 2 spares: rank 1 ends at step 5 on its own
+   (MEMENTO_TEST_KILL, as a machine that fails), then node 2 is lost at step 10 (2@10):
+   the launcher follows the world's own repair of the first as an in-job recovery (a
+   failure nobody injected) instead of relaunching a job that recovers; one launch.
 demo_ulfm_xor: the demo built against Open MPI 5 (memento_demo_ulfm: its world repaired over
    ULFM, MPI collectives, warm spares that are ranks of the one mpirun) under
    `--launcher ulfm`, xor:3, 3 spares: a node at a step (2@4), one at the protect stage
@@ -110,7 +114,12 @@ SCENARIOS = {
     "ulfm_rs": ("ulfm", "ulfm", "rs:2+2", 4, "0+2@3:snapshot,3@9:commit", 2, 1,
                 ["snapshot", "commit"]),
     "ulfm_fallback": ("ulfm", "ulfm", "replica:2", 1, "1@4,2@8", 1, 2, ["step", "step"]),
+    # Rank 1 ends at step 5 on its own (MEMENTO_TEST_KILL; a failure stage None: nobody
+    # injected it): its world repairs it, and the launcher follows in-job.
+    "ulfm_unplanned": ("ulfm", "ulfm", "xor:3", 2, "2@10", 2, 1, [None, "step"]),
 }
+# A loss the job brings about itself (ulfm_worker's MEMENTO_TEST_KILL), by scenario.
+JOB_KILLS = {"ulfm_unplanned": "step:5:1"}
 
 
 STATUS = []  # the status folder of the launch under test, once it ran
@@ -182,6 +191,8 @@ def launch(scenario, job, work, expect=0):
         cmd += ["--", PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
                 pids]
     env = None
+    if scenario in JOB_KILLS:
+        env = dict(os.environ, MEMENTO_TEST_KILL=JOB_KILLS[scenario])
     if kind == "demo":
         # memento launch run as one task of an outer job (srun, mpirun): its own rank
         # variables must not reach the ranks it starts (a fresh replacement took rank 0's
@@ -292,10 +303,10 @@ def check(scenario, recs, digest, starts, ref_digest, ref_state):  # noqa: C901
     if of(recs, "not_fired"):
         fail("events never fired: %s" % of(recs, "not_fired"))
     failures = of(recs, "failure")
-    # A failure nothing injected (an mpirun that did not start) has no stage: named as such.
-    if [f.get("stage") for f in failures] != stages or not all(f.get("injected")
-                                                              for f in failures):
-        fail("failures %s, expected injected %s; not injected: %s"
+    # A failure nothing injected has no stage (None in `stages`: the job's own).
+    if ([f.get("stage") for f in failures] != stages
+            or [f.get("injected") for f in failures] != [s is not None for s in stages]):
+        fail("failures %s, expected %s (None: nobody injected it); not injected: %s"
              % ([f.get("stage") for f in failures], stages,
                 [f for f in failures if not f.get("injected")]))
     if summary["launches"] != launches or summary["injob_recoveries"] != injobs:
@@ -345,12 +356,14 @@ def timed_rejoin(restore, failures):
     """The launcher saw the restore begin, and detection and rejoin add up to
     the time from the first fault it closes to that begin. Under ULFM the job
     can begin its restore before the launcher saw the loss: the rejoin is then
-    0, its detection the whole time."""
+    0, its detection the whole time; a loss nobody injected is timed from when
+    the launcher saw it, which can be after the restore began: both are 0."""
     lost = restore["lost"]
     if "t_restore_begin" not in lost or lost["rejoin_s"] < 0:
         return False
     first = min(f["t_fail"] for f in failures if f["index"] in lost["failures"])
-    return abs(lost["detection_s"] + lost["rejoin_s"] - (lost["t_restore_begin"] - first)) < 1e-4
+    return abs(lost["detection_s"] + lost["rejoin_s"]
+               - max(0.0, lost["t_restore_begin"] - first)) < 1e-4
 
 
 def check_unrecoverable(recs):

@@ -142,7 +142,9 @@ void Launcher::WatchInJob(Attempt* a) {
   std::string raised;
   if (RankDied(a, &rank)) {
     // Nobody injected it: not a loss the launcher planned for; the job is
-    // relaunched (and counted) as after any unplanned failure.
+    // relaunched (and counted) as after any unplanned failure, unless its
+    // ULFM world repairs it.
+    if (FollowUlfmRepair(a, rank)) return;
     FallBackUnplanned(a, "rank " + std::to_string(rank) + " ended without an injected failure");
   } else if (!a->reported_done && Now() >= a->t_next_raised_check) {
     a->t_next_raised_check = Now() + 0.25;
@@ -196,13 +198,7 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   // old group anyway (launch::Resilient, memento.resilient).
   ReapExited(a);
   a->t_exit = Now();
-  double median_step_s = 0;
-  if (!a->step_times.empty()) {
-    std::vector<double> times = a->step_times;
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    median_step_s = times[times.size() / 2];
-  }
-  RecordInjectedFailure(*a, fault, median_step_s);  // the node's memory goes
+  RecordInjectedFailure(*a, fault, MedianStepS(*a));  // the node's memory goes
   const int old_index = a->index;
   a->index = next_index_++;
   attempt_ = a->index;
@@ -228,6 +224,10 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
           {"master_port", port},
           {"fault_env", PendingFaultEnv()}});
   replaced_.clear();
+  BeginGeneration(a);
+}
+
+void Launcher::BeginGeneration(Attempt* a) {
   a->killed_by_launcher = false;
   a->t_raised = 0;
   a->t_restore_begin = 0;
@@ -238,6 +238,58 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   a->rank_pids.clear();
   a->t_launch = a->t_injob = Now();
   a->reached_before = furthest_;
+}
+
+// Under ULFM the world repairs every loss itself, also one nobody injected
+// (a machine that failed, a process that crashed): a spare takes the rank
+// that ended and the world goes on as its next generation. The launcher
+// records the failure and follows that generation as an in-job recovery; a
+// relaunch would stop a job that recovers. Not when no spare is left (the
+// world gives up: relaunch), nor while stage faults are still to come: they
+// are armed by generation number at the launch (MEMENTO_LAUNCH_FAULTS), and a
+// repair nobody planned would move each to another loss's generation.
+bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
+  if (!Ulfm() || SparesLeft() < 1) return false;
+  for (size_t j = next_event_; j < events_.size(); ++j) {
+    if (events_[j].stage != InjectStage::kStep) return false;
+  }
+  a->t_exit = Now();
+  const int node = rank / o_.ranks_per_node;
+  // The spare's node is the place's node now, for a relaunch to keep its
+  // memory (UlfmWorld hands a lost rank to the first spare left). A node of
+  // several ranks that lost one is now on two machines: it keeps its name.
+  const std::string spare = UlfmSpareName(ulfm_launch_, ulfm_spares_used_ / o_.ranks_per_node);
+  if (o_.ranks_per_node == 1) spare_name_[node] = spare;
+  ++ulfm_spares_used_;
+  ++failures_;
+  json failure = {{"record", "failure"},
+                  {"index", failures_},
+                  {"attempt", a->index},
+                  {"injected", false},
+                  {"what", "rank " + std::to_string(rank) + " ended, nobody injected it"},
+                  {"nodes", {node}},
+                  {"identities", {Identity(node)}},
+                  {"last_step", reached_},
+                  {"job_exit", "runs on (its world repairs itself)"},
+                  {"output_tail", Tail(dir_ + "/attempt" + std::to_string(a->launch_index) + ".log", 15)},
+                  {"detection_s", 0.0},
+                  {"step_s", MedianStepS(*a)},
+                  {"t_fail", a->t_exit - t0_},
+                  {"t_exit_abs", a->t_exit}};
+  Record(failure);
+  open_failures_.push_back(failure);
+  a->index = next_index_++;
+  attempt_ = a->index;
+  ++injob_recoveries_;
+  Record({{"record", "injob"},
+          {"attempt", a->index},
+          {"replaced", {"rank " + std::to_string(rank) + " -> " + spare}},
+          {"from_spares", 1},
+          {"spares_left", SparesLeft()},
+          {"master_port", 0},
+          {"fault_env", ""}});
+  BeginGeneration(a);
+  return true;
 }
 
 // A replacement (a warm spare handed a place, or a fresh process) becomes a

@@ -190,6 +190,13 @@ void Launcher::RecordRestore(Attempt* a, bool attempt_over) {
   }
 }
 
+double Launcher::MedianStepS(const Attempt& a) {
+  if (a.step_times.empty()) return 0;
+  std::vector<double> times = a.step_times;
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
 // What to do once mpirun has exited: stop (finished, interrupted,
 // unrecoverable, too many failures) or relaunch.
 Launcher::Next Launcher::AfterExit(Attempt* a) {
@@ -199,11 +206,7 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
     backoff_ = o_.backoff_s;
     return Next::kRelaunch;
   }
-  double median_step_s = 0;
-  if (!a->step_times.empty()) {
-    std::sort(a->step_times.begin(), a->step_times.end());
-    median_step_s = a->step_times[a->step_times.size() / 2];
-  }
+  const double median_step_s = MedianStepS(*a);
   if (g_interrupted) {
     outcome_ = "interrupted";
     exit_code_ = 130;

@@ -211,6 +211,9 @@ class Launcher {
   void StopOnInterrupt(Attempt* a);
   void RecordRestore(Attempt* a, bool attempt_over);
   json TimeLost(const json& restore, const Attempt& a) const;
+  // The median of the attempt's step times (0: none reported): a failure's
+  // cost per step to recompute.
+  static double MedianStepS(const Attempt& a);
   void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
   Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
   json Summary(int segments_removed) const;
@@ -265,6 +268,9 @@ class Launcher {
   void WatchInJob(Attempt* a);
   void RecoverInJob(Attempt* a, const json& fault);
   bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
+  // The attempt's state as at a launch, for the generation an in-job recovery began.
+  void BeginGeneration(Attempt* a);
+  bool FollowUlfmRepair(Attempt* a, int rank);
   void AdoptReplacement(Attempt* a, pid_t pid);
   void FallBack(Attempt* a, const std::string& reason);
   bool RankDied(Attempt* a, int* rank);

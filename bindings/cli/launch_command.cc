@@ -82,7 +82,8 @@ void AddLaunchCommand(CLI::App& app) {
   sub->add_option("--seed", o.seed, "seed of the random choices in --inject (default 1)")
       ->transform(Uint64());
   sub->add_option("--max-restarts", o.max_restarts,
-                  "relaunches after failures that were not injected (default 3)")
+                  "in-job replacements and relaunches in a row after failures nobody injected "
+                  "(default 3)")
       ->transform(DecimalInteger())
       ->check(AtLeast(0, "an integer"));
   sub->add_option("--backoff", o.backoff_s,

@@ -38,6 +38,9 @@ ulfm_rs: the same job, rs:2+2, 4 spares: two nodes at once at the snapshot stage
    (3@9:commit).
 ulfm_fallback: the same job, replica:2, 1 spare for two losses (1@4, 2@8): the first in-job,
    the second, with no spare left, by a full relaunch (which starts a spare again).
+demo_unplanned: the demo, xor:3, 2 spares: rank 1's process is killed by a shell around it
+   once step 3 was reported, then node 2 is lost at step 9 (2@9): the first, nobody having
+   injected it, is recovered in-job as a lost node (a spare takes it); one launch.
 ulfm_unplanned: the same job, xor:3, 2 spares: rank 1 ends at step 5 on its own
    (MEMENTO_TEST_KILL, as a machine that fails), then node 2 is lost at step 10 (2@10):
    the launcher follows the world's own repair of the first as an in-job recovery (a
@@ -117,9 +120,21 @@ SCENARIOS = {
     # Rank 1 ends at step 5 on its own (MEMENTO_TEST_KILL; a failure stage None: nobody
     # injected it): its world repairs it, and the launcher follows in-job.
     "ulfm_unplanned": ("ulfm", "ulfm", "xor:3", 2, "2@10", 2, 1, [None, "step"]),
+    # Rank 1's process is killed once step 3 was reported, by nobody the launcher knows
+    # (DIES_AFTER_STEP_3): its node is replaced in-job, as a lost one.
+    "demo_unplanned": ("demo", "mpirun", "xor:3", 2, "2@9", 2, 1, [None, "step"]),
 }
 # A loss the job brings about itself (ulfm_worker's MEMENTO_TEST_KILL), by scenario.
 JOB_KILLS = {"ulfm_unplanned": "step:5:1"}
+# The demo's command under a shell that SIGKILLs the first launch's rank 1 (not a spare,
+# not a replacement) once rank 0 reported step 3: a process that dies on its own.
+DIES_AFTER_STEP_3 = r"""
+if [ "$MEMENTO_LAUNCH_ATTEMPT" = 0 ] && [ "$RANK" = 1 ] && [ -z "$MEMENTO_LAUNCH_SPARE" ]; then
+  (until grep -q '"step":3,' "$MEMENTO_LAUNCH_DIR/events.jsonl" 2>/dev/null; do sleep 0.02; done
+   kill -9 $$) &
+fi
+exec "$@"
+"""
 
 
 STATUS = []  # the status folder of the launch under test, once it ran
@@ -179,7 +194,9 @@ def launch(scenario, job, work, expect=0):
         # torch._dynamo): 7 s alone, 18-37 s on 2 busy cores, against 60 s by default.
         cmd += ["--injob-timeout", "120"]
     if kind == "demo":
-        cmd += ["--", os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
+        cmd += ["--"] + (["sh", "-c", DIES_AFTER_STEP_3, "sh"] if scenario == "demo_unplanned"
+                         else [])
+        cmd += [os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
                 pids] + DEMO_ARGS
     elif kind == "demo_ulfm":
         cmd += ["--", os.environ["MEMENTO_TEST_DEMO_ULFM"], "--spares", str(spares), "--steps",

@@ -12,9 +12,13 @@ usage: launch_shell_jobs_test.py SCENARIO
                   the recovery stage (it kills itself, as a stage fault does): a second
                   in-job recovery, not a relaunch of the finished job
   injob-survivor-fails
-                  in-job, a survivor fails on its own after a recovery: relaunched, and
-                  the failure record shows its output (the launch's log, not the
-                  recovery's)
+                  in-job, a survivor fails on its own after a recovery: its node is
+                  replaced in-job too (a spare takes it), and the failure record shows
+                  its output (the launch's log, not the recovery's)
+  injob-crash-loop
+                  in-job without spares, rank 1 ends at every start: replaced in-job
+                  --max-restarts times in a row, then the launcher gives up (a fresh
+                  process per loss would otherwise replace it for ever)
   odd-events      a job whose events carry a null loss (how a NaN or infinite loss is
                   written), a line that is no object, fields of the wrong type: the
                   launcher follows it to its end and reports its last step and state, and
@@ -105,17 +109,31 @@ sleep 0.5
 
 
 # injob-survivor-fails' job: rank 0 reports step 3 (node 1 is lost), waits for the
-# announcement of the in-job recovery, then fails with a message; the relaunch ends at once.
+# announcement of the in-job recovery, then fails with a message; the spare handed its place
+# ends the job, every other process waits for that end.
 SURVIVOR_FAILS_JOB = SHELL_JOB_LIB + r"""
-if [ "$MEMENTO_LAUNCH_ATTEMPT" != 0 ] && [ "$MEMENTO_LAUNCH_SPARE" != 1 ]; then
-  [ "$RANK" = 0 ] && ev done "$MEMENTO_LAUNCH_ATTEMPT" 3
-  exit 0
+if [ "$MEMENTO_LAUNCH_SPARE" = 1 ]; then
+  for i in $(seq 400); do
+    if grep -q "\"0\": *{[^}]*\"spare_pid\": *$MEMENTO_LAUNCH_SPARE_PID[,}]" "$d/injob.json" \
+        2>/dev/null; then
+      ev done 2 3
+      exit 0
+    fi
+    grep -q '"done"' "$d/events.jsonl" 2>/dev/null && exit 0
+    sleep 0.05
+  done
+  exit 3
 fi
-if [ "$MEMENTO_LAUNCH_SPARE" = 1 ] || [ "$RANK" != 0 ]; then wait_done; fi
+[ "$RANK" = 0 ] || wait_done
 ev step 0 3
 wait_attempt 1
 echo "rank 0: the survivor's own failure" >&2
 exit 5
+"""
+# injob-crash-loop's job: rank 1 fails as it starts, each replacement again; rank 0 waits.
+CRASH_LOOP_JOB = SHELL_JOB_LIB + r"""
+if [ "$RANK" = 1 ]; then echo "rank 1 fails at its start" >&2; exit 1; fi
+wait_done
 """
 # odd-events' job: rank 0 reports 3 steps between records a launcher must pass over, the
 # last with a null loss (the final progress line shows it), then its end; rank 1 waits.
@@ -237,14 +255,40 @@ def run(scenario, job, remote):
     elif scenario == "injob-survivor-fails":
         p, recs = launch_script(remote, job, "survivor.sh", SURVIVOR_FAILS_JOB,
                                 injob_flags(remote, "1@3"))
-        unplanned = [f for f in of(recs, "failure") if not f.get("injected")]
-        if len(unplanned) != 1 or len(of(recs, "launch")) != 2:
-            fail("%d unplanned failure(s), %d launch(es): expected 1 and 2"
-                 % (len(unplanned), len(of(recs, "launch"))))
-        if "the survivor's own failure" not in unplanned[0].get("output_tail", ""):
-            fail("the failure's output tail lacks the rank's message: %r"
-                 % unplanned[0].get("output_tail"))
-        print("PASS: the survivor's failure relaunched, its output shown")
+        failures, injob = of(recs, "failure"), of(recs, "injob")
+        summary = of(recs, "summary")[-1]
+        if ([f.get("injected") for f in failures] != [True, False] or len(injob) != 2
+                or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
+            fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected the "
+                 "injected one and one nobody injected, 2, 1 and finished"
+                 % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
+                    summary.get("outcome")))
+        if (failures[1].get("nodes") != [0]
+                or "the survivor's own failure" not in failures[1].get("output_tail", "")):
+            fail("the failure names nodes %s, its output tail %r: expected node 0 and the "
+                 "rank's message" % (failures[1].get("nodes"), failures[1].get("output_tail")))
+        print("PASS: the survivor's failure recovered in-job, its output shown")
+    elif scenario == "injob-crash-loop":
+        p, recs = launch_script(remote, job, "crash_loop.sh", CRASH_LOOP_JOB,
+                                ["--recovery", "in-job", "--max-restarts", "2", "--backoff",
+                                 "0.1", "--injob-timeout", "20", "--status-dir",
+                                 os.path.join(remote, "status"), "--quiet"])
+        failures = of(recs, "failure")
+        ended = [f for f in failures if f.get("what") == "rank 1 ended, nobody injected it"]
+        summary = of(recs, "summary")[-1]
+        if (p.returncode != 1 or summary.get("outcome") != "failed" or len(ended) != 2
+                or len(failures) != 3 or len(of(recs, "injob")) != 2
+                or len(of(recs, "launch")) != 1):
+            fail("exit %d, outcome %s, failures %s, %d in-job recoveries, %d launch(es): "
+                 "expected 1, failed, two of rank 1 recovered in-job and the third given up on "
+                 "(--max-restarts 2), 2 and 1"
+                 % (p.returncode, summary.get("outcome"), [f.get("what") for f in failures],
+                    len(of(recs, "injob")), len(of(recs, "launch"))))
+        if "giving up after --max-restarts 2" not in p.stdout:
+            fail("the launcher did not say it gave up after --max-restarts 2")
+        if any("rank 1 fails at its start" not in f.get("output_tail", "") for f in failures):
+            fail("a failure's output tail lacks rank 1's message")
+        print("PASS: a rank failing at every start replaced twice in-job, then given up on")
     elif scenario == "odd-events":
         # The launcher reads what the job writes while the job runs: a record it cannot use
         # is passed over, never the end of the launcher (and with it of the job).

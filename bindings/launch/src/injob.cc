@@ -141,10 +141,10 @@ void Launcher::WatchInJob(Attempt* a) {
   int rank = 0;
   std::string raised;
   if (RankDied(a, &rank)) {
-    // Nobody injected it: not a loss the launcher planned for; the job is
-    // relaunched (and counted) as after any unplanned failure, unless its
-    // ULFM world repairs it.
-    if (FollowUlfmRepair(a, rank)) return;
+    // Nobody injected it: a machine that failed, a process that crashed.
+    // Recovered in-job as a lost node while that can be, else relaunched
+    // (and counted) as after any unplanned failure.
+    if (RecoverEndedRank(a, rank)) return;
     FallBackUnplanned(a, "rank " + std::to_string(rank) + " ended without an injected failure");
   } else if (!a->reported_done && Now() >= a->t_next_raised_check) {
     a->t_next_raised_check = Now() + 0.25;
@@ -174,8 +174,26 @@ void Launcher::FallBackUnplanned(Attempt* a, const std::string& reason) {
   }
 }
 
-void Launcher::RecoverInJob(Attempt* a, const json& fault) {
-  const std::vector<int> nodes = Pending()->nodes;
+// A rank ended with nobody injecting it. A rank that keeps ending (a bug,
+// not a machine) would be replaced without end: such recoveries count with
+// the relaunches against --max-restarts in a row, a generation that trained
+// past every step reported before it starting a new row.
+bool Launcher::RecoverEndedRank(Attempt* a, int rank) {
+  if (a->last_step > a->reached_before) unplanned_ = 0;
+  if (unplanned_ >= o_.max_restarts) return false;
+  if (Ulfm()) {
+    if (!FollowUlfmRepair(a, rank)) return false;
+  } else {
+    RecoverInJob(a, json(), rank);
+  }
+  ++unplanned_;
+  return true;
+}
+
+void Launcher::RecoverInJob(Attempt* a, const json& fault, int ended_rank) {
+  const bool injected = ended_rank < 0;
+  const std::vector<int> nodes =
+      injected ? Pending()->nodes : std::vector<int>{ended_rank / o_.ranks_per_node};
   // Every rank of the lost nodes ends before its place is handed on.
   KillRanks(a->index, nodes);
   std::vector<pid_t> lost;
@@ -190,6 +208,12 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
     }
   }
   a->ignore_status.insert(lost.begin(), lost.end());
+  // A lost node's torchrun agent can end, and be reaped, before the launcher
+  // sees its worker gone: its status is not the job's.
+  if (a->failed_status && a->ignore_status.count(a->failed_pid) > 0) {
+    a->failed_status = false;
+    a->status = 0;
+  }
   // Not waited for: a SIGKILL cannot be caught or delayed, so from here on
   // the lost ranks run none of their own code and their places can be
   // handed on while the kernel tears them down (20-40 ms on 2 loaded cores,
@@ -198,7 +222,17 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault) {
   // old group anyway (launch::Resilient, memento.resilient).
   ReapExited(a);
   a->t_exit = Now();
-  RecordInjectedFailure(*a, fault, MedianStepS(*a));  // the node's memory goes
+  if (injected) {
+    RecordInjectedFailure(*a, fault, MedianStepS(*a));  // the node's memory goes
+  } else {
+    // A replacement is another machine: the node's next generation. What the
+    // ended rank's node held stays (nobody said the machine went), unused.
+    const int node = nodes.front();
+    const std::string identity = Identity(node);
+    ++generation_[node];
+    replaced_.push_back("node " + std::to_string(node) + " -> " + Identity(node));
+    RecordRankEnded(*a, ended_rank, identity, "runs on (the node is replaced in-job)");
+  }
   const int old_index = a->index;
   a->index = next_index_++;
   attempt_ = a->index;
@@ -255,29 +289,13 @@ bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
   }
   a->t_exit = Now();
   const int node = rank / o_.ranks_per_node;
+  RecordRankEnded(*a, rank, Identity(node), "runs on (its world repairs itself)");
   // The spare's node is the place's node now, for a relaunch to keep its
   // memory (UlfmWorld hands a lost rank to the first spare left). A node of
   // several ranks that lost one is now on two machines: it keeps its name.
   const std::string spare = UlfmSpareName(ulfm_launch_, ulfm_spares_used_ / o_.ranks_per_node);
   if (o_.ranks_per_node == 1) spare_name_[node] = spare;
   ++ulfm_spares_used_;
-  ++failures_;
-  json failure = {{"record", "failure"},
-                  {"index", failures_},
-                  {"attempt", a->index},
-                  {"injected", false},
-                  {"what", "rank " + std::to_string(rank) + " ended, nobody injected it"},
-                  {"nodes", {node}},
-                  {"identities", {Identity(node)}},
-                  {"last_step", reached_},
-                  {"job_exit", "runs on (its world repairs itself)"},
-                  {"output_tail", Tail(dir_ + "/attempt" + std::to_string(a->launch_index) + ".log", 15)},
-                  {"detection_s", 0.0},
-                  {"step_s", MedianStepS(*a)},
-                  {"t_fail", a->t_exit - t0_},
-                  {"t_exit_abs", a->t_exit}};
-  Record(failure);
-  open_failures_.push_back(failure);
   a->index = next_index_++;
   attempt_ = a->index;
   ++injob_recoveries_;

@@ -283,6 +283,42 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
   backoff_ = o_.backoff_s;
 }
 
+// A rank that ended with nobody injecting it, recovered in-job: timed from
+// when the launcher saw it gone (it did not start that process, or cannot
+// tell when it died), with the tail of the launch's output.
+void Launcher::RecordRankEnded(const Attempt& a, int rank, const std::string& identity,
+                               const std::string& job_exit) {
+  ++failures_;
+  json failure = {{"record", "failure"},
+                  {"index", failures_},
+                  {"attempt", a.index},
+                  {"injected", false},
+                  {"what", "rank " + std::to_string(rank) + " ended, nobody injected it"},
+                  {"nodes", {rank / o_.ranks_per_node}},
+                  {"identities", {identity}},
+                  {"last_step", reached_},
+                  {"job_exit", job_exit},
+                  {"output_tail", OutputTail(a)},
+                  {"detection_s", 0.0},
+                  {"step_s", MedianStepS(a)},
+                  {"t_fail", a.t_exit - t0_},
+                  {"t_exit_abs", a.t_exit}};
+  Record(failure);
+  open_failures_.push_back(failure);
+}
+
+// The last lines of the launch's output; after in-job recoveries, also of
+// the fresh replacements of the newest generation (their own log).
+std::string Launcher::OutputTail(const Attempt& a) const {
+  std::string text = Tail(dir_ + "/attempt" + std::to_string(a.launch_index) + ".log", 15);
+  if (a.index != a.launch_index) {
+    const std::string log = "attempt" + std::to_string(a.index) + ".log";
+    const std::string later = Tail(dir_ + "/" + log, 15);
+    if (!later.empty()) text += "\n[" + log + ", the replacements']\n" + later;
+  }
+  return text;
+}
+
 // A failure nobody injected: relaunched with a doubling backoff, at most
 // max_restarts times in a row. A launch that trained past every step reported
 // before it made progress: its failure is the first of a new row.
@@ -290,14 +326,7 @@ Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_
   ++failures_;
   if (a.last_step > a.reached_before) unplanned_ = 0;
   ++unplanned_;
-  // The launch's processes write to its own log; after in-job recoveries the
-  // fresh replacements write to their generation's.
-  std::string tail_text = Tail(dir_ + "/attempt" + std::to_string(a.launch_index) + ".log", 15);
-  if (a.index != a.launch_index) {
-    const std::string log = "attempt" + std::to_string(a.index) + ".log";
-    const std::string later = Tail(dir_ + "/" + log, 15);
-    if (!later.empty()) tail_text += "\n[" + log + ", the replacements']\n" + later;
-  }
+  const std::string tail_text = OutputTail(a);
   json failure = {{"record", "failure"},
                   {"index", failures_},
                   {"attempt", a.index},

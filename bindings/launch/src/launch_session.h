@@ -149,6 +149,7 @@ class Launcher {
     std::vector<bool> reaped;
     int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)
     bool failed_status = false;
+    pid_t failed_pid = 0;  // whose status that is
     bool exited = false;  // every process reaped
     bool killed_by_launcher = false;  // a step event fired
     bool reported_done = false;       // the job's "done" event arrived
@@ -266,11 +267,20 @@ class Launcher {
   void StartSpares(int attempt);
   void StopSpares();
   void WatchInJob(Attempt* a);
-  void RecoverInJob(Attempt* a, const json& fault);
+  // The pending event's nodes lost (`fault`: its stage hook's record, null
+  // for a step event), or with `ended_rank` that rank's node, nobody having
+  // injected it: their places handed on within the running job.
+  void RecoverInJob(Attempt* a, const json& fault, int ended_rank = -1);
   bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
   // The attempt's state as at a launch, for the generation an in-job recovery began.
   void BeginGeneration(Attempt* a);
   bool FollowUlfmRepair(Attempt* a, int rank);
+  // In-job recovery from a rank that ended with nobody injecting it (its node
+  // replaced, or under ULFM the world's repair followed); false: relaunch.
+  bool RecoverEndedRank(Attempt* a, int rank);
+  void RecordRankEnded(const Attempt& a, int rank, const std::string& identity,
+                       const std::string& job_exit);
+  std::string OutputTail(const Attempt& a) const;
   void AdoptReplacement(Attempt* a, pid_t pid);
   void FallBack(Attempt* a, const std::string& reason);
   bool RankDied(Attempt* a, int* rank);

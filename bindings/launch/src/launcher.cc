@@ -295,6 +295,7 @@ void Launcher::ReapExited(Attempt* a) {
     if (!ok && !a->failed_status && a->ignore_status.count(a->pids[i]) == 0) {
       a->status = status;
       a->failed_status = true;
+      a->failed_pid = a->pids[i];
     }
   }
   a->exited = all;
@@ -318,6 +319,7 @@ void Launcher::WaitProcesses(Attempt* a) {
         a->ignore_status.count(a->pids[i]) == 0) {
       a->status = status;
       a->failed_status = true;
+      a->failed_pid = a->pids[i];
     }
   }
   a->exited = true;

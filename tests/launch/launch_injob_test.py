@@ -38,6 +38,9 @@ ulfm_rs: the same job, rs:2+2, 4 spares: two nodes at once at the snapshot stage
    (3@9:commit).
 ulfm_fallback: the same job, replica:2, 1 spare for two losses (1@4, 2@8): the first in-job,
    the second, with no spare left, by a full relaunch (which starts a spare again).
+unplanned_torchrun: the Python job under torchrun, replica:2, fresh replacements: rank 1's
+   process killed the same way (its node's torchrun agent then fails, which is not the
+   job's failure), then node 2 at step 12; both recovered in-job, one launch.
 demo_unplanned: the demo, xor:3, 2 spares: rank 1's process is killed by a shell around it
    once step 3 was reported, then node 2 is lost at step 9 (2@9): the first, nobody having
    injected it, is recovered in-job as a lost node (a spare takes it); one launch.
@@ -123,15 +126,22 @@ SCENARIOS = {
     # Rank 1's process is killed once step 3 was reported, by nobody the launcher knows
     # (DIES_AFTER_STEP_3): its node is replaced in-job, as a lost one.
     "demo_unplanned": ("demo", "mpirun", "xor:3", 2, "2@9", 2, 1, [None, "step"]),
+    # The same under torchrun, fresh replacements: the node's agent ends with its worker.
+    "unplanned_torchrun": ("python", "torchrun", "replica:2", 0, "2@12", 2, 1, [None, "step"]),
 }
+# Scenarios whose command runs under DIES_AFTER_STEP_3.
+DIES = ("demo_unplanned", "unplanned_torchrun")
 # A loss the job brings about itself (ulfm_worker's MEMENTO_TEST_KILL), by scenario.
 JOB_KILLS = {"ulfm_unplanned": "step:5:1"}
-# The demo's command under a shell that SIGKILLs the first launch's rank 1 (not a spare,
-# not a replacement) once rank 0 reported step 3: a process that dies on its own.
+# The job's command under a shell that SIGKILLs the first launch's rank 1 (not a spare,
+# not a replacement) once rank 0 reported step 3: a process that dies on its own. The
+# shell's pid (the job's, after the exec) is its child's parent: torchrun reads "$$" in its
+# arguments as an escaped "$".
 DIES_AFTER_STEP_3 = r"""
+me=$(exec sh -c 'echo $PPID')
 if [ "$MEMENTO_LAUNCH_ATTEMPT" = 0 ] && [ "$RANK" = 1 ] && [ -z "$MEMENTO_LAUNCH_SPARE" ]; then
   (until grep -q '"step":3,' "$MEMENTO_LAUNCH_DIR/events.jsonl" 2>/dev/null; do sleep 0.02; done
-   kill -9 $$) &
+   kill -9 "$me") &
 fi
 exec "$@"
 """
@@ -188,24 +198,23 @@ def launch(scenario, job, work, expect=0):
            "--spares", str(spares), "--inject", inject]
     if scenario == "remote_mpirun":
         cmd += ["--remote", os.path.join(work, "remote"), "--persist-every", "1"]
-    if scenario == "fresh_torchrun":
+    if scenario in ("fresh_torchrun", "unplanned_torchrun"):
         # Two fresh replacements start at once, and each spends seconds of CPU before it can
         # rejoin: the interpreter, torch, and DDP's first construction (which imports
         # torch._dynamo): 7 s alone, 18-37 s on 2 busy cores, against 60 s by default.
         cmd += ["--injob-timeout", "120"]
+    cmd += ["--"] + (["sh", "-c", DIES_AFTER_STEP_3, "sh"] if scenario in DIES else [])
     if kind == "demo":
-        cmd += ["--"] + (["sh", "-c", DIES_AFTER_STEP_3, "sh"] if scenario == "demo_unplanned"
-                         else [])
         cmd += [os.environ["MEMENTO_TEST_DEMO"], "--steps", str(STEPS[kind]), "--pids",
                 pids] + DEMO_ARGS
     elif kind == "demo_ulfm":
-        cmd += ["--", os.environ["MEMENTO_TEST_DEMO_ULFM"], "--spares", str(spares), "--steps",
+        cmd += [os.environ["MEMENTO_TEST_DEMO_ULFM"], "--spares", str(spares), "--steps",
                 str(STEPS[kind]), "--pids", pids] + DEMO_ARGS
     elif kind == "ulfm":
-        cmd += ["--", os.environ["MEMENTO_TEST_ULFM_WORKER"], str(STEPS[kind]), str(spares),
+        cmd += [os.environ["MEMENTO_TEST_ULFM_WORKER"], str(STEPS[kind]), str(spares),
                 str(ULFM_STEP_MS)]
     else:
-        cmd += ["--", PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
+        cmd += [PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
                 pids]
     env = None
     if scenario in JOB_KILLS:
@@ -333,6 +342,11 @@ def check(scenario, recs, digest, starts, ref_digest, ref_state):  # noqa: C901
         fail("in-job records: %s" % of(recs, "injob"))
     if launches > 1 and not of(recs, "injob_fallback"):
         fail("a relaunch without an injob_fallback record")
+    # torchrun's surviving agents wait in its exit barrier for the lost nodes' agents: they
+    # are stopped once the job is done, not after --teardown-grace.
+    if of(recs, "mpirun_stuck"):
+        fail("the launch waited out a stuck %s: %s" % (of(recs, "mpirun_stuck")[0]["launcher"],
+                                                       of(recs, "mpirun_stuck")))
     check_processes(recs, starts)
     if digest != ref_digest or summary["state_hash"] != ref_state:
         fail("final digest %s / state %s differ from the failure-free run's %s / %s"

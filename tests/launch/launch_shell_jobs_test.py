@@ -217,6 +217,20 @@ def launch_script(remote, job, name, text, extra):
         return p, [json.loads(line) for line in f if line.strip()]
 
 
+def expect_in_job(recs, injected, why):
+    """One launch that finished, its failures injected or not as `injected` lists, each
+    recovered in-job; returns the failures. `why`: what a failure here would show."""
+    failures, injob = of(recs, "failure"), of(recs, "injob")
+    summary = of(recs, "summary")[-1]
+    if ([f.get("injected") for f in failures] != injected or len(injob) != len(injected)
+            or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
+        fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected injected "
+             "%s, %d, 1 and finished (%s)"
+             % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
+                summary.get("outcome"), injected, len(injected), why))
+    return failures
+
+
 # In-job with two warm spares and the injections `inject` (the shell-job scenarios).
 def injob_flags(remote, inject):
     return ["--recovery", "in-job", "--spares", "2", "--inject", inject, "--backoff", "0.1",
@@ -243,26 +257,12 @@ def run(scenario, job, remote):
     elif scenario == "injob-spare-fault":
         p, recs = launch_script(remote, job, "spare_fault.sh", SPARE_FAULT_JOB,
                                 injob_flags(remote, "1@3,1@recovery"))
-        failures, injob = of(recs, "failure"), of(recs, "injob")
-        summary = of(recs, "summary")[-1]
-        if ([f.get("injected") for f in failures] != [True, True] or len(injob) != 2
-                or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
-            fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected two "
-                 "injected, 2, 1 and finished (the spare's own SIGKILL taken for the job's)"
-                 % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
-                    summary.get("outcome")))
+        expect_in_job(recs, [True, True], "the spare's own SIGKILL taken for the job's")
         print("PASS: the spare lost at the recovery stage recovered in-job")
     elif scenario == "injob-survivor-fails":
         p, recs = launch_script(remote, job, "survivor.sh", SURVIVOR_FAILS_JOB,
                                 injob_flags(remote, "1@3"))
-        failures, injob = of(recs, "failure"), of(recs, "injob")
-        summary = of(recs, "summary")[-1]
-        if ([f.get("injected") for f in failures] != [True, False] or len(injob) != 2
-                or len(of(recs, "launch")) != 1 or summary.get("outcome") != "finished"):
-            fail("failures %s, %d in-job recoveries, %d launch(es), outcome %s: expected the "
-                 "injected one and one nobody injected, 2, 1 and finished"
-                 % ([f.get("what") for f in failures], len(injob), len(of(recs, "launch")),
-                    summary.get("outcome")))
+        failures = expect_in_job(recs, [True, False], "the survivor's end relaunched the job")
         if (failures[1].get("nodes") != [0]
                 or "the survivor's own failure" not in failures[1].get("output_tail", "")):
             fail("the failure names nodes %s, its output tail %r: expected node 0 and the "

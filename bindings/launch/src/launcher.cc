@@ -269,11 +269,20 @@ void Launcher::KillStuckMpirun(Attempt* a) {
     return;
   }
   if (a->t_ranks_gone == 0) a->t_ranks_gone = now;
-  if (now - a->t_ranks_gone < o_.teardown_grace_s) return;
-  Record({{"record", "mpirun_stuck"},
-          {"attempt", a->index},
-          {"after_s", now - a->t_ranks_gone},
-          {"message", o_.launcher + " did not exit after every rank had ended; killed"}});
+  // In-job under torchrun, the agents of nodes lost in the job never reach
+  // torchrun's exit barrier, where the others then wait (5 minutes) once the
+  // job is done: they have nothing left to supervise and are stopped at once.
+  const bool in_exit_barrier =
+      o_.launcher == "torchrun" && InJob() && a->reported_done && injob_recoveries_ > 0;
+  if (!in_exit_barrier && now - a->t_ranks_gone < o_.teardown_grace_s) return;
+  if (!in_exit_barrier) {
+    Record({{"record", "mpirun_stuck"},
+            {"attempt", a->index},
+            {"launch", launches_},
+            {"launcher", o_.launcher},
+            {"after_s", now - a->t_ranks_gone},
+            {"message", o_.launcher + " did not exit after every rank had ended; killed"}});
+  }
   KillProcesses(a, SIGKILL);
   WaitProcesses(a);
   a->mpirun_stuck = true;  // AfterExit: mpirun's status says nothing about the job

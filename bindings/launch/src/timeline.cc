@@ -159,7 +159,8 @@ std::string RenderTimeline(const std::vector<json>& records) {
       os << t << "in-job recovery abandoned: " << r.value("reason", std::string())
          << "; the job is relaunched\n";
     } else if (kind == "mpirun_stuck") {
-      os << t << "mpirun of launch " << r.value("attempt", 0) + 1 << " killed: still running "
+      os << t << r.value("launcher", std::string("mpirun")) << " of launch "
+         << r.value("launch", r.value("attempt", 0) + 1) << " killed: still running "
          << Fmt("%.1f", r.value("after_s", 0.0)) << " s after every rank had ended\n";
     } else if (kind == "not_fired") {
       os << t << "not injected: " << r.value("event", std::string()) << " ("

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -238,7 +238,8 @@ class Launcher {
   // Removes the per-attempt files (pid, restore, fault, raised) of attempts
   // `from` and later.
   void RemoveAttemptFiles(int from);
-  // A line on stderr (after the progress line, which goes on below it).
+  // A line on stderr; a progress line on a terminal is cleared first (the
+  // next one is drawn below it).
   void Warn(const std::string& text);
   bool AnyRankAlive(Attempt* a) const;
   void KillStuckMpirun(Attempt* a);

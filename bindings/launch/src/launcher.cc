@@ -155,7 +155,8 @@ int AttemptOfFile(const std::string& name) {
     const size_t n = std::strlen(prefix);
     if (name.compare(0, n, prefix) != 0) continue;
     size_t end = n;
-    while (end < name.size() && end - n < 9 && std::isdigit(static_cast<unsigned char>(name[end]))) {
+    while (end < name.size() && end - n < 9 &&
+           std::isdigit(static_cast<unsigned char>(name[end]))) {
       ++end;
     }
     return end == n ? -1 : std::atoi(name.substr(n, end - n).c_str());

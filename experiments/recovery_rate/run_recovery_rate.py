@@ -222,7 +222,7 @@ def classify(recs, ref, steps):
     cls, why = "failed", ""
     if fails:
         out["lost_nodes"] = fails[0]["nodes"]
-        out["stage"] = fails[0]["stage"]
+        out["stage"] = fails[0].get("stage")  # none when nobody injected it
         out["last_step"] = fails[0]["last_step"]
     if not fails and not_fired and finished:
         cls = "void"

@@ -286,6 +286,10 @@ def run(scenario, job, remote):
                     len(of(recs, "injob")), len(of(recs, "launch"))))
         if "giving up after --max-restarts 2" not in p.stdout:
             fail("the launcher did not say it gave up after --max-restarts 2")
+        # The timeline does not promise a relaunch that the launch then gives up.
+        if "relaunched" in p.stdout or "recovery abandoned: rank 1 ended without an injected " \
+                "failure; the job is stopped" not in p.stdout:
+            fail("the timeline does not say the job was stopped, or names a relaunch")
         if any("rank 1 fails at its start" not in f.get("output_tail", "") for f in failures):
             fail("a failure's output tail lacks rank 1's message")
         print("PASS: a rank failing at every start replaced twice in-job, then given up on")

@@ -157,7 +157,7 @@ std::string RenderTimeline(const std::vector<json>& records) {
       os << "\n";
     } else if (kind == "injob_fallback") {
       os << t << "in-job recovery abandoned: " << r.value("reason", std::string())
-         << "; the job is relaunched\n";
+         << "; the job is stopped\n";
     } else if (kind == "mpirun_stuck") {
       os << t << r.value("launcher", std::string("mpirun")) << " of launch "
          << r.value("launch", r.value("attempt", 0) + 1) << " killed: still running "

@@ -168,25 +168,19 @@ void Launcher::WatchInJob(Attempt* a) {
 void Launcher::FallBackUnplanned(Attempt* a, const std::string& reason) {
   FallBack(a, reason);
   a->fallback_reason.clear();  // AfterExit: an unplanned failure
-  if (!a->failed_status) {
-    a->failed_status = true;
-    a->status = 1 << 8;  // as "exit status 1"
-  }
+  a->fallback_status = 1 << 8;  // as "exit status 1", unless a process's says more
 }
 
 // A rank ended with nobody injecting it. A rank that keeps ending (a bug,
 // not a machine) would be replaced without end: such recoveries count with
-// the relaunches against --max-restarts in a row, a generation that trained
-// past every step reported before it starting a new row.
+// the relaunches against --max-restarts in a row (RecordFailureNobodyInjected),
+// a generation that trained past every step reported before it starting a
+// new row.
 bool Launcher::RecoverEndedRank(Attempt* a, int rank) {
   if (a->last_step > a->reached_before) unplanned_ = 0;
   if (unplanned_ >= o_.max_restarts) return false;
-  if (Ulfm()) {
-    if (!FollowUlfmRepair(a, rank)) return false;
-  } else {
-    RecoverInJob(a, json(), rank);
-  }
-  ++unplanned_;
+  if (Ulfm()) return FollowUlfmRepair(a, rank);
+  RecoverInJob(a, json(), rank);
   return true;
 }
 
@@ -208,12 +202,6 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault, int ended_rank) {
     }
   }
   a->ignore_status.insert(lost.begin(), lost.end());
-  // A lost node's torchrun agent can end, and be reaped, before the launcher
-  // sees its worker gone: its status is not the job's.
-  if (a->failed_status && a->ignore_status.count(a->failed_pid) > 0) {
-    a->failed_status = false;
-    a->status = 0;
-  }
   // Not waited for: a SIGKILL cannot be caught or delayed, so from here on
   // the lost ranks run none of their own code and their places can be
   // handed on while the kernel tears them down (20-40 ms on 2 loaded cores,
@@ -223,7 +211,7 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault, int ended_rank) {
   ReapExited(a);
   a->t_exit = Now();
   if (injected) {
-    RecordInjectedFailure(*a, fault, MedianStepS(*a));  // the node's memory goes
+    RecordInjectedFailure(*a, fault);  // the node's memory goes
   } else {
     // A replacement is another machine: the node's next generation. What the
     // ended rank's node held stays (nobody said the machine went), unused.
@@ -249,19 +237,19 @@ void Launcher::RecoverInJob(Attempt* a, const json& fault, int ended_rank) {
   const int port = FreePort();
   const int spares_before = SparesLeft();
   if (!ReplaceRanks(a, nodes, port)) return;
+  BeginGeneration(a, spares_before - SparesLeft(), port);
+}
+
+void Launcher::BeginGeneration(Attempt* a, int from_spares, int port) {
   ++injob_recoveries_;
   Record({{"record", "injob"},
           {"attempt", a->index},
           {"replaced", replaced_},
-          {"from_spares", spares_before - SparesLeft()},
+          {"from_spares", from_spares},
           {"spares_left", SparesLeft()},
           {"master_port", port},
           {"fault_env", PendingFaultEnv()}});
   replaced_.clear();
-  BeginGeneration(a);
-}
-
-void Launcher::BeginGeneration(Attempt* a) {
   a->killed_by_launcher = false;
   a->t_raised = 0;
   a->t_restore_begin = 0;
@@ -283,7 +271,7 @@ void Launcher::BeginGeneration(Attempt* a) {
 // are armed by generation number at the launch (MEMENTO_LAUNCH_FAULTS), and a
 // repair nobody planned would move each to another loss's generation.
 bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
-  if (!Ulfm() || SparesLeft() < 1) return false;
+  if (SparesLeft() < 1) return false;
   for (size_t j = next_event_; j < events_.size(); ++j) {
     if (events_[j].stage != InjectStage::kStep) return false;
   }
@@ -298,15 +286,8 @@ bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
   ++ulfm_spares_used_;
   a->index = next_index_++;
   attempt_ = a->index;
-  ++injob_recoveries_;
-  Record({{"record", "injob"},
-          {"attempt", a->index},
-          {"replaced", {"rank " + std::to_string(rank) + " -> " + spare}},
-          {"from_spares", 1},
-          {"spares_left", SparesLeft()},
-          {"master_port", 0},
-          {"fault_env", ""}});
-  BeginGeneration(a);
+  replaced_.push_back("rank " + std::to_string(rank) + " -> " + spare);
+  BeginGeneration(a, 1, 0);  // the world's own membership: no port announced
   return true;
 }
 
@@ -315,8 +296,7 @@ bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
 // the job's outcome (a stage fault's SIGKILL can be reaped before its fault
 // file is read; an unplanned end is RankDied's to see).
 void Launcher::AdoptReplacement(Attempt* a, pid_t pid) {
-  a->pids.push_back(pid);
-  a->reaped.push_back(false);
+  a->AddProcess(pid);
   a->ignore_status.insert(pid);
 }
 

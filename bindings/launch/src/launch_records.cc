@@ -206,7 +206,6 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
     backoff_ = o_.backoff_s;
     return Next::kRelaunch;
   }
-  const double median_step_s = MedianStepS(*a);
   if (g_interrupted) {
     outcome_ = "interrupted";
     exit_code_ = 130;
@@ -217,7 +216,7 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
       json::parse(ReadFile(dir_ + "/fault.a" + std::to_string(a->index)), nullptr, false);
   const bool stage_fired = !fault.is_discarded() && fault.is_object();
   // A job that reported done before mpirun hung in its teardown finished.
-  const bool exited_ok = WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0;
+  const bool exited_ok = JobStatus(*a) == 0;
   const bool done_then_stuck = a->mpirun_stuck && a->reported_done;
   if ((exited_ok || done_then_stuck) && !a->killed_by_launcher && !stage_fired) {
     outcome_ = "finished";
@@ -226,15 +225,15 @@ Launcher::Next Launcher::AfterExit(Attempt* a) {
     return Next::kStop;
   }
   if (a->killed_by_launcher || stage_fired) {
-    RecordInjectedFailure(*a, stage_fired ? fault : json(), median_step_s);
+    RecordInjectedFailure(*a, stage_fired ? fault : json());
     return Next::kRelaunch;
   }
-  return RecordUnplannedFailure(*a, median_step_s);
+  return RecordUnplannedFailure(*a);
 }
 
 // An injected node loss: the node's memory goes with it. `fault`: the stage
 // hook's record (null for a step event).
-void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s) {
+void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault) {
   const InjectEvent& ev = events_[next_event_++];
   std::vector<std::string> lost_ids, segments;
   for (int node : ev.nodes) {
@@ -270,9 +269,9 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
                   {"identities", lost_ids},
                   {"segments_unlinked", segments},
                   {"last_step", reached_},
-                  {"job_exit", DescribeExit(a.status)},
+                  {"job_exit", DescribeExit(JobStatus(a))},
                   {"detection_s", std::max(0.0, a.t_exit - t_fail)},
-                  {"step_s", median_step_s},
+                  {"step_s", MedianStepS(a)},
                   {"t_fail", t_fail - t0_},
                   {"t_exit_abs", a.t_exit}};
   if (stage_fired) failure["stage_version"] = fault.value("version", uint64_t{0});
@@ -283,28 +282,39 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault, double
   backoff_ = o_.backoff_s;
 }
 
-// A rank that ended with nobody injecting it, recovered in-job: timed from
-// when the launcher saw it gone (it did not start that process, or cannot
-// tell when it died), with the tail of the launch's output.
-void Launcher::RecordRankEnded(const Attempt& a, int rank, const std::string& identity,
-                               const std::string& job_exit) {
+// A failure nobody injected, open until a restore closes it: timed from when
+// the launcher saw it (it did not start the process that ended, or cannot
+// tell when it died), with the tail of the job's output; `fields` say what
+// failed. It counts in the row of such failures that --max-restarts bounds (a
+// generation that trained past every step reported before it starts a new row).
+json Launcher::RecordFailureNobodyInjected(const Attempt& a, const json& fields) {
   ++failures_;
+  if (a.last_step > a.reached_before) unplanned_ = 0;
+  ++unplanned_;
   json failure = {{"record", "failure"},
                   {"index", failures_},
                   {"attempt", a.index},
                   {"injected", false},
-                  {"what", "rank " + std::to_string(rank) + " ended, nobody injected it"},
-                  {"nodes", {rank / o_.ranks_per_node}},
-                  {"identities", {identity}},
                   {"last_step", reached_},
-                  {"job_exit", job_exit},
                   {"output_tail", OutputTail(a)},
                   {"detection_s", 0.0},
                   {"step_s", MedianStepS(a)},
                   {"t_fail", a.t_exit - t0_},
                   {"t_exit_abs", a.t_exit}};
+  failure.update(fields);
   Record(failure);
   open_failures_.push_back(failure);
+  return failure;
+}
+
+// A rank that ended with nobody injecting it, recovered in-job.
+void Launcher::RecordRankEnded(const Attempt& a, int rank, const std::string& identity,
+                               const std::string& job_exit) {
+  RecordFailureNobodyInjected(
+      a, {{"what", "rank " + std::to_string(rank) + " ended, nobody injected it"},
+          {"nodes", {rank / o_.ranks_per_node}},
+          {"identities", {identity}},
+          {"job_exit", job_exit}});
 }
 
 // The last lines of the launch's output; after in-job recoveries, also of
@@ -319,35 +329,20 @@ std::string Launcher::OutputTail(const Attempt& a) const {
   return text;
 }
 
-// A failure nobody injected: relaunched with a doubling backoff, at most
-// max_restarts times in a row. A launch that trained past every step reported
-// before it made progress: its failure is the first of a new row.
-Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a, double median_step_s) {
-  ++failures_;
-  if (a.last_step > a.reached_before) unplanned_ = 0;
-  ++unplanned_;
-  const std::string tail_text = OutputTail(a);
-  json failure = {{"record", "failure"},
-                  {"index", failures_},
-                  {"attempt", a.index},
-                  {"injected", false},
-                  {"what", "the job failed (" + DescribeExit(a.status) + ")"},
-                  {"nodes", json::array()},
-                  {"last_step", reached_},
-                  {"job_exit", DescribeExit(a.status)},
-                  {"exit_code", ExitCode(a.status)},
-                  {"output_tail", tail_text},
-                  {"detection_s", 0.0},
-                  {"step_s", median_step_s},
-                  {"t_fail", a.t_exit - t0_},
-                  {"t_exit_abs", a.t_exit}};
-  Record(failure);
-  open_failures_.push_back(failure);
+// The job failed with nobody injecting it: relaunched with a doubling
+// backoff, at most max_restarts times in a row.
+Launcher::Next Launcher::RecordUnplannedFailure(const Attempt& a) {
+  const int status = JobStatus(a);
+  const json failure =
+      RecordFailureNobodyInjected(a, {{"what", "the job failed (" + DescribeExit(status) + ")"},
+                                      {"nodes", json::array()},
+                                      {"job_exit", DescribeExit(status)},
+                                      {"exit_code", ExitCode(status)}});
   if (unplanned_ > o_.max_restarts) {
     message_ = "the job failed " + std::to_string(unplanned_) +
-               " times in a row without an injected failure (" + DescribeExit(a.status) +
+               " times in a row without an injected failure (" + DescribeExit(status) +
                "); giving up after --max-restarts " + std::to_string(o_.max_restarts) +
-               ". Last output:\n" + tail_text;
+               ". Last output:\n" + failure["output_tail"].get<std::string>();
     return Next::kStop;
   }
   backoff_ = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, unplanned_ - 1));

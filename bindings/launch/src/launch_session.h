@@ -147,9 +147,8 @@ class Launcher {
     int launch_index = 0;  // the attempt that started pids[0..]: its log holds their output
     std::vector<pid_t> pids;      // each the leader of its own process group
     std::vector<bool> reaped;
-    int status = 0;  // the first failed waitpid status among pids, else 0 (all exited 0)
-    bool failed_status = false;
-    pid_t failed_pid = 0;  // whose status that is
+    std::vector<int> exit_status;  // each reaped process's waitpid status
+    int fallback_status = 0;       // the job's status when no process's says it failed
     bool exited = false;  // every process reaped
     bool killed_by_launcher = false;  // a step event fired
     bool reported_done = false;       // the job's "done" event arrived
@@ -179,6 +178,12 @@ class Launcher {
     // In-job: every place handed to a warm spare in this launch, by rank
     // ("node", "local_rank", "spare_pid"); each announcement names them all.
     nlohmann::json spare_places = nlohmann::json::object();
+
+    void AddProcess(pid_t pid) {
+      pids.push_back(pid);
+      reaped.push_back(false);
+      exit_status.push_back(0);
+    }
   };
   enum class Next { kRelaunch, kStop };
 
@@ -215,8 +220,9 @@ class Launcher {
   // The median of the attempt's step times (0: none reported): a failure's
   // cost per step to recompute.
   static double MedianStepS(const Attempt& a);
-  void RecordInjectedFailure(const Attempt& a, const json& fault, double median_step_s);
-  Next RecordUnplannedFailure(const Attempt& a, double median_step_s);
+  void RecordInjectedFailure(const Attempt& a, const json& fault);
+  Next RecordUnplannedFailure(const Attempt& a);
+  json RecordFailureNobodyInjected(const Attempt& a, const json& fields);
   json Summary(int segments_removed) const;
   // In-job: a rank of the attempt whose training raised (raised.aA.rR), and
   // the first line of what it raised.
@@ -244,6 +250,11 @@ class Launcher {
   bool AnyRankAlive(Attempt* a) const;
   void KillStuckMpirun(Attempt* a);
   void ReapExited(Attempt* a);
+  // The job's exit status: the first failed one among its processes reaped
+  // whose status is the job's (not in ignore_status, which also sets aside a
+  // process reaped before the launcher learned it was lost), else
+  // fallback_status; 0: every one exited 0.
+  static int JobStatus(const Attempt& a);
   void KillProcesses(Attempt* a, int sig);
   void WaitProcesses(Attempt* a);
   void TearDownBrokenTorchrun(Attempt* a);
@@ -273,8 +284,10 @@ class Launcher {
   // injected it: their places handed on within the running job.
   void RecoverInJob(Attempt* a, const json& fault, int ended_rank = -1);
   bool ReplaceRanks(Attempt* a, const std::vector<int>& nodes, int port);
-  // The attempt's state as at a launch, for the generation an in-job recovery began.
-  void BeginGeneration(Attempt* a);
+  // The in-job recovery's record (the places in replaced_, `from_spares` of
+  // them taken by spares, the rendezvous `port` announced), and the attempt's
+  // state as at a launch, for the generation the recovery began.
+  void BeginGeneration(Attempt* a, int from_spares, int port);
   bool FollowUlfmRepair(Attempt* a, int rank);
   // In-job recovery from a rank that ended with nobody injecting it (its node
   // replaced, or under ULFM the world's repair followed); false: relaunch.

@@ -301,14 +301,18 @@ void Launcher::ReapExited(Attempt* a) {
       continue;
     }
     a->reaped[i] = true;
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && !a->failed_status && a->ignore_status.count(a->pids[i]) == 0) {
-      a->status = status;
-      a->failed_status = true;
-      a->failed_pid = a->pids[i];
-    }
+    a->exit_status[i] = status;
   }
   a->exited = all;
+}
+
+int Launcher::JobStatus(const Attempt& a) {
+  for (size_t i = 0; i < a.pids.size(); ++i) {
+    if (a.reaped[i] && a.exit_status[i] != 0 && a.ignore_status.count(a.pids[i]) == 0) {
+      return a.exit_status[i];
+    }
+  }
+  return a.fallback_status;
 }
 
 // A signal to every process group of the attempt still running.
@@ -325,12 +329,7 @@ void Launcher::WaitProcesses(Attempt* a) {
     int status = 0;
     waitpid(a->pids[i], &status, 0);
     a->reaped[i] = true;
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !a->failed_status &&
-        a->ignore_status.count(a->pids[i]) == 0) {
-      a->status = status;
-      a->failed_status = true;
-      a->failed_pid = a->pids[i];
-    }
+    a->exit_status[i] = status;
   }
   a->exited = true;
 }
@@ -342,7 +341,7 @@ void Launcher::WaitProcesses(Attempt* a) {
 void Launcher::TearDownBrokenTorchrun(Attempt* a) {
   if (o_.launcher != "torchrun" || a->exited || InJob()) return;
   const bool fault_fired = access((dir_ + "/fault.a" + std::to_string(a->index)).c_str(), F_OK) == 0;
-  if (!a->failed_status && !a->killed_by_launcher && !fault_fired) return;
+  if (JobStatus(*a) == 0 && !a->killed_by_launcher && !fault_fired) return;
   KillAllRanks(*a);
   KillProcesses(a, SIGKILL);
 }
@@ -480,8 +479,7 @@ bool Launcher::Spawn(Attempt* a) {
       WaitProcesses(a);
       return false;
     }
-    a->pids.push_back(pid);
-    a->reaped.push_back(false);
+    a->AddProcess(pid);
   }
   if (InJob() && !Ulfm()) StartSpares(attempt);
   return true;

@@ -399,17 +399,24 @@ Status Checkpointer::Impl::StartVersion(uint64_t version, bool persistable) {
   if (waited) {
     if (const double s = SecondsSince(t0); s >= kWaitWorthSaying) NoteSlotWait(version, s);
   }
-  if (Status s = store_.BeginWriteSlot(slot, version, lineage_); !s.ok()) {
-    // Still through the commit thread, so that this rank votes "false" in the
-    // version's commit collective instead of leaving the others waiting.
-    committer_->Submit(version, slot, persistable, s);
-    return s;
+  Status begun = RunHook(Stage::kSlot, version);
+  if (begun.ok()) begun = store_.BeginWriteSlot(slot, version, lineage_);
+  if (!begun.ok()) {
+    // Still through every stage (without a slot) and the commit thread: the
+    // protect stage tells the peers at once that this rank's part will not
+    // come, and this rank votes "false" in the version's commit collective,
+    // instead of leaving the others waiting for the transport's timeout
+    // (which would stop checkpointing for the rest of the job).
+    committer_->Begin();
+    const Status failed = pipeline_->StartWithoutSlot(version, begun);
+    committer_->Submit(version, kNoSlot, persistable);
+    return failed;
   }
   for (CopyTask& t : tasks_) t.dst = store_.MutableRegion(slot, t.entry) + t.offset;
   if (any_device_ && pinned_slots_.count(slot) == 0) pinned_slots_[slot] = PinSlot(slot);
   committer_->Begin();
   Status started = pipeline_->Start(version, slot, &tasks_, device_stream_, device_event_);
-  committer_->Submit(version, slot, persistable, Status::Ok());
+  committer_->Submit(version, slot, persistable);
   // A stage refusing to begin still goes through the commit thread, so that
   // this rank votes "false" in the version's commit collective.
   return started;

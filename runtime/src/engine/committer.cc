@@ -25,11 +25,11 @@ void Committer::Begin() {
   in_flight_ = true;
 }
 
-void Committer::Submit(uint64_t version, int slot, bool persistable, Status not_started) {
+void Committer::Submit(uint64_t version, int slot, bool persistable) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = true;
-    job_ = Job{version, slot, persistable, std::move(not_started)};
+    job_ = Job{version, slot, persistable};
   }
   cv_.notify_all();
 }
@@ -132,12 +132,6 @@ Status Committer::RunHook(Stage stage, uint64_t version) const {
 
 Status Committer::CommitOne(const Job& job, bool* committed) {
   const std::string v = "v" + std::to_string(job.version);
-  if (!job.not_started.ok()) {
-    // Nothing was begun (no stage, no slot): vote "false" and report why.
-    auto all = parts_.transport->AllTrue(false);
-    if (!all.ok()) return Broke(all.status().WithContext("commit of " + v));
-    return job.not_started.WithContext(v + " (this rank)");
-  }
   const Status local = SealLocal(job);
   auto all = parts_.transport->AllTrue(local.ok());
   if (!all.ok()) {
@@ -146,7 +140,8 @@ Status Committer::CommitOne(const Job& job, bool* committed) {
     return Broke(all.status().WithContext("commit of " + v));
   }
   if (!*all) {
-    (void)parts_.store->Invalidate(job.slot);  // never restorable, and free for the next version
+    // Never restorable, and free for the next version.
+    if (job.slot != kNoSlot) (void)parts_.store->Invalidate(job.slot);
     if (!local.ok()) return local.WithContext(v + " (this rank)");
     return Status::Unavailable(v + " not committed: another rank failed to seal it");
   }

@@ -73,10 +73,10 @@ class Committer {
 
   // A version is now in flight: Wait() blocks until Submit's decision.
   void Begin();
-  // Hands the in-flight version to the commit thread. `not_started` non-OK:
-  // nothing was begun on this rank; it votes "false" and reports why.
+  // Hands the in-flight version to the commit thread. `slot` is kNoSlot when
+  // the version failed before its slot was begun (the pipeline reports why).
   // `persistable`: whether the version counts for persist_every.
-  void Submit(uint64_t version, int slot, bool persistable, Status not_started);
+  void Submit(uint64_t version, int slot, bool persistable);
   // Runs `task` on the commit thread, before any version submitted later. A
   // non-OK result means a collective of it failed: checkpointing stops as
   // after a failed commit collective (broken()).
@@ -104,7 +104,6 @@ class Committer {
     uint64_t version = 0;
     int slot = -1;
     bool persistable = false;
-    Status not_started;
   };
   void Loop();
   // `committed`: set once every rank voted to commit (a later failure, here

@@ -4,6 +4,8 @@ namespace memento::runtime {
 
 const char* StageName(Stage stage) {
   switch (stage) {
+    case Stage::kSlot:
+      return "slot";
     case Stage::kSnapshot:
       return "snapshot";
     case Stage::kSeal:

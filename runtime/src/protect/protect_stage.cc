@@ -251,7 +251,8 @@ Status ProtectStage::Begin(uint64_t version, int slot, int /*chunks*/) {
       if (box) box->failed = false;
     }
   }
-  attempt_ = version == version_ && slot_ >= 0 ? attempt_ + 1 : 0;
+  attempt_ = begun_ && version == version_ ? attempt_ + 1 : 0;
+  begun_ = true;
   version_ = version;
   slot_ = slot;
   if (layout_->scheme().is_replica() && replica_holders_.empty()) {
@@ -450,6 +451,10 @@ Status ProtectStage::PartLanding(int source_rank, int seals_region, const Protec
                                  uint8_t** dst, int* region) {
   // Only on a refusal: a part taken costs no string.
   auto from = [&] { return " from rank " + std::to_string(source_rank); };
+  if (slot_ == kNoSlot) {
+    return Status::Unavailable("v" + std::to_string(version_) +
+                               " has no slot on this rank to take the parts" + from());
+  }
   if (h.kind == kSealsPart) {
     if (h.length != store_->layout().regions[seals_region].capacity) {
       return Status::Corruption("entry seals of " + std::to_string(h.length) + " bytes" + from());
@@ -545,7 +550,7 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
     }
   }
   const bool can_read = snapshot.ok();
-  ShardLanding* const shard = Landing();
+  ShardLanding* const shard = can_read ? Landing() : nullptr;
   size_t first = 0;  // of the current batch
   auto reader = [&](int, const ReduceTerm& term, uint64_t off, uint64_t len,
                     uint8_t* dst) -> Status {
@@ -572,7 +577,7 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
   RowSink sink;
   sink.span = [&](int c, uint64_t off, uint64_t) -> uint8_t* {
     const int region = chain_region_[first + c];
-    return region >= 0 ? store_->MutableRegion(slot_, region) + off : nullptr;
+    return region >= 0 && slot_ != kNoSlot ? store_->MutableRegion(slot_, region) + off : nullptr;
   };
   // Each parity region is the destination of one chain, so its pieces'
   // crcs go where a replica region's parts' do, and End seals both alike.
@@ -580,6 +585,9 @@ Status ProtectStage::RunParityChains(const Status& snapshot) {
     part_crcs_[chain_region_[first + c]].push_back({off, len, crc});
   };
   sink.write = [&](int c, uint64_t, const uint8_t*, uint64_t) {
+    if (slot_ == kNoSlot) {
+      return Status::Unavailable("v" + std::to_string(version_) + " has no slot on this rank");
+    }
     return Status::Internal("protect chain " + std::to_string(first + c) +
                             " ends on a rank without its parity region");
   };

@@ -36,7 +36,9 @@
 // rank of the group and use tags kTagProtectChain + c, apart from a
 // background re-protect's. A rank whose snapshot failed forwards "failed"
 // pieces, so its chains fail at their holders at once and every message
-// count stays the same.
+// count stays the same. A rank whose slot could not be begun (Begin with
+// kNoSlot) takes part alike: it sends only its entry seals, forwards
+// "failed" pieces, and drains what its peers send it into no slot.
 //
 // The snapshot (WaitSnapshot: the application may touch its buffers again)
 // ends at memory speed either way; the network transfer goes on in the
@@ -224,6 +226,7 @@ class ProtectStage final : public ChunkStage {
 
   uint64_t version_ = 0;
   uint32_t attempt_ = 0;  // Begins of version_ before this one (ProtectHeader::attempt)
+  bool begun_ = false;    // a version was begun (with a slot or without)
   int slot_ = -1;
   std::vector<Source> sources_;
   std::vector<int> replica_holders_;    // nodes that hold this node's replicas (replica schemes)

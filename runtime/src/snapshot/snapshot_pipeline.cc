@@ -80,6 +80,12 @@ Status SnapshotPipeline::Start(uint64_t version, int slot, const std::vector<Cop
   return Status::Ok();
 }
 
+Status SnapshotPipeline::StartWithoutSlot(uint64_t version, const Status& why) {
+  // A stage's refusal adds nothing: the version has failed already.
+  for (ChunkStage* stage : stages_) (void)stage->Begin(version, kNoSlot, 0);
+  return FailToStart(version, kNoSlot, why);
+}
+
 Status SnapshotPipeline::FailToStart(uint64_t version, int slot, const Status& why) {
   // Nothing is copied; WaitCopied reports this version's failure (not the
   // previous version's outcome), so the rank votes "false" at the commit.

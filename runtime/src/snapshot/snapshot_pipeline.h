@@ -74,6 +74,13 @@ class SnapshotPipeline {
   Status Start(uint64_t version, int slot, const std::vector<CopyTask>* tasks,
                void* producer_stream = nullptr, void* producer_event = nullptr);
 
+  // `version` fails on this rank before anything is copied (its slot could
+  // not be begun: `why`): every stage still begins it, with kNoSlot and no
+  // chunk, and WaitCopied reports `why`, so that the commit ends every stage
+  // with the failure and a protect stage tells its peers at once. Returns
+  // `why`.
+  Status StartWithoutSlot(uint64_t version, const Status& why);
+
   // Blocks until every chunk of the last started version has landed and been
   // handed to the stages; returns the first error of a copy or a stage
   // (OK when nothing was started).

@@ -440,6 +440,63 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
   }
 }
 
+// Rank 1 cannot begin v2's slot (its store's file system filled before the
+// slot's pages were reserved, say): the version still runs through every
+// stage of rank 1 without a slot, so its peers learn at once that it failed
+// (not from a timeout, after which the transport, and so checkpointing,
+// would be broken), v2 commits nowhere, v1 stays committed, and v3 then
+// commits everywhere over channels left in step.
+TEST_P(MinimalReprotectTest, ASlotThatCannotBeBegunFailsTheVersionAndTheNextCommits) {
+  const int n = GetParam().nodes;
+  hooks_ = [](int rank) {
+    FaultHooks h;
+    if (rank == 1) {
+      h.at_stage = [](Stage stage, uint64_t version) {
+        return stage == Stage::kSlot && version == 2
+                   ? Status::ResourceExhausted("test: no space left for the slot")
+                   : Status::Ok();
+      };
+    }
+    return h;
+  };
+  Launch(n);
+  SaveOnAll(1);
+  if (HasFatalFailure()) return;
+  std::vector<Status> save(n), wait(n);
+  Run([&](int r) {
+    Fill(r, 2);
+    save[r] = cks_[r]->Save(2);
+    wait[r] = cks_[r]->Wait();
+  });
+  EXPECT_NE(save[1].message().find("no space left for the slot"), std::string::npos)
+      << save[1].ToString();
+  const char* told_by = placement::Scheme::Parse(GetParam().scheme).value().is_replica()
+                            ? "before its entry seals"
+                            : "could not serve its row";
+  bool told = false;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(wait[r].ok()) << "rank " << r;
+    EXPECT_NE(wait[r].code(), StatusCode::kTimeout) << "rank " << r << ": " << wait[r].ToString();
+    EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
+    told |= wait[r].message().find(told_by) != std::string::npos;
+  }
+  EXPECT_NE(wait[1].message().find("no space left for the slot"), std::string::npos)
+      << wait[1].ToString();
+  EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
+  SaveOnAll(3);
+  if (HasFatalFailure()) return;
+  cks_.clear();
+  Launch(n);
+  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+  Run([&](int r) { out[r] = cks_[r]->Restore(); });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out[r].ok()) << out[r].status().ToString();
+    EXPECT_EQ(out[r]->version, 3u);
+    EXPECT_TRUE(Exact(r, 3)) << "rank " << r;
+    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kLocalMemory);
+  }
+}
+
 // A full re-protect that fails keeps the restored version in memory: after
 // node 0 is lost, the minimal re-protect is refused (rank 1) and the full
 // one's commit too (rank 2 fails to seal it). The survivors must still hold

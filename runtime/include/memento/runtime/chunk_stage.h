@@ -35,11 +35,17 @@ struct Chunk {
   int index = 0;     // position of the chunk in the version's chunk list
 };
 
+// The slot of a version that has none on this rank (ChunkStage::Begin).
+inline constexpr int kNoSlot = -1;
+
 class ChunkStage {
  public:
   virtual ~ChunkStage() = default;
 
-  // A new version starts: `chunks` chunks will follow, into `slot`.
+  // A new version starts: `chunks` chunks will follow, into `slot`. `slot`
+  // is kNoSlot when this rank's slot could not be begun: no chunk follows,
+  // and End comes with the failure (a stage that exchanges data with other
+  // ranks still takes part, so that they learn the version failed).
   virtual Status Begin(uint64_t version, int slot, int chunks) = 0;
 
   // A chunk has landed. A non-OK Status fails the version (it will not

@@ -12,6 +12,9 @@
 namespace memento::runtime {
 
 enum class Stage {
+  kSlot,       // application thread in Save, before the version's slot is begun (a
+               // failure is the slot's: e.g. the file system under the store filled
+               // before its pages were reserved)
   kSnapshot,   // a worker thread, after the first chunk of the version landed
   kSeal,       // commit thread, before sealing
   kCommit,     // commit thread, after sealing, before the commit collective
@@ -26,8 +29,8 @@ enum class Stage {
                // re-protect the whole version instead)
 };
 
-// "snapshot", "seal", "commit", "committed", "persist", "manifest", "recover",
-// "reprotect".
+// "slot", "snapshot", "seal", "commit", "committed", "persist", "manifest",
+// "recover", "reprotect".
 const char* StageName(Stage stage);
 
 // The hook as the stages call it: empty, or returns the injected failure of

@@ -506,9 +506,16 @@ class MpiTransport final : public Transport {
       if (broken_reason_.empty()) broken_reason_ = why;
     }
     broken_ = true;
-    if (revoked_.exchange(true)) return;
-    auto lock = Lock();
-    Revoke(comm_);
+    // revoked_ is set only once the communicator is revoked: a wait that sees
+    // it returns without its request, and a receive still matchable then
+    // could land in a buffer its caller has since freed. Once revoked, a
+    // pending receive takes nothing more (Open MPI 5 completes it with
+    // MPIX_ERR_REVOKED at its next test).
+    std::call_once(revoke_once_, [this] {
+      auto lock = Lock();
+      Revoke(comm_);
+    });
+    revoked_ = true;
   }
 
   Status CheckPeerTag(int peer, int tag, const char* op) const {
@@ -581,6 +588,7 @@ class MpiTransport final : public Transport {
   std::mutex& mu_ = g_serial_mu;  // serializes every MPI call when serialize_
   std::atomic<bool> broken_{false};
   std::atomic<bool> revoked_{false};  // ULFM: comm_ revoked, every operation on it ended
+  std::once_flag revoke_once_;
   mutable std::mutex abandoned_mu_;
   std::string broken_reason_;                          // guarded by abandoned_mu_
   std::vector<std::unique_ptr<OpBuffers>> abandoned_;  // guarded by abandoned_mu_; never freed

@@ -389,6 +389,10 @@ pid_t Launcher::ForkJobProcess(const std::vector<std::string>& args, int attempt
   const std::string log = dir_ + "/attempt" + std::to_string(attempt) + ".log";
   const pid_t launcher = getpid();
   const pid_t pid = fork();
+  // The parent makes the child's group too (the child's own call may come
+  // later): a kill of the group right after the fork must reach it. Once
+  // the child has exec'd this fails, harmlessly.
+  if (pid > 0) setpgid(pid, pid);
   if (pid != 0) return pid;
   // Child: its own process group (Ctrl-C reaches the launcher only), the
   // job's environment, then the command.

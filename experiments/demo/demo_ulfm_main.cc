@@ -86,14 +86,15 @@ int Main(int argc, char** argv) {
                  config.ok() ? "needs MPI_THREAD_MULTIPLE" : config.status().ToString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  auto world = runtime::UlfmWorld::Create(MPI_COMM_WORLD, spares, config->timeout());
+  // A spare is a new machine ("spare/i" when it takes node i's places, with
+  // MEMENTO_RANKS_PER_NODE), unless the launcher named its node; a node is
+  // replaced whole.
+  const std::string node = runtime::UlfmProcessNode(&*config, MPI_COMM_WORLD, spares);
+  auto world = runtime::UlfmWorld::Create(MPI_COMM_WORLD, spares, config->timeout(), node);
   if (!world.ok()) {
     std::fprintf(stderr, "memento_demo_ulfm: %s\n", world.status().ToString().c_str());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  // A spare that takes rank r's place is a new machine ("spare/r" with one
-  // rank per node), unless the launcher named its node.
-  if ((*world)->rank() < 0 && std::getenv("MEMENTO_NODE") == nullptr) config->node = "spare";
   const Status run = runtime::RunResilient(
       **world, [&](std::shared_ptr<runtime::Transport> t, const runtime::UlfmWorld& w) {
         return TrainGeneration(a, *config, std::move(t), w);

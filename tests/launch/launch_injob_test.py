@@ -55,6 +55,11 @@ demo_ulfm_xor: the demo built against Open MPI 5 (memento_demo_ulfm: its world r
 demo_ulfm_rs: the same, rs:2+2, 3 spares: two nodes at once at the snapshot stage
    (0+2@3:snapshot), one at the commit stage (3@9:commit), and one more with no spare left
    (1@12): a full relaunch.
+demo_ulfm_node: the same on 4 nodes of 2 ranks, xor:3, 4 spares (two nodes of them): rank 3
+   ends on its own once step 3 was reported (a process that crashed, its machine up), then
+   node 1 is lost at step 9 (1@9). The world replaces node 1 whole each time (rank 2
+   retires at the first: a node's ranks share its memory), so every restore sees nodes of
+   two ranks; one launch.
 Required: every event fired, one launch (two for fallback), an in-job record per
 recovery, the survivors' process ids unchanged across in-job recoveries and every lost
 rank's changed, every restore from memory with the steps lost counted, and the final
@@ -126,20 +131,25 @@ SCENARIOS = {
     # Rank 1's process is killed once step 3 was reported, by nobody the launcher knows
     # (DIES_AFTER_STEP_3): its node is replaced in-job, as a lost one.
     "demo_unplanned": ("demo", "mpirun", "xor:3", 2, "2@9", 2, 1, [None, "step"]),
+    # Nodes of two ranks under ULFM: rank 3 dies alone, its node is replaced whole.
+    "demo_ulfm_node": ("demo_ulfm", "ulfm", "xor:3", 4, "1@9", 2, 1, [None, "step"]),
     # The same under torchrun, fresh replacements: the node's agent ends with its worker.
     "unplanned_torchrun": ("python", "torchrun", "replica:2", 0, "2@12", 2, 1, [None, "step"]),
 }
-# Scenarios whose command runs under DIES_AFTER_STEP_3.
-DIES = ("demo_unplanned", "unplanned_torchrun")
+# Scenarios whose command runs under DIES_AFTER_STEP_3, and the rank that dies (default 1).
+DIES = ("demo_unplanned", "unplanned_torchrun", "demo_ulfm_node")
+DIES_RANK = {"demo_ulfm_node": 3}
+# Ranks and ranks per node, where not 4 nodes of one rank.
+SHAPE = {"demo_ulfm_node": (8, 2)}
 # A loss the job brings about itself (ulfm_worker's MEMENTO_TEST_KILL), by scenario.
 JOB_KILLS = {"ulfm_unplanned": "step:5:1"}
-# The job's command under a shell that SIGKILLs the first launch's rank 1 (not a spare,
+# The job's command under a shell that SIGKILLs the first launch's rank DIES_RANK (not a spare,
 # not a replacement) once rank 0 reported step 3: a process that dies on its own. The
 # shell's pid (the job's, after the exec) is its child's parent: torchrun reads "$$" in its
 # arguments as an escaped "$".
 DIES_AFTER_STEP_3 = r"""
 me=$(exec sh -c 'echo $PPID')
-if [ "$MEMENTO_LAUNCH_ATTEMPT" = 0 ] && [ "$RANK" = 1 ] && [ -z "$MEMENTO_LAUNCH_SPARE" ]; then
+if [ "$MEMENTO_LAUNCH_ATTEMPT" = 0 ] && [ "$RANK" = "$DIES_RANK" ] && [ -z "$MEMENTO_LAUNCH_SPARE" ]; then
   (until grep -q '"step":3,' "$MEMENTO_LAUNCH_DIR/events.jsonl" 2>/dev/null; do sleep 0.02; done
    kill -9 "$me") &
 fi
@@ -170,10 +180,17 @@ def of(recs, kind):
     return [r for r in recs if r["record"] == kind]
 
 
-def demo_reference(job, work):
+def shape(scenario):
+    """(ranks, ranks per node) of the scenario's job."""
+    return SHAPE.get(scenario, (4, 1))
+
+
+def demo_reference(scenario, job, work):
     """The demo's failure-free run over MPI (no in-job recovery): its final state hash."""
     records = os.path.join(work, "reference-records")
-    cmd = [CLI, "launch", "-n", "4", "--ranks-per-node", "1", "--scheme", "replica:2", "--job",
+    np, per_node = shape(scenario)
+    cmd = [CLI, "launch", "-n", str(np), "--ranks-per-node", str(per_node), "--scheme",
+           "replica:2", "--job",
            job + "-ref", "--records", records, "--quiet", "--", os.environ["MEMENTO_TEST_DEMO"],
            "--steps", str(STEPS["demo"])] + DEMO_ARGS
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -191,7 +208,8 @@ def launch(scenario, job, work, expect=0):
     records, out, pids, status = (os.path.join(work, n)
                                   for n in ("records", "out", "pids", "status"))
     STATUS.append(status)
-    cmd = [CLI, "launch", "-n", "4", "--ranks-per-node", "1", "--scheme", scheme,
+    np, per_node = shape(scenario)
+    cmd = [CLI, "launch", "-n", str(np), "--ranks-per-node", str(per_node), "--scheme", scheme,
            "--job", job, "--records", records, "--status-dir", status, "--quiet",
            "--backoff", "0.1",
            "--launcher", launcher, "--torchrun", TORCHRUN, "--recovery", "in-job",
@@ -216,15 +234,15 @@ def launch(scenario, job, work, expect=0):
     else:
         cmd += [PYTHON, SCRIPT, "--steps", str(STEPS[kind]), "--out", out, "--pids",
                 pids]
-    env = None
+    env = dict(os.environ, DIES_RANK=str(DIES_RANK.get(scenario, 1)))
     if scenario in JOB_KILLS:
-        env = dict(os.environ, MEMENTO_TEST_KILL=JOB_KILLS[scenario])
+        env = dict(env, MEMENTO_TEST_KILL=JOB_KILLS[scenario])
     if kind == "demo":
         # memento launch run as one task of an outer job (srun, mpirun): its own rank
         # variables must not reach the ranks it starts (a fresh replacement took rank 0's
         # identity from them), and a reused status folder's membership file from an
         # earlier in-job run must not be taken for this one's.
-        env = dict(os.environ, PMIX_RANK="0", OMPI_COMM_WORLD_RANK="0")
+        env = dict(env, PMIX_RANK="0", OMPI_COMM_WORLD_RANK="0")
         os.makedirs(status, exist_ok=True)
         with open(os.path.join(status, "injob.json"), "w") as f:
             json.dump({"attempt": 7, "port": 1, "ranks": {}}, f)
@@ -247,7 +265,7 @@ def launch(scenario, job, work, expect=0):
                 attempt, rank = (int(x) for x in n[len("pid.a"):].split(".r"))
                 ranks_of.setdefault(attempt, set()).add(rank)
         for attempt, ranks in sorted(ranks_of.items()):
-            if ranks != set(range(4)):
+            if ranks != set(range(np)):
                 fail("attempt %d: pid files of ranks %s" % (attempt, sorted(ranks)))
         if spares > 0 and SCENARIOS[scenario][6] == 1 and SCENARIOS[scenario][5] > 0:
             # The last announcement names every place a spare took in the launch (a spare
@@ -258,10 +276,10 @@ def launch(scenario, job, work, expect=0):
                 last = json.load(f)
             pid_of = {}
             for attempt in (0, last["attempt"]):
-                for rank in range(4):
+                for rank in range(np):
                     with open(os.path.join(status, "pid.a%d.r%d" % (attempt, rank))) as f:
                         pid_of[attempt, rank] = int(f.read())
-            replaced = {r for r in range(4) if pid_of[0, r] != pid_of[last["attempt"], r]}
+            replaced = {r for r in range(np) if pid_of[0, r] != pid_of[last["attempt"], r]}
             named = {int(r): int(p["spare_pid"]) for r, p in last["ranks"].items()}
             if set(named) != replaced or any(named[r] != pid_of[last["attempt"], r]
                                              for r in named):
@@ -300,16 +318,19 @@ def ulfm_reference(status):
     fail("the ULFM job printed no 'ulfm: OK' line (its own bit-exact check)")
 
 
-def check_processes(recs, starts):
-    """Across each in-job recovery the survivors keep their process, the lost ranks do not."""
+def check_processes(scenario, recs, starts):
+    """Across each in-job recovery the survivors keep their process, the lost ranks (every
+    rank of a lost node) do not."""
+    np, per_node = shape(scenario)
     for rec in of(recs, "injob"):
         attempt = rec["attempt"]
-        replaced = {int(r.split()[1]) for r in rec["replaced"]}  # "node K -> identity"
+        nodes = {int(r.split()[1]) for r in rec["replaced"]}  # "node K -> identity"
+        replaced = {n * per_node + lane for n in nodes for lane in range(per_node)}
         before = starts.get(attempt - 1)
         after = starts.get(attempt)
-        if before is None or after is None or len(after) != 4:
+        if before is None or after is None or len(after) != np:
             fail("attempt %d: training starts %s (before: %s)" % (attempt, after, before))
-        for rank in range(4):
+        for rank in range(np):
             if rank not in before:
                 continue  # that rank died in attempt - 1 before training (re)started
             same = before[rank] == after[rank]
@@ -347,7 +368,7 @@ def check(scenario, recs, digest, starts, ref_digest, ref_state):  # noqa: C901
     if of(recs, "mpirun_stuck"):
         fail("the launch waited out a stuck %s: %s" % (of(recs, "mpirun_stuck")[0]["launcher"],
                                                        of(recs, "mpirun_stuck")))
-    check_processes(recs, starts)
+    check_processes(scenario, recs, starts)
     if digest != ref_digest or summary["state_hash"] != ref_state:
         fail("final digest %s / state %s differ from the failure-free run's %s / %s"
              % (digest, summary["state_hash"], ref_digest, ref_state))
@@ -358,7 +379,7 @@ def check(scenario, recs, digest, starts, ref_digest, ref_state):  # noqa: C901
             if not r["from_remote"] or "remote" not in r["entries_by_source"]:
                 fail("attempt %d: the lost replica pair was not served from the remote tier: %s"
                      % (r["attempt"], r["entries_by_source"]))
-        elif not r["from_memory"] or r["ranks_reported"] != 4:
+        elif not r["from_memory"] or r["ranks_reported"] != shape(scenario)[0]:
             fail("attempt %d restored from %s (%d ranks)" % (r["attempt"], r["entries_by_source"],
                                                            r["ranks_reported"]))
         closed = [f for f in failures if f["index"] in r["lost"]["failures"]]
@@ -425,7 +446,7 @@ def main():
             check(scenario, recs, None, starts, None, ref_state)
             return
         if SCENARIOS[scenario][0] in ("demo", "demo_ulfm"):
-            ref_digest, ref_state = None, demo_reference(job, work)
+            ref_digest, ref_state = None, demo_reference(scenario, job, work)
         else:
             with open(os.environ["REFERENCE"]) as f:
                 ref_digest, ref_state = f.read().split()

@@ -271,23 +271,24 @@ void Launcher::BeginGeneration(Attempt* a, int from_spares, int port) {
 // are armed by generation number at the launch (MEMENTO_LAUNCH_FAULTS), and a
 // repair nobody planned would move each to another loss's generation.
 bool Launcher::FollowUlfmRepair(Attempt* a, int rank) {
-  if (SparesLeft() < 1) return false;
+  // The world replaces the rank's node whole (its other ranks retire), with
+  // a node of spares.
+  if (SparesLeft() < o_.ranks_per_node) return false;
   for (size_t j = next_event_; j < events_.size(); ++j) {
     if (events_[j].stage != InjectStage::kStep) return false;
   }
   a->t_exit = Now();
   const int node = rank / o_.ranks_per_node;
   RecordRankEnded(*a, rank, Identity(node), "runs on (its world repairs itself)");
-  // The spare's node is the place's node now, for a relaunch to keep its
-  // memory (UlfmWorld hands a lost rank to the first spare left). A node of
-  // several ranks that lost one is now on two machines: it keeps its name.
-  const std::string spare = UlfmSpareName(ulfm_launch_, ulfm_spares_used_ / o_.ranks_per_node);
-  if (o_.ranks_per_node == 1) spare_name_[node] = spare;
-  ++ulfm_spares_used_;
+  // The spare node is the place's node now, for a relaunch to keep its
+  // memory (UlfmWorld hands a lost node to the first node of spares left).
+  spare_name_[node] = UlfmSpareName(ulfm_launch_, ulfm_spares_used_ / o_.ranks_per_node);
+  ulfm_spares_used_ += o_.ranks_per_node;
   a->index = next_index_++;
   attempt_ = a->index;
-  replaced_.push_back("rank " + std::to_string(rank) + " -> " + spare);
-  BeginGeneration(a, 1, 0);  // the world's own membership: no port announced
+  replaced_.push_back("node " + std::to_string(node) + " -> " + Identity(node));
+  // The world's own membership: no port announced.
+  BeginGeneration(a, o_.ranks_per_node, 0);
   return true;
 }
 

@@ -244,10 +244,10 @@ void Launcher::RecordInjectedFailure(const Attempt& a, const json& fault) {
       if (runtime::NodeStore::Destroy(id).ok() && name.ok()) segments.push_back(*name);
     }
     ++generation_[node];
-    // Under ULFM a spare node takes the place: UlfmWorld hands the lost ranks,
-    // lowest first, to the spares in order (ReplaceRanks counts them handed
-    // out). With too few left the job is relaunched, which names the node
-    // from its generation again.
+    // Under ULFM a spare node takes the place: UlfmWorld hands the lost
+    // nodes, lowest first, each to the next node of spares (ReplaceRanks
+    // counts the spares handed out). With too few left the job is
+    // relaunched, which names the node from its generation again.
     const int m = ulfm_spares_used_ / o_.ranks_per_node +
                   static_cast<int>(std::count_if(ev.nodes.begin(), ev.nodes.end(),
                                                  [&](int other) { return other < node; }));

@@ -8,15 +8,20 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "memento/runtime/config.h"
 #include "memento/runtime/log.h"
 #include "memento/runtime/mpi_transport.h"
+#include "memento/runtime/node_identity.h"
 
 #if defined(MPIX_ERR_PROC_FAILED) && defined(MPIX_ERR_REVOKED)
 #define MEMENTO_ULFM 1
@@ -51,6 +56,15 @@ Status Check(int code, const char* what) {
 void FreeComm(MPI_Comm* comm) {
   if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
   *comm = MPI_COMM_NULL;
+}
+
+// FNV-1a: the same on every process (std::hash need not be); 0 is kept for
+// "no name".
+uint64_t NodeKey(const std::string& node) {
+  if (node.empty()) return 0;
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : node) h = (h ^ c) * 1099511628211ull;
+  return h == 0 ? 1 : h;
 }
 
 std::string Join(const std::vector<int>& v) {
@@ -149,8 +163,17 @@ int SplitWithin(std::chrono::milliseconds limit, MPI_Comm shrunk, int color, int
 
 bool UlfmAvailable() { return MEMENTO_ULFM != 0; }
 
+std::string UlfmProcessNode(Config* config, MPI_Comm world, int spares) {
+  int size = 0, rank = 0;
+  MPI_Comm_size(world, &size);
+  MPI_Comm_rank(world, &rank);
+  if (rank >= size - spares && std::getenv("MEMENTO_NODE") == nullptr) config->node = "spare";
+  return NodeIdentity(*config, rank);
+}
+
 Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares,
-                                                     std::chrono::milliseconds repair_timeout) {
+                                                     std::chrono::milliseconds repair_timeout,
+                                                     const std::string& node) {
   if (!UlfmAvailable()) {
     return Status::FailedPrecondition(
         "UlfmWorld: memento was built against an MPI without ULFM (MPIX_Comm_shrink); build "
@@ -182,8 +205,27 @@ Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares,
   MPI_Comm_set_errhandler(w->world_, MPI_ERRORS_RETURN);
   w->size_ = world_size - spares;
   w->roles_.resize(world_size);
-  for (int r = 0; r < world_size; ++r) w->roles_[r] = r < w->size_ ? r : -1;
+  for (int r = 0; r < world_size; ++r) w->roles_[r] = r < w->size_ ? r : kSpare;
   w->rank_ = w->roles_[world_rank];
+  // Each process's node, numbered by the first world rank on it (a process
+  // without a name is a node of its own).
+  const uint64_t key = NodeKey(node);
+  std::vector<uint64_t> keys(world_size);
+  MEMENTO_RETURN_IF_ERROR(
+      Check(MPI_Allgather(&key, 1, MPI_UINT64_T, keys.data(), 1, MPI_UINT64_T, w->world_),
+            "MPI_Allgather (nodes)"));
+  std::vector<int> node_of(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    node_of[r] = r;
+    for (int q = 0; keys[r] != 0 && q < r; ++q) {
+      if (keys[q] == keys[r]) {
+        node_of[r] = node_of[q];
+        break;
+      }
+    }
+  }
+  w->node_ = node_of[world_rank];
+  w->rank_nodes_.assign(node_of.begin(), node_of.begin() + w->size_);
   MEMENTO_RETURN_IF_ERROR(
       Check(MPI_Comm_split(w->world_, w->rank_ >= 0 ? 0 : MPI_UNDEFINED, w->rank_, &w->work_),
             "MPI_Comm_split"));
@@ -205,6 +247,7 @@ Result<bool> UlfmWorld::WaitForPlace() {
     return Status::FailedPrecondition("WaitForPlace: rank " + std::to_string(rank_) +
                                       " is not a spare");
   }
+  // A retired process is never given a place: it waits for the end.
   while (true) {
     int message = 0;
     MPI_Request req = MPI_REQUEST_NULL;
@@ -268,6 +311,8 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
   const auto start = std::chrono::steady_clock::now();
   const RepairDeadline deadline(repair_timeout_);
   const int old_size = size_;
+  int old_live = 0;
+  MPI_Comm_size(world_, &old_live);
   StopWatching();
   MPIX_Comm_revoke(world_);
   if (work_ != MPI_COMM_NULL) MPIX_Comm_revoke(work_);
@@ -283,13 +328,14 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     MPI_Comm shrunk = MPI_COMM_NULL;
     MEMENTO_RETURN_IF_ERROR(Check(MPIX_Comm_shrink(world_, &shrunk), "MPIX_Comm_shrink"));
     MPI_Comm_set_errhandler(shrunk, MPI_ERRORS_RETURN);
-    // Every live process's role and generation; the decision below is a
-    // function of them alone, so every process takes the same.
-    int mine[2] = {rank_, generation_};
+    // Every live process's role, generation and node; the decision below is
+    // a function of them (and of rank_nodes_, the same everywhere) alone, so
+    // every process takes the same.
+    int mine[3] = {rank_, generation_, node_};
     int live = 0, me = 0;
     MPI_Comm_size(shrunk, &live);
     MPI_Comm_rank(shrunk, &me);
-    std::vector<int> all(2 * static_cast<size_t>(live));
+    std::vector<int> all(3 * static_cast<size_t>(live));
     // Every step is followed by an agreement (fault-tolerant, entered by every
     // live process), so that all take the same path: a process lost during
     // the repair fails the step on some processes only, and the round is then
@@ -305,26 +351,24 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
       world_ = shrunk;
     };
     MPI_Comm work = MPI_COMM_NULL;
-    if (!everyone(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, shrunk))) {
+    if (!everyone(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, shrunk))) {
       retry(&work);
       continue;
     }
-    std::vector<int> roles(live), lost, waiting;
-    int generation = 0;
+    std::vector<int> roles(live), lost;
+    int generation = 0, waiting = 0;
     std::vector<bool> present(old_size, false);
     for (int p = 0; p < live; ++p) {
-      roles[p] = all[2 * p];
-      generation = std::max(generation, all[2 * p + 1] + 1);
-      if (roles[p] >= 0)
-        present[roles[p]] = true;
-      else
-        waiting.push_back(p);
+      roles[p] = all[3 * p];
+      generation = std::max(generation, all[3 * p + 1] + 1);
+      if (roles[p] >= 0) present[roles[p]] = true;
+      waiting += roles[p] == kSpare ? 1 : 0;
     }
     for (int r = 0; r < old_size; ++r) {
       if (!present[r]) lost.push_back(r);
     }
-    const bool enough = lost.size() <= waiting.size();
-    for (size_t i = 0; enough && i < lost.size(); ++i) roles[waiting[i]] = lost[i];
+    std::vector<int> rank_nodes = rank_nodes_;
+    const bool enough = Replace(all, &roles, &lost, &rank_nodes);
     const int color = enough && roles[me] >= 0 ? 0 : MPI_UNDEFINED;
     if (split_hook_) split_hook_(round, rank_);
     bool revoked = false;
@@ -341,10 +385,12 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
       rank_ = roles[me];
       work_ = MPI_COMM_NULL;
       return Status::FailedPrecondition(
-          "in-job recovery: working ranks " + Join(lost) + " lost and " +
-          std::to_string(waiting.size()) +
-          " spares left; the job must be relaunched (and restores then)");
+          "in-job recovery: working ranks " + Join(lost) + " lost (their nodes whole) and " +
+          std::to_string(waiting) +
+          " spares left, none a whole node for them; the job must be relaunched (and "
+          "restores then)");
     }
+    rank_nodes_ = rank_nodes;
     work_ = work;
     if (work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(work_, MPI_ERRORS_RETURN);
     rank_ = roles[me];
@@ -358,6 +404,16 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
                              Join(lost) + " taken over by spares in " +
                              std::to_string(repair.seconds) + " s; " +
                              std::to_string(spares_left()) + " spares left");
+    if (rank_ == kRetired && all[3 * me] >= 0) {
+      Log(LogLevel::kWarn, "ulfm: working rank " + std::to_string(all[3 * me]) +
+                               " retired: its node lost another rank, and a node of spares "
+                               "takes all its places; this process waits for the job's end");
+    }
+    if (lost.empty() && live < old_live) {
+      // A waiting process (a spare, a retired rank) was lost: nothing to
+      // replace; the working ranks go on as the next generation.
+      return repair;
+    }
     if (lost.empty()) {
       return Status::FailedPrecondition(
           "in-job recovery: no working rank was lost; the failure was not a process's");
@@ -369,6 +425,43 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
 #else
   return Status::FailedPrecondition("in-job recovery: this MPI has no ULFM");
 #endif
+}
+
+bool UlfmWorld::Replace(const std::vector<int>& all, std::vector<int>* roles,
+                        std::vector<int>* lost, std::vector<int>* rank_nodes) const {
+  // A node that lost a rank is lost whole: its live ranks retire.
+  std::set<int> lost_nodes;
+  for (int r : *lost) lost_nodes.insert(rank_nodes_[r]);
+  for (size_t p = 0; p < roles->size(); ++p) {
+    const int r = (*roles)[p];
+    if (r >= 0 && lost_nodes.count(rank_nodes_[r]) != 0) {
+      lost->push_back(r);
+      (*roles)[p] = kRetired;
+    }
+  }
+  std::sort(lost->begin(), lost->end());
+  // Each lost node's ranks, in order, go to one node of waiting spares, the
+  // first (by world rank) with enough of them alive; the rest of that node
+  // waits on, never taking another node's places (it would share its name).
+  std::map<int, std::vector<int>> spare_nodes;  // node -> its waiting processes, in order
+  for (size_t p = 0; p < roles->size(); ++p) {
+    if ((*roles)[p] == kSpare) spare_nodes[all[3 * p + 2]].push_back(static_cast<int>(p));
+  }
+  std::map<int, std::vector<int>> lost_by_node;
+  for (int r : *lost) lost_by_node[rank_nodes_[r]].push_back(r);
+  std::vector<int> placed = *roles;
+  for (const auto& [node, ranks] : lost_by_node) {
+    auto spare = std::find_if(spare_nodes.begin(), spare_nodes.end(),
+                              [&](const auto& s) { return s.second.size() >= ranks.size(); });
+    if (spare == spare_nodes.end()) return false;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      placed[spare->second[i]] = ranks[i];
+      (*rank_nodes)[ranks[i]] = spare->first;
+    }
+    spare_nodes.erase(spare);
+  }
+  *roles = placed;
+  return true;
 }
 
 Status UlfmWorld::Finish() {
@@ -425,6 +518,12 @@ Status RunResilient(UlfmWorld& world, const UlfmTrainFn& train) {
                              "; repairing");
     auto repair = world.RepairAfterFailure();
     if (!repair.ok()) return repair.status().WithContext(failed.ToString());
+    if (world.rank() == UlfmWorld::kRetired) {
+      // Its node was lost with another of its ranks: out of the work, it
+      // waits (as a spare would) until the job ends.
+      MEMENTO_ASSIGN_OR_RETURN(bool placed, world.WaitForPlace());
+      if (!placed) return Status::Ok();
+    }
   }
 }
 

@@ -14,13 +14,15 @@
 #             another is lost: the repair must end at MEMENTO_TIMEOUT_S (4 s
 #             here), naming it, and the job with exit 75, not hang
 #   REMOTE    "remote": a remote tier, persisted every version
+# ULFM_RANKS_PER_NODE (default 1): ranks per virtual node; a node is replaced
+# whole, so ULFM_RETIRED working ranks must retire (their node lost another).
 set -uo pipefail
 worker=$1 mpirun=$2 scheme=$3 n=$4 k=$5 kills=$6 replaced=$7 remote_tier=${8:-}
 steps=10
 
 export MEMENTO_JOB="ulfm-$$"
 export MEMENTO_SCHEME=$scheme
-export MEMENTO_RANKS_PER_NODE=1
+export MEMENTO_RANKS_PER_NODE=${ULFM_RANKS_PER_NODE:-1}
 export MEMENTO_CHUNK_BYTES=256K
 export MEMENTO_TIMEOUT_S=60
 [[ $replaced != deadline ]] || export MEMENTO_TIMEOUT_S=4
@@ -115,6 +117,8 @@ if [[ $remote_tier == remote ]]; then
   grep "generation $gen: restored v" "$out" | grep -q "remote" ||
     fail "no rank of generation $gen restored from the remote tier"
 fi
+retired=$(grep -c "retired: its node lost another rank" "$out")
+((retired == ${ULFM_RETIRED:-0})) || fail "$retired working ranks retired, expected ${ULFM_RETIRED:-0}"
 if [[ -n ${MEMENTO_TEST_SPLIT_STALL:-} ]]; then
   # A rank held back its split past the others' limit: they revoked the
   # round and repeated it.

@@ -24,8 +24,10 @@
 // point, then ends its attempt: a repair that needs it must end at its
 // timeout (UlfmWorld's repair deadline), not hang.
 // Configuration: MEMENTO_* (Config::FromEnv). Spares run under the node
-// name "spare", so that one that takes rank r's place is a new machine
-// ("spare/r" with MEMENTO_RANKS_PER_NODE=1), unless MEMENTO_NODE names one.
+// name "spare", so that a node of them taking node i's places is a new
+// machine ("spare/i" with MEMENTO_RANKS_PER_NODE), unless MEMENTO_NODE names
+// one (UlfmProcessNode). A node of several ranks is replaced whole: a rank
+// whose node lost another retires and waits for the end.
 // MEMENTO_TEST_SPLIT_STALL="rank:ms": working rank `rank` waits `ms` before
 // the MPI_Comm_split of each repair's first round (UlfmWorld's split hook),
 // so that the others' splits outlast their time limit: they must revoke the
@@ -270,7 +272,9 @@ int Main(int argc, char** argv) {
   job.steps = std::stoull(argv[1]);
   job.step_ms = argc == 4 ? std::atoi(argv[3]) : 0;
   job.kills = ParseKills();
-  auto world = UlfmWorld::Create(MPI_COMM_WORLD, std::atoi(argv[2]), job.config.timeout());
+  const int spares = std::atoi(argv[2]);
+  const std::string node = UlfmProcessNode(&job.config, MPI_COMM_WORLD, spares);
+  auto world = UlfmWorld::Create(MPI_COMM_WORLD, spares, job.config.timeout(), node);
   if (!world.ok()) {
     std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
     return 2;
@@ -284,7 +288,6 @@ int Main(int argc, char** argv) {
   job.first_pids.resize(world_size);
   MPI_Allgather(&start_pid, 1, MPI_INT, job.first_pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   const std::vector<int>& first_pids = job.first_pids;
-  if ((*world)->rank() < 0 && std::getenv("MEMENTO_NODE") == nullptr) job.config.node = "spare";
   if (const char* stall = std::getenv("MEMENTO_TEST_SPLIT_STALL")) {
     int stall_rank = -2, stall_ms = 0;
     if (std::sscanf(stall, "%d:%d", &stall_rank, &stall_ms) != 2 || stall_ms <= 0) {

@@ -14,6 +14,15 @@
 // back from their own memory, a spare that took a place restores from its
 // peers, as a replacement node would.
 //
+// Nodes are replaced whole. A node's ranks share its memory, and memento
+// needs the same number of ranks on every node, so a node that lost one of
+// its ranks (a process that crashed, on a machine still up) is lost as a
+// whole: its live ranks retire (they leave the work and wait, as spares do,
+// until the job ends; they never take a place) and one node of waiting
+// spares takes all its places. Each process names its node at Create
+// (UlfmProcessNode: the engine's NodeIdentity); without names every process
+// is a node of its own.
+//
 // Why spares and not MPI_Comm_spawn: with Open MPI 5.0.11 from pip, a job that
 // had spawned a replacement hung in MPI_Finalize (ompi_dpm_dyn_finalize) in 3
 // of 10 runs of `experiments/ulfm/ulfm_respawn.c`; shrink-only repairs ended
@@ -36,6 +45,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -65,13 +75,20 @@ class UlfmWorld {
   // (by `memento launch` or the scheduler) instead of hanging. Errors:
   // InvalidArgument when `spares` leaves no working rank or the timeout is
   // not positive, FailedPrecondition when this MPI has no ULFM.
+  // `node`: the node this process runs on (UlfmProcessNode), the same string
+  // on every process of a node; empty: a node of its own.
   static Result<std::unique_ptr<UlfmWorld>> Create(MPI_Comm world, int spares,
-                                                   std::chrono::milliseconds repair_timeout);
+                                                   std::chrono::milliseconds repair_timeout,
+                                                   const std::string& node = "");
   ~UlfmWorld();
   UlfmWorld(const UlfmWorld&) = delete;
   UlfmWorld& operator=(const UlfmWorld&) = delete;
 
-  // This process's working rank; -1 while it waits as a spare.
+  // A process's role when it does not work.
+  static constexpr int kSpare = -1;    // waits to take a place
+  static constexpr int kRetired = -2;  // its node was lost: waits for the end
+
+  // This process's working rank; kSpare or kRetired while it waits.
   int rank() const { return rank_; }
   // Working ranks (N).
   int size() const { return size_; }
@@ -83,14 +100,18 @@ class UlfmWorld {
   int spares_left() const { return static_cast<int>(std::count(roles_.begin(), roles_.end(), -1)); }
 
   // A waiting spare: returns true once a repair gave it a working rank,
-  // false when the job finished without needing it (Finish()).
+  // false when the job finished without needing it (Finish()). A retired
+  // process waits here too, for the end (it is never given a place).
   Result<bool> WaitForPlace();
 
   // Every live process after a failure (working ranks call it; a waiting
-  // spare's WaitForPlace() does). FailedPrecondition when more working ranks
-  // were lost than spares are left, or none was lost (the failure was not a
-  // process's): the job must then be relaunched, or the error is the
-  // caller's own.
+  // spare's WaitForPlace() does). FailedPrecondition when a lost node finds
+  // no node of spares left to take its places, or no process was lost (the
+  // failure was not a process's): the job must then be relaunched, or the
+  // error is the caller's own. A working rank whose node lost another rank
+  // comes back retired (rank() == kRetired): it waits with WaitForPlace().
+  // Only a waiting process lost: the working ranks go on as the next
+  // generation, nobody replaced.
   Result<Repair> RepairAfterFailure();
 
   // The work is done: working rank 0 releases the spares still waiting. Every
@@ -128,10 +149,20 @@ class UlfmWorld {
  private:
   UlfmWorld() = default;
 
+  // The repair's decision, from every live process's (role, generation,
+  // node) triples in `all`: the live ranks of a node that lost one retire
+  // (kRetired in *roles, added to *lost), and each lost node's ranks go to
+  // one node of waiting spares (*roles, *rank_nodes). False, with *roles
+  // left without places, when some lost node finds no such spares.
+  bool Replace(const std::vector<int>& all, std::vector<int>* roles, std::vector<int>* lost,
+               std::vector<int>* rank_nodes) const;
+
   MPI_Comm world_ = MPI_COMM_NULL;  // every live process
   MPI_Comm work_ = MPI_COMM_NULL;   // the working ranks
-  std::vector<int> roles_;          // per world rank: its working rank, -1 a spare
+  std::vector<int> roles_;          // per world rank: its working rank, kSpare, kRetired
   int rank_ = -1;
+  int node_ = 0;                 // this process's node: the first world rank on it
+  std::vector<int> rank_nodes_;  // per working rank: the node of the process holding it
   int size_ = 0;
   int generation_ = 0;
   std::chrono::milliseconds repair_timeout_{0};  // Create()'s
@@ -160,6 +191,15 @@ bool UlfmAvailable();
 int FinalizeWithin(std::chrono::seconds grace, int exit_code);
 
 using UlfmTrainFn = std::function<Status(std::shared_ptr<Transport>, const UlfmWorld&)>;
+
+struct Config;
+// The node a process of `world` runs on, as the engine will name it
+// (NodeIdentity of its world rank), for UlfmWorld::Create. A spare (one of
+// the last `spares` ranks of `world`) is a machine of its own: its
+// config->node becomes "spare" unless MEMENTO_NODE names its node (as
+// `memento launch` does), so that a spare node taking node i's places is
+// "spare/i" with MEMENTO_RANKS_PER_NODE.
+std::string UlfmProcessNode(Config* config, MPI_Comm world, int spares);
 Status RunResilient(UlfmWorld& world, const UlfmTrainFn& train);
 
 }  // namespace memento::runtime

@@ -247,7 +247,6 @@ Result<bool> UlfmWorld::WaitForPlace() {
     return Status::FailedPrecondition("WaitForPlace: rank " + std::to_string(rank_) +
                                       " is not a spare");
   }
-  // A retired process is never given a place: it waits for the end.
   while (true) {
     int message = 0;
     MPI_Request req = MPI_REQUEST_NULL;
@@ -311,8 +310,6 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
   const auto start = std::chrono::steady_clock::now();
   const RepairDeadline deadline(repair_timeout_);
   const int old_size = size_;
-  int old_live = 0;
-  MPI_Comm_size(world_, &old_live);
   StopWatching();
   MPIX_Comm_revoke(world_);
   if (work_ != MPI_COMM_NULL) MPIX_Comm_revoke(work_);
@@ -377,10 +374,30 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
       retry(&work);
       continue;
     }
+    // Retired ranks leave the world too: a process that is in none of the
+    // job's communicators can end without the others seeing a failure.
+    MPI_Comm world = shrunk;
+    if (enough && std::count(roles.begin(), roles.end(), kRetired) > 0) {
+      MPI_Comm rest = MPI_COMM_NULL;
+      const int stay = roles[me] == kRetired ? MPI_UNDEFINED : 0;
+      const int left = SplitWithin(split_limit, shrunk, stay, me, &rest, &revoked);
+      if (!everyone(revoked ? MPI_ERR_OTHER : left)) {
+        FreeComm(&rest);
+        retry(&work);
+        continue;
+      }
+      if (rest != MPI_COMM_NULL) MPI_Comm_set_errhandler(rest, MPI_ERRORS_RETURN);
+      world = rest;
+    }
     FreeComm(&work_);
     FreeComm(&world_);
-    world_ = shrunk;
-    roles_ = roles;
+    if (world != shrunk) FreeComm(&shrunk);
+    world_ = world;
+    // Per rank of the new world: the retired are not in it.
+    roles_.clear();
+    for (int role : roles) {
+      if (role != kRetired || !enough) roles_.push_back(role);
+    }
     if (!enough) {
       rank_ = roles[me];
       work_ = MPI_COMM_NULL;
@@ -404,15 +421,10 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
                              Join(lost) + " taken over by spares in " +
                              std::to_string(repair.seconds) + " s; " +
                              std::to_string(spares_left()) + " spares left");
-    if (rank_ == kRetired && all[3 * me] >= 0) {
+    if (rank_ == kRetired) {
       Log(LogLevel::kWarn, "ulfm: working rank " + std::to_string(all[3 * me]) +
                                " retired: its node lost another rank, and a node of spares "
-                               "takes all its places; this process waits for the job's end");
-    }
-    if (lost.empty() && live < old_live) {
-      // A waiting process (a spare, a retired rank) was lost: nothing to
-      // replace; the working ranks go on as the next generation.
-      return repair;
+                               "takes all its places; this process leaves the job");
     }
     if (lost.empty()) {
       return Status::FailedPrecondition(
@@ -518,12 +530,9 @@ Status RunResilient(UlfmWorld& world, const UlfmTrainFn& train) {
                              "; repairing");
     auto repair = world.RepairAfterFailure();
     if (!repair.ok()) return repair.status().WithContext(failed.ToString());
-    if (world.rank() == UlfmWorld::kRetired) {
-      // Its node was lost with another of its ranks: out of the work, it
-      // waits (as a spare would) until the job ends.
-      MEMENTO_ASSIGN_OR_RETURN(bool placed, world.WaitForPlace());
-      if (!placed) return Status::Ok();
-    }
+    // Its node was lost with another of its ranks: out of the job, it is
+    // done (its node's places are a node of spares' now).
+    if (world.rank() == UlfmWorld::kRetired) return Status::Ok();
   }
 }
 

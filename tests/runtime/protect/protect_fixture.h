@@ -246,6 +246,47 @@ class MinimalReprotectTest : public ProtectRecoveryTest {
     }
     return reports;
   }
+  // Every rank saves v2 and waits for it, which rank 1 fails: its Save names
+  // `why`; the version commits nowhere (v1 stays the latest), every rank's
+  // Wait fails (rank 1's naming `why`), none by a timeout, and some rank
+  // learnt it from the version's own messages: replica holders from rank 1's
+  // entry seals arriving before its shard, parity holders from its hops'
+  // "failed" pieces.
+  void ExpectV2FailedEverywhereAtOnce(const std::string& why) {
+    const int n = static_cast<int>(cks_.size());
+    std::vector<Status> save(n), wait(n);
+    Run([&](int r) {
+      Fill(r, 2);
+      save[r] = cks_[r]->Save(2);
+      wait[r] = cks_[r]->Wait();
+    });
+    EXPECT_NE(save[1].message().find(why), std::string::npos) << save[1].ToString();
+    const char* told_by = placement::Scheme::Parse(GetParam().scheme).value().is_replica()
+                              ? "before its entry seals"
+                              : "could not serve its row";
+    bool told = false;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_FALSE(wait[r].ok()) << "rank " << r;
+      EXPECT_NE(wait[r].code(), StatusCode::kTimeout) << "rank " << r << ": " << wait[r].ToString();
+      EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
+      told |= wait[r].message().find(told_by) != std::string::npos;
+    }
+    EXPECT_NE(wait[1].message().find(why), std::string::npos) << wait[1].ToString();
+    EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
+  }
+  // A relaunch on `n` nodes restores `version` on every rank, bit-exact,
+  // from its own memory.
+  void ExpectRelaunchRestoresLocally(int n, uint64_t version) {
+    Launch(n);
+    std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
+    Run([&](int r) { out[r] = cks_[r]->Restore(); });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(out[r].ok()) << out[r].status().ToString();
+      EXPECT_EQ(out[r]->version, version);
+      EXPECT_TRUE(Exact(r, version)) << "rank " << r;
+      EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kLocalMemory);
+    }
+  }
 };
 
 // Two copies of node 0's shard besides its own (replica:3), so another

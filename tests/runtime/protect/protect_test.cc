@@ -409,35 +409,9 @@ TEST_P(MinimalReprotectTest, StageRefusingToBeginFailsTheVersionEverywhere) {
   ASSERT_TRUE(cks_[1]->AddChunkStage(&later).ok());
   SaveOnAll(1);
   if (HasFatalFailure()) return;
-  std::vector<Status> save(n), wait(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    save[r] = cks_[r]->Save(2);
-    wait[r] = cks_[r]->Wait();
-  });
-  EXPECT_NE(save[1].message().find("stage refuses v2"), std::string::npos) << save[1].ToString();
-  const char* told_by = placement::Scheme::Parse(GetParam().scheme).value().is_replica()
-                            ? "before its entry seals"
-                            : "could not serve its row";
-  bool told = false;
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(wait[r].ok()) << "rank " << r;
-    EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
-    told |= wait[r].message().find(told_by) != std::string::npos;
-  }
-  EXPECT_NE(wait[1].message().find("stage refuses v2"), std::string::npos) << wait[1].ToString();
-  EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
+  ExpectV2FailedEverywhereAtOnce("stage refuses v2");
   EXPECT_FALSE(later.ended_unbegun());
-  cks_.clear();  // before `stage` goes
-  Launch(n);
-  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-  Run([&](int r) { out[r] = cks_[r]->Restore(); });
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out[r].ok()) << out[r].status().ToString();
-    EXPECT_EQ(out[r]->version, 1u);
-    EXPECT_TRUE(Exact(r, 1)) << "rank " << r;
-    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kLocalMemory);
-  }
+  ExpectRelaunchRestoresLocally(n, 1);  // the relaunch drops cks_ before `stage` goes
 }
 
 // Rank 1 cannot begin v2's slot (its store's file system filled before the
@@ -462,39 +436,10 @@ TEST_P(MinimalReprotectTest, ASlotThatCannotBeBegunFailsTheVersionAndTheNextComm
   Launch(n);
   SaveOnAll(1);
   if (HasFatalFailure()) return;
-  std::vector<Status> save(n), wait(n);
-  Run([&](int r) {
-    Fill(r, 2);
-    save[r] = cks_[r]->Save(2);
-    wait[r] = cks_[r]->Wait();
-  });
-  EXPECT_NE(save[1].message().find("no space left for the slot"), std::string::npos)
-      << save[1].ToString();
-  const char* told_by = placement::Scheme::Parse(GetParam().scheme).value().is_replica()
-                            ? "before its entry seals"
-                            : "could not serve its row";
-  bool told = false;
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(wait[r].ok()) << "rank " << r;
-    EXPECT_NE(wait[r].code(), StatusCode::kTimeout) << "rank " << r << ": " << wait[r].ToString();
-    EXPECT_EQ(cks_[r]->LatestCommitted(), std::optional<uint64_t>(1)) << "rank " << r;
-    told |= wait[r].message().find(told_by) != std::string::npos;
-  }
-  EXPECT_NE(wait[1].message().find("no space left for the slot"), std::string::npos)
-      << wait[1].ToString();
-  EXPECT_TRUE(told) << told_by << ": " << wait[0].ToString();
+  ExpectV2FailedEverywhereAtOnce("no space left for the slot");
   SaveOnAll(3);
   if (HasFatalFailure()) return;
-  cks_.clear();
-  Launch(n);
-  std::vector<Result<RestoreReport>> out(n, Status::Internal("not run"));
-  Run([&](int r) { out[r] = cks_[r]->Restore(); });
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out[r].ok()) << out[r].status().ToString();
-    EXPECT_EQ(out[r]->version, 3u);
-    EXPECT_TRUE(Exact(r, 3)) << "rank " << r;
-    EXPECT_EQ(out[r]->entries[0].source, RestoreSource::kLocalMemory);
-  }
+  ExpectRelaunchRestoresLocally(n, 3);
 }
 
 // A full re-protect that fails keeps the restored version in memory: after

@@ -27,7 +27,7 @@
 // name "spare", so that a node of them taking node i's places is a new
 // machine ("spare/i" with MEMENTO_RANKS_PER_NODE), unless MEMENTO_NODE names
 // one (UlfmProcessNode). A node of several ranks is replaced whole: a rank
-// whose node lost another retires and waits for the end.
+// whose node lost another retires and ends.
 // MEMENTO_TEST_SPLIT_STALL="rank:ms": working rank `rank` waits `ms` before
 // the MPI_Comm_split of each repair's first round (UlfmWorld's split hook),
 // so that the others' splits outlast their time limit: they must revoke the

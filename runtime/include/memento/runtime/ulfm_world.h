@@ -17,8 +17,8 @@
 // Nodes are replaced whole. A node's ranks share its memory, and memento
 // needs the same number of ranks on every node, so a node that lost one of
 // its ranks (a process that crashed, on a machine still up) is lost as a
-// whole: its live ranks retire (they leave the work and wait, as spares do,
-// until the job ends; they never take a place) and one node of waiting
+// whole: its live ranks retire (they leave the job's communicators, so that
+// they can end without the others seeing a failure) and one node of waiting
 // spares takes all its places. Each process names its node at Create
 // (UlfmProcessNode: the engine's NodeIdentity); without names every process
 // is a node of its own.
@@ -86,7 +86,7 @@ class UlfmWorld {
 
   // A process's role when it does not work.
   static constexpr int kSpare = -1;    // waits to take a place
-  static constexpr int kRetired = -2;  // its node was lost: waits for the end
+  static constexpr int kRetired = -2;  // its node was lost: out of the job
 
   // This process's working rank; kSpare or kRetired while it waits.
   int rank() const { return rank_; }
@@ -100,8 +100,7 @@ class UlfmWorld {
   int spares_left() const { return static_cast<int>(std::count(roles_.begin(), roles_.end(), -1)); }
 
   // A waiting spare: returns true once a repair gave it a working rank,
-  // false when the job finished without needing it (Finish()). A retired
-  // process waits here too, for the end (it is never given a place).
+  // false when the job finished without needing it (Finish()).
   Result<bool> WaitForPlace();
 
   // Every live process after a failure (working ranks call it; a waiting
@@ -109,9 +108,8 @@ class UlfmWorld {
   // no node of spares left to take its places, or no process was lost (the
   // failure was not a process's): the job must then be relaunched, or the
   // error is the caller's own. A working rank whose node lost another rank
-  // comes back retired (rank() == kRetired): it waits with WaitForPlace().
-  // Only a waiting process lost: the working ranks go on as the next
-  // generation, nobody replaced.
+  // comes back retired (rank() == kRetired, comm() null): it is out of the
+  // job and may end.
   Result<Repair> RepairAfterFailure();
 
   // The work is done: working rank 0 releases the spares still waiting. Every
@@ -179,7 +177,8 @@ bool UlfmAvailable();
 // after each process failure. `train` gets an MpiTransport over comm() (for
 // its Checkpointer) and the world (generation 0: a fresh start; later: after
 // a repair, every rank restores). A waiting spare enters once a repair gives
-// it a place, and returns Ok without training if the job finishes first.
+// it a place, and returns Ok without training if the job finishes first; a
+// rank that a repair retired (its node lost another rank) returns Ok.
 // Returns train's error when it failed without a process failure, and
 // FailedPrecondition (naming the lost and the spares) when the spares ran
 // out: the job must then be relaunched, and restores then.

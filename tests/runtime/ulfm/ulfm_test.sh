@@ -46,9 +46,16 @@ trap cleanup EXIT
 
 launch() {  # launch SPARES KILLS: one mpirun; the output in $out
   echo "--- mpirun --with-ft ulfm -np $((n + $1)) ulfm_worker $steps $1 (MEMENTO_TEST_KILL=$2)"
-  MEMENTO_TEST_KILL=$2 timeout 150 "$mpirun" --with-ft ulfm --allow-run-as-root --oversubscribe \
-    -np $((n + $1)) "$worker" "$steps" "$1" >"$out" 2>&1
-  launch_rc=$?
+  for try in 1 2; do
+    MEMENTO_TEST_KILL=$2 timeout 150 "$mpirun" --with-ft ulfm --allow-run-as-root --oversubscribe \
+      -np $((n + $1)) "$worker" "$steps" "$1" >"$out" 2>&1
+    launch_rc=$?
+    # Open MPI 5's runtime did not start (seen once in 60 runs beside other
+    # mpiruns: its PMIx server's listener thread): no process of the job ran.
+    ((launch_rc == 213)) && grep -q "listener thread failed to start" "$out" || break
+    echo "(mpirun's PMIx server did not start; trying again)"
+    sleep 1
+  done
   grep -E "ulfm|restored|lost|failed|rror|stalls" "$out" | grep -v "^\s*$" | tail -n 30
   echo "(mpirun exited $launch_rc)"
   ((launch_rc != 124)) || { echo "FAIL: the job did not end within 150 s"; exit 1; }

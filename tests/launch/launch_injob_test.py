@@ -55,11 +55,14 @@ demo_ulfm_xor: the demo built against Open MPI 5 (memento_demo_ulfm: its world r
 demo_ulfm_rs: the same, rs:2+2, 3 spares: two nodes at once at the snapshot stage
    (0+2@3:snapshot), one at the commit stage (3@9:commit), and one more with no spare left
    (1@12): a full relaunch.
-demo_ulfm_node: the same on 4 nodes of 2 ranks, xor:3, 4 spares (two nodes of them): rank 3
-   ends on its own once step 3 was reported (a process that crashed, its machine up), then
-   node 1 is lost at step 9 (1@9). The world replaces node 1 whole each time (rank 2
-   retires at the first: a node's ranks share its memory), so every restore sees nodes of
-   two ranks; one launch.
+demo_unplanned_node: demo_unplanned on 4 nodes of 2 ranks, 4 spares: rank 3 is killed
+   alone; the launcher replaces its node whole (rank 2 killed with it, two spares take
+   both places), then node 2 is lost at step 9; one launch.
+demo_ulfm_node: demo_ulfm_xor's job on 4 nodes of 2 ranks, xor:3, 4 spares (two nodes of
+   them): rank 3 is killed alone once step 3 was reported (a process that crashed, its
+   machine up), then node 1 is lost at step 9 (1@9). The world replaces node 1 whole each
+   time (rank 2 retires at the first and leaves the job: a node's ranks share its memory),
+   so every restore sees nodes of two ranks; one launch.
 Required: every event fired, one launch (two for fallback), an in-job record per
 recovery, the survivors' process ids unchanged across in-job recoveries and every lost
 rank's changed, every restore from memory with the steps lost counted, and the final
@@ -131,16 +134,18 @@ SCENARIOS = {
     # Rank 1's process is killed once step 3 was reported, by nobody the launcher knows
     # (DIES_AFTER_STEP_3): its node is replaced in-job, as a lost one.
     "demo_unplanned": ("demo", "mpirun", "xor:3", 2, "2@9", 2, 1, [None, "step"]),
-    # Nodes of two ranks under ULFM: rank 3 dies alone, its node is replaced whole.
+    # Nodes of two ranks: rank 3 dies alone, its node is replaced whole (two spares).
+    "demo_unplanned_node": ("demo", "mpirun", "xor:3", 4, "2@9", 2, 1, [None, "step"]),
+    # The same under ULFM, the injected loss on the node that lost a rank.
     "demo_ulfm_node": ("demo_ulfm", "ulfm", "xor:3", 4, "1@9", 2, 1, [None, "step"]),
     # The same under torchrun, fresh replacements: the node's agent ends with its worker.
     "unplanned_torchrun": ("python", "torchrun", "replica:2", 0, "2@12", 2, 1, [None, "step"]),
 }
 # Scenarios whose command runs under DIES_AFTER_STEP_3, and the rank that dies (default 1).
-DIES = ("demo_unplanned", "unplanned_torchrun", "demo_ulfm_node")
-DIES_RANK = {"demo_ulfm_node": 3}
+DIES = ("demo_unplanned", "unplanned_torchrun", "demo_unplanned_node", "demo_ulfm_node")
+DIES_RANK = {"demo_unplanned_node": 3, "demo_ulfm_node": 3}
 # Ranks and ranks per node, where not 4 nodes of one rank.
-SHAPE = {"demo_ulfm_node": (8, 2)}
+SHAPE = {"demo_unplanned_node": (8, 2), "demo_ulfm_node": (8, 2)}
 # A loss the job brings about itself (ulfm_worker's MEMENTO_TEST_KILL), by scenario.
 JOB_KILLS = {"ulfm_unplanned": "step:5:1"}
 # The job's command under a shell that SIGKILLs the first launch's rank DIES_RANK (not a spare,

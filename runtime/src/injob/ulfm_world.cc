@@ -352,24 +352,11 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
       retry(&work);
       continue;
     }
-    std::vector<int> roles(live), lost;
-    int generation = 0, waiting = 0;
-    std::vector<bool> present(old_size, false);
-    for (int p = 0; p < live; ++p) {
-      roles[p] = all[3 * p];
-      generation = std::max(generation, all[3 * p + 1] + 1);
-      if (roles[p] >= 0) present[roles[p]] = true;
-      waiting += roles[p] == kSpare ? 1 : 0;
-    }
-    for (int r = 0; r < old_size; ++r) {
-      if (!present[r]) lost.push_back(r);
-    }
-    std::vector<int> rank_nodes = rank_nodes_;
-    const bool enough = Replace(all, &roles, &lost, &rank_nodes);
-    const int color = enough && roles[me] >= 0 ? 0 : MPI_UNDEFINED;
+    const Decision d = Decide(all, old_size);
+    const int color = d.enough && d.roles[me] >= 0 ? 0 : MPI_UNDEFINED;
     if (split_hook_) split_hook_(round, rank_);
     bool revoked = false;
-    const int split = SplitWithin(split_limit, shrunk, color, roles[me], &work, &revoked);
+    const int split = SplitWithin(split_limit, shrunk, color, d.roles[me], &work, &revoked);
     if (!everyone(revoked ? MPI_ERR_OTHER : split)) {
       retry(&work);
       continue;
@@ -377,9 +364,9 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     // Retired ranks leave the world too: a process that is in none of the
     // job's communicators can end without the others seeing a failure.
     MPI_Comm world = shrunk;
-    if (enough && std::count(roles.begin(), roles.end(), kRetired) > 0) {
+    if (d.enough && std::count(d.roles.begin(), d.roles.end(), kRetired) > 0) {
       MPI_Comm rest = MPI_COMM_NULL;
-      const int stay = roles[me] == kRetired ? MPI_UNDEFINED : 0;
+      const int stay = d.roles[me] == kRetired ? MPI_UNDEFINED : 0;
       const int left = SplitWithin(split_limit, shrunk, stay, me, &rest, &revoked);
       if (!everyone(revoked ? MPI_ERR_OTHER : left)) {
         FreeComm(&rest);
@@ -392,51 +379,74 @@ Result<UlfmWorld::Repair> UlfmWorld::RepairAfterFailure() {
     FreeComm(&work_);
     FreeComm(&world_);
     if (world != shrunk) FreeComm(&shrunk);
-    world_ = world;
-    // Per rank of the new world: the retired are not in it.
-    roles_.clear();
-    for (int role : roles) {
-      if (role != kRetired || !enough) roles_.push_back(role);
-    }
-    if (!enough) {
-      rank_ = roles[me];
-      work_ = MPI_COMM_NULL;
-      return Status::FailedPrecondition(
-          "in-job recovery: working ranks " + Join(lost) + " lost (their nodes whole) and " +
-          std::to_string(waiting) +
-          " spares left, none a whole node for them; the job must be relaunched (and "
-          "restores then)");
-    }
-    rank_nodes_ = rank_nodes;
-    work_ = work;
-    if (work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(work_, MPI_ERRORS_RETURN);
-    rank_ = roles[me];
-    generation_ = generation;
-    Repair repair;
-    repair.generation = generation_;
-    repair.replaced = lost;
-    repair.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    Log(LogLevel::kInfo, "ulfm: generation " + std::to_string(generation_) + ": ranks " +
-                             Join(lost) + " taken over by spares in " +
-                             std::to_string(repair.seconds) + " s; " +
-                             std::to_string(spares_left()) + " spares left");
-    if (rank_ == kRetired) {
-      Log(LogLevel::kWarn, "ulfm: working rank " + std::to_string(all[3 * me]) +
-                               " retired: its node lost another rank, and a node of spares "
-                               "takes all its places; this process leaves the job");
-    }
-    if (lost.empty()) {
-      return Status::FailedPrecondition(
-          "in-job recovery: no working rank was lost; the failure was not a process's");
-    }
-    return repair;
+    return Adopt(d, me, world, work, start);
   }
   return Status::Unavailable("in-job recovery: processes kept failing through " +
                              std::to_string(kRepairRounds) + " repair rounds");
 #else
   return Status::FailedPrecondition("in-job recovery: this MPI has no ULFM");
 #endif
+}
+
+UlfmWorld::Decision UlfmWorld::Decide(const std::vector<int>& all, int old_size) const {
+  Decision d;
+  const size_t live = all.size() / 3;
+  d.roles.resize(live);
+  std::vector<bool> present(old_size, false);
+  for (size_t p = 0; p < live; ++p) {
+    d.roles[p] = all[3 * p];
+    d.generation = std::max(d.generation, all[3 * p + 1] + 1);
+    if (d.roles[p] >= 0) present[d.roles[p]] = true;
+    d.spares += d.roles[p] == kSpare ? 1 : 0;
+  }
+  for (int r = 0; r < old_size; ++r) {
+    if (!present[r]) d.lost.push_back(r);
+  }
+  d.rank_nodes = rank_nodes_;
+  d.enough = Replace(all, &d.roles, &d.lost, &d.rank_nodes);
+  return d;
+}
+
+Result<UlfmWorld::Repair> UlfmWorld::Adopt(const Decision& d, int me, MPI_Comm world, MPI_Comm work,
+                                           std::chrono::steady_clock::time_point start) {
+  const int was = rank_;
+  world_ = world;
+  // Per rank of the new world: the retired are not in it.
+  roles_.clear();
+  for (int role : d.roles) {
+    if (role != kRetired || !d.enough) roles_.push_back(role);
+  }
+  rank_ = d.roles[me];
+  if (!d.enough) {
+    work_ = MPI_COMM_NULL;
+    return Status::FailedPrecondition(
+        "in-job recovery: working ranks " + Join(d.lost) + " lost (their nodes whole) and " +
+        std::to_string(d.spares) +
+        " spares left, none a whole node for them; the job must be relaunched (and restores "
+        "then)");
+  }
+  rank_nodes_ = d.rank_nodes;
+  work_ = work;
+  if (work_ != MPI_COMM_NULL) MPI_Comm_set_errhandler(work_, MPI_ERRORS_RETURN);
+  generation_ = d.generation;
+  Repair repair;
+  repair.generation = generation_;
+  repair.replaced = d.lost;
+  repair.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Log(LogLevel::kInfo, "ulfm: generation " + std::to_string(generation_) + ": ranks " +
+                           Join(d.lost) + " taken over by spares in " +
+                           std::to_string(repair.seconds) + " s; " + std::to_string(spares_left()) +
+                           " spares left");
+  if (rank_ == kRetired) {
+    Log(LogLevel::kWarn, "ulfm: working rank " + std::to_string(was) +
+                             " retired: its node lost another rank, and a node of spares "
+                             "takes all its places; this process leaves the job");
+  }
+  if (d.lost.empty()) {
+    return Status::FailedPrecondition(
+        "in-job recovery: no working rank was lost; the failure was not a process's");
+  }
+  return repair;
 }
 
 bool UlfmWorld::Replace(const std::vector<int>& all, std::vector<int>* roles,

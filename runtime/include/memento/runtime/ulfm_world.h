@@ -147,6 +147,24 @@ class UlfmWorld {
  private:
   UlfmWorld() = default;
 
+  // What a repair round decided, the same on every live process.
+  struct Decision {
+    std::vector<int> roles;       // per live process (shrunk world rank)
+    std::vector<int> lost;        // working ranks to replace: their nodes whole
+    std::vector<int> rank_nodes;  // per working rank, once replaced
+    int generation = 0;
+    int spares = 0;  // waiting before the repair
+    bool enough = false;
+  };
+  // The round's decision from every live process's (role, generation, node)
+  // triples in `all`, over `old_size` working ranks.
+  Decision Decide(const std::vector<int>& all, int old_size) const;
+  // Takes the decision on this process (`me` in the shrunk world): the new
+  // world (without the retired) and working communicator, the roles, this
+  // process's rank and generation. The repair, or why the job must be
+  // relaunched (no whole node of spares; nothing was lost).
+  Result<Repair> Adopt(const Decision& d, int me, MPI_Comm world, MPI_Comm work,
+                       std::chrono::steady_clock::time_point start);
   // The repair's decision, from every live process's (role, generation,
   // node) triples in `all`: the live ranks of a node that lost one retire
   // (kRetired in *roles, added to *lost), and each lost node's ranks go to

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -58,13 +57,27 @@ void FreeComm(MPI_Comm* comm) {
   *comm = MPI_COMM_NULL;
 }
 
-// FNV-1a: the same on every process (std::hash need not be); 0 is kept for
-// "no name".
-uint64_t NodeKey(const std::string& node) {
-  if (node.empty()) return 0;
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : node) h = (h ^ c) * 1099511628211ull;
-  return h == 0 ? 1 : h;
+// Every process's node name over `comm`, by rank (exact strings: a hash
+// that collided would merge two nodes).
+Result<std::vector<std::string>> GatherNodes(MPI_Comm comm, const std::string& node) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  const int length = static_cast<int>(node.size());
+  std::vector<int> lengths(size), offsets(size);
+  MEMENTO_RETURN_IF_ERROR(
+      Check(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MEMENTO_RETURN_IF_ERROR(Check(MPI_Allgatherv(node.data(), length, MPI_CHAR, all.data(),
+                                               lengths.data(), offsets.data(), MPI_CHAR, comm),
+                                "MPI_Allgatherv (nodes)"));
+  std::vector<std::string> nodes(size);
+  for (int r = 0; r < size; ++r) nodes[r] = all.substr(offsets[r], lengths[r]);
+  return nodes;
 }
 
 std::string Join(const std::vector<int>& v) {
@@ -209,16 +222,12 @@ Result<std::unique_ptr<UlfmWorld>> UlfmWorld::Create(MPI_Comm world, int spares,
   w->rank_ = w->roles_[world_rank];
   // Each process's node, numbered by the first world rank on it (a process
   // without a name is a node of its own).
-  const uint64_t key = NodeKey(node);
-  std::vector<uint64_t> keys(world_size);
-  MEMENTO_RETURN_IF_ERROR(
-      Check(MPI_Allgather(&key, 1, MPI_UINT64_T, keys.data(), 1, MPI_UINT64_T, w->world_),
-            "MPI_Allgather (nodes)"));
+  MEMENTO_ASSIGN_OR_RETURN(std::vector<std::string> names, GatherNodes(w->world_, node));
   std::vector<int> node_of(world_size);
   for (int r = 0; r < world_size; ++r) {
     node_of[r] = r;
-    for (int q = 0; keys[r] != 0 && q < r; ++q) {
-      if (keys[q] == keys[r]) {
+    for (int q = 0; !names[r].empty() && q < r; ++q) {
+      if (names[q] == names[r]) {
         node_of[r] = node_of[q];
         break;
       }
